@@ -1,0 +1,33 @@
+# Finds what remat's headers need and attaches it to a target as INTERFACE requirements.
+# Used by the top-level CMakeLists.txt and, after installation, by remat-config.cmake, so that
+# add_subdirectory and find_package consumers get exactly the same dependencies.
+include_guard(GLOBAL)
+include(CMakeFindDependencyMacro)
+
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+
+if(REMAT_USE_BLAS)
+  set(BLA_VENDOR OpenBLAS)
+  find_package(BLAS QUIET)
+  unset(BLA_VENDOR)
+  if(BLAS_FOUND)
+    message(STATUS "remat: GEMMs run through OpenBLAS (${BLAS_LIBRARIES})")
+  else()
+    message(STATUS "remat: OpenBLAS not found; GEMMs run through Eigen")
+  endif()
+endif()
+
+if(REMAT_USE_OPENMP)
+  find_package(OpenMP QUIET COMPONENTS CXX)
+endif()
+
+function(remat_link_dependencies target)
+  target_link_libraries(${target} INTERFACE Eigen3::Eigen)
+  if(REMAT_USE_BLAS AND BLAS_FOUND)
+    target_link_libraries(${target} INTERFACE BLAS::BLAS)
+    target_compile_definitions(${target} INTERFACE REMAT_USE_BLAS=1)
+  endif()
+  if(REMAT_USE_OPENMP AND OpenMP_CXX_FOUND)
+    target_link_libraries(${target} INTERFACE OpenMP::OpenMP_CXX)
+  endif()
+endfunction()

@@ -1,0 +1,27 @@
+# Install rules and an exported package, so that `find_package(remat)` works after
+# `cmake --install`. The version file is ARCH_INDEPENDENT: remat is headers only.
+include_guard(GLOBAL)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(REMAT_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/remat")
+
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/remat" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(TARGETS remat EXPORT rematTargets)
+install(EXPORT rematTargets NAMESPACE remat:: DESTINATION "${REMAT_CMAKE_DIR}")
+
+set(REMAT_CONFIG_USE_BLAS OFF)
+if(REMAT_USE_BLAS AND BLAS_FOUND)
+  set(REMAT_CONFIG_USE_BLAS ON)
+endif()
+set(REMAT_CONFIG_USE_OPENMP OFF)
+if(REMAT_USE_OPENMP AND OpenMP_CXX_FOUND)
+  set(REMAT_CONFIG_USE_OPENMP ON)
+endif()
+
+configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/remat-config.cmake.in"
+  "${PROJECT_BINARY_DIR}/remat-config.cmake" INSTALL_DESTINATION "${REMAT_CMAKE_DIR}")
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/remat-config-version.cmake"
+  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES "${PROJECT_BINARY_DIR}/remat-config.cmake" "${PROJECT_BINARY_DIR}/remat-config-version.cmake"
+  DESTINATION "${REMAT_CMAKE_DIR}")

@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// Parameter<T>: a persistent, trainable value. It lives outside tapes; each tape that uses it
+/// records a leaf for it, and backward() accumulates into its gradient. Copies share the
+/// parameter (value, gradient and frozen flag), like a reference.
+
+#include "remat/core/var.hpp"
+
+namespace remat {
+
+template <class T = float>
+class Parameter : public Var<T> {
+ public:
+  /// An undefined parameter (to be assigned later).
+  Parameter() = default;
+
+  /// A parameter holding `value` (not copied: later writes to the tensor are the parameter's).
+  explicit Parameter(Tensor<T> initial, bool requires_grad = true)
+      : Var<T>(std::make_shared<detail::ParamState<T>>(
+            detail::ParamState<T>{std::move(initial), Tensor<T>(), requires_grad})) {}
+
+  /// The value, writable: optimizers and loaders update it in place.
+  Tensor<T>& data() { return state().value; }
+  using Var<T>::value;
+
+  /// The accumulated gradient, writable (clipping scales it in place). Undefined before any
+  /// backward() reached the parameter or after zero_grad().
+  Tensor<T>& grad_data() { return state().grad; }
+
+  /// Drops the gradient: the next backward() starts from nothing and frees nothing twice.
+  void zero_grad() noexcept {
+    if (this->param_state()) this->param_state()->grad.reset();
+  }
+
+  /// A frozen parameter receives no gradient and makes no op depend on it for backward.
+  bool frozen() const noexcept { return this->param_state() && !this->param_state()->requires_grad; }
+  void freeze() { state().requires_grad = false; state().grad.reset(); }
+  void unfreeze() { state().requires_grad = true; }
+
+  /// Identity shared by copies of this parameter.
+  const void* identity() const noexcept { return this->param_state().get(); }
+
+ private:
+  detail::ParamState<T>& state() const {
+    if (!this->param_state()) throw UsageError("Parameter: used before it was given a value");
+    return *this->param_state();
+  }
+};
+
+}  // namespace remat

@@ -1,0 +1,337 @@
+#pragma once
+/// @file
+/// The tape's machinery: the flat node list, checkpoint segments, replay and the backward sweep.
+/// Users see it through Tape, Var and checkpoint(); ops reach it through detail::record().
+///
+/// Note [levels]: a node *saves* (keeps what its backward needs) when the depth of its innermost
+/// segment equals the tape's current level: 0 during the first forward pass (nodes outside any
+/// checkpoint), d while a segment of depth d is replayed (its own nodes, not its children's). A
+/// segment one level deeper *captures* its external inputs: the values of nodes recorded before
+/// it that its nodes consume. Those are all its replay will need. Deeper segments capture nothing
+/// yet; they capture when their parent is replayed. That is what makes nesting recursive.
+///
+/// Note [fingerprints]: a node inside a checkpoint that is consumed after its segment closed is
+/// an output of that segment; its value is fingerprinted when first consumed, and the replay
+/// checks it. In verify mode every node inside a segment is fingerprinted, so the first one
+/// that differs names the op at fault.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "remat/core/hash.hpp"
+#include "remat/core/node.hpp"
+
+namespace remat {
+
+/// How a tape records.
+struct TapeOptions {
+  /// Seed for random ops (dropout). Each op draws from (seed, its position on the tape), so a
+  /// replay draws the same numbers. Unset: the next seed of this thread's sequence
+  /// (see manual_seed()), so successive steps draw different masks.
+  std::optional<std::uint64_t> seed;
+  /// Fingerprint every op output inside checkpoints, so a replay that diverges names the first
+  /// op at fault (costs one pass over each output). Off: only segment outputs are checked.
+  bool verify_replay = false;
+  /// Check every op output and gradient for NaN and infinity and name the first op producing one.
+  bool detect_anomaly = false;
+};
+
+namespace detail {
+
+struct ThreadSeeds {
+  std::uint64_t base = 0;
+  std::uint64_t count = 0;
+};
+
+inline ThreadSeeds& thread_seeds() noexcept {
+  thread_local ThreadSeeds seeds;
+  return seeds;
+}
+
+inline std::uint64_t next_thread_seed() noexcept {
+  ThreadSeeds& s = thread_seeds();
+  return mix64(s.base ^ mix64(++s.count));
+}
+
+/// A checkpoint segment: the node range [begin, end) whose interior is dropped after the forward
+/// pass and replayed from its captured inputs during backward.
+struct Segment {
+  std::uint32_t begin = 0;
+  std::uint32_t end = 0;
+  std::uint32_t parent = kNone;
+  std::uint32_t depth = 1;  // 1 for a segment outside any other
+  bool closed = false;
+  bool materialized = false;  // replayed in this backward
+  std::vector<std::uint32_t> captured;  // external nodes whose values this segment keeps
+};
+
+class TapeState {
+ public:
+  explicit TapeState(const TapeOptions& options)
+      : seed(options.seed ? *options.seed : next_thread_seed()),
+        verify_replay(options.verify_replay),
+        detect_anomaly(options.detect_anomaly) {}
+
+  ~TapeState() { clear(); }
+  TapeState(const TapeState&) = delete;
+  TapeState& operator=(const TapeState&) = delete;
+
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
+  NodeBase& node(std::uint32_t id) noexcept { return *nodes_[id]; }
+  NodeBase* const* table() noexcept { return nodes_.data(); }
+  const std::vector<Segment>& segments() const noexcept { return segments_; }
+  bool recording_segment() const noexcept { return !open_.empty(); }
+  std::uint32_t open_segment_id() const noexcept { return open_.empty() ? kNone : open_.back(); }
+
+  /// Takes ownership of a node and appends it; returns its id.
+  std::uint32_t push(std::unique_ptr<NodeBase> n) {
+    if (nodes_.size() >= kNone - 1) throw UsageError("tape: more than 4 billion nodes recorded");
+    n->id = size();
+    if (n->segment == kNone) n->segment = open_segment_id();
+    nodes_.push_back(n.release());
+    return nodes_.back()->id;
+  }
+
+  // ---- first forward pass -------------------------------------------------------------------
+
+  /// Prepares a node about to run its first forward: whether it saves, what its enclosing
+  /// segment must capture, which segment outputs to fingerprint. `values` are its input values.
+  template <class T>
+  void before_forward(Node<T>& n, std::span<const Tensor<T>> values) {
+    n.segment = open_segment_id();
+    n.saving = n.requires_grad && depth(n.segment) == level_;
+    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]]).value_slot() = values[k]; });
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      NodeBase& in = *nodes_[n.inputs[k]];
+      if (!in.has_hash && in.segment != kNone && segments_[in.segment].closed) {
+        in.hash = hash_tensor(values[k]);
+        in.has_hash = true;
+      }
+    }
+  }
+
+  template <class T>
+  void after_forward(Node<T>& n, const Tensor<T>& out) {
+    if (verify_replay && n.segment != kNone) {
+      n.hash = hash_tensor(out);
+      n.has_hash = true;
+    }
+    if (detect_anomaly && !all_finite(out)) {
+      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(), "' produced NaN or infinity in its output of shape ", out.shape(), " during the forward pass"));
+    }
+  }
+
+  // ---- checkpoint segments ------------------------------------------------------------------
+
+  std::uint32_t open_segment() {
+    if (sweeping_ || swept_) throw UsageError("checkpoint: cannot open a segment on a tape whose backward pass has run");
+    Segment s;
+    s.begin = size();
+    s.parent = open_segment_id();
+    s.depth = depth(s.parent) + 1;
+    segments_.push_back(std::move(s));
+    open_.push_back(static_cast<std::uint32_t>(segments_.size() - 1));
+    return open_.back();
+  }
+
+  void close_segment(std::uint32_t id) {
+    if (open_.empty() || open_.back() != id) {
+      throw UsageError(cat("checkpoint: segment ", id, " closed out of order; segments must nest like scopes"));
+    }
+    segments_[id].end = size();
+    segments_[id].closed = true;
+    open_.pop_back();
+  }
+
+  // ---- backward -----------------------------------------------------------------------------
+
+  bool swept() const noexcept { return swept_; }
+  bool sweeping() const noexcept { return sweeping_; }
+
+  /// The backward sweep: one reverse loop from `root`, whose gradient must already be seeded.
+  /// Replays each checkpoint segment the first time the sweep needs one of its nodes, and frees
+  /// every node's saved tensors and gradient as soon as the sweep has passed it.
+  void sweep(std::uint32_t root) {
+    sweeping_ = true;
+    struct Done {
+      TapeState* t;
+      ~Done() {
+        t->sweeping_ = false;
+        t->swept_ = true;
+        t->level_ = 0;
+      }
+    } done{this};
+    for (std::uint32_t i = size(); i-- > root + 1;) release_after_sweep(*nodes_[i]);
+    std::size_t unfinished = segments_.size();
+    for (std::uint32_t i = root + 1; i-- > 0;) {
+      NodeBase& n = *nodes_[i];
+      if (n.requires_grad && !n.is_leaf() && n.has_grad()) {
+        materialize(n);
+        n.run_backward(table());
+        if (detect_anomaly) check_input_grads(n);
+      }
+      release_after_sweep(n);
+      while (unfinished > 0 && segments_[unfinished - 1].begin >= i) finish(segments_[--unfinished]);
+    }
+  }
+
+  /// Frees every node; the tape can record no more.
+  void clear() noexcept {
+    // Nodes own no other nodes, so this loop is the whole teardown: no recursion however long
+    // the chain.
+    for (NodeBase* n : nodes_) delete n;
+    nodes_.clear();
+    segments_.clear();
+    open_.clear();
+  }
+
+  const std::uint64_t seed;
+  const bool verify_replay;
+  const bool detect_anomaly;
+  bool ended = false;
+
+ private:
+  template <class T>
+  static bool all_finite(const Tensor<T>& t) noexcept {
+    if constexpr (std::is_floating_point_v<T>) return t.array().isFinite().all();
+    return true;
+  }
+
+  std::uint32_t depth(std::uint32_t segment) const noexcept {
+    return segment == kNone ? 0 : segments_[segment].depth;
+  }
+
+  /// The segment at `d` that contains `segment` (which must be at least that deep).
+  std::uint32_t ancestor_at(std::uint32_t segment, std::uint32_t d) const noexcept {
+    while (segments_[segment].depth > d) segment = segments_[segment].parent;
+    return segment;
+  }
+
+  /// See Note [levels]. `fill(k)` stores input k's value in its node when the node holds none.
+  template <class Fill>
+  void capture_inputs(NodeBase& n, Fill&& fill) {
+    if (depth(n.segment) <= level_) return;
+    const std::uint32_t c = ancestor_at(n.segment, level_ + 1);
+    Segment& seg = segments_[c];
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      NodeBase& in = *nodes_[n.inputs[k]];
+      if (n.inputs[k] >= seg.begin || in.is_leaf() || in.last_capture == c) continue;
+      in.last_capture = c;
+      ++in.keep_count;
+      seg.captured.push_back(n.inputs[k]);
+      if (!in.has_value()) fill(k);
+    }
+  }
+
+  void materialize(const NodeBase& n) {
+    std::uint32_t chain[64];
+    int count = 0;
+    for (std::uint32_t s = n.segment; s != kNone; s = segments_[s].parent) {
+      if (count == 64) throw UsageError("checkpoint: segments nested more than 64 deep");
+      chain[count++] = s;
+    }
+    while (count-- > 0) {
+      if (!segments_[chain[count]].materialized) replay(chain[count]);
+    }
+  }
+
+  /// Runs the segment's recorded recipes again from its captured inputs (Note [levels]), checks
+  /// the fingerprints (Note [fingerprints]), and drops each recomputed value after its last use
+  /// inside the segment unless a node saved it or a child segment captured it.
+  void replay(std::uint32_t s) {
+    const std::uint32_t begin = segments_[s].begin;
+    const std::uint32_t end = segments_[s].end;
+    const std::uint32_t outer_level = level_;
+    level_ = segments_[s].depth;
+    std::vector<std::uint32_t> last_use(end - begin, kNone);
+    for (std::uint32_t i = begin; i < end; ++i) {
+      for (std::uint32_t j : nodes_[i]->inputs) {
+        if (j >= begin) last_use[j - begin] = i;
+      }
+    }
+    for (std::uint32_t i = begin; i < end; ++i) {
+      NodeBase& n = *nodes_[i];
+      if (!n.is_leaf()) {
+        n.saving = n.requires_grad && depth(n.segment) == level_;
+        capture_inputs(n, [&](std::size_t k) {
+          throw Error(cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
+        });
+        n.replay(table());
+        check_replayed(s, n);
+      }
+      for (std::uint32_t j : n.inputs) {
+        if (j >= begin && last_use[j - begin] == i) drop_transient(*nodes_[j]);
+      }
+      if (last_use[i - begin] == kNone) drop_transient(n);
+    }
+    level_ = outer_level;
+    segments_[s].materialized = true;
+  }
+
+  void check_replayed(std::uint32_t s, const NodeBase& n) const {
+    if (n.has_hash && n.value_hash() != n.hash) {
+      const Segment& seg = segments_[s];
+      throw ReplayError(cat(
+          "checkpoint replay diverged: segment ", s, " (nodes ", seg.begin, "..", seg.end - 1, ", depth ",
+          seg.depth, "): node ", n.id, " '", n.op_name(), "' recomputed a value that differs from its forward pass",
+          verify_replay ? " (the first op that diverged)"
+                        : " (a segment output; set TapeOptions::verify_replay to name the first op that diverged)",
+          ". Ops inside a checkpoint must be deterministic, and their inputs (parameters too) must not "
+          "change between the forward and the backward pass"));
+    }
+    if (detect_anomaly && !n.value_is_finite()) {
+      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(), "' produced NaN or infinity during the replay of segment ", s));
+    }
+  }
+
+  void check_input_grads(const NodeBase& n) const {
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      const NodeBase& in = *nodes_[n.inputs[k]];
+      if (in.requires_grad && !in.grad_is_finite()) {
+        std::ostringstream shape;
+        in.print_value_shape(shape);
+        throw NumericError(cat("anomaly: backward of node ", n.id, " '", n.op_name(),
+                               "' produced NaN or infinity in the gradient of its input ", k, " (node ",
+                               in.id, " '", in.op_name(), "', shape ", shape.str(), ")"));
+      }
+    }
+  }
+
+  static void drop_transient(NodeBase& n) noexcept {
+    if (!n.is_leaf() && n.keep_count == 0) n.release_value();
+  }
+
+  static void release_after_sweep(NodeBase& n) noexcept {
+    n.release_saved();
+    if (n.is_leaf()) return;  // leaves keep their value; an input's gradient is for the user
+    n.release_grad();
+    if (n.keep_count == 0) n.release_value();
+  }
+
+  void finish(Segment& seg) noexcept {
+    for (std::uint32_t j : seg.captured) {
+      NodeBase& in = *nodes_[j];
+      if (--in.keep_count == 0) drop_transient(in);
+    }
+    seg.captured.clear();
+  }
+
+  std::vector<NodeBase*> nodes_;
+  std::vector<Segment> segments_;
+  std::vector<std::uint32_t> open_;
+  std::uint32_t level_ = 0;  // Note [levels]
+  bool sweeping_ = false;
+  bool swept_ = false;
+};
+
+}  // namespace detail
+
+/// Restarts this thread's sequence of tape seeds, for reproducible dropout across runs.
+inline void manual_seed(std::uint64_t seed) noexcept {
+  detail::thread_seeds() = detail::ThreadSeeds{seed, 0};
+}
+
+}  // namespace remat

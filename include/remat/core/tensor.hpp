@@ -1,0 +1,186 @@
+#pragma once
+/// @file
+/// Tensor<T>: a shape and a contiguous row-major buffer shared by reference count. Copying a
+/// Tensor shares the buffer; clone() copies it. Eigen maps give the math a vectorized view.
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "remat/core/error.hpp"
+#include "remat/core/memory.hpp"
+#include "remat/core/shape.hpp"
+
+namespace remat {
+
+template <class T>
+class Tensor {
+  static_assert(std::is_arithmetic_v<T>, "remat::Tensor holds arithmetic element types only");
+
+ public:
+  using Scalar = T;
+  using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+  using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  using MatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  using ConstMatrixMap =
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+  /// An undefined tensor: no shape, no storage.
+  Tensor() = default;
+
+  /// A tensor of the given shape whose elements are uninitialized.
+  explicit Tensor(const Shape& shape) : shape_(shape), defined_(true) {
+    const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(T);
+    T* data = static_cast<T*>(detail::allocate_bytes(bytes));
+    owner_ = std::shared_ptr<T>(data, [bytes](T* p) { detail::deallocate_bytes(p, bytes); });
+    data_ = data;
+  }
+
+  static Tensor empty(const Shape& shape) { return Tensor(shape); }
+
+  static Tensor full(const Shape& shape, T value) {
+    Tensor t(shape);
+    t.fill(value);
+    return t;
+  }
+
+  static Tensor zeros(const Shape& shape) { return full(shape, T(0)); }
+  static Tensor ones(const Shape& shape) { return full(shape, T(1)); }
+
+  /// A rank-0 tensor holding one value.
+  static Tensor scalar(T value) { return full(Shape{}, value); }
+
+  /// A tensor of the given shape holding a copy of `values` (row-major).
+  static Tensor from(const Shape& shape, std::span<const T> values) {
+    if (static_cast<std::int64_t>(values.size()) != shape.numel()) {
+      throw ShapeError(detail::cat("Tensor::from: shape ", shape, " needs ", shape.numel(),
+                                   " values, got ", values.size()));
+    }
+    Tensor t(shape);
+    std::copy(values.begin(), values.end(), t.data());
+    return t;
+  }
+
+  static Tensor from(const Shape& shape, std::initializer_list<T> values) {
+    return from(shape, std::span<const T>(values.begin(), values.size()));
+  }
+
+  bool defined() const noexcept { return defined_; }
+  const Shape& shape() const noexcept { return shape_; }
+  int rank() const noexcept { return shape_.rank(); }
+  std::int64_t numel() const noexcept { return shape_.numel(); }
+  std::int64_t dim(int axis) const { return shape_[axis]; }
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * sizeof(T); }
+
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + numel(); }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + numel(); }
+
+  /// Flat (row-major) element access, unchecked.
+  T& operator[](std::int64_t i) noexcept { return data_[i]; }
+  const T& operator[](std::int64_t i) const noexcept { return data_[i]; }
+
+  /// Element access by coordinates, checked.
+  T& at(std::initializer_list<std::int64_t> index) { return data_[offset_of(index)]; }
+  const T& at(std::initializer_list<std::int64_t> index) const { return data_[offset_of(index)]; }
+
+  /// The single value of a one-element tensor.
+  T item() const {
+    if (numel() != 1) {
+      throw ShapeError(detail::cat("Tensor::item: needs exactly one element, shape is ", shape_));
+    }
+    return data_[0];
+  }
+
+  ArrayMap array() noexcept { return ArrayMap(data_, numel()); }
+  ConstArrayMap array() const noexcept { return ConstArrayMap(data_, numel()); }
+
+  /// The tensor as a (rows x last axis) row-major matrix.
+  MatrixMap matrix() noexcept { return MatrixMap(data_, shape_.rows(), shape_.last()); }
+  ConstMatrixMap matrix() const noexcept {
+    return ConstMatrixMap(data_, shape_.rows(), shape_.last());
+  }
+
+  /// The same buffer seen with another shape of the same number of elements.
+  Tensor reshape(const Shape& shape) const {
+    if (shape.numel() != numel()) {
+      throw ShapeError(detail::cat("reshape: cannot view shape ", shape_, " (", numel(),
+                                   " elements) as ", shape, " (", shape.numel(), " elements)"));
+    }
+    Tensor t = *this;
+    t.shape_ = shape;
+    return t;
+  }
+
+  /// A view of entries [begin, end) along the first axis; shares the buffer.
+  Tensor narrow_rows(std::int64_t begin, std::int64_t end) const {
+    if (rank() == 0 || begin < 0 || end < begin || end > shape_[0]) {
+      throw IndexError(detail::cat("narrow_rows: range [", begin, ", ", end,
+                                   ") does not fit the first axis of shape ", shape_));
+    }
+    Tensor t = *this;
+    t.shape_ = shape_.with(0, end - begin);
+    t.data_ = data_ + begin * (shape_[0] == 0 ? 0 : numel() / shape_[0]);
+    return t;
+  }
+
+  /// A deep copy with its own buffer.
+  Tensor clone() const {
+    if (!defined_) return Tensor();
+    Tensor t(shape_);
+    if (numel() > 0) std::memcpy(t.data(), data_, bytes());
+    return t;
+  }
+
+  void fill(T value) noexcept { std::fill(data_, data_ + numel(), value); }
+
+  /// True when no other Tensor shares this buffer, so writing into it is invisible elsewhere.
+  bool is_unique() const noexcept { return owner_.use_count() <= 1; }
+
+  bool shares_storage_with(const Tensor& other) const noexcept {
+    return owner_ != nullptr && owner_ == other.owner_;
+  }
+
+  /// Identity of the underlying buffer, shared by every view of it (for de-duplication).
+  const void* storage_id() const noexcept { return owner_.get(); }
+
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+
+  /// Drops the reference to the buffer; the tensor becomes undefined.
+  void reset() noexcept { *this = Tensor(); }
+
+ private:
+  std::int64_t offset_of(std::initializer_list<std::int64_t> index) const {
+    if (static_cast<int>(index.size()) != rank()) {
+      throw IndexError(detail::cat("Tensor::at: ", index.size(), " indices for shape ", shape_));
+    }
+    std::int64_t offset = 0;
+    int axis = 0;
+    for (std::int64_t i : index) {
+      if (i < 0 || i >= shape_[axis]) {
+        throw IndexError(detail::cat("Tensor::at: index ", i, " out of range on axis ", axis,
+                                     " of shape ", shape_));
+      }
+      offset = offset * shape_[axis] + i;
+      ++axis;
+    }
+    return offset;
+  }
+
+  Shape shape_;
+  std::shared_ptr<T> owner_;
+  T* data_ = nullptr;
+  bool defined_ = false;
+};
+
+}  // namespace remat

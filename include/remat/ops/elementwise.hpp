@@ -1,0 +1,53 @@
+#pragma once
+/// @file
+/// Helpers for element-wise kernels: Eigen array views of a chunk of a tensor, and a parallel
+/// loop over chunks. Ops write their math once, as Eigen array expressions, and these helpers
+/// run it over the whole tensor.
+
+#include <cstdint>
+
+#include "remat/core/parallel.hpp"
+#include "remat/core/tensor.hpp"
+
+namespace remat::detail {
+
+template <class T>
+using ArrayView = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstArrayView = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+/// Elements [b, e) of t as an Eigen array.
+template <class T>
+ArrayView<T> view(Tensor<T>& t, std::int64_t b, std::int64_t e) noexcept {
+  return ArrayView<T>(t.data() + b, e - b);
+}
+template <class T>
+ConstArrayView<T> view(const Tensor<T>& t, std::int64_t b, std::int64_t e) noexcept {
+  return ConstArrayView<T>(t.data() + b, e - b);
+}
+
+/// Runs fn(b, e) over the elements of a tensor of n elements, in parallel chunks when large.
+template <class Fn>
+void for_chunks(std::int64_t n, Fn&& fn) {
+  parallel_for(n, kElementwiseGrain, std::forward<Fn>(fn));
+}
+
+/// Runs fn(r0, r1) over `rows` rows of `cols` elements each, in parallel when large.
+template <class Fn>
+void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
+  const std::int64_t grain = cols > 0 ? (kElementwiseGrain + cols - 1) / cols : rows;
+  parallel_for(rows, grain, std::forward<Fn>(fn));
+}
+
+/// out[c] = sum over rows r of m[r * cols + c] for a row-major (rows x cols) buffer, summing
+/// rows in order (deterministic for any thread count); columns are split between threads.
+template <class T, class RowExpr>
+void sum_rows_into(T* out, std::int64_t rows, std::int64_t cols, bool overwrite, RowExpr&& row) {
+  parallel_for(cols, kElementwiseGrain / 8, [&](std::int64_t c0, std::int64_t c1) {
+    ArrayView<T> acc(out + c0, c1 - c0);
+    if (overwrite) acc.setZero();
+    for (std::int64_t r = 0; r < rows; ++r) acc += row(r, c0, c1);
+  });
+}
+
+}  // namespace remat::detail

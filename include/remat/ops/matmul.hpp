@@ -1,0 +1,83 @@
+#pragma once
+/// @file
+/// matmul: (m, k) @ (k, n); batched (..., m, k) @ (..., k, n) with equal leading axes; and
+/// (..., m, k) @ (k, n), one matrix applied to every row of a batch (a single GEMM).
+
+#include "remat/core/record.hpp"
+#include "remat/ops/gemm.hpp"
+
+namespace remat {
+namespace detail {
+
+template <class T>
+class MatmulNode final : public Node<T> {
+ public:
+  // batch: number of (m x k) @ (k x n) products; shared_b: one b for all of them.
+  MatmulNode(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n, bool shared_b, Shape out)
+      : batch_(batch), m_(m), k_(k), n_(n), shared_b_(shared_b), out_(out) {}
+  const char* op_name() const noexcept override { return "matmul"; }
+
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    this->save(0, in[0]);
+    this->save(1, in[1]);
+    Tensor<T> out(out_);
+    if (shared_b_) {  // (batch*m, k) @ (k, n)
+      gemm<T>(false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_, in[1].data(), n_, T(0), out.data(), n_);
+      return out;
+    }
+    for (std::int64_t i = 0; i < batch_; ++i) {
+      gemm<T>(false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_, in[1].data() + i * k_ * n_, n_,
+              T(0), out.data() + i * m_ * n_, n_);
+    }
+    return out;
+  }
+
+  // dA = dC B^T, dB = A^T dC (summed over the batch when B is shared)
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& a = this->saved(0);
+    const Tensor<T>& b = this->saved(1);
+    const std::int64_t rows = shared_b_ ? batch_ * m_ : m_;
+    const std::int64_t products = shared_b_ ? 1 : batch_;
+    grads.add_with(0, a.shape(), [&](Tensor<T>& ga, bool overwrite) {
+      for (std::int64_t i = 0; i < products; ++i) {
+        gemm<T>(false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_, b.data() + i * k_ * n_, n_,
+                overwrite ? T(0) : T(1), ga.data() + i * rows * k_, k_);
+      }
+    });
+    grads.add_with(1, b.shape(), [&](Tensor<T>& gb, bool overwrite) {
+      for (std::int64_t i = 0; i < products; ++i) {
+        gemm<T>(true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_, gy.data() + i * rows * n_, n_,
+                overwrite ? T(0) : T(1), gb.data() + i * k_ * n_, n_);
+      }
+    });
+  }
+
+ private:
+  std::int64_t batch_, m_, k_, n_;
+  bool shared_b_;
+  Shape out_;
+};
+
+}  // namespace detail
+
+/// Matrix product over the last two axes. a is (..., m, k); b is (..., k, n) with the same
+/// leading axes, or (k, n) to multiply every matrix of a by it.
+template <class T>
+Var<T> matmul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  const auto fail = [&](const char* why) {
+    return ShapeError(detail::cat("matmul: cannot multiply ", sa, " by ", sb, ": ", why));
+  };
+  if (sa.rank() < 2 || sb.rank() < 2) throw fail("both operands need at least two axes");
+  const std::int64_t m = sa[-2], k = sa[-1], n = sb[-1];
+  if (sb[-2] != k) throw fail("the last axis of the first must equal the second-to-last of the second");
+  const bool shared_b = sb.rank() == 2;
+  if (!shared_b && !(sa.dropped_back(2) == sb.dropped_back(2))) {
+    throw fail("the leading (batch) axes must be equal, or the second operand must be a matrix");
+  }
+  const std::int64_t batch = sa.dropped_back(2).numel();
+  return detail::record_op<detail::MatmulNode<T>>({&a, &b}, batch, m, k, n, shared_b, sa.with_last(n));
+}
+
+}  // namespace remat

@@ -1,0 +1,83 @@
+#pragma once
+/// @file
+/// softmax and log_softmax over the last axis, stabilized by the row maximum.
+
+#include <cmath>
+
+#include "remat/core/record.hpp"
+#include "remat/ops/elementwise.hpp"
+
+namespace remat {
+namespace detail {
+
+template <class T, bool Log>
+class SoftmaxNode final : public Node<T> {
+ public:
+  const char* op_name() const noexcept override { return Log ? "log_softmax" : "softmax"; }
+
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    const Tensor<T>& x = in[0];
+    Tensor<T> y(x.shape());
+    const std::int64_t c = x.shape().last();
+    for_rows(x.shape().rows(), c, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const auto xr = view(x, r * c, (r + 1) * c);
+        auto yr = view(y, r * c, (r + 1) * c);
+        const T m = xr.maxCoeff();
+        yr = (xr - m).exp();
+        const T s = yr.sum();
+        if constexpr (Log) {
+          yr = xr - (m + std::log(s));
+        } else {
+          yr *= T(1) / s;
+        }
+      }
+    });
+    this->save(0, y);
+    return y;
+  }
+
+  // softmax: dx = y (dy - <dy, y>); log_softmax: dx = dy - exp(y) sum(dy)
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& y = this->saved(0);
+    Tensor<T> gx(y.shape());
+    const std::int64_t c = y.shape().last();
+    for_rows(y.shape().rows(), c, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const auto yr = view(y, r * c, (r + 1) * c);
+        const auto gr = view(gy, r * c, (r + 1) * c);
+        if constexpr (Log) {
+          view(gx, r * c, (r + 1) * c) = gr - yr.exp() * gr.sum();
+        } else {
+          view(gx, r * c, (r + 1) * c) = yr * (gr - (gr * yr).sum());
+        }
+      }
+    });
+    grads.add(0, std::move(gx));
+  }
+};
+
+template <class T>
+void check_softmax_input(const char* op, const Var<T>& x) {
+  if (x.rank() < 1 || x.dim(-1) < 1) {
+    throw ShapeError(cat(op, ": needs a non-empty last axis, got shape ", x.shape()));
+  }
+}
+
+}  // namespace detail
+
+/// Softmax over the last axis.
+template <class T>
+Var<T> softmax(const Var<T>& x) {
+  detail::check_softmax_input("softmax", x);
+  return detail::record_op<detail::SoftmaxNode<T, false>>({&x});
+}
+
+/// Log of the softmax over the last axis, computed without forming the softmax.
+template <class T>
+Var<T> log_softmax(const Var<T>& x) {
+  detail::check_softmax_input("log_softmax", x);
+  return detail::record_op<detail::SoftmaxNode<T, true>>({&x});
+}
+
+}  // namespace remat

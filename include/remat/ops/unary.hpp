@@ -1,0 +1,123 @@
+#pragma once
+/// @file
+/// Element-wise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu. Each is a small struct
+/// holding its forward and its derivative side by side; UnaryNode runs them over the tensor.
+
+#include <cmath>
+#include <numbers>
+
+#include "remat/core/record.hpp"
+#include "remat/ops/elementwise.hpp"
+
+namespace remat {
+namespace detail {
+
+/// What a unary op's derivative reads: its input x or its output y.
+enum class Uses { input, output };
+
+struct ExpOp {
+  static constexpr const char* name = "exp";
+  static constexpr Uses uses = Uses::output;
+  static auto f(const auto& x) { return x.exp(); }
+  static void df(auto&& gx, const auto& gy, const auto& y) { gx = gy * y; }
+};
+
+struct LogOp {
+  static constexpr const char* name = "log";
+  static constexpr Uses uses = Uses::input;
+  static auto f(const auto& x) { return x.log(); }
+  static void df(auto&& gx, const auto& gy, const auto& x) { gx = gy / x; }
+};
+
+struct SqrtOp {
+  static constexpr const char* name = "sqrt";
+  static constexpr Uses uses = Uses::output;
+  static auto f(const auto& x) { return x.sqrt(); }
+  static void df(auto&& gx, const auto& gy, const auto& y) { gx = gy / (y + y); }
+};
+
+struct TanhOp {
+  static constexpr const char* name = "tanh";
+  static constexpr Uses uses = Uses::output;
+  static auto f(const auto& x) { return x.tanh(); }
+  template <class A>
+  static void df(auto&& gx, const auto& gy, const A& y) { gx = gy * (typename A::Scalar(1) - y.square()); }
+};
+
+struct SigmoidOp {
+  static constexpr const char* name = "sigmoid";
+  static constexpr Uses uses = Uses::output;
+  static auto f(const auto& x) { return x.logistic(); }
+  template <class A>
+  static void df(auto&& gx, const auto& gy, const A& y) { gx = gy * y * (typename A::Scalar(1) - y); }
+};
+
+struct ReluOp {
+  static constexpr const char* name = "relu";
+  static constexpr Uses uses = Uses::output;
+  template <class A>
+  static auto f(const A& x) { return x.cwiseMax(typename A::Scalar(0)); }
+  template <class A>
+  static void df(auto&& gx, const auto& gy, const A& y) {
+    using T = typename A::Scalar;
+    gx = gy * (y > T(0)).template cast<T>();
+  }
+};
+
+/// GELU, tanh approximation (GPT-2's, PyTorch's gelu(approximate='tanh')):
+/// y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi).
+struct GeluOp {
+  static constexpr const char* name = "gelu";
+  static constexpr Uses uses = Uses::input;
+  static constexpr double c = 0.7978845608028654;  // sqrt(2 / pi)
+  static constexpr double k = 0.044715;
+  template <class A>
+  static auto f(const A& x) {
+    using T = typename A::Scalar;
+    return T(0.5) * x * (T(1) + (T(c) * (x + T(k) * x.cube())).tanh());
+  }
+  // dy/dx = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3k x^2), t = tanh(u)
+  template <class A>
+  static void df(auto&& gx, const auto& gy, const A& x) {
+    using T = typename A::Scalar;
+    gx = (T(c) * (x + T(k) * x.cube())).tanh();  // t, computed once, then used twice in place
+    gx = gy * (T(0.5) * (T(1) + gx) + T(0.5) * x * (T(1) - gx.square()) * T(c) * (T(1) + T(3 * k) * x.square()));
+  }
+};
+
+template <class T, class Op>
+class UnaryNode final : public Node<T> {
+ public:
+  const char* op_name() const noexcept override { return Op::name; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    Tensor<T> out(in[0].shape());
+    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = Op::f(view(in[0], s, e)); });
+    this->save(0, Op::uses == Uses::input ? in[0] : out);
+    return out;
+  }
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& used = this->saved(0);
+    Tensor<T> gx(gy.shape());
+    for_chunks(gx.numel(), [&](std::int64_t s, std::int64_t e) { Op::df(view(gx, s, e), view(gy, s, e), view(used, s, e)); });
+    grads.add(0, std::move(gx));
+  }
+};
+
+template <class Op, class T>
+Var<T> unary(const Var<T>& x) {
+  return record_op<UnaryNode<T, Op>>({&x});
+}
+
+}  // namespace detail
+
+template <class T> Var<T> exp(const Var<T>& x) { return detail::unary<detail::ExpOp>(x); }
+/// Natural logarithm; inputs must be positive.
+template <class T> Var<T> log(const Var<T>& x) { return detail::unary<detail::LogOp>(x); }
+template <class T> Var<T> sqrt(const Var<T>& x) { return detail::unary<detail::SqrtOp>(x); }
+template <class T> Var<T> tanh(const Var<T>& x) { return detail::unary<detail::TanhOp>(x); }
+template <class T> Var<T> sigmoid(const Var<T>& x) { return detail::unary<detail::SigmoidOp>(x); }
+template <class T> Var<T> relu(const Var<T>& x) { return detail::unary<detail::ReluOp>(x); }
+/// GELU with the tanh approximation (as GPT-2 and PyTorch's approximate='tanh').
+template <class T> Var<T> gelu(const Var<T>& x) { return detail::unary<detail::GeluOp>(x); }
+
+}  // namespace remat

@@ -1,0 +1,72 @@
+#pragma once
+/// @file
+/// AdamW (Loshchilov & Hutter): Adam with decoupled weight decay, PyTorch's formulation:
+/// p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+/// p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+
+#include <cmath>
+
+#include "remat/optim/optimizer.hpp"
+
+namespace remat::optim {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+template <class T = float>
+class AdamW final : public Optimizer<T> {
+ public:
+  AdamW(std::vector<Parameter<T>> params, AdamWOptions options = {})
+      : Optimizer<T>(std::move(params), options.lr, "AdamW"),
+        options_(options),
+        m_(this->parameters().size()),
+        v_(this->parameters().size()),
+        updates_(this->parameters().size(), 0) {
+    const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
+                    options.eps > 0 && options.weight_decay >= 0;
+    if (!ok) {
+      throw UsageError(detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
+                                   options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
+                                   ", weight_decay ", options.weight_decay));
+    }
+  }
+
+  const AdamWOptions& options() const noexcept { return options_; }
+  /// First and second moment estimates of parameter i (undefined before its first update).
+  Tensor<T>& first_moment(std::size_t i) { return m_.at(i); }
+  Tensor<T>& second_moment(std::size_t i) { return v_.at(i); }
+  /// Number of updates parameter i has received (the t of its bias correction).
+  std::int64_t& updates(std::size_t i) { return updates_.at(i); }
+
+ private:
+  void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
+    if (!m_[i].defined()) {
+      m_[i] = Tensor<T>::zeros(value.shape());
+      v_[i] = Tensor<T>::zeros(value.shape());
+    }
+    const double t = static_cast<double>(++updates_[i]);  // per parameter, as in PyTorch
+    const T lr = T(this->lr());
+    const T b1 = T(options_.beta1), b2 = T(options_.beta2);
+    const T c1 = T(1.0 / (1.0 - std::pow(options_.beta1, t)));
+    const T c2 = T(1.0 / (1.0 - std::pow(options_.beta2, t)));
+    auto p = value.array();
+    auto m = m_[i].array();
+    auto v = v_[i].array();
+    const auto g = grad.array();
+    p *= T(1) - lr * T(options_.weight_decay);
+    m = b1 * m + (T(1) - b1) * g;
+    v = b2 * v + (T(1) - b2) * g.square();
+    p -= lr * (m * c1) / ((v * c2).sqrt() + T(options_.eps));
+  }
+
+  AdamWOptions options_;
+  std::vector<Tensor<T>> m_, v_;
+  std::vector<std::int64_t> updates_;
+};
+
+}  // namespace remat::optim

@@ -1,0 +1,52 @@
+#pragma once
+/// @file
+/// SGD with momentum and (coupled, L2) weight decay, PyTorch's formulation:
+/// g = grad + wd * p; v = momentum * v + g (v = g on the first step); p -= lr * v.
+
+#include "remat/optim/optimizer.hpp"
+
+namespace remat::optim {
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+};
+
+template <class T = float>
+class SGD final : public Optimizer<T> {
+ public:
+  SGD(std::vector<Parameter<T>> params, SGDOptions options = {})
+      : Optimizer<T>(std::move(params), options.lr, "SGD"), options_(options), velocity_(this->parameters().size()) {
+    if (!(options.momentum >= 0.0) || !(options.weight_decay >= 0.0)) {
+      throw UsageError(detail::cat("SGD: momentum and weight_decay must be >= 0, got ", options.momentum, " and ",
+                                   options.weight_decay));
+    }
+  }
+
+  /// The momentum buffer of parameter i (undefined before its first update, or without momentum).
+  Tensor<T>& velocity(std::size_t i) { return velocity_.at(i); }
+
+ private:
+  void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
+    const T lr = T(this->lr()), wd = T(options_.weight_decay), mu = T(options_.momentum);
+    auto p = value.array();
+    if (mu == T(0)) {
+      p -= lr * (grad.array() + wd * p);
+      return;
+    }
+    Tensor<T>& v = velocity_[i];
+    if (!v.defined()) {
+      v = Tensor<T>(value.shape());
+      v.array() = grad.array() + wd * p;
+    } else {
+      v.array() = mu * v.array() + grad.array() + wd * p;
+    }
+    p -= lr * v.array();
+  }
+
+  SGDOptions options_;
+  std::vector<Tensor<T>> velocity_;
+};
+
+}  // namespace remat::optim

@@ -1,0 +1,27 @@
+#pragma once
+/// @file
+/// Umbrella header: everything public in remat.
+
+#include "remat/core/config.hpp"
+#include "remat/core/error.hpp"
+#include "remat/core/grad_mode.hpp"
+#include "remat/core/memory.hpp"
+#include "remat/core/parallel.hpp"
+#include "remat/core/parameter.hpp"
+#include "remat/core/rng.hpp"
+#include "remat/core/shape.hpp"
+#include "remat/core/tape.hpp"
+#include "remat/core/tensor.hpp"
+#include "remat/core/var.hpp"
+#include "remat/ops/arithmetic.hpp"
+#include "remat/ops/dropout.hpp"
+#include "remat/ops/embedding.hpp"
+#include "remat/ops/layer_norm.hpp"
+#include "remat/ops/layout.hpp"
+#include "remat/ops/linear.hpp"
+#include "remat/ops/loss.hpp"
+#include "remat/ops/mask.hpp"
+#include "remat/ops/matmul.hpp"
+#include "remat/ops/reduce.hpp"
+#include "remat/ops/softmax.hpp"
+#include "remat/ops/unary.hpp"

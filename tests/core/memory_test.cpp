@@ -1,0 +1,63 @@
+#include <catch2/catch.hpp>
+#include <remat/remat.hpp>
+
+#include <thread>
+#include <vector>
+
+using namespace remat;
+
+TEST_CASE("the counting allocator counts tensor bytes exactly", "[core][memory]") {
+  const std::size_t live0 = memory::live_bytes();
+  const std::size_t count0 = memory::allocation_count();
+  {
+    Tensor<float> a({3, 4});
+    CHECK(memory::live_bytes() == live0 + 48);
+    Tensor<double> b = Tensor<double>::zeros({5});
+    CHECK(memory::live_bytes() == live0 + 48 + 40);
+    Tensor<float> shared = a;                     // shares: no allocation
+    Tensor<float> view = a.reshape({2, 6});       // shares: no allocation
+    Tensor<float> rows = a.narrow_rows(1, 3);     // shares: no allocation
+    CHECK(memory::live_bytes() == live0 + 88);
+    Tensor<float> copy = a.clone();               // copies: 48 more
+    CHECK(memory::live_bytes() == live0 + 136);
+    CHECK(memory::allocation_count() == count0 + 3);
+  }
+  CHECK(memory::live_bytes() == live0);
+  Tensor<float> empty({0, 7});  // zero bytes, nothing allocated
+  CHECK(memory::allocation_count() == count0 + 3);
+}
+
+TEST_CASE("peak bytes and the probe", "[core][memory]") {
+  memory::Probe probe;
+  {
+    Tensor<float> a({1000});
+    { Tensor<float> b({500}); }
+    Tensor<float> c({200});
+  }
+  CHECK(probe.peak_above_start() == 6000);
+  memory::reset_peak();
+  CHECK(memory::peak_bytes() == memory::live_bytes());
+}
+
+TEST_CASE("counters stay exact when many threads allocate and free at once", "[core][memory][threads]") {
+  const std::size_t live0 = memory::live_bytes();
+  const std::size_t count0 = memory::allocation_count();
+  memory::reset_peak();
+  constexpr int kThreads = 8, kRounds = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t] {
+      std::vector<Tensor<float>> held;
+      for (int i = 0; i < kRounds; ++i) {
+        held.emplace_back(Shape{(t * 7 + i) % 97 + 1});
+        if (held.size() > 5) held.erase(held.begin());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(memory::live_bytes() == live0);
+  CHECK(memory::allocation_count() == count0 + kThreads * kRounds);
+  // each thread holds at most 6 buffers of at most 97 floats at once
+  CHECK(memory::peak_bytes() <= live0 + kThreads * 6 * 97 * 4);
+  CHECK(memory::peak_bytes() > live0);
+}

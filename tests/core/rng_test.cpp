@@ -1,0 +1,39 @@
+#include <catch2/catch.hpp>
+#include <remat/remat.hpp>
+
+#include <cmath>
+
+using namespace remat;
+
+TEST_CASE("counter-based draws are pure functions of (key, counter)", "[core][rng]") {
+  const auto a = CounterRng::at(1, 10), b = CounterRng::at(1, 10), c = CounterRng::at(1, 11), d = CounterRng::at(2, 10);
+  int same_c = 0, same_d = 0;
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    CHECK(a.bits(i) == b.bits(i));
+    same_c += a.bits(i) == c.bits(i);
+    same_d += a.bits(i) == d.bits(i);
+    CHECK(a.uniform(i) >= 0.0f);
+    CHECK(a.uniform(i) < 1.0f);
+  }
+  CHECK(same_c < 3);
+  CHECK(same_d < 3);
+}
+
+TEST_CASE("sequential draws have the right moments", "[core][rng]") {
+  Rng rng(9);
+  double s = 0, s2 = 0, u = 0;
+  constexpr int n = 100000;
+  for (int i = 0; i < n; ++i) {
+    const double z = rng.normal();
+    s += z;
+    s2 += z * z;
+    u += rng.uniform();
+  }
+  CHECK(std::abs(s / n) < 0.02);
+  CHECK(std::abs(s2 / n - 1) < 0.02);
+  CHECK(std::abs(u / n - 0.5) < 0.01);
+  Rng again(9);
+  Rng other(10);
+  CHECK(again.next_u64() == Rng(9).next_u64());
+  CHECK(again.next_u64() != other.next_u64());
+}
