@@ -2,6 +2,10 @@
 /// @file
 /// Umbrella header: everything public in remat.
 
+#include "remat/checkpoint/checkpoint.hpp"
+#include "remat/checkpoint/plan.hpp"
+#include "remat/checkpoint/profile.hpp"
+#include "remat/checkpoint/sequential.hpp"
 #include "remat/core/config.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/grad_mode.hpp"

@@ -10,6 +10,7 @@
 /// first forward pass, and everything during its replay). release_saved() drops it all.
 
 #include <array>
+#include <cstring>
 #include <ostream>
 #include <cstdint>
 #include <memory>
@@ -27,11 +28,14 @@ namespace detail {
 inline constexpr std::uint32_t kNone = 0xffffffffU;
 
 /// What a Parameter is: a persistent value and its accumulated gradient, shared by every handle.
+/// zero_grad() only marks the gradient stale: the next backward overwrites the buffer instead of
+/// allocating a new one, so a training loop's steady-state steps allocate no parameter gradients.
 template <class T>
 struct ParamState {
   Tensor<T> value;
   Tensor<T> grad;
   bool requires_grad = true;
+  bool grad_valid = false;  // grad holds a gradient (not just a reusable buffer)
 };
 
 /// The untyped face of a node, which is all the tape's sweeps need.
@@ -97,6 +101,9 @@ class Node : public detail::NodeBase {
 
   /// Where gradients for this node's output accumulate.
   virtual Tensor<T>& grad_slot() noexcept { return grad_; }
+  /// True when grad_slot() holds a buffer to overwrite rather than a gradient to add to.
+  virtual bool grad_stale() const noexcept { return false; }
+  virtual void mark_grad_written() noexcept {}
   /// The value this node feeds its consumers during a replay.
   virtual const Tensor<T>& replay_value() const noexcept { return value_; }
 
@@ -105,7 +112,9 @@ class Node : public detail::NodeBase {
   void replay(detail::NodeBase* const* nodes) override;
   void run_backward(detail::NodeBase* const* nodes) override;
 
-  bool has_grad() const noexcept override { return const_cast<Node*>(this)->grad_slot().defined(); }
+  bool has_grad() const noexcept override {
+    return !grad_stale() && const_cast<Node*>(this)->grad_slot().defined();
+  }
   bool has_value() const noexcept override { return replay_value().defined(); }
   void release_saved() noexcept override {
     for (Tensor<T>& s : saved_) s.reset();
@@ -168,21 +177,24 @@ void add_into(Tensor<T>& dst, const Tensor<T>& src) {
   });
 }
 
-/// Accumulates g into a gradient slot. An empty slot adopts g without copying; a slot whose
-/// buffer is shared with anything else is copied before it is written (copy on write), so
-/// adopting never lets one gradient leak into another.
+/// Accumulates g into a gradient slot. An empty slot adopts g without copying; a stale slot
+/// (see ParamState) receives a copy of g in its own buffer; a slot whose buffer is shared with
+/// anything else is copied before it is written (copy on write), so adopting never lets one
+/// gradient leak into another.
 template <class T>
-void accumulate(Tensor<T>& slot, Tensor<T> g) {
-  if (!slot.defined()) {
-    slot = std::move(g);
-    return;
-  }
-  if (!(slot.shape() == g.shape())) {
+void accumulate(Tensor<T>& slot, bool stale, Tensor<T> g) {
+  if (slot.defined() && !(slot.shape() == g.shape())) {
     throw Error(cat("internal error: gradient of shape ", g.shape(), " added to one of shape ",
                     slot.shape()));
   }
-  if (!slot.is_unique()) slot = slot.clone();
-  add_into(slot, g);
+  if (!slot.defined() || (stale && !slot.is_unique())) {
+    slot = std::move(g);
+  } else if (stale) {
+    std::memcpy(slot.data(), g.data(), g.bytes());
+  } else {
+    if (!slot.is_unique()) slot = slot.clone();
+    add_into(slot, g);
+  }
 }
 
 /// The gradients of a node's inputs, as backward() sees them.
@@ -197,7 +209,10 @@ class Grads {
 
   /// Adds g to input k's gradient.
   void add(int k, Tensor<T> g) {
-    if (needs(k)) accumulate(slot(k), std::move(g));
+    if (!needs(k)) return;
+    Node<T>& in = input(k);
+    accumulate(in.grad_slot(), in.grad_stale(), std::move(g));
+    in.mark_grad_written();
   }
 
   /// Lets `write(dst, overwrite)` produce input k's gradient in place: with overwrite true, dst
@@ -206,18 +221,18 @@ class Grads {
   template <class Write>
   void add_with(int k, const Shape& shape, Write&& write) {
     if (!needs(k)) return;
-    Tensor<T>& dst = slot(k);
-    if (!dst.defined()) {
-      dst = Tensor<T>(shape);
-      write(dst, true);
-      return;
+    Node<T>& in = input(k);
+    Tensor<T>& dst = in.grad_slot();
+    const bool overwrite = !dst.defined() || in.grad_stale();
+    if (!dst.defined() || !dst.is_unique()) {
+      dst = overwrite ? Tensor<T>(shape) : dst.clone();
     }
-    if (!dst.is_unique()) dst = dst.clone();
-    write(dst, false);
+    write(dst, overwrite);
+    in.mark_grad_written();
   }
 
  private:
-  Tensor<T>& slot(int k) noexcept { return node_cast<T>(nodes_[inputs_[k]]).grad_slot(); }
+  Node<T>& input(int k) noexcept { return node_cast<T>(nodes_[inputs_[k]]); }
 
   NodeBase* const* nodes_;
   const std::vector<std::uint32_t>& inputs_;
@@ -269,6 +284,10 @@ class Leaf final : public Node<T> {
   void replay(NodeBase* const*) override {}
 
   Tensor<T>& grad_slot() noexcept override { return param_ ? param_->grad : Node<T>::grad_slot(); }
+  bool grad_stale() const noexcept override { return param_ && !param_->grad_valid; }
+  void mark_grad_written() noexcept override {
+    if (param_) param_->grad_valid = true;
+  }
   const Tensor<T>& replay_value() const noexcept override {
     return param_ ? param_->value : Node<T>::replay_value();
   }

@@ -23,18 +23,25 @@ class Parameter : public Var<T> {
   Tensor<T>& data() { return state().value; }
   using Var<T>::value;
 
-  /// The accumulated gradient, writable (clipping scales it in place). Undefined before any
-  /// backward() reached the parameter or after zero_grad().
-  Tensor<T>& grad_data() { return state().grad; }
-
-  /// Drops the gradient: the next backward() starts from nothing and frees nothing twice.
+  /// Forgets the gradient. Its buffer is kept and overwritten by the next backward(), so steady
+  /// training steps allocate no parameter gradients (grad() is undefined until then).
   void zero_grad() noexcept {
-    if (this->param_state()) this->param_state()->grad.reset();
+    if (this->param_state()) this->param_state()->grad_valid = false;
+  }
+
+  /// Forgets the gradient and frees its buffer.
+  void free_grad() noexcept {
+    if (!this->param_state()) return;
+    this->param_state()->grad_valid = false;
+    this->param_state()->grad.reset();
   }
 
   /// A frozen parameter receives no gradient and makes no op depend on it for backward.
   bool frozen() const noexcept { return this->param_state() && !this->param_state()->requires_grad; }
-  void freeze() { state().requires_grad = false; state().grad.reset(); }
+  void freeze() {
+    state().requires_grad = false;
+    free_grad();
+  }
   void unfreeze() { state().requires_grad = true; }
 
   /// Identity shared by copies of this parameter.

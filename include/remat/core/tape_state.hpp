@@ -15,6 +15,7 @@
 /// checks it. In verify mode every node inside a segment is fingerprinted, so the first one
 /// that differs names the op at fault.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,6 +64,7 @@ struct Segment {
   std::uint32_t end = 0;
   std::uint32_t parent = kNone;
   std::uint32_t depth = 1;  // 1 for a segment outside any other
+  std::uint32_t last_child = kNone;
   bool closed = false;
   bool materialized = false;  // replayed in this backward
   std::vector<std::uint32_t> captured;  // external nodes whose values this segment keeps
@@ -133,8 +135,10 @@ class TapeState {
     s.parent = open_segment_id();
     s.depth = depth(s.parent) + 1;
     segments_.push_back(std::move(s));
-    open_.push_back(static_cast<std::uint32_t>(segments_.size() - 1));
-    return open_.back();
+    const auto id = static_cast<std::uint32_t>(segments_.size() - 1);
+    if (segments_[id].parent != kNone) segments_[segments_[id].parent].last_child = id;
+    open_.push_back(id);
+    return id;
   }
 
   void close_segment(std::uint32_t id) {
@@ -147,6 +151,14 @@ class TapeState {
   }
 
   // ---- backward -----------------------------------------------------------------------------
+
+  /// What the backward pass recomputed.
+  struct ReplayStats {
+    std::size_t replays = 0;         ///< segments replayed
+    std::size_t replayed_nodes = 0;  ///< ops run again
+    double replay_seconds = 0;       ///< wall time spent replaying
+  };
+  const ReplayStats& stats() const noexcept { return stats_; }
 
   bool swept() const noexcept { return swept_; }
   bool sweeping() const noexcept { return sweeping_; }
@@ -241,9 +253,18 @@ class TapeState {
   /// Runs the segment's recorded recipes again from its captured inputs (Note [levels]), checks
   /// the fingerprints (Note [fingerprints]), and drops each recomputed value after its last use
   /// inside the segment unless a node saved it or a child segment captured it.
+  ///
+  /// Note [trailing child]: when the segment ends with a child segment, the replay stops where
+  /// that child begins and only captures the child's inputs: nothing after the child needs its
+  /// values, and the child replays itself when the sweep reaches it. Without this, every level
+  /// of a nested plan would recompute its last child twice; with it, a right-nested plan costs
+  /// what a binomial (Revolve) schedule counts.
   void replay(std::uint32_t s) {
+    const auto started = std::chrono::steady_clock::now();
     const std::uint32_t begin = segments_[s].begin;
     const std::uint32_t end = segments_[s].end;
+    const std::uint32_t trailing = trailing_child(s);
+    const std::uint32_t stop = trailing == kNone ? end : segments_[trailing].begin;
     const std::uint32_t outer_level = level_;
     level_ = segments_[s].depth;
     std::vector<std::uint32_t> last_use(end - begin, kNone);
@@ -252,14 +273,16 @@ class TapeState {
         if (j >= begin) last_use[j - begin] = i;
       }
     }
-    for (std::uint32_t i = begin; i < end; ++i) {
+    const auto missing = [&](const NodeBase& n, std::size_t k) {
+      throw Error(cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
+    };
+    for (std::uint32_t i = begin; i < stop; ++i) {
       NodeBase& n = *nodes_[i];
       if (!n.is_leaf()) {
         n.saving = n.requires_grad && depth(n.segment) == level_;
-        capture_inputs(n, [&](std::size_t k) {
-          throw Error(cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
-        });
+        capture_inputs(n, [&](std::size_t k) { missing(n, k); });
         n.replay(table());
+        ++stats_.replayed_nodes;
         check_replayed(s, n);
       }
       for (std::uint32_t j : n.inputs) {
@@ -267,8 +290,20 @@ class TapeState {
       }
       if (last_use[i - begin] == kNone) drop_transient(n);
     }
+    for (std::uint32_t i = stop; i < end; ++i) capture_inputs(*nodes_[i], [&](std::size_t k) { missing(*nodes_[i], k); });
+    for (std::uint32_t i = begin; i < stop; ++i) {
+      if (last_use[i - begin] != kNone && last_use[i - begin] >= stop) drop_transient(*nodes_[i]);
+    }
     level_ = outer_level;
     segments_[s].materialized = true;
+    ++stats_.replays;
+    stats_.replay_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+  /// The last child of segment s if it ends where s ends (Note [trailing child]), else kNone.
+  std::uint32_t trailing_child(std::uint32_t s) const noexcept {
+    const std::uint32_t c = segments_[s].last_child;
+    return c != kNone && segments_[c].end == segments_[s].end ? c : kNone;
   }
 
   void check_replayed(std::uint32_t s, const NodeBase& n) const {
@@ -323,6 +358,7 @@ class TapeState {
   std::vector<Segment> segments_;
   std::vector<std::uint32_t> open_;
   std::uint32_t level_ = 0;  // Note [levels]
+  ReplayStats stats_;
   bool sweeping_ = false;
   bool swept_ = false;
 };

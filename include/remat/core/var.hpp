@@ -41,7 +41,7 @@ class Var {
   /// The gradient backward() accumulated: for a Parameter, or an input made with requires_grad.
   /// Undefined when none reached it.
   Tensor<T> grad() const {
-    if (param_) return param_->grad;
+    if (param_) return param_->grad_valid ? param_->grad : Tensor<T>();
     if (!tape_) return Tensor<T>();
     check_tape_alive("grad");
     return detail::node_cast<T>(&tape_->node(id_)).grad_slot();

@@ -1,0 +1,100 @@
+// Predicted against counted memory: plan::profile() measures a chain, the planners predict each
+// plan's peak, and the counting allocator says what a real step used.
+#include "support/gradcheck.hpp"
+#include "support/models.hpp"
+
+using namespace remat;
+using remat::test::ChainModel;
+
+namespace {
+
+constexpr int kBatch = 16, kWidth = 32;
+constexpr std::size_t kBoundary = kBatch * kWidth * sizeof(float);
+
+/// Peak bytes above the step's start for one step (forward, sum loss, backward) under `p`.
+std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::Plan& p) {
+  for (auto q : model.parameters()) q.zero_grad();  // keeps the buffers: steady state
+  memory::Probe probe;
+  {
+    Tape tape;
+    Var<float> loss = sum(checkpoint_sequential(model.layers, p, tape.input(x)));
+    tape.backward(loss);
+  }
+  return probe.peak_above_start();
+}
+
+}  // namespace
+
+TEST_CASE("one checkpoint per layer: the counted peak is n boundaries, one layer's interior and gradients",
+          "[checkpoint][memory]") {
+  // n layers of Linear + GELU on (16, 32) floats: every boundary, interior and gradient is
+  // B = 2 KiB. Per-layer segments keep the n-1 inputs x_1..x_{n-1} (x_0 exists before the
+  // step). The peak comes when the last layer is replayed: its interior (the linear output that
+  // GELU saves, and GELU's output, recomputed and not yet dropped) and the loss's gradient of
+  // x_n, so (n - 1) + 2 + 1 = n + 2 blocks, plus the loss value and its seed (one float each).
+  for (int n : {8, 64}) {
+    ChainModel model(n, kWidth, "gelu", 1);
+    Rng rng(2);
+    const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+    counted_peak(model, x, plan::none(std::size_t(n)));  // warm-up: parameter gradient buffers
+    const std::size_t every = counted_peak(model, x, plan::every(std::size_t(n)));
+    CHECK(every == (n + 2) * kBoundary + 2 * sizeof(float));
+    // without checkpoints each layer keeps its input and its linear output: 2n blocks and more
+    CHECK(counted_peak(model, x, plan::none(std::size_t(n))) > 2 * n * kBoundary);
+  }
+}
+
+TEST_CASE("predicted peaks are within 10 % of counted peaks on chains of 64 and 256 layers",
+          "[checkpoint][memory][profile]") {
+  for (int n : {64, 256}) {
+    for (const char* activation : {"gelu", "tanh"}) {
+      ChainModel model(n, kWidth, activation, 3);
+      Rng rng(4);
+      const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+      counted_peak(model, x, plan::none(std::size_t(n)));  // warm-up
+      const plan::Chain chain = plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
+      for (auto q : model.parameters()) q.zero_grad();
+      CHECK(chain.boundary_bytes[1] == kBoundary);
+      CHECK(chain.saves_output[0] == (std::string(activation) == "tanh"));
+      const double none_peak = plan::none(chain).peak_bytes;
+      for (const plan::Plan& p : {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1),
+                                  plan::optimal(chain, 6), plan::budget(chain, none_peak / 3), plan::budget(chain, none_peak / 10)}) {
+        const double counted = static_cast<double>(counted_peak(model, x, p));
+        INFO(n << " layers, " << activation << ", " << p.describe() << ", counted " << counted);
+        CHECK(std::abs(p.peak_bytes - counted) <= 0.10 * counted);
+      }
+    }
+  }
+}
+
+TEST_CASE("a budget plan's counted peak stays within its budget", "[checkpoint][memory][profile]") {
+  const int n = 64;
+  ChainModel model(n, kWidth, "gelu", 5);
+  Rng rng(6);
+  const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+  counted_peak(model, x, plan::none(std::size_t(n)));
+  const plan::Chain chain = plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
+  for (double fraction : {0.9, 0.5, 0.25, 0.1, 0.05}) {
+    const double budget = fraction * plan::none(chain).peak_bytes;
+    const plan::Plan p = plan::budget(chain, budget);
+    INFO(p.describe() << ", budget " << budget);
+    CHECK(p.peak_bytes <= budget);
+    CHECK(static_cast<double>(counted_peak(model, x, p)) <= budget);
+  }
+}
+
+TEST_CASE("profile measures boundaries, activations, output saving and costs", "[checkpoint][profile]") {
+  ChainModel model(4, kWidth, "gelu", 7);
+  Rng rng(8);
+  const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+  const plan::Chain c = plan::profile(model.layers, x, plan::ProfileOptions{.repeats = 2});
+  REQUIRE(c.layers() == 4);
+  for (std::size_t l = 0; l < 4; ++l) {
+    CHECK(c.boundary_bytes[l] == kBoundary);
+    CHECK(c.activation_bytes[l] == kBoundary);  // GELU keeps the linear output
+    CHECK_FALSE(c.saves_output[l]);
+    CHECK(c.forward_cost[l] > 0);
+  }
+  CHECK(c.loss_bytes == 0);
+  CHECK_THROWS_AS(plan::profile(std::vector<remat::test::Layer>{}, x), PlanError);
+}
