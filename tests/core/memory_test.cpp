@@ -61,3 +61,27 @@ TEST_CASE("counters stay exact when many threads allocate and free at once", "[c
   CHECK(memory::peak_bytes() <= live0 + kThreads * 6 * 97 * 4);
   CHECK(memory::peak_bytes() > live0);
 }
+
+TEST_CASE("freed buffers are cached for reuse without changing the counts", "[core][memory]") {
+  memory::release_cache();
+  const std::size_t live0 = memory::live_bytes();
+  const void* first = nullptr;
+  {
+    Tensor<float> a({1000, 10});
+    first = a.data();
+  }
+  CHECK(memory::live_bytes() == live0);
+  CHECK(memory::cached_bytes() == 40960);  // 40000 bytes, rounded up to 4 KiB pages
+  {
+    Tensor<float> b({10000});  // the same rounded size: the same buffer again
+    CHECK(b.data() == first);
+    CHECK(memory::live_bytes() == live0 + 40000);
+    CHECK(memory::cached_bytes() == 0);
+  }
+  memory::release_cache();
+  CHECK(memory::cached_bytes() == 0);
+  memory::set_cache_limit(0);
+  { Tensor<float> c({10000}); }
+  CHECK(memory::cached_bytes() == 0);
+  memory::set_cache_limit(std::size_t{1} << 30);
+}

@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 namespace remat {
 namespace detail {
@@ -24,9 +27,97 @@ inline MemoryCounters& memory_counters() noexcept {
 /// Alignment of every tensor buffer: a cache line, and enough for any SIMD load.
 inline constexpr std::size_t kTensorAlignment = 64;
 
+/// Freed buffers kept for reuse, by rounded size. A training loop allocates the same sizes every
+/// step; handing them back to the system and faulting fresh pages in again cost a quarter of a
+/// step's time in measurements (docs/benchmarks.md). The counters above count the bytes tensors
+/// asked for, so caching changes no figure; memory::cached_bytes() tells what the cache holds.
+class BlockCache {
+ public:
+  static std::size_t rounded(std::size_t bytes) noexcept {
+    const std::size_t grain = bytes >= 4096 ? 4096 : kTensorAlignment;
+    return (bytes + grain - 1) / grain * grain;
+  }
+
+  void* take(std::size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= size;
+        return p;
+      }
+    }
+    return ::operator new(size, std::align_val_t{kTensorAlignment});
+  }
+
+  void give(void* p, std::size_t size) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!closed_ && cached_ + size <= limit_) {
+        try {
+          free_[size].push_back(p);
+          cached_ += size;
+          return;
+        } catch (...) {  // no room to remember it: free it instead
+        }
+      }
+    }
+    ::operator delete(p, std::align_val_t{kTensorAlignment});
+  }
+
+  /// Frees every cached buffer.
+  void release() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) ::operator delete(p, std::align_val_t{kTensorAlignment});
+    }
+    free_.clear();
+    cached_ = 0;
+  }
+
+  void set_limit(std::size_t bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      limit_ = bytes;
+    }
+    if (cached() > bytes) release();
+  }
+
+  std::size_t cached() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
+  /// At exit: free everything and cache nothing more (tensors in static storage die later).
+  void close() noexcept {
+    release();
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_ = 0;
+  std::size_t limit_ = std::size_t{1} << 30;
+  bool closed_ = false;
+};
+
+/// The process's cache. It is never destroyed (a tensor in static storage may be freed after
+/// any destructor has run); a static guard empties and closes it at exit instead.
+inline BlockCache& block_cache() noexcept {
+  static BlockCache* cache = new BlockCache;
+  static struct Closer {
+    ~Closer() { cache->close(); }
+  } closer;
+  return *cache;
+}
+
 inline void* allocate_bytes(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = ::operator new(bytes, std::align_val_t{kTensorAlignment});
+  void* p = block_cache().take(BlockCache::rounded(bytes));
   MemoryCounters& c = memory_counters();
   c.allocations.fetch_add(1, std::memory_order_relaxed);
   // The peak is raised to the live count this very allocation produced, so it stays exact when
@@ -41,7 +132,7 @@ inline void* allocate_bytes(std::size_t bytes) {
 inline void deallocate_bytes(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
   memory_counters().live.fetch_sub(bytes, std::memory_order_relaxed);
-  ::operator delete(p, std::align_val_t{kTensorAlignment});
+  block_cache().give(p, BlockCache::rounded(bytes));
 }
 
 }  // namespace detail
@@ -62,6 +153,15 @@ inline std::size_t peak_bytes() noexcept {
 inline std::size_t allocation_count() noexcept {
   return detail::memory_counters().allocations.load(std::memory_order_relaxed);
 }
+
+/// Bytes held by freed buffers kept for reuse (not counted as live).
+inline std::size_t cached_bytes() noexcept { return detail::block_cache().cached(); }
+
+/// Returns every cached buffer to the system.
+inline void release_cache() noexcept { detail::block_cache().release(); }
+
+/// Caps the bytes the reuse cache may hold (default 1 GiB; 0 turns caching off).
+inline void set_cache_limit(std::size_t bytes) noexcept { detail::block_cache().set_limit(bytes); }
 
 /// Starts a new peak measurement from the current live count.
 inline void reset_peak() noexcept {

@@ -7,6 +7,7 @@
 /// includes Eigen behaves.
 
 #include <cstdint>
+#include <string>
 
 #include "remat/core/config.hpp"
 #include "remat/core/error.hpp"
@@ -16,6 +17,21 @@
 #else
 #include <Eigen/Core>
 #endif
+
+namespace remat {
+
+/// Which GEMM remat uses, for logs and benchmark reports: "OpenBLAS <version> (<kernel> kernels)"
+/// or "Eigen".
+inline std::string gemm_backend() {
+#if REMAT_USE_BLAS
+  const std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  return config.substr(0, config.find(' ', config.find(' ') + 1)) + " (" + openblas_get_corename() + " kernels)";
+#else
+  return "Eigen";
+#endif
+}
+
+}  // namespace remat
 
 namespace remat::detail {
 

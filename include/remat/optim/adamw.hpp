@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "remat/ops/elementwise.hpp"
 #include "remat/optim/optimizer.hpp"
 
 namespace remat::optim {
@@ -54,14 +55,17 @@ class AdamW final : public Optimizer<T> {
     const T b1 = T(options_.beta1), b2 = T(options_.beta2);
     const T c1 = T(1.0 / (1.0 - std::pow(options_.beta1, t)));
     const T c2 = T(1.0 / (1.0 - std::pow(options_.beta2, t)));
-    auto p = value.array();
-    auto m = m_[i].array();
-    auto v = v_[i].array();
-    const auto g = grad.array();
-    p *= T(1) - lr * T(options_.weight_decay);
-    m = b1 * m + (T(1) - b1) * g;
-    v = b2 * v + (T(1) - b2) * g.square();
-    p -= lr * (m * c1) / ((v * c2).sqrt() + T(options_.eps));
+    const T decay = T(1) - lr * T(options_.weight_decay), eps = T(options_.eps);
+    // One fused pass per chunk: the update is memory-bound, so each array is read once.
+    detail::for_chunks(value.numel(), [&](std::int64_t s, std::int64_t e) {
+      auto p = detail::view(value, s, e);
+      auto m = detail::view(m_[i], s, e);
+      auto v = detail::view(v_[i], s, e);
+      const auto g = detail::view(grad, s, e);
+      m = b1 * m + (T(1) - b1) * g;
+      v = b2 * v + (T(1) - b2) * g.square();
+      p = p * decay - lr * (m * c1) / ((v * c2).sqrt() + eps);
+    });
   }
 
   AdamWOptions options_;

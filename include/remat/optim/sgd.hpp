@@ -3,6 +3,7 @@
 /// SGD with momentum and (coupled, L2) weight decay, PyTorch's formulation:
 /// g = grad + wd * p; v = momentum * v + g (v = g on the first step); p -= lr * v.
 
+#include "remat/ops/elementwise.hpp"
 #include "remat/optim/optimizer.hpp"
 
 namespace remat::optim {
@@ -30,19 +31,21 @@ class SGD final : public Optimizer<T> {
  private:
   void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
     const T lr = T(this->lr()), wd = T(options_.weight_decay), mu = T(options_.momentum);
-    auto p = value.array();
-    if (mu == T(0)) {
-      p -= lr * (grad.array() + wd * p);
-      return;
-    }
     Tensor<T>& v = velocity_[i];
-    if (!v.defined()) {
-      v = Tensor<T>(value.shape());
-      v.array() = grad.array() + wd * p;
-    } else {
-      v.array() = mu * v.array() + grad.array() + wd * p;
-    }
-    p -= lr * v.array();
+    const bool first = !v.defined();
+    if (mu != T(0) && first) v = Tensor<T>(value.shape());
+    detail::for_chunks(value.numel(), [&](std::int64_t s, std::int64_t e) {
+      auto p = detail::view(value, s, e);
+      const auto g = detail::view(grad, s, e);
+      if (mu == T(0)) {
+        p -= lr * (g + wd * p);
+        return;
+      }
+      auto vel = detail::view(v, s, e);
+      if (first) vel = g + wd * p;
+      else vel = mu * vel + g + wd * p;
+      p -= lr * vel;
+    });
   }
 
   SGDOptions options_;

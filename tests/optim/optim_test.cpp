@@ -1,0 +1,74 @@
+#include "support/gradcheck.hpp"
+
+#include <remat/optim/adamw.hpp>
+#include <remat/optim/sgd.hpp>
+
+#include <cmath>
+
+using namespace remat;
+using remat::test::error_message;
+
+namespace {
+
+/// Gives p the gradient g by running backward on sum(p * g).
+template <class T>
+void set_grad(Parameter<T>& p, const Tensor<T>& g) {
+  Tape tape;
+  tape.backward(sum(p * Var<T>(g)));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("SGD with momentum and weight decay follows PyTorch's update", "[optim]", float, double) {
+  using T = TestType;
+  Parameter<T> p(Tensor<T>::from({2}, {1, -2}));
+  optim::SGD<T> sgd({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+  double w[2] = {1, -2}, v[2] = {0, 0};
+  const double grads[3][2] = {{0.5, -1}, {0.25, 2}, {-1, 0.5}};
+  for (int step = 0; step < 3; ++step) {
+    set_grad(p, Tensor<T>::from({2}, {T(grads[step][0]), T(grads[step][1])}));
+    sgd.step();
+    sgd.zero_grad();
+    for (int i = 0; i < 2; ++i) {
+      const double g = grads[step][i] + 0.01 * w[i];
+      v[i] = step == 0 ? g : 0.9 * v[i] + g;
+      w[i] -= 0.1 * v[i];
+      CHECK(p.value()[i] == Approx(w[i]).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-14));
+    }
+  }
+  CHECK(sgd.steps() == 3);
+}
+
+TEMPLATE_TEST_CASE("AdamW follows PyTorch's update with decoupled weight decay", "[optim]", float, double) {
+  using T = TestType;
+  Parameter<T> p(Tensor<T>::from({2}, {1, -2}));
+  optim::AdamW<T> adam({p}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
+  double w[2] = {1, -2}, m[2] = {0, 0}, s[2] = {0, 0};
+  const double grads[3][2] = {{0.5, -1}, {0.25, 2}, {-1, 0.5}};
+  for (int step = 1; step <= 3; ++step) {
+    set_grad(p, Tensor<T>::from({2}, {T(grads[step - 1][0]), T(grads[step - 1][1])}));
+    adam.step();
+    adam.zero_grad();
+    for (int i = 0; i < 2; ++i) {
+      const double g = grads[step - 1][i];
+      w[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      s[i] = 0.99 * s[i] + 0.01 * g * g;
+      w[i] -= 0.01 * (m[i] / (1 - std::pow(0.9, step))) / (std::sqrt(s[i] / (1 - std::pow(0.99, step))) + 1e-8);
+      CHECK(p.value()[i] == Approx(w[i]).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-13));
+    }
+  }
+}
+
+TEST_CASE("optimizers skip parameters without gradients and refuse to step with none", "[optim][errors]") {
+  Parameter<float> a(Tensor<float>::ones({2})), b(Tensor<float>::ones({2}));
+  optim::SGD<float> sgd({a, b}, {.lr = 1.0});
+  CHECK_THAT(error_message([&] { sgd.step(); }), Catch::Contains("none of the 2 parameters has a gradient"));
+  set_grad(a, Tensor<float>::ones({2}));
+  sgd.step();
+  CHECK(a.value()[0] == 0.0f);
+  CHECK(b.value()[0] == 1.0f);
+  CHECK_THROWS_AS((optim::SGD<float>({a, a})), UsageError);
+  CHECK_THROWS_AS((optim::AdamW<float>({a}, {.beta1 = 1.0})), UsageError);
+  CHECK_THROWS_AS(sgd.set_lr(-1), UsageError);
+}
