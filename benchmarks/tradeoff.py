@@ -52,6 +52,9 @@ def table(bench, model, rounds, steps, threads):
             f"| {statistics.median(r['fwd_bwd_s'] for r in rs):.3f} | {fb_ratio:.2f} "
             f"| {peak:.2f} | {rs[-1]['predicted_peak_mb']:.2f} | {none[-1]['act_peak_mb'] / peak:.1f} "
             f"| {rs[-1]['recompute']:.2f} | {rs[-1]['loss']:.6f} |")
+    lines.append("")
+    lines.append(f"{model}: {results['none'][-1]['threads']} thread(s), GEMM: {results['none'][-1]['gemm']}, "
+                 f"{rounds} rounds of {steps} steps; times are medians, ratios medians of per-round ratios.")
     return "\n".join(lines)
 
 
