@@ -98,22 +98,23 @@ TEST_CASE("plan::predict: no checkpointing keeps every layer; one segment per la
   CHECK(none(c).peak_bytes == 5 * 100 + 5 * 10 + 10);
   CHECK(none(c).recompute == 0);
   const Plan e = every(c);
-  CHECK(e.recompute == 5);
-  CHECK(e.recompute_fraction == 1);
-  // every: boundaries x_1..x_4 captured, layer 4 replayed (its 100 bytes, x_4 and x_5), gradient
-  CHECK(e.peak_bytes == 4 * 10 + 100 + 10 + 10);
+  CHECK(e.segments.size() == 4);  // the last layer runs plainly
+  CHECK(e.recompute == 4);
+  CHECK(e.recompute_fraction == 0.8);
+  // every: inputs x_1..x_3 captured, layer 4 kept (its 100 bytes, x_4 and x_5), the loss gradient
+  CHECK(e.peak_bytes == 3 * 10 + 100 + 10 + 10 + 10);
   const Prediction p = predict(c, e.segments);
-  CHECK(p.max_checkpoints == 4);
+  CHECK(p.max_checkpoints == 3);
   CHECK(p.max_materialized == 1);
 }
 
-TEST_CASE("plan: sqrt cuts ceil(sqrt(n)) segments of near-equal length", "[checkpoint][plan]") {
+TEST_CASE("plan: sqrt cuts ceil(sqrt(n)) runs of near-equal length, all but the last checkpointed", "[checkpoint][plan]") {
   const Plan p = sqrt(std::size_t{10});
-  REQUIRE(p.segments.size() == 4);
+  REQUIRE(p.segments.size() == 3);  // runs [0,2) [2,5) [5,7) checkpointed, [7,10) plain
   CHECK(p.segments[0].begin == 0);
-  CHECK(p.segments.back().end == 10);
+  CHECK(p.segments.back().end == 7);
   for (const Segment& s : p.segments) CHECK((s.end - s.begin == 2 || s.end - s.begin == 3));
-  CHECK(p.recompute_fraction == 1);
+  CHECK(p.recompute_fraction == 0.7);
 }
 
 TEST_CASE("plan::budget's dynamic program is optimal over every one-level plan", "[checkpoint][plan][bruteforce]") {

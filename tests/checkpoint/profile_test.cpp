@@ -28,10 +28,11 @@ std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::
 TEST_CASE("one checkpoint per layer: the counted peak is n boundaries, one layer's interior and gradients",
           "[checkpoint][memory]") {
   // n layers of Linear + GELU on (16, 32) floats: every boundary, interior and gradient is
-  // B = 2 KiB. Per-layer segments keep the n-1 inputs x_1..x_{n-1} (x_0 exists before the
-  // step). The peak comes when the last layer is replayed: its interior (the linear output that
-  // GELU saves, and GELU's output, recomputed and not yet dropped) and the loss's gradient of
-  // x_n, so (n - 1) + 2 + 1 = n + 2 blocks, plus the loss value and its seed (one float each).
+  // B = 2 KiB. The n-1 segments keep their inputs x_1..x_{n-2} (x_0 exists before the step);
+  // the last layer runs plainly and keeps its input x_{n-1} and its interior z (the linear
+  // output GELU saves). The peak comes in that layer's backward: those n blocks, the loss's
+  // gradient of x_n and GELU's gradient of z, n + 2 blocks, plus the loss value and its seed
+  // (one float each).
   for (int n : {8, 64}) {
     ChainModel model(n, kWidth, "gelu", 1);
     Rng rng(2);

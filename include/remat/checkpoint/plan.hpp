@@ -320,21 +320,24 @@ inline Plan custom(const Chain& chain, std::vector<Segment> segments, std::strin
 /// No checkpointing: every activation is kept until backward reaches it.
 inline Plan none(const Chain& chain) { return custom(chain, {}, "none"); }
 
-/// One segment per layer: every layer's interior is dropped and replayed once.
+/// One segment per layer, except the last layer, which runs plainly: its replay would start as
+/// soon as the forward pass ends, so keeping it costs no peak (the same convention as PyTorch's
+/// checkpoint_sequential). Every other layer's interior is dropped and replayed once.
 inline Plan every(const Chain& chain) {
   chain.validate("plan::every");
   std::vector<Segment> s;
-  for (std::size_t l = 0; l < chain.layers(); ++l) s.push_back(Segment{l, l + 1, {}});
+  for (std::size_t l = 0; l + 1 < chain.layers(); ++l) s.push_back(Segment{l, l + 1, {}});
   return custom(chain, std::move(s), "every");
 }
 
-/// Chen et al. (2016): ceil(sqrt(n)) segments of near-equal length, each replayed once.
+/// Chen et al. (2016): ceil(sqrt(n)) runs of near-equal length, each a segment replayed once,
+/// but the last, which runs plainly (see every()).
 inline Plan sqrt(const Chain& chain) {
   chain.validate("plan::sqrt");
   const std::size_t n = chain.layers();
   const auto k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   std::vector<Segment> s;
-  for (std::size_t i = 0; i < k; ++i) {
+  for (std::size_t i = 0; i + 1 < k; ++i) {
     const std::size_t b = n * i / k, e = n * (i + 1) / k;
     if (e > b) s.push_back(Segment{b, e, {}});
   }
