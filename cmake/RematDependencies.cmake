@@ -21,6 +21,9 @@ if(REMAT_USE_OPENMP)
   find_package(OpenMP QUIET COMPONENTS CXX)
 endif()
 
+# Only remat/io needs a JSON parser (for safetensors headers); without it the rest works.
+find_package(nlohmann_json 3 QUIET)
+
 function(remat_link_dependencies target)
   target_link_libraries(${target} INTERFACE Eigen3::Eigen)
   if(REMAT_USE_BLAS AND BLAS_FOUND)
@@ -29,5 +32,8 @@ function(remat_link_dependencies target)
   endif()
   if(REMAT_USE_OPENMP AND OpenMP_CXX_FOUND)
     target_link_libraries(${target} INTERFACE OpenMP::OpenMP_CXX)
+  endif()
+  if(nlohmann_json_FOUND)
+    target_link_libraries(${target} INTERFACE nlohmann_json::nlohmann_json)
   endif()
 endfunction()

@@ -19,6 +19,8 @@ if(REMAT_USE_OPENMP AND OpenMP_CXX_FOUND)
   set(REMAT_CONFIG_USE_OPENMP ON)
 endif()
 
+set(REMAT_CONFIG_USE_JSON ${nlohmann_json_FOUND})
+
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/remat-config.cmake.in"
   "${PROJECT_BINARY_DIR}/remat-config.cmake" INSTALL_DESTINATION "${REMAT_CMAKE_DIR}")
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/remat-config-version.cmake"

@@ -17,7 +17,12 @@
 #include "remat/core/tape.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/core/var.hpp"
+#include "remat/nn/gpt.hpp"
+#include "remat/nn/layers.hpp"
+#include "remat/nn/module.hpp"
+#include "remat/nn/transformer.hpp"
 #include "remat/ops/arithmetic.hpp"
+#include "remat/ops/attention.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/layer_norm.hpp"
@@ -29,3 +34,12 @@
 #include "remat/ops/reduce.hpp"
 #include "remat/ops/softmax.hpp"
 #include "remat/ops/unary.hpp"
+#include "remat/optim/adamw.hpp"
+#include "remat/optim/optimizer.hpp"
+#include "remat/optim/sgd.hpp"
+
+// remat/io reads safetensors headers with nlohmann/json; included when it is available.
+#if __has_include(<nlohmann/json.hpp>)
+#include "remat/io/parameters.hpp"
+#include "remat/io/safetensors.hpp"
+#endif

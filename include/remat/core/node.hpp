@@ -221,14 +221,26 @@ class Grads {
   template <class Write>
   void add_with(int k, const Shape& shape, Write&& write) {
     if (!needs(k)) return;
+    Target t = target(k, shape);
+    write(*t.dst, t.overwrite);
+  }
+
+  /// Input k's gradient buffer, for ops that write several gradients in one loop: dst is null
+  /// when input k needs none; with overwrite, it holds garbage to assign, else a sum to add to.
+  struct Target {
+    Tensor<T>* dst = nullptr;
+    bool overwrite = false;
+  };
+  Target target(int k, const Shape& shape) {
+    if (!needs(k)) return Target{};
     Node<T>& in = input(k);
     Tensor<T>& dst = in.grad_slot();
     const bool overwrite = !dst.defined() || in.grad_stale();
     if (!dst.defined() || !dst.is_unique()) {
       dst = overwrite ? Tensor<T>(shape) : dst.clone();
     }
-    write(dst, overwrite);
     in.mark_grad_written();
+    return Target{&dst, overwrite};
   }
 
  private:

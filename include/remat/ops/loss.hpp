@@ -8,6 +8,7 @@
 #include "remat/core/record.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/embedding.hpp"
+#include "remat/ops/gemm.hpp"
 
 namespace remat {
 namespace detail {
@@ -75,6 +76,103 @@ Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) 
   if (logits.shape().rows() == 0) throw ShapeError(detail::cat("cross_entropy: logits ", logits.shape(), " have no rows"));
   detail::check_ids("cross_entropy", targets, logits.dim(-1), "target");
   return detail::record_op<detail::CrossEntropyNode<T>>({&logits}, targets);
+}
+
+namespace detail {
+
+/// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
+/// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
+template <class T>
+class LinearCrossEntropyNode final : public Node<T> {
+ public:
+  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t chunk) : targets_(std::move(targets)), chunk_(chunk) {}
+  const char* op_name() const noexcept override { return "linear_cross_entropy"; }
+
+  // h: (N, C), W: (V, C) -> mean over rows of lse(h W^T) - (h W^T)[target]; saves h, W and lse.
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    const Tensor<T>& h = in[0];
+    const Tensor<T>& w = in[1];
+    const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
+    Tensor<T> lse(Shape{n});
+    Tensor<T> logits(Shape{std::min(chunk_, n), v});
+    std::vector<double> losses(static_cast<std::size_t>(n));
+    for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
+      const std::int64_t rows = std::min(chunk_, n - r0);
+      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(), v);
+      for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t r = a; r < b; ++r) {
+          const auto row = view(logits, r * v, (r + 1) * v);
+          const T m = row.maxCoeff();
+          lse[r0 + r] = m + std::log((row - m).exp().sum());
+          losses[r0 + r] = static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
+        }
+      });
+    }
+    double total = 0;
+    for (double l : losses) total += l;
+    this->save(0, h);
+    this->save(1, w);
+    this->save(2, lse);
+    return Tensor<T>::scalar(static_cast<T>(total / static_cast<double>(n)));
+  }
+
+  // per chunk: dlogits = (softmax - onehot) dloss / N; dh = dlogits W; dW += dlogits^T h
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& h = this->saved(0);
+    const Tensor<T>& w = this->saved(1);
+    const Tensor<T>& lse = this->saved(2);
+    const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
+    const T g = gy[0] / T(n);
+    const auto gh = grads.target(0, h.shape());
+    const auto gw = grads.target(1, w.shape());
+    Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
+    for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
+      const std::int64_t rows = std::min(chunk_, n - r0);
+      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), dlogits.data(), v);
+      for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t r = a; r < b; ++r) {
+          auto row = view(dlogits, r * v, (r + 1) * v);
+          row = (row - lse[r0 + r]).exp() * g;
+          row[targets_[r0 + r]] -= g;
+        }
+      });
+      if (gh.dst) {
+        gemm<T>(false, false, rows, c, v, T(1), dlogits.data(), v, w.data(), c, gh.overwrite ? T(0) : T(1),
+                gh.dst->data() + r0 * c, c);
+      }
+      if (gw.dst) {
+        const bool first = r0 == 0 && gw.overwrite;
+        gemm<T>(true, false, v, c, rows, T(1), dlogits.data(), v, h.data() + r0 * c, c, first ? T(0) : T(1), gw.dst->data(), c);
+      }
+    }
+  }
+
+ private:
+  Tensor<std::int32_t> targets_;
+  std::int64_t chunk_;
+};
+
+}  // namespace detail
+
+/// cross_entropy(linear(h, weight), targets) without ever holding the (rows x vocabulary) logits
+/// or their gradient: rows go through in chunks of `chunk_rows` (default: as many as fit in
+/// 8 MiB of logits), and backward recomputes each chunk's logits. h is (..., C), weight
+/// (V, C), targets (...) in [0, V). Costs one more GEMM of the logits' size than the plain path.
+template <class T>
+Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>& weight,
+                            const Tensor<std::int32_t>& targets, std::int64_t chunk_rows = 0) {
+  if (!targets.defined()) throw UsageError("linear_cross_entropy: the targets tensor is undefined");
+  const Shape& sh = h.shape();
+  const Shape& sw = weight.shape();
+  if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 || targets.numel() != sh.rows() || sh.rows() == 0) {
+    throw ShapeError(detail::cat("linear_cross_entropy: hidden ", sh, ", weight ", sw, " and targets ", targets.shape(),
+                                 " do not fit; need hidden (..., C), weight (V, C) and one target per row of hidden"));
+  }
+  if (chunk_rows < 0) throw UsageError(detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
+  detail::check_ids("linear_cross_entropy", targets, sw[0], "target");
+  const std::int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : std::max<std::int64_t>(1, (std::int64_t{8} << 20) / (sw[0] * std::int64_t{sizeof(T)}));
+  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, std::min(chunk, sh.rows()));
 }
 
 }  // namespace remat

@@ -1,0 +1,143 @@
+#pragma once
+/// @file
+/// GPT: token and position embeddings, a stack of pre-LN transformer blocks, a final layer
+/// norm and a head to the vocabulary (optionally tied to the token embedding), GPT-2's
+/// architecture and initialization. The blocks run under any checkpoint plan.
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "remat/checkpoint/sequential.hpp"
+#include "remat/nn/transformer.hpp"
+#include "remat/ops/layout.hpp"
+#include "remat/ops/loss.hpp"
+
+namespace remat::nn {
+
+struct GPTConfig {
+  std::int64_t vocab = 256;    ///< tokens in the vocabulary
+  std::int64_t context = 256;  ///< longest sequence (positions)
+  std::int64_t layers = 8;     ///< transformer blocks
+  std::int64_t heads = 4;      ///< attention heads per block
+  std::int64_t width = 256;    ///< model width (d_model), divisible by heads
+  double dropout = 0.0;        ///< on embeddings, attention weights and residual branches
+  bool tied = false;           ///< the head reuses the token embedding's weight
+  std::uint64_t seed = 1;      ///< initialization
+
+  void validate() const {
+    const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 && width % heads == 0 &&
+                    dropout >= 0 && dropout < 1;
+    if (!ok) {
+      throw UsageError(detail::cat("GPTConfig: need positive sizes, width divisible by heads and dropout in [0, 1); got vocab ",
+                                   vocab, ", context ", context, ", layers ", layers, ", heads ", heads, ", width ", width,
+                                   ", dropout ", dropout));
+    }
+  }
+};
+
+template <class T = float>
+class GPT : public Module<T> {
+  GPTConfig config_;  // first: the layers below are built from it
+
+ public:
+  using Layer = std::function<Var<T>(const Var<T>&)>;
+
+  explicit GPT(const GPTConfig& config) : GPT(config, Rng(config.seed)) {}
+
+  const GPTConfig& config() const noexcept { return config_; }
+
+  /// Final hidden states (B, T, C) for token ids (B, T), the blocks run under `plan` (plainly
+  /// without one).
+  Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
+    check_ids(ids);
+    const std::int64_t time = ids.dim(1);
+    Tensor<std::int32_t> positions(Shape{time});
+    for (std::int64_t t = 0; t < time; ++t) positions[t] = static_cast<std::int32_t>(t);
+    Var<T> x = drop(wte(ids) + wpe(positions));
+    if (plan) {
+      x = checkpoint_sequential(block_layers(), *plan, x);
+    } else {
+      for (const TransformerBlock<T>& block : blocks) x = block(x);
+    }
+    return ln_f(x);
+  }
+
+  /// Logits (B, T, V).
+  Var<T> logits(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
+    return linear(hidden(ids, plan), head_weight());
+  }
+
+  /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T). Chunked by default:
+  /// the (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
+  Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, const plan::Plan* plan = nullptr,
+              bool chunked = true) const {
+    if (!(targets.shape() == ids.shape())) {
+      throw ShapeError(detail::cat("GPT::loss: targets ", targets.shape(), " must have the shape of the ids ", ids.shape()));
+    }
+    const Var<T> h = reshape(hidden(ids, plan), {-1, config_.width});
+    const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
+    return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
+  }
+
+  /// The blocks as a sequence of layers, for checkpoint_sequential() and plan::profile().
+  std::vector<Layer> block_layers() const {
+    std::vector<Layer> out;
+    for (const TransformerBlock<T>& block : blocks) out.push_back([&block](const Var<T>& x) { return block(x); });
+    return out;
+  }
+
+  /// The head's weight (V, C): the token embedding's when tied.
+  Parameter<T> head_weight() const { return head ? head->weight : wte.weight; }
+
+  void train(bool on = true) override {
+    Module<T>::train(on);
+    drop.train(on);
+    for (TransformerBlock<T>& block : blocks) block.train(on);
+  }
+
+  GPT(const GPT&) = delete;  // block_layers() hands out references to the blocks
+  GPT& operator=(const GPT&) = delete;
+  GPT(GPT&&) noexcept = default;
+  GPT& operator=(GPT&&) noexcept = default;
+
+  Embedding<T> wte, wpe;
+  Dropout<T> drop;
+  std::vector<TransformerBlock<T>> blocks;
+  LayerNorm<T> ln_f;
+  std::optional<Linear<T>> head;
+
+ private:
+  static constexpr double kInitStd = 0.02;  // GPT-2
+
+  GPT(const GPTConfig& c, Rng rng)
+      : config_((c.validate(), c)),
+        wte(c.vocab, c.width, rng, kInitStd),
+        wpe(c.context, c.width, rng, kInitStd),
+        drop(c.dropout),
+        ln_f(c.width) {
+    this->add_module("wte", wte);
+    this->add_module("wpe", wpe);
+    // GPT-2 scales the residual projections by 1/sqrt(2 layers): each block adds two of them.
+    const double out_std = kInitStd / std::sqrt(2.0 * double(c.layers));
+    blocks.reserve(static_cast<std::size_t>(c.layers));
+    for (std::int64_t i = 0; i < c.layers; ++i) {
+      blocks.emplace_back(c.width, c.heads, c.dropout, rng, kInitStd, out_std);
+      this->add_module(detail::cat("blocks.", i), blocks.back());
+    }
+    this->add_module("ln_f", ln_f);
+    if (!c.tied) {
+      head.emplace(c.width, c.vocab, rng, false, kInitStd);
+      this->add_module("head", *head);
+    }
+  }
+
+  void check_ids(const Tensor<std::int32_t>& ids) const {
+    if (!ids.defined() || ids.rank() != 2 || ids.dim(1) < 1 || ids.dim(1) > config_.context) {
+      throw ShapeError(detail::cat("GPT: token ids must be (B, T) with 1 <= T <= context = ", config_.context,
+                                   ", got shape ", ids.defined() ? ids.shape() : Shape{}));
+    }
+  }
+};
+
+}  // namespace remat::nn

@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// The basic layers: Linear, Embedding, LayerNorm, Dropout. Initializations follow PyTorch's
+/// defaults unless a standard deviation is given.
+
+#include <cmath>
+
+#include "remat/core/rng.hpp"
+#include "remat/nn/module.hpp"
+#include "remat/ops/dropout.hpp"
+#include "remat/ops/embedding.hpp"
+#include "remat/ops/layer_norm.hpp"
+#include "remat/ops/linear.hpp"
+
+namespace remat::nn {
+
+/// y = x W^T + b; weight (out, in), bias (out).
+template <class T = float>
+class Linear : public Module<T> {
+ public:
+  /// Weight and bias uniform in +-1/sqrt(in) (PyTorch), or weight normal(0, init_std) and bias 0.
+  Linear(std::int64_t in, std::int64_t out, Rng& rng, bool with_bias = true, double init_std = 0) {
+    if (in < 1 || out < 1) throw ShapeError(detail::cat("nn::Linear: sizes must be positive, got ", in, " -> ", out));
+    const double bound = 1.0 / std::sqrt(double(in));
+    weight = this->add_parameter("weight", init_std > 0 ? rng.normal_tensor<T>({out, in}, 0.0, init_std)
+                                                        : rng.uniform_tensor<T>({out, in}, -bound, bound));
+    if (with_bias) {
+      bias = this->add_parameter("bias", init_std > 0 ? Tensor<T>::zeros({out}) : rng.uniform_tensor<T>({out}, -bound, bound));
+    }
+  }
+
+  Var<T> operator()(const Var<T>& x) const { return bias.defined() ? linear(x, weight, bias) : linear(x, weight); }
+
+  Parameter<T> weight, bias;
+};
+
+/// Rows of a (num, dim) table picked by integer ids; normal(0, init_std) initialization.
+template <class T = float>
+class Embedding : public Module<T> {
+ public:
+  Embedding(std::int64_t num, std::int64_t dim, Rng& rng, double init_std = 1.0) {
+    if (num < 1 || dim < 1) throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
+    weight = this->add_parameter("weight", rng.normal_tensor<T>({num, dim}, 0.0, init_std));
+  }
+
+  Var<T> operator()(const Tensor<std::int32_t>& ids) const { return embedding(weight, ids); }
+
+  Parameter<T> weight;
+};
+
+/// Layer normalization over the last axis, with a learned scale (ones) and shift (zeros).
+template <class T = float>
+class LayerNorm : public Module<T> {
+ public:
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5) : eps_(eps) {
+    if (dim < 1) throw ShapeError(detail::cat("nn::LayerNorm: size must be positive, got ", dim));
+    weight = this->add_parameter("weight", Tensor<T>::ones({dim}));
+    bias = this->add_parameter("bias", Tensor<T>::zeros({dim}));
+  }
+
+  Var<T> operator()(const Var<T>& x) const { return layer_norm(x, weight, bias, T(eps_)); }
+
+  Parameter<T> weight, bias;
+
+ private:
+  double eps_;
+};
+
+/// Dropout with probability p while training; the identity in evaluation.
+template <class T = float>
+class Dropout : public Module<T> {
+ public:
+  explicit Dropout(double p) : p_(p) {
+    if (!(p >= 0.0 && p < 1.0)) throw UsageError(detail::cat("nn::Dropout: p must be in [0, 1), got ", p));
+  }
+
+  Var<T> operator()(const Var<T>& x) const { return dropout(x, p_, this->training()); }
+  double p() const noexcept { return p_; }
+
+ private:
+  double p_;
+};
+
+}  // namespace remat::nn

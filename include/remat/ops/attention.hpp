@@ -1,0 +1,152 @@
+#pragma once
+/// @file
+/// causal_self_attention: multi-head causal attention straight from the packed (B, T, 3C)
+/// projection, one node. Each head's Q, K and V are read in place with strided GEMMs (no head
+/// transposes); the node saves its input and the attention probabilities (B, H, T, T), and draws
+/// its dropout mask again in backward instead of storing it.
+
+#include <cmath>
+
+#include "remat/core/record.hpp"
+#include "remat/core/rng.hpp"
+#include "remat/ops/elementwise.hpp"
+#include "remat/ops/gemm.hpp"
+
+namespace remat {
+namespace detail {
+
+template <class T>
+class CausalAttentionNode final : public Node<T> {
+ public:
+  CausalAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t channels, std::int64_t heads, double dropout,
+                      std::uint64_t seed)
+      : b_(batch), t_(time), c_(channels), h_(heads), d_(channels / heads), p_(dropout), seed_(seed),
+        threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))) {}
+  const char* op_name() const noexcept override { return "causal_self_attention"; }
+
+  // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h): S = Q K^T / sqrt(D), P = softmax(mask(S)),
+  // y = dropout(P) V.
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    const Tensor<T>& qkv = in[0];
+    Tensor<T> y(Shape{b_, t_, c_});
+    Tensor<T> probs(Shape{b_, h_, t_, t_});
+    Tensor<T> dropped(Shape{t_, t_});
+    const T scale = T(1) / std::sqrt(T(d_));
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        T* p = probs.data() + (b * h_ + h) * t_ * t_;
+        gemm<T>(false, true, t_, t_, d_, scale, q(qkv, b, h), 3 * c_, k(qkv, b, h), 3 * c_, T(0), p, t_);
+        causal_softmax_rows(p);
+        const T* weights = p;
+        if (p_ > 0) {
+          apply_dropout(p, dropped.data(), b, h);
+          weights = dropped.data();
+        }
+        gemm<T>(false, false, t_, d_, t_, T(1), weights, t_, v(qkv, b, h), 3 * c_, T(0), y.data() + b * t_ * c_ + h * d_, c_);
+      }
+    }
+    this->save(0, qkv);
+    this->save(1, probs);
+    return y;
+  }
+
+  // dV = dropout(P)^T dY; dP = dropout'(dY V^T); dS = P (dP - rowsum(dP P)) / sqrt(D);
+  // dQ = dS K; dK = dS^T Q.
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& qkv = this->saved(0);
+    const Tensor<T>& probs = this->saved(1);
+    const T scale = T(1) / std::sqrt(T(d_));
+    grads.add_with(0, qkv.shape(), [&](Tensor<T>& g, bool overwrite) {
+      const T beta = overwrite ? T(0) : T(1);
+      Tensor<T> dp(Shape{t_, t_}), dropped(Shape{t_, t_});
+      for (std::int64_t b = 0; b < b_; ++b) {
+        for (std::int64_t h = 0; h < h_; ++h) {
+          const T* p = probs.data() + (b * h_ + h) * t_ * t_;
+          const T* dy = gy.data() + b * t_ * c_ + h * d_;
+          const T* weights = p;
+          if (p_ > 0) {
+            apply_dropout(p, dropped.data(), b, h);
+            weights = dropped.data();
+          }
+          gemm<T>(true, false, t_, d_, t_, T(1), weights, t_, dy, c_, beta, g.data() + b * t_ * 3 * c_ + 2 * c_ + h * d_, 3 * c_);
+          gemm<T>(false, true, t_, t_, d_, T(1), dy, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
+          if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h);
+          softmax_backward_rows(p, dp.data(), scale);
+          gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta, g.data() + b * t_ * 3 * c_ + h * d_, 3 * c_);
+          gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta, g.data() + b * t_ * 3 * c_ + c_ + h * d_, 3 * c_);
+        }
+      }
+    });
+  }
+
+ private:
+  const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return qkv.data() + b * t_ * 3 * c_ + h * d_; }
+  const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + c_; }
+  const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + 2 * c_; }
+
+  /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
+  void causal_softmax_rows(T* p) const {
+    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        ArrayView<T> seen(p + i * t_, i + 1);
+        const T m = seen.maxCoeff();
+        seen = (seen - m).exp();
+        seen *= T(1) / seen.sum();
+        ArrayView<T>(p + i * t_ + i + 1, t_ - i - 1).setZero();
+      }
+    });
+  }
+
+  /// dP := P (dP - rowsum(dP P)) * scale, over the causal part of each row (zero after).
+  void softmax_backward_rows(const T* p, T* dp, T scale) const {
+    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        const ConstArrayView<T> pr(p + i * t_, i + 1);
+        ArrayView<T> dr(dp + i * t_, i + 1);
+        const T dot = (pr * dr).sum();
+        dr = pr * (dr - dot) * scale;
+        ArrayView<T>(dp + i * t_ + i + 1, t_ - i - 1).setZero();
+      }
+    });
+  }
+
+  /// dst = src with the (b, h) block's dropout mask applied (dst may be src). Element (i, j) of
+  /// head (b, h) draws at counter ((b H + h) T + i) T + j of the node's stream.
+  void apply_dropout(const T* src, T* dst, std::int64_t b, std::int64_t h) const {
+    const CounterRng rng = CounterRng::at(seed_, this->id);
+    const T keep_scale = static_cast<T>(1.0 / (1.0 - p_));
+    const auto base = static_cast<std::uint32_t>((b * h_ + h) * t_ * t_);
+    const std::uint32_t threshold = threshold_;
+    for_chunks(t_ * t_, [&](std::int64_t s, std::int64_t e) {
+      for (std::int64_t i = s; i < e; ++i) {
+        dst[i] = rng.bits(base + static_cast<std::uint32_t>(i)) >= threshold ? src[i] * keep_scale : T(0);
+      }
+    });
+  }
+
+  std::int64_t b_, t_, c_, h_, d_;
+  double p_;
+  std::uint64_t seed_;
+  std::uint32_t threshold_;
+};
+
+}  // namespace detail
+
+/// Multi-head causal self-attention from the packed projection qkv (B, T, 3C) (Q, K, V side by
+/// side, each C = heads x D wide): returns (B, T, C), the heads' outputs side by side. Query i
+/// attends to keys 0..i; attention weights are dropped out with probability `dropout`.
+template <class T>
+Var<T> causal_self_attention(const Var<T>& qkv, std::int64_t heads, double dropout = 0.0) {
+  const Shape& s = qkv.shape();
+  if (s.rank() != 3 || s[2] % 3 != 0 || heads < 1 || (s[2] / 3) % heads != 0) {
+    throw ShapeError(detail::cat("causal_self_attention: needs qkv of shape (B, T, 3C) with C divisible by heads = ",
+                                 heads, ", got ", s));
+  }
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    throw UsageError(detail::cat("causal_self_attention: dropout must be in [0, 1), got ", dropout));
+  }
+  return detail::record_op<detail::CausalAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads, dropout,
+                                                           detail::rng_seed_for(qkv));
+}
+
+}  // namespace remat
