@@ -35,7 +35,9 @@
 #include "remat/ops/softmax.hpp"
 #include "remat/ops/unary.hpp"
 #include "remat/optim/adamw.hpp"
+#include "remat/optim/clip.hpp"
 #include "remat/optim/optimizer.hpp"
+#include "remat/optim/schedule.hpp"
 #include "remat/optim/sgd.hpp"
 
 // remat/io reads safetensors headers with nlohmann/json; included when it is available.

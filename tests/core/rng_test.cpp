@@ -36,4 +36,9 @@ TEST_CASE("sequential draws have the right moments", "[core][rng]") {
   Rng other(10);
   CHECK(again.next_u64() == Rng(9).next_u64());
   CHECK(again.next_u64() != other.next_u64());
+  // a stream resumes from a saved position
+  Rng a(3), b(3);
+  for (int i = 0; i < 5; ++i) a.normal();
+  b.seek(a.position());
+  CHECK(a.next_u64() == b.next_u64());
 }

@@ -1,6 +1,8 @@
 #include "support/gradcheck.hpp"
 
 #include <remat/optim/adamw.hpp>
+#include <remat/optim/clip.hpp>
+#include <remat/optim/schedule.hpp>
 #include <remat/optim/sgd.hpp>
 
 #include <cmath>
@@ -71,4 +73,27 @@ TEST_CASE("optimizers skip parameters without gradients and refuse to step with 
   CHECK_THROWS_AS((optim::SGD<float>({a, a})), UsageError);
   CHECK_THROWS_AS((optim::AdamW<float>({a}, {.beta1 = 1.0})), UsageError);
   CHECK_THROWS_AS(sgd.set_lr(-1), UsageError);
+}
+
+TEST_CASE("clip_grad_norm scales all gradients by one factor when their global norm is too large", "[optim]") {
+  Parameter<double> a(Tensor<double>::zeros({2})), b(Tensor<double>::zeros({1})), none(Tensor<double>::zeros({1}));
+  set_grad(a, Tensor<double>::from({2}, {3, 0}));
+  set_grad(b, Tensor<double>::from({1}, {4}));
+  CHECK(optim::clip_grad_norm<double>({a, b, none}, 10.0) == 5.0);  // below the limit: unchanged
+  CHECK(a.grad()[0] == 3.0);
+  CHECK(optim::clip_grad_norm<double>({a, b, none}, 1.0) == 5.0);
+  CHECK(a.grad()[0] == Approx(0.6).epsilon(1e-6));
+  CHECK(b.grad()[0] == Approx(0.8).epsilon(1e-6));
+  CHECK_THROWS_AS(optim::clip_grad_norm<double>({a}, 0.0), UsageError);
+}
+
+TEST_CASE("CosineSchedule warms up linearly, then decays along a half cosine to its floor", "[optim]") {
+  const optim::CosineSchedule s(1.0, 4, 14, 0.1);
+  CHECK(s(0) == 0.25);
+  CHECK(s(3) == 1.0);
+  CHECK(s(4) == 1.0);
+  CHECK(s(9) == Approx(0.55));  // halfway: the mean of peak and floor
+  CHECK(s(14) == Approx(0.1));
+  CHECK(s(100) == Approx(0.1));
+  CHECK_THROWS_AS(optim::CosineSchedule(1.0, 5, 4), UsageError);
 }

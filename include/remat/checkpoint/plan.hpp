@@ -16,7 +16,8 @@
 /// - The backward sweep replays a segment the first time it needs one of its layers (not the
 ///   trailing child segment, see Note [trailing child] in tape_state.hpp), and releases the
 ///   segment's captured input once the sweep has passed it.
-/// The chain's input x_0 exists before the step and is not counted; the loss pins x_n and keeps
+/// The chain's input x_0 exists before the step and is not counted (unless input_made_in_step,
+/// as for a GPT's blocks, whose input the embeddings make); the loss pins x_n and keeps
 /// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end. Every planner optimizes this same model, so predictions and plans agree.
 
 #include <algorithm>
@@ -43,6 +44,7 @@ struct Chain {
   std::vector<bool> saves_output;                ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
   double loss_bytes = 0;                         ///< what the loss keeps from its forward to its backward
   double loss_output_bytes = 0;                  ///< the loss value and its seed gradient, alive to the end
+  bool input_made_in_step = false;               ///< x_0 is computed during the step (it then counts)
 
   std::size_t layers() const noexcept { return activation_bytes.size(); }
 
@@ -55,7 +57,7 @@ struct Chain {
     return c;
   }
 
-  double boundary(std::size_t j) const noexcept { return j == 0 ? 0.0 : boundary_bytes[j]; }
+  double boundary(std::size_t j) const noexcept { return j == 0 && !input_made_in_step ? 0.0 : boundary_bytes[j]; }
   double activation(std::size_t l) const noexcept { return activation_bytes[l]; }
   double tau(std::size_t l) const noexcept { return forward_transient_bytes.empty() ? 0.0 : forward_transient_bytes[l]; }
   double beta(std::size_t l) const noexcept { return backward_transient_bytes.empty() ? 0.0 : backward_transient_bytes[l]; }
@@ -112,6 +114,7 @@ struct Plan {
   double recompute = 0;           ///< predicted extra forward cost, in the chain's cost unit
   double recompute_fraction = 0;  ///< recompute / the cost of one forward pass
   int slots = -1;                 ///< for binomial plans: checkpoints alive at once; -1 otherwise
+  bool predicted = true;          ///< false for plans made from a layer count, not measured sizes
 
   /// Depth of the deepest segment (0 when there is none).
   int depth() const noexcept { return depth_of(segments); }
@@ -120,8 +123,9 @@ struct Plan {
 
   std::string describe() const {
     std::ostringstream out;
-    out << kind << ": " << segment_count() << " segments over " << layers << " layers, depth " << depth()
-        << ", predicted peak " << peak_bytes << " bytes, recompute " << recompute_fraction * 100 << " % of a forward";
+    out << kind << ": " << segment_count() << " segments over " << layers << " layers, depth " << depth();
+    if (predicted) out << ", predicted peak " << peak_bytes << " bytes";
+    out << ", recompute " << recompute_fraction * 100 << " % of a forward";
     return out.str();
   }
 
@@ -236,13 +240,13 @@ class Simulator {
   void capture(int s) {
     segs_[s].captured = true;
     const std::size_t j = segs_[s].begin;
-    if (j > 0 && captures_[j]++ == 0) ++checkpoints_;  // nested segments may share an input
+    if (c_.boundary(j) > 0 && captures_[j]++ == 0) ++checkpoints_;  // nested segments may share an input
     pin(j);
   }
   void uncapture(int s) {
     segs_[s].captured = false;
     const std::size_t j = segs_[s].begin;
-    if (j > 0 && --captures_[j] == 0) --checkpoints_;
+    if (c_.boundary(j) > 0 && --captures_[j] == 0) --checkpoints_;
     unpin(j);
   }
 
@@ -696,10 +700,18 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
                                      optimal(chain, 0).peak_bytes, " bytes (predicted peak of the binomial plan with no checkpoints)"));
 }
 
-/// The n-layer forms use a uniform chain: sizes count in boundaries, costs in layer forwards.
-inline Plan every(std::size_t n) { return every(Chain::uniform(n)); }
-inline Plan sqrt(std::size_t n) { return sqrt(Chain::uniform(n)); }
-inline Plan optimal(std::size_t n, std::size_t slots) { return optimal(Chain::uniform(n), slots); }
-inline Plan none(std::size_t n) { return none(Chain::uniform(n)); }
+namespace detail {
+inline Plan unmeasured(Plan p) {
+  p.predicted = false;  // sizes of a uniform unit chain: peak_bytes means nothing
+  return p;
+}
+}  // namespace detail
+
+/// Plans from a layer count alone, for layers of equal cost; they carry no memory prediction
+/// (profile the chain for one). recompute counts layer forwards.
+inline Plan every(std::size_t n) { return detail::unmeasured(every(Chain::uniform(n))); }
+inline Plan sqrt(std::size_t n) { return detail::unmeasured(sqrt(Chain::uniform(n))); }
+inline Plan optimal(std::size_t n, std::size_t slots) { return detail::unmeasured(optimal(Chain::uniform(n), slots)); }
+inline Plan none(std::size_t n) { return detail::unmeasured(none(Chain::uniform(n))); }
 
 }  // namespace remat::plan

@@ -64,6 +64,10 @@ class Rng {
 
   std::uint64_t next_u64() noexcept { return detail::mix64(key_ + 0x9e3779b97f4a7c15ULL * ++counter_); }
 
+  /// How many 64-bit draws were made; with seek(), lets a run save and resume its stream.
+  std::uint64_t position() const noexcept { return counter_; }
+  void seek(std::uint64_t position) noexcept { counter_ = position; }
+
   /// A double in [0, 1) with 53 random bits.
   double uniform() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 

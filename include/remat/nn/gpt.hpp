@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "remat/checkpoint/profile.hpp"
 #include "remat/checkpoint/sequential.hpp"
 #include "remat/nn/transformer.hpp"
 #include "remat/ops/layout.hpp"
@@ -50,11 +51,7 @@ class GPT : public Module<T> {
   /// Final hidden states (B, T, C) for token ids (B, T), the blocks run under `plan` (plainly
   /// without one).
   Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
-    check_ids(ids);
-    const std::int64_t time = ids.dim(1);
-    Tensor<std::int32_t> positions(Shape{time});
-    for (std::int64_t t = 0; t < time; ++t) positions[t] = static_cast<std::int32_t>(t);
-    Var<T> x = drop(wte(ids) + wpe(positions));
+    Var<T> x = embed(ids);
     if (plan) {
       x = checkpoint_sequential(block_layers(), *plan, x);
     } else {
@@ -78,6 +75,24 @@ class GPT : public Module<T> {
     const Var<T> h = reshape(hidden(ids, plan), {-1, config_.width});
     const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
     return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
+  }
+
+  /// Measures the blocks as a chain for the planners (plan::profile), on a batch: their input
+  /// is the embeddings' output, made during the step; the loss is the chunked head. Parameters
+  /// receive gradients: zero_grad() afterwards.
+  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+                      plan::ProfileOptions options = {}) const {
+    Tensor<T> embedded;
+    {
+      NoGradGuard no_grad;
+      embedded = embed(ids).value();
+    }
+    const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
+    plan::Chain c = plan::profile(block_layers(), embedded, [&](const Var<T>& out) {
+      return linear_cross_entropy(reshape(ln_f(out), {-1, config_.width}), head_weight(), flat);
+    }, options);
+    c.input_made_in_step = true;
+    return c;
   }
 
   /// The blocks as a sequence of layers, for checkpoint_sequential() and plan::profile().
@@ -130,6 +145,15 @@ class GPT : public Module<T> {
       head.emplace(c.width, c.vocab, rng, false, kInitStd);
       this->add_module("head", *head);
     }
+  }
+
+  /// Token plus position embeddings, dropped out: the blocks' input (B, T, C).
+  Var<T> embed(const Tensor<std::int32_t>& ids) const {
+    check_ids(ids);
+    const std::int64_t time = ids.dim(1);
+    Tensor<std::int32_t> positions(Shape{time});
+    for (std::int64_t t = 0; t < time; ++t) positions[t] = static_cast<std::int32_t>(t);
+    return drop(wte(ids) + wpe(positions));
   }
 
   void check_ids(const Tensor<std::int32_t>& ids) const {

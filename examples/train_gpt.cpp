@@ -1,0 +1,331 @@
+// Trains a character-level GPT on a text file, with any checkpoint plan.
+//
+//   train_gpt [--data PATH] [--layers N] [--width C] [--heads H] [--context T] [--batch B]
+//             [--steps S] [--lr LR] [--seed N] [--dropout P] [--threads N]
+//             [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
+//             [--log FILE.csv] [--save FILE] [--resume FILE] [--stop-after N] [--sample N] [--json]
+//
+// Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
+// prints a live progress line on a terminal (plain lines otherwise), the validation loss every
+// --eval-every steps, writes the loss curve to --log, and at the end prints a generated sample and
+// saves the weights and optimizer state to --save (default train_gpt.safetensors), which --resume
+// continues from. --stop-after N stops (and saves) after step N of a run planned for --steps.
+// With --json the last line is a JSON object: first_val_loss, final_val_loss, tokens_per_s,
+// act_peak_mb, seconds, steps, checkpoint.
+#include <remat/remat.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef REMAT_EXAMPLE_DATA
+#define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
+#endif
+
+namespace {
+
+struct Options {
+  std::string data = REMAT_EXAMPLE_DATA;
+  std::int64_t layers = 4, width = 128, heads = 4, context = 64, batch = 16, steps = 600;
+  double lr = 3e-3, dropout = 0.0;
+  std::uint64_t seed = 1;
+  int threads = 0;
+  std::string checkpoint = "none";
+  std::int64_t eval_every = 100, eval_batches = 8, stop_after = 0, sample = 300;
+  std::string log, save = "train_gpt.safetensors", resume;
+  bool json = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "train_gpt: %s\n(see the comment at the top of examples/train_gpt.cpp for the flags)\n", why.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  const std::map<std::string, std::int64_t*> ints = {
+      {"--layers", &o.layers},         {"--width", &o.width},         {"--heads", &o.heads},
+      {"--context", &o.context},       {"--batch", &o.batch},         {"--steps", &o.steps},
+      {"--eval-every", &o.eval_every}, {"--eval-batches", &o.eval_batches}, {"--stop-after", &o.stop_after},
+      {"--sample", &o.sample}};
+  const std::map<std::string, std::string*> strings = {
+      {"--data", &o.data}, {"--checkpoint", &o.checkpoint}, {"--log", &o.log}, {"--save", &o.save}, {"--resume", &o.resume}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--json") {
+      o.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage("missing value after " + flag);
+    const std::string value = argv[++i];
+    char* end = nullptr;
+    if (auto it = ints.find(flag); it != ints.end()) {
+      *it->second = std::strtoll(value.c_str(), &end, 10);
+      if (*end || *it->second < 0) usage("bad value for " + flag + ": " + value);
+    } else if (auto st = strings.find(flag); st != strings.end()) {
+      *st->second = value;
+    } else if (flag == "--lr" || flag == "--dropout") {
+      (flag == "--lr" ? o.lr : o.dropout) = std::strtod(value.c_str(), &end);
+      if (*end) usage("bad value for " + flag + ": " + value);
+    } else if (flag == "--seed" || flag == "--threads") {
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end || v < 0) usage("bad value for " + flag + ": " + value);
+      if (flag == "--seed") o.seed = static_cast<std::uint64_t>(v);
+      else o.threads = static_cast<int>(v);
+    } else {
+      usage("unknown flag " + flag);
+    }
+  }
+  if (o.steps < 1 || o.batch < 1 || o.context < 2 || o.eval_every < 1 || o.eval_batches < 1) usage("sizes must be positive");
+  return o;
+}
+
+/// The text as token ids over its sorted set of characters.
+struct Corpus {
+  std::string vocab;               // character of each id
+  std::vector<std::int32_t> train, val;
+
+  static Corpus load(const std::string& path, const std::string& known_vocab) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw remat::IoError("train_gpt: cannot read " + path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Corpus c;
+    if (known_vocab.empty()) {
+      bool seen[256] = {};
+      for (unsigned char ch : text) seen[ch] = true;
+      for (int ch = 0; ch < 256; ++ch) {
+        if (seen[ch]) c.vocab.push_back(static_cast<char>(ch));
+      }
+    } else {
+      c.vocab = known_vocab;
+    }
+    std::int32_t index[256];
+    std::fill(std::begin(index), std::end(index), -1);
+    for (std::size_t i = 0; i < c.vocab.size(); ++i) index[static_cast<unsigned char>(c.vocab[i])] = static_cast<std::int32_t>(i);
+    std::vector<std::int32_t> ids;
+    for (unsigned char ch : text) {
+      if (index[ch] < 0) throw remat::IoError("train_gpt: " + path + " has characters the resumed model does not know");
+      ids.push_back(index[ch]);
+    }
+    const std::size_t cut = ids.size() * 9 / 10;  // the last tenth is for validation
+    c.train.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut));
+    c.val.assign(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
+    return c;
+  }
+};
+
+/// A batch of `batch` windows of `time` tokens at random offsets, with next-token targets.
+void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time, remat::Rng& rng,
+                remat::Tensor<std::int32_t>& x, remat::Tensor<std::int32_t>& y) {
+  x = remat::Tensor<std::int32_t>({batch, time});
+  y = remat::Tensor<std::int32_t>({batch, time});
+  const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
+  if (span < 1) throw remat::UsageError("train_gpt: the text is shorter than one context window");
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t at = rng.uniform_int(span);
+    for (std::int64_t t = 0; t < time; ++t) {
+      x.at({b, t}) = ids[static_cast<std::size_t>(at + t)];
+      y.at({b, t}) = ids[static_cast<std::size_t>(at + t + 1)];
+    }
+  }
+}
+
+remat::plan::Plan make_plan(const std::string& mode, const remat::nn::GPT<float>& gpt, const Options& o,
+                            const remat::Tensor<std::int32_t>& x, const remat::Tensor<std::int32_t>& y) {
+  namespace plan = remat::plan;
+  const auto n = static_cast<std::size_t>(o.layers);
+  if (mode == "none") return plan::none(n);
+  if (mode == "every") return plan::every(n);
+  if (mode == "sqrt") return plan::sqrt(n);
+  if (mode.rfind("budget:", 0) == 0) {
+    const plan::Chain chain = gpt.profile(x, y);
+    for (auto p : gpt.parameters()) p.zero_grad();
+    return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
+  }
+  throw remat::UsageError("train_gpt: --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  char out[32];
+  std::snprintf(out, sizeof out, "%ld:%02ld", s / 60, s % 60);
+  return out;
+}
+
+/// Generates `count` characters after `prompt`, sampling at temperature 0.8.
+std::string generate(const remat::nn::GPT<float>& gpt, const Corpus& corpus, std::vector<std::int32_t> tokens,
+                     std::int64_t count, remat::Rng& rng) {
+  remat::NoGradGuard no_grad;
+  std::string out;
+  const std::int64_t context = gpt.config().context, vocab = gpt.config().vocab;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t time = std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
+    remat::Tensor<std::int32_t> ids({1, time});
+    for (std::int64_t t = 0; t < time; ++t) ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
+    const remat::Tensor<float> logits = gpt.logits(ids).value();
+    std::vector<double> p(static_cast<std::size_t>(vocab));
+    double m = -1e300, total = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
+    for (std::int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
+    double u = rng.uniform() * total;
+    std::int32_t next = static_cast<std::int32_t>(vocab - 1);
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      if ((u -= p[v]) < 0) {
+        next = static_cast<std::int32_t>(v);
+        break;
+      }
+    }
+    tokens.push_back(next);
+    out.push_back(corpus.vocab[next]);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o = parse(argc, argv);
+    if (o.threads > 0) remat::set_num_threads(o.threads);
+    const bool tty = ::isatty(STDOUT_FILENO);
+
+    // A resumed run takes its sizes and vocabulary from the file, and checks the rest agree.
+    remat::io::Metadata resumed;
+    if (!o.resume.empty()) {
+      resumed = remat::io::File::read(o.resume).metadata();
+      for (const char* key : {"layers", "width", "heads", "context", "vocab", "step", "seed", "steps", "data_position"}) {
+        if (!resumed.count(key)) throw remat::IoError(std::string("train_gpt: ") + o.resume + " has no '" + key + "' metadata");
+      }
+      o.layers = std::stoll(resumed["layers"]), o.width = std::stoll(resumed["width"]);
+      o.heads = std::stoll(resumed["heads"]), o.context = std::stoll(resumed["context"]);
+    }
+    const Corpus corpus = Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "");
+    remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(corpus.vocab.size()), .context = o.context, .layers = o.layers,
+                               .heads = o.heads, .width = o.width, .dropout = o.dropout, .seed = o.seed});
+    remat::optim::AdamW<float> optimizer(gpt.parameters(), {.lr = o.lr, .weight_decay = 0.1});
+    // warm-up over the first 5 % of steps, then cosine decay to a tenth
+    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
+    remat::Rng data_rng(o.seed * 7919 + 1);
+    std::int64_t start = 0;
+    if (!o.resume.empty()) {
+      remat::io::load_training_state(o.resume, gpt, optimizer);
+      start = std::stoll(resumed["step"]);
+      data_rng.seek(std::stoull(resumed["data_position"]));
+      if (std::stoll(resumed["steps"]) != o.steps || std::stoull(resumed["seed"]) != o.seed) {
+        throw remat::UsageError("train_gpt: resume with the --steps and --seed the run was started with (" + resumed["steps"] +
+                                ", " + resumed["seed"] + ")");
+      }
+    }
+
+    // Fixed validation batches, the same for every run with this seed.
+    remat::Rng val_rng(o.seed * 104729 + 3);
+    std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>> val(static_cast<std::size_t>(o.eval_batches));
+    for (auto& [vx, vy] : val) fill_batch(corpus.val, o.batch, o.context, val_rng, vx, vy);
+    const auto validation_loss = [&] {
+      remat::NoGradGuard no_grad;
+      gpt.eval();
+      double total = 0;
+      for (const auto& [vx, vy] : val) total += gpt.loss(vx, vy).item();
+      gpt.train();
+      return total / double(val.size());
+    };
+
+    remat::Tensor<std::int32_t> x, y;
+    remat::Rng plan_rng(o.seed);
+    fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y);
+    const remat::plan::Plan plan = make_plan(o.checkpoint, gpt, o, x, y);
+
+    std::FILE* log = nullptr;
+    if (!o.log.empty()) {
+      log = std::fopen(o.log.c_str(), start > 0 ? "a" : "w");
+      if (!log) throw remat::IoError("train_gpt: cannot write " + o.log);
+      if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
+    }
+    const double first_val = start == 0 ? validation_loss() : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
+    double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
+    if (!o.json) std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
+                             corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
+                             static_cast<long long>(gpt.parameter_count()), o.checkpoint.c_str(), plan.describe().c_str());
+    if (!o.json && start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
+
+    const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t step = start; step < end; ++step) {
+      fill_batch(corpus.train, o.batch, o.context, data_rng, x, y);
+      optimizer.set_lr(schedule(step));
+      const auto s0 = std::chrono::steady_clock::now();
+      float loss = 0;
+      {
+        remat::memory::Probe probe;
+        remat::Tape tape(remat::TapeOptions{.seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
+        const remat::Var<float> l = gpt.loss(x, y, &plan);
+        tape.backward(l);
+        loss = l.item();
+        peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
+      }
+      remat::optim::clip_grad_norm(gpt.parameters(), 1.0);
+      optimizer.step();
+      optimizer.zero_grad();
+      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      tokens_per_s = double((step - start + 1) * o.batch * o.context) / elapsed;
+      const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+      if (evaluate) last_val = validation_loss();
+      if (log) {
+        std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
+                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * o.context) / step_s,
+                     peak_mb);
+      }
+      if (o.json) continue;
+      const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
+      if (tty) {
+        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
+                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, format_duration(eta).c_str());
+        if (evaluate) std::printf("  val loss %.4f\n", last_val);
+      } else if (evaluate) {
+        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n", static_cast<long long>(step + 1),
+                    loss, last_val, tokens_per_s, peak_mb, format_duration(eta).c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (log) std::fclose(log);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    if (!o.save.empty()) {
+      remat::io::save_training_state(o.save, gpt, optimizer,
+                                     {{"layers", std::to_string(o.layers)}, {"width", std::to_string(o.width)},
+                                      {"heads", std::to_string(o.heads)}, {"context", std::to_string(o.context)},
+                                      {"vocab", corpus.vocab}, {"step", std::to_string(end)}, {"steps", std::to_string(o.steps)},
+                                      {"seed", std::to_string(o.seed)}, {"data_position", std::to_string(data_rng.position())},
+                                      {"first_val_loss", std::to_string(first_val)}});
+    }
+    if (o.sample > 0 && !o.json) {
+      remat::Rng sample_rng(o.seed + 99);
+      gpt.eval();
+      const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
+      std::string text;
+      for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
+      std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), generate(gpt, corpus, prompt, o.sample, sample_rng).c_str());
+    }
+    if (o.json) {
+      std::printf("{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
+                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
+                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end), o.checkpoint.c_str());
+    } else {
+      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s), weights in %s\n", first_val, last_val, seconds,
+                  tokens_per_s, o.save.c_str());
+    }
+    return 0;
+  } catch (const remat::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
