@@ -1,7 +1,7 @@
 // The memory/time trade-off of checkpointing, measured.
 //
 //   remat_bench --model {mlp,deep} --mode {none,every,sqrt,budget:<MiB>,optimal:<slots>}
-//               [--steps N] [--threads T]
+//               [--steps N] [--threads T] [--print-plan FILE]
 //
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
 // 256->256 + tanh), batch 64; gpt = 8 blocks, width 256, 4 heads, context 256, batch 8,
@@ -11,6 +11,7 @@
 // gradient and optimizer buffers that every later step reuses), the chain is profiled and the
 // plan made; then N steps are timed.
 //
+// --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
 // Prints one JSON object:
 //   step_s            median wall time of a training step (forward + backward + AdamW)
 //   fwd_bwd_s         median wall time of forward + backward alone
@@ -172,6 +173,16 @@ int main(int argc, char** argv) {
     const remat::plan::Chain chain = model.profile();
     optimizer.zero_grad();
     const remat::plan::Plan p = make_plan(mode, chain);
+    if (const std::string file = bench::arg(argc, argv, "--print-plan", ""); !file.empty()) {
+      std::FILE* out = std::fopen(file.c_str(), "w");
+      if (!out) throw remat::IoError("remat_bench: cannot write " + file);
+      std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", p.kind.c_str());
+      for (std::size_t i = 0; i < p.segments.size(); ++i) {
+        std::fprintf(out, "%s[%zu, %zu]", i ? ", " : "", p.segments[i].begin, p.segments[i].end);
+      }
+      std::fprintf(out, "], \"depth\": %d}\n", p.depth());
+      std::fclose(out);
+    }
 
     std::vector<double> step_s, fwd_s, fwd_bwd_s, replay_s;
     double peak = 0;

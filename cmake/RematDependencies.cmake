@@ -17,9 +17,7 @@ if(REMAT_USE_BLAS)
   endif()
 endif()
 
-if(REMAT_USE_OPENMP)
-  find_package(OpenMP QUIET COMPONENTS CXX)
-endif()
+find_package(Threads REQUIRED)  # remat's own pool for element-wise loops
 
 # Only remat/io needs a JSON parser (for safetensors headers); without it the rest works.
 find_package(nlohmann_json 3 QUIET)
@@ -30,9 +28,7 @@ function(remat_link_dependencies target)
     target_link_libraries(${target} INTERFACE BLAS::BLAS)
     target_compile_definitions(${target} INTERFACE REMAT_USE_BLAS=1)
   endif()
-  if(REMAT_USE_OPENMP AND OpenMP_CXX_FOUND)
-    target_link_libraries(${target} INTERFACE OpenMP::OpenMP_CXX)
-  endif()
+  target_link_libraries(${target} INTERFACE Threads::Threads)
   if(nlohmann_json_FOUND)
     target_link_libraries(${target} INTERFACE nlohmann_json::nlohmann_json)
   endif()

@@ -1,18 +1,25 @@
 #pragma once
 /// @file
-/// Thread count for remat's kernels: OpenMP for element-wise loops, OpenBLAS for GEMMs. Every
-/// parallel loop splits its range statically, so results never depend on scheduling.
+/// Threads for remat's kernels: a small pool for element-wise loops, OpenBLAS's own threads for
+/// GEMMs. Every parallel loop cuts its range into fixed chunks, so results never depend on which
+/// thread ran which chunk, or on how many threads there were.
+///
+/// Note [blocking pool]: the pool's workers spin for a few microseconds after a loop and then
+/// sleep on a futex. OpenMP's workers (libgomp) spin for much longer by default, and with
+/// OpenBLAS's threads busy in between they fought for the cores: a 2-thread GPT step took 3.4 s
+/// against 1.0 s on one thread (0.66 s with OMP_WAIT_POLICY=passive, a setting a library cannot
+/// make). See docs/design.md.
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "remat/core/config.hpp"
 #include "remat/core/error.hpp"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if REMAT_USE_BLAS
 #include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
@@ -21,29 +28,150 @@
 namespace remat {
 namespace detail {
 
-inline std::atomic<int>& thread_count_setting() noexcept {
-  static std::atomic<int> count{0};  // 0: not set, use the OpenMP default
-  return count;
-}
+class ThreadPool {
+ public:
+  static ThreadPool& instance() {
+    static ThreadPool pool(default_threads());
+    return pool;
+  }
+
+  ~ThreadPool() { stop_workers(); }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Threads a loop uses, the caller included.
+  int size() const noexcept { return size_.load(std::memory_order_relaxed); }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> lock(dispatch_);
+    stop_workers();
+    start_workers(threads - 1);
+  }
+
+  /// Runs fn(c) for every chunk c in [0, chunks), on the pool and the calling thread. Runs
+  /// inline when the pool is busy with another caller's loop or when called from a worker.
+  void run(int chunks, const std::function<void(int)>& fn) {
+    std::unique_lock<std::mutex> lock(dispatch_, std::try_to_lock);
+    if (!lock.owns_lock() || in_worker() || workers_.empty()) {
+      for (int c = 0; c < chunks; ++c) fn(c);
+      return;
+    }
+    Job job{&fn, chunks};
+    {
+      std::lock_guard<std::mutex> join(join_);
+      job_ = &job;
+    }
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    job.work();
+    wait_until(job.done, chunks);
+    {
+      std::lock_guard<std::mutex> join(join_);  // no worker joins from now on
+      job_ = nullptr;
+    }
+    wait_until_zero(job.users);  // and those that joined have left: `job` can go
+  }
+
+ private:
+  static constexpr int kSpins = 2000;
+
+  /// One loop: its chunks are claimed from `next`; `users` counts the workers inside it.
+  struct Job {
+    const std::function<void(int)>* fn;
+    int chunks;
+    std::atomic<int> next{0}, done{0}, users{0};
+
+    void work() {
+      for (int c = next.fetch_add(1, std::memory_order_relaxed); c < chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
+        (*fn)(c);
+        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done.notify_all();
+      }
+    }
+  };
+
+  explicit ThreadPool(int threads) { start_workers(threads - 1); }
+
+  static int default_threads() noexcept {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : static_cast<int>(n);
+  }
+
+  static bool& in_worker() noexcept {
+    thread_local bool flag = false;
+    return flag;
+  }
+
+  static void wait_until(std::atomic<int>& value, int target) {
+    for (int spins = 0;; ++spins) {
+      const int seen = value.load(std::memory_order_acquire);
+      if (seen >= target) return;
+      if (spins >= kSpins) value.wait(seen, std::memory_order_acquire);
+    }
+  }
+
+  static void wait_until_zero(std::atomic<int>& value) {
+    for (int seen = value.load(std::memory_order_acquire); seen != 0; seen = value.load(std::memory_order_acquire)) {
+      value.wait(seen, std::memory_order_acquire);
+    }
+  }
+
+  void worker_loop() {
+    in_worker() = true;
+    std::uint64_t seen = generation_.load(std::memory_order_acquire);
+    while (!stopping_.load(std::memory_order_acquire)) {
+      std::uint64_t now = generation_.load(std::memory_order_acquire);
+      for (int spins = 0; now == seen && spins < kSpins; ++spins) now = generation_.load(std::memory_order_acquire);
+      if (now == seen) {
+        generation_.wait(seen, std::memory_order_acquire);
+        continue;
+      }
+      seen = now;
+      Job* job = nullptr;
+      {
+        std::lock_guard<std::mutex> join(join_);
+        job = job_;
+        if (job) job->users.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (!job) continue;
+      job->work();
+      if (job->users.fetch_sub(1, std::memory_order_acq_rel) == 1) job->users.notify_all();
+    }
+  }
+
+  void start_workers(int count) {
+    stopping_.store(false, std::memory_order_release);
+    for (int i = 0; i < count; ++i) workers_.emplace_back([this] { worker_loop(); });
+    size_.store(count + 1, std::memory_order_relaxed);
+  }
+
+  void stop_workers() {
+    stopping_.store(true, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+    size_.store(1, std::memory_order_relaxed);
+  }
+
+  std::mutex dispatch_;  // one loop on the pool at a time
+  std::mutex join_;      // guards job_ against workers joining a loop that is ending
+  std::vector<std::thread> workers_;
+  std::atomic<int> size_{1};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  Job* job_ = nullptr;
+};
 
 }  // namespace detail
 
-/// Threads remat's kernels use (element-wise loops and GEMMs).
-inline int num_threads() noexcept {
-  const int set = detail::thread_count_setting().load(std::memory_order_relaxed);
-  if (set > 0) return set;
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+/// Threads remat's kernels use (element-wise loops and GEMMs). Defaults to the machine's cores.
+inline int num_threads() noexcept { return detail::ThreadPool::instance().size(); }
 
 /// Sets the threads remat's kernels use, including OpenBLAS's. Results of a given computation
-/// are bitwise the same for a given thread count.
+/// are bitwise the same for any thread count (GEMMs: for a given OpenBLAS thread count).
 inline void set_num_threads(int count) {
   if (count < 1) throw UsageError(detail::cat("set_num_threads: count must be >= 1, got ", count));
-  detail::thread_count_setting().store(count, std::memory_order_relaxed);
+  detail::ThreadPool::instance().resize(count);
 #if REMAT_USE_BLAS
   openblas_set_num_threads(count);
 #endif
@@ -51,21 +179,16 @@ inline void set_num_threads(int count) {
 
 namespace detail {
 
-/// Runs fn(begin, end) over [0, n) in static chunks of at least `grain` items, in parallel when
+/// Runs fn(begin, end) over [0, n) in fixed chunks of at least `grain` items, in parallel when
 /// that is worth it. fn must only touch its own chunk.
 template <class Fn>
 void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
-#ifdef _OPENMP
-  const std::int64_t threads = num_threads();
-  const std::int64_t chunks = std::min<std::int64_t>(threads, n / std::max<std::int64_t>(grain, 1));
-  if (chunks > 1 && !omp_in_parallel()) {
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
-    for (std::int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
+  ThreadPool& pool = ThreadPool::instance();
+  const std::int64_t chunks = std::min<std::int64_t>(pool.size(), n / std::max<std::int64_t>(grain, 1));
+  if (chunks > 1) {
+    pool.run(static_cast<int>(chunks), [&](int c) { fn(n * c / chunks, n * (c + 1) / chunks); });
     return;
   }
-#else
-  (void)grain;
-#endif
   if (n > 0) fn(std::int64_t{0}, n);
 }
 

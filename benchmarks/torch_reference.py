@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The remat_bench models and modes in PyTorch, printing the same JSON line.
+
+    torch_reference.py --model {mlp,deep,gpt} --mode {none,every,sqrt,plan:<file>}
+                       [--steps N] [--threads T]
+
+Runs with Debian's python3-torch (1.13, CPU). A training step is forward, cross-entropy, backward
+and an AdamW update, as in remat_bench. Checkpointing uses torch.utils.checkpoint (non-reentrant);
+`every` checkpoints every layer but the last, `sqrt` cuts the layers as checkpoint_sequential does
+with ceil(sqrt(n)) segments (the last runs plainly; 1.13's checkpoint_sequential itself is
+reentrant-only, so each segment goes through checkpoint(use_reentrant=False)), and `plan:<file>`
+applies the top-level segments of a remat plan written by `remat_bench --print-plan FILE`.
+
+Threads: torch.set_num_threads() does not reach the OpenBLAS that Debian's PyTorch calls for its
+GEMMs, so this script also sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS before importing torch;
+without them a "1-thread" PyTorch step runs its GEMMs on every core.
+
+Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
+allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
+sizes over one forward + backward, minus its starting value, peaks at act_peak_mb: the same
+definition as remat's counting allocator (tensor bytes live above those live before the step).
+The profiled step is a separate step from the timed ones, so the profiler costs no time.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="mlp", choices=["mlp", "deep", "gpt"])
+    ap.add_argument("--mode", default="none")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    return ap.parse_args()
+
+
+args = parse()
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(args.threads)
+
+import torch  # noqa: E402  (after the thread variables)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+torch.set_num_threads(args.threads)
+torch.manual_seed(1)
+
+
+class Block(nn.Module):
+    """GPT-2 pre-LN block: x + attn(ln1(x)), then + mlp(ln2(x))."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        y = F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def build(model):
+    """Layers to checkpoint, the chain's input, and the loss of the chain's output."""
+    if model in ("mlp", "deep"):
+        n, width, batch, act = (32, 1024, 256, "gelu") if model == "mlp" else (1000, 256, 64, "tanh")
+        layers = [nn.Sequential(nn.Linear(width, width), nn.GELU(approximate="tanh") if act == "gelu" else nn.Tanh())
+                  for _ in range(n)]
+        x = torch.randn(batch, width)
+        targets = torch.randint(0, width, (batch,))
+        return layers, lambda: x, lambda y: F.cross_entropy(y, targets), [p for l in layers for p in l.parameters()]
+    vocab, context, width, n, batch = 256, 256, 256, 8, 8
+    wte, wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
+    layers = [Block(width, 4) for _ in range(n)]
+    ln_f, head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+    ids = torch.randint(0, vocab, (batch, context))
+    targets = torch.randint(0, vocab, (batch * context,))
+    positions = torch.arange(context)
+    params = [p for m in [wte, wpe, ln_f, head, *layers] for p in m.parameters()]
+    return (layers, lambda: wte(ids) + wpe(positions),
+            lambda y: F.cross_entropy(head(ln_f(y)).view(-1, vocab), targets), params)
+
+
+def segments_for(mode, n):
+    """Top-level [begin, end) runs to checkpoint."""
+    if mode == "none":
+        return []
+    if mode == "every":
+        return [(i, i + 1) for i in range(n - 1)]
+    if mode == "sqrt":  # checkpoint_sequential's partition: k runs of n // k layers, the rest plain
+        k = math.ceil(math.sqrt(n))
+        size = n // k
+        return [(i * size, (i + 1) * size) for i in range(k - 1)]
+    if mode.startswith("plan:"):
+        with open(mode[5:]) as f:
+            return [tuple(s) for s in json.load(f)["segments"]]
+    raise SystemExit(f"torch_reference: unknown mode {mode}")
+
+
+def run_chain(layers, x, mode):
+    runs = segments_for(mode, len(layers))
+    starts = {b: e for b, e in runs}
+    i = 0
+    while i < len(layers):
+        if i in starts:
+            e = starts[i]
+            x = checkpoint(lambda z, b=i, e=e: run_range(layers, b, e, z), x, use_reentrant=False)
+            i = e
+        else:
+            x = layers[i](x)
+            i += 1
+    return x
+
+
+def run_range(layers, begin, end, x):
+    for layer in layers[begin:end]:
+        x = layer(x)
+    return x
+
+
+def peak_of_step(step):
+    """Peak bytes PyTorch's CPU allocator held during step() above what it held before."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_us()):  # stable: same-microsecond events keep their order
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def main():
+    layers, chain_input, loss_of, params = build(args.model)
+    optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
+    fwd_bwd_loss = {}
+
+    def forward_backward():
+        t0 = time.perf_counter()
+        loss = loss_of(run_chain(layers, chain_input(), args.mode))
+        t1 = time.perf_counter()
+        loss.backward()
+        fwd_bwd_loss.update(fwd=t1 - t0, fwd_bwd=time.perf_counter() - t0, loss=loss.item())
+
+    def train_step():
+        t0 = time.perf_counter()
+        forward_backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # keep gradient buffers, as remat does
+        return time.perf_counter() - t0
+
+    train_step()  # warm-up: gradients and AdamW state
+    peak = peak_of_step(forward_backward)
+    optimizer.zero_grad(set_to_none=False)
+    steps, fwds, fwd_bwds = [], [], []
+    for _ in range(args.steps):
+        steps.append(train_step())
+        fwds.append(fwd_bwd_loss["fwd"])
+        fwd_bwds.append(fwd_bwd_loss["fwd_bwd"])
+    print(json.dumps({
+        "model": args.model, "mode": args.mode, "threads": args.threads, "steps": args.steps,
+        "step_s": round(statistics.median(steps), 4), "fwd_s": round(statistics.median(fwds), 4),
+        "fwd_bwd_s": round(statistics.median(fwd_bwds), 4), "act_peak_mb": round(peak / 2**20, 2),
+        "loss": round(fwd_bwd_loss["loss"], 6), "framework": f"torch {torch.__version__}",
+    }))
+
+
+if __name__ == "__main__":
+    main()
