@@ -1,7 +1,8 @@
 // The memory/time trade-off of checkpointing, measured.
 //
 //   remat_bench --model {mlp,deep} --mode {none,every,sqrt,budget:<MiB>,optimal:<slots>}
-//               [--steps N] [--threads T] [--print-plan FILE]
+//               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
+//   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
 //
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
 // 256->256 + tanh), batch 64; gpt = 8 blocks, width 256, 4 heads, context 256, batch 8,
@@ -12,6 +13,11 @@
 // plan made; then N steps are timed.
 //
 // --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
+// --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
+// and writes DIR/sweep_MODEL.csv and DIR/sweep_MODEL.svg (peak against step time, predicted
+// beside measured; default DIR docs/figures).
+// gflops counts the step's GEMM work over the forward + backward time; peak_share divides it by
+// this machine's single-precision GEMM rate (n = 1024, measured at start unless --gemm-peak).
 // Prints one JSON object:
 //   step_s            median wall time of a training step (forward + backward + AdamW)
 //   fwd_bwd_s         median wall time of forward + backward alone
@@ -21,6 +27,7 @@
 //   replay_s          measured time spent replaying segments in one step
 //   loss              the loss of the last step (equal across modes: gradients are exact)
 #include "bench_util.hpp"
+#include "svg_plot.hpp"
 
 #include <remat/optim/adamw.hpp>
 
@@ -42,7 +49,7 @@ struct Model {
   std::vector<Parameter<float>> parameters;
   std::function<remat::plan::Chain()> profile;                  // measures the chain
   std::function<Var<float>(remat::Tape&, const remat::plan::Plan&)> loss;  // one step's loss
-  double forward_flops = 0;                                     // GEMM FLOPs of one forward pass
+  std::function<double(double)> flops;                          // GEMM FLOPs of forward + backward + recompute
 };
 
 /// n x (Linear width->width + activation) on a (batch, width) input, cross-entropy over width classes.
@@ -77,7 +84,9 @@ struct ChainModel {
     m.loss = [this, chain = m.chain, head](remat::Tape& tape, const remat::plan::Plan& p) {
       return head(remat::checkpoint_sequential(chain, p, tape.input(x)));
     };
-    m.forward_flops = 2.0 * layers * double(batch) * width * width;
+    // forward F = 2 L B W^2; backward dW (F) and dx (F, minus layer 0's: its input needs none)
+    const double forward = 2.0 * layers * double(batch) * width * width;
+    m.flops = [forward, per_layer = forward / layers](double recompute) { return (3 + recompute) * forward - per_layer; };
     return m;
   }
 };
@@ -105,7 +114,9 @@ struct GptModel {
     const double tokens = double(kBatch * kContext);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
     // attention scores and weighted values over the whole context (2 T C); plus the head.
-    m.forward_flops = 2.0 * tokens * (kLayers * (12.0 * kWidth * kWidth + 2.0 * kContext * kWidth) + double(kWidth) * kVocab);
+    const double blocks = 2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * kContext * kWidth);
+    const double head = 2.0 * tokens * kWidth * kVocab;  // chunked: 1 GEMM forward, 3 backward
+    m.flops = [blocks, head](double recompute) { return (3 + recompute) * blocks + 4 * head; };
     return m;
   }
 };
@@ -125,16 +136,144 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
   throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB> or optimal:<slots>, got " + mode);
 }
 
+struct Result {
+  remat::plan::Plan plan;
+  std::string mode;
+  double step_s = 0, fwd_s = 0, fwd_bwd_s = 0, replay_s = 0, peak = 0;
+  float loss = 0;
+};
+
+/// Trains `steps` steps under each plan and returns the medians (and the worst peak).
+class Bench {
+ public:
+  Bench(Model& model, int steps) : model_(model), steps_(steps), optimizer_(model.parameters, {.lr = 1e-4, .weight_decay = 0.0}) {
+    step(remat::plan::none(model.chain.size()));  // warm-up: gradient and AdamW buffers
+    chain_ = model.profile();
+    optimizer_.zero_grad();
+  }
+
+  const remat::plan::Chain& chain() const noexcept { return chain_; }
+
+  Result measure(const std::string& mode, const remat::plan::Plan& p) {
+    step(p);  // not counted: the first step of a plan fills the allocator's cache with its sizes
+    Result r{p, mode};
+    std::vector<double> step_s, fwd_s, fwd_bwd_s, replay_s;
+    for (int i = 0; i < steps_; ++i) {
+      const Result one = step(p);
+      step_s.push_back(one.step_s);
+      fwd_s.push_back(one.fwd_s);
+      fwd_bwd_s.push_back(one.fwd_bwd_s);
+      replay_s.push_back(one.replay_s);
+      r.peak = std::max(r.peak, one.peak);
+      r.loss = one.loss;
+    }
+    r.step_s = bench::median(step_s), r.fwd_s = bench::median(fwd_s), r.fwd_bwd_s = bench::median(fwd_bwd_s);
+    r.replay_s = bench::median(replay_s);
+    return r;
+  }
+
+ private:
+  Result step(const remat::plan::Plan& p) {
+    Result t;
+    const double t0 = bench::now_seconds();
+    {
+      remat::memory::Probe probe;
+      remat::Tape tape;
+      const Var<float> loss = model_.loss(tape, p);
+      t.fwd_s = bench::now_seconds() - t0;
+      tape.backward(loss);
+      t.peak = static_cast<double>(probe.peak_above_start());
+      t.replay_s = tape.state().stats().replay_seconds;
+      t.loss = loss.item();
+    }
+    t.fwd_bwd_s = bench::now_seconds() - t0;
+    optimizer_.step();
+    optimizer_.zero_grad();
+    t.step_s = bench::now_seconds() - t0;
+    return t;
+  }
+
+  Model& model_;
+  int steps_;
+  remat::optim::AdamW<float> optimizer_;
+  remat::plan::Chain chain_;
+};
+
+void print_json(const Model& model, const Result& r, int threads, int steps, double gemm_peak) {
+  const double mib = 1024.0 * 1024.0;
+  const double gflops = model.flops(r.plan.recompute_fraction) / r.fwd_bwd_s / 1e9;
+  std::printf(
+      "{\"model\": \"%s\", \"mode\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, \"fwd_s\": %.4f, "
+      "\"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %.2f, \"recompute\": %.3f, \"replay_s\": %.4f, "
+      "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"gemm_peak_gflops\": %.1f, \"peak_share\": %.3f, \"loss\": %.6f, "
+      "\"gemm\": \"%s\"}\n",
+      model.name.c_str(), r.mode.c_str(), threads, steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib, r.plan.peak_bytes / mib,
+      r.plan.recompute_fraction, r.replay_s, r.plan.segment_count(), r.plan.depth(), gflops, gemm_peak, gflops / gemm_peak,
+      r.loss, remat::gemm_backend().c_str());
+  std::fflush(stdout);
+}
+
+/// The plans of a sweep: none, every, sqrt, budgets between sqrt's and none's peaks and below,
+/// and binomial plans with a few checkpoint counts; each once.
+std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(const remat::plan::Chain& chain) {
+  namespace plan = remat::plan;
+  std::vector<std::pair<std::string, plan::Plan>> out = {{"none", plan::none(chain)}, {"every", plan::every(chain)}, {"sqrt", plan::sqrt(chain)}};
+  const double none_peak = plan::none(chain).peak_bytes, least = plan::optimal(chain, 0).peak_bytes;
+  for (double fraction : {0.75, 0.5, 0.3, 0.2, 0.1, 0.05}) {
+    const double bytes = fraction * none_peak;
+    if (bytes < least) continue;
+    char name[32];
+    std::snprintf(name, sizeof name, "budget:%.1f", bytes / (1024.0 * 1024.0));
+    out.emplace_back(name, plan::budget(chain, bytes));
+  }
+  // binomial plans recomputing at most four forward passes (fewer slots cost more)
+  for (std::size_t slots : {16, 8, 4, 2, 1}) {
+    if (slots >= chain.layers()) continue;
+    plan::Plan p = plan::optimal(chain, slots);
+    if (p.recompute_fraction > 4) break;
+    out.emplace_back("optimal:" + std::to_string(slots), std::move(p));
+  }
+  return out;
+}
+
+void write_sweep(const Model& model, const std::vector<Result>& results, const std::string& dir, double none_step) {
+  const std::string csv = dir + "/sweep_" + model.name + ".csv";
+  std::FILE* f = std::fopen(csv.c_str(), "w");
+  if (!f) throw remat::IoError("remat_bench: cannot write " + csv);
+  std::fprintf(f, "mode,step_s,predicted_step_s,act_peak_mb,predicted_peak_mb,recompute,segments,depth\n");
+  bench::Series measured{"measured", "#1f77b4"}, predicted{"predicted", "#d62728", true};
+  for (const Result& r : results) {
+    // predicted step: the none step plus the profiled seconds of forward work the plan replays
+    const double predicted_step = none_step + r.plan.recompute;
+    std::fprintf(f, "%s,%.4f,%.4f,%.3f,%.3f,%.4f,%zu,%d\n", r.mode.c_str(), r.step_s, predicted_step, r.peak / 1048576.0,
+                 r.plan.peak_bytes / 1048576.0, r.plan.recompute_fraction, r.plan.segment_count(), r.plan.depth());
+    measured.x.push_back(r.step_s);
+    measured.y.push_back(r.peak / 1048576.0);
+    measured.labels.push_back(r.mode);
+    predicted.x.push_back(predicted_step);
+    predicted.y.push_back(r.plan.peak_bytes / 1048576.0);
+  }
+  std::fclose(f);
+  const std::string svg = dir + "/sweep_" + model.name + ".svg";
+  if (!bench::write_scatter_svg(svg, model.name + ": activation peak against step time, one point per plan",
+                                "training step (s)", "activation peak (MiB, log scale)", {measured, predicted})) {
+    throw remat::IoError("remat_bench: cannot write " + svg);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const std::string model_name = bench::arg(argc, argv, "--model", "mlp");
+    const std::string sweep = bench::arg(argc, argv, "--sweep", "");
+    const std::string model_name = sweep.empty() ? bench::arg(argc, argv, "--model", "mlp") : sweep;
     const std::string mode = bench::arg(argc, argv, "--mode", "none");
     const int steps = std::stoi(bench::arg(argc, argv, "--steps", "5"));
     const int threads = std::stoi(bench::arg(argc, argv, "--threads", "1"));
     remat::set_num_threads(threads);
     remat::manual_seed(1);
+    const std::string peak_arg = bench::arg(argc, argv, "--gemm-peak", "");
+    const double gemm_peak = peak_arg.empty() ? bench::gemm_gflops(1024, 5) : std::stod(peak_arg);
 
     ChainModel chain_model;
     GptModel gpt_model;
@@ -143,36 +282,18 @@ int main(int argc, char** argv) {
     else if (model_name == "deep") model = chain_model.make("deep", 1000, 256, 64, false);
     else if (model_name == "gpt") model = gpt_model.make();
     else throw remat::UsageError("remat_bench: --model must be mlp, deep or gpt, got " + model_name);
-    remat::optim::AdamW<float> optimizer(model.parameters, {.lr = 1e-4, .weight_decay = 0.0});
+    Bench bench_(model, steps);
 
-    struct Timing {
-      double step, fwd, fwd_bwd, replay, peak;
-      float loss;
-    };
-    const auto train_step = [&](const remat::plan::Plan& p) {
-      Timing t{};
-      const double t0 = bench::now_seconds();
-      {
-        remat::memory::Probe probe;
-        remat::Tape tape;
-        const Var<float> loss = model.loss(tape, p);
-        t.fwd = bench::now_seconds() - t0;
-        tape.backward(loss);
-        t.peak = static_cast<double>(probe.peak_above_start());
-        t.replay = tape.state().stats().replay_seconds;
-        t.loss = loss.item();
+    if (!sweep.empty()) {
+      std::vector<Result> results;
+      for (const auto& [name, p] : sweep_plans(bench_.chain())) {
+        results.push_back(bench_.measure(name, p));
+        print_json(model, results.back(), threads, steps, gemm_peak);
       }
-      t.fwd_bwd = bench::now_seconds() - t0;
-      optimizer.step();
-      optimizer.zero_grad();
-      t.step = bench::now_seconds() - t0;
-      return t;
-    };
-
-    train_step(remat::plan::none(model.chain.size()));  // warm-up: gradient and AdamW buffers
-    const remat::plan::Chain chain = model.profile();
-    optimizer.zero_grad();
-    const remat::plan::Plan p = make_plan(mode, chain);
+      write_sweep(model, results, bench::arg(argc, argv, "--out", "docs/figures"), results.front().step_s);
+      return 0;
+    }
+    const remat::plan::Plan p = make_plan(mode, bench_.chain());
     if (const std::string file = bench::arg(argc, argv, "--print-plan", ""); !file.empty()) {
       std::FILE* out = std::fopen(file.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + file);
@@ -183,29 +304,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "], \"depth\": %d}\n", p.depth());
       std::fclose(out);
     }
-
-    std::vector<double> step_s, fwd_s, fwd_bwd_s, replay_s;
-    double peak = 0;
-    float loss = 0;
-    for (int i = 0; i < steps; ++i) {
-      const Timing t = train_step(p);
-      step_s.push_back(t.step);
-      fwd_bwd_s.push_back(t.fwd_bwd);
-      fwd_s.push_back(t.fwd);
-      replay_s.push_back(t.replay);
-      peak = std::max(peak, t.peak);
-      loss = t.loss;
-    }
-    const double mib = 1024.0 * 1024.0;
-    const double flops = (3 + p.recompute_fraction) * model.forward_flops;
-    std::printf(
-        "{\"model\": \"%s\", \"mode\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, \"fwd_s\": %.4f, \"fwd_bwd_s\": %.4f, "
-        "\"act_peak_mb\": %.2f, \"predicted_peak_mb\": %.2f, \"recompute\": %.3f, \"replay_s\": %.4f, "
-        "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"loss\": %.6f, \"gemm\": \"%s\"}\n",
-        model.name.c_str(), mode.c_str(), threads, steps, bench::median(step_s), bench::median(fwd_s), bench::median(fwd_bwd_s),
-        peak / mib,
-        p.peak_bytes / mib, p.recompute_fraction, bench::median(replay_s), p.segment_count(), p.depth(),
-        flops / bench::median(fwd_bwd_s) / 1e9, loss, remat::gemm_backend().c_str());
+    print_json(model, bench_.measure(mode, p), threads, steps, gemm_peak);
     return 0;
   } catch (const remat::Error& e) {
     std::fprintf(stderr, "remat_bench: %s\n", e.what());

@@ -231,3 +231,17 @@ TEST_CASE("checkpoint_sequential rejects a plan for another number of layers", "
   CHECK_THAT(error_message([&] { checkpoint_sequential(model.layers, plan::every(std::size_t{5}), x); }),
              Catch::Contains("for 5 layers but 3"));
 }
+
+TEST_CASE("a checkpointed function whose result ignores its inputs is reported", "[checkpoint][errors]") {
+  Parameter<float> w(Tensor<float>::ones({2}));
+  Tape tape;
+  const Var<float> x = tape.input(Tensor<float>::ones({2}), true);
+  const Var<float> other = tape.input(Tensor<float>::full({2}, 3.0f), true);
+  // reads `other` instead of its argument: x would silently get no gradient
+  CHECK_THAT(error_message([&] { checkpoint([&](const Var<float>&) { return tanh(other * w); }, x); }),
+             Catch::Contains("depends on none of the 1 Var(s)") && Catch::Contains("Pass the Vars"));
+  // identity and partial use are fine
+  CHECK_NOTHROW(checkpoint([](const Var<float>& v) { return v; }, x));
+  CHECK_NOTHROW(checkpoint([&](const Var<float>& a, const Var<float>&) { return a * w; }, x, other));
+  CHECK_NOTHROW(checkpoint([&](const Var<float>& v) { return std::make_tuple(tanh(other), v * 2.0f); }, x));
+}

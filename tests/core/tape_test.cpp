@@ -183,3 +183,26 @@ TEST_CASE("misuse raises UsageError with a message that says what to do", "[core
     CHECK_THAT(error_message([&] { tanh(Var<float>()); }), Catch::Contains("undefined"));
   }
 }
+
+TEST_CASE("anomaly mode names the first op that produced NaN or infinity", "[core][tape][errors]") {
+  SECTION("in the forward pass") {
+    Tape tape(TapeOptions{.detect_anomaly = true});
+    auto x = tape.input(Tensor<float>::from({3}, {1, -1, 2}), true);
+    auto y = exp(x);                   // fine
+    const std::string msg = error_message([&] { log(x * y); });  // log of a negative: NaN
+    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("'log'") && Catch::Contains("(3,)") &&
+                        Catch::Contains("forward"));
+  }
+  SECTION("in the backward pass") {
+    Tape tape(TapeOptions{.detect_anomaly = true});
+    auto x = tape.input(Tensor<float>::from({2}, {0, 4}), true);
+    auto y = sqrt(x);                  // d sqrt(x)/dx at 0 is infinite
+    const std::string msg = error_message([&] { tape.backward(sum(y)); });
+    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("backward of node") && Catch::Contains("'sqrt'"));
+  }
+  SECTION("off by default: values pass through") {
+    Tape tape;
+    auto x = tape.input(Tensor<float>::from({1}, {-1}), true);
+    CHECK(std::isnan(log(x).item()));
+  }
+}

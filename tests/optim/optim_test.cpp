@@ -97,3 +97,15 @@ TEST_CASE("CosineSchedule warms up linearly, then decays along a half cosine to 
   CHECK(s(100) == Approx(0.1));
   CHECK_THROWS_AS(optim::CosineSchedule(1.0, 5, 4), UsageError);
 }
+
+TEST_CASE("an optimizer over another model's parameters refuses to step", "[optim][errors]") {
+  Parameter<float> model_a(Tensor<float>::ones({2})), model_b(Tensor<float>::ones({2}));
+  optim::AdamW<float> opt({model_a});
+  {
+    Tape tape;
+    tape.backward(sum(model_b * 2.0f));  // the loss uses model B only
+  }
+  CHECK_THAT(error_message([&] { opt.step(); }),
+             Catch::Contains("none of the 1 parameters has a gradient") && Catch::Contains("uses this optimizer's parameters"));
+  CHECK(model_a.value()[0] == 1.0f);
+}

@@ -11,6 +11,8 @@
 
 #include <functional>
 #include <memory>
+#include <tuple>
+#include <vector>
 #include <type_traits>
 #include <utility>
 
@@ -86,14 +88,57 @@ std::shared_ptr<TapeState> tape_of_arguments(const Args&... args) {
 
 }  // namespace detail
 
+namespace detail {
+
+template <class T>
+void collect_node(const Var<T>& v, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+  if (v.tape_state() == tape) ids.push_back(v.node_id());
+}
+template <class Other>
+void collect_node(const Other&, const std::shared_ptr<TapeState>&, std::vector<std::uint32_t>&) {}
+template <class... Vs>
+void collect_node(const std::tuple<Vs...>& t, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+  std::apply([&](const auto&... v) { (collect_node(v, tape, ids), ...); }, t);
+}
+template <class A, class B>
+void collect_node(const std::pair<A, B>& p, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+  collect_node(p.first, tape, ids);
+  collect_node(p.second, tape, ids);
+}
+
+/// A checkpointed function that takes Vars but returns values that depend on none of them
+/// almost always read a different Var than it was given: gradients would then silently miss
+/// the inputs. Throws a UsageError saying so.
+template <class Result, class... Args>
+void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32_t begin, const Result& result,
+                             const Args&... inputs) {
+  std::vector<std::uint32_t> sources, outputs;
+  (collect_node(inputs, tape, sources), ...);
+  collect_node(result, tape, outputs);
+  if (sources.empty() || outputs.empty()) return;
+  for (std::uint32_t out : outputs) {
+    if (tape->depends_on(out, sources, begin)) return;
+  }
+  throw UsageError(cat("checkpoint: the function's result depends on none of the ", sources.size(),
+                       " Var(s) it was given (their gradients would silently be zero). Pass the Vars the function ",
+                       "reads as its inputs, or call it without checkpoint()"));
+}
+
+}  // namespace detail
+
 /// Runs fn(inputs...) as one checkpoint segment and returns what it returns (a Var, a tuple of
 /// Vars, anything). The inputs are usually Vars; values fn uses without taking them as inputs
 /// (captured Vars of the same tape, parameters, constants) work as well: the segment keeps
-/// whatever its replay needs.
+/// whatever its replay needs. Throws a UsageError when fn takes Vars but its result depends on
+/// none of them (it probably read a different Var).
 template <class Fn, class... Args>
 auto checkpoint(Fn&& fn, Args&&... inputs) {
-  CheckpointScope scope(CheckpointScope::on_tape(detail::tape_of_arguments(inputs...)));
-  return std::invoke(std::forward<Fn>(fn), std::forward<Args>(inputs)...);
+  const std::shared_ptr<detail::TapeState> tape = detail::tape_of_arguments(inputs...);
+  const std::uint32_t begin = tape ? tape->size() : 0;
+  CheckpointScope scope(CheckpointScope::on_tape(tape));
+  auto result = std::invoke(std::forward<Fn>(fn), std::forward<Args>(inputs)...);
+  if (scope.active()) detail::check_depends_on_inputs(tape, begin, result, inputs...);
+  return result;
 }
 
 }  // namespace remat

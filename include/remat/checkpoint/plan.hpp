@@ -417,8 +417,13 @@ class OneLevelPlanner {
         }
       }
       const std::vector<double> seg = segment_peaks(s);
-      double seg_cost = 0;
+      const double least_pre = from.back().pre;  // the frontier is sorted by pinned bytes, falling
+      double seg_cost = 0, kept = c_.boundary(s);
       for (std::size_t e = s + 1; e <= n_; ++e) {
+        // A segment's replay keeps at least its input, its layers' activations and inner
+        // boundaries; that only grows with e, so once it cannot fit, no longer segment can.
+        kept += c_.activation(e - 1) + (e - 1 > s ? c_.boundary(e - 1) : 0.0);
+        if (least_pre + kept > budget) break;
         seg_cost += c_.cost(e - 1);
         // from is sorted by recompute up, pinned bytes down: the states that fit are a suffix
         for (std::size_t i = from.size(); i-- > 0 && from[i].pre + seg[e] <= budget;) {
@@ -675,8 +680,12 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
     best = custom(chain, one_level.segments, "budget");
   }
   const bool found = std::isfinite(one_level.recompute);
-  // Nested plans: more slots, more memory and less recompute; find the most slots that fit.
+  // Nested plans: more slots, more memory and less recompute; find the most slots that fit. A
+  // plan cannot hold more checkpoints than the budget has room for boundaries.
+  double smallest = std::numeric_limits<double>::infinity();
+  for (std::size_t j = 1; j < chain.layers(); ++j) smallest = std::min(smallest, chain.boundary(j));
   std::size_t lo = 0, hi = chain.layers();
+  if (smallest > 0) hi = std::min<std::size_t>(hi, static_cast<std::size_t>(budget_bytes / smallest));
   Plan nested;
   bool nested_found = false;
   while (lo <= hi) {

@@ -33,6 +33,19 @@ inline constexpr std::size_t kTensorAlignment = 64;
 /// asked for, so caching changes no figure; memory::cached_bytes() tells what the cache holds.
 class BlockCache {
  public:
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer nothing is cached: a reused buffer would hide a use after free.
+  static constexpr std::size_t kDefaultLimit = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  static constexpr std::size_t kDefaultLimit = 0;
+#else
+  static constexpr std::size_t kDefaultLimit = std::size_t{1} << 30;
+#endif
+#else
+  static constexpr std::size_t kDefaultLimit = std::size_t{1} << 30;
+#endif
+
   static std::size_t rounded(std::size_t bytes) noexcept {
     const std::size_t grain = bytes >= 4096 ? 4096 : kTensorAlignment;
     return (bytes + grain - 1) / grain * grain;
@@ -101,7 +114,7 @@ class BlockCache {
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
   std::size_t cached_ = 0;
-  std::size_t limit_ = std::size_t{1} << 30;
+  std::size_t limit_ = kDefaultLimit;
   bool closed_ = false;
 };
 
@@ -160,7 +173,8 @@ inline std::size_t cached_bytes() noexcept { return detail::block_cache().cached
 /// Returns every cached buffer to the system.
 inline void release_cache() noexcept { detail::block_cache().release(); }
 
-/// Caps the bytes the reuse cache may hold (default 1 GiB; 0 turns caching off).
+/// Caps the bytes the reuse cache may hold (default 1 GiB, 0 under AddressSanitizer; 0 turns
+/// caching off).
 inline void set_cache_limit(std::size_t bytes) noexcept { detail::block_cache().set_limit(bytes); }
 
 /// Starts a new peak measurement from the current live count.

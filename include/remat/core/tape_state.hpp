@@ -15,6 +15,7 @@
 /// checks it. In verify mode every node inside a segment is fingerprinted, so the first one
 /// that differs names the op at fault.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -150,6 +151,25 @@ class TapeState {
     open_.pop_back();
   }
 
+  /// Whether node `out` depends on any of `sources` through nodes recorded since `begin` (one
+  /// forward pass over that range).
+  bool depends_on(std::uint32_t out, std::span<const std::uint32_t> sources, std::uint32_t begin) const {
+    if (out < begin) return std::find(sources.begin(), sources.end(), out) != sources.end();
+    std::vector<char> reached(size() - begin, 0);
+    const auto is_reached = [&](std::uint32_t id) {
+      return id >= begin ? reached[id - begin] != 0 : std::find(sources.begin(), sources.end(), id) != sources.end();
+    };
+    for (std::uint32_t i = begin; i <= out; ++i) {
+      for (std::uint32_t j : nodes_[i]->inputs) {
+        if (is_reached(j)) {
+          reached[i - begin] = 1;
+          break;
+        }
+      }
+    }
+    return reached[out - begin] != 0;
+  }
+
   // ---- backward -----------------------------------------------------------------------------
 
   /// What the backward pass recomputed.
@@ -239,15 +259,9 @@ class TapeState {
   }
 
   void materialize(const NodeBase& n) {
-    std::uint32_t chain[64];
-    int count = 0;
-    for (std::uint32_t s = n.segment; s != kNone; s = segments_[s].parent) {
-      if (count == 64) throw UsageError("checkpoint: segments nested more than 64 deep");
-      chain[count++] = s;
-    }
-    while (count-- > 0) {
-      if (!segments_[chain[count]].materialized) replay(chain[count]);
-    }
+    chain_.clear();  // the unmaterialized segments around n, innermost first
+    for (std::uint32_t s = n.segment; s != kNone && !segments_[s].materialized; s = segments_[s].parent) chain_.push_back(s);
+    for (std::size_t i = chain_.size(); i-- > 0;) replay(chain_[i]);
   }
 
   /// Runs the segment's recorded recipes again from its captured inputs (Note [levels]), checks
@@ -357,6 +371,7 @@ class TapeState {
   std::vector<NodeBase*> nodes_;
   std::vector<Segment> segments_;
   std::vector<std::uint32_t> open_;
+  std::vector<std::uint32_t> chain_;  // scratch for materialize()
   std::uint32_t level_ = 0;  // Note [levels]
   ReplayStats stats_;
   bool sweeping_ = false;
