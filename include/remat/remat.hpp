@@ -17,6 +17,7 @@
 #include "remat/core/tape.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/core/var.hpp"
+#include "remat/nn/estimate.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/nn/module.hpp"

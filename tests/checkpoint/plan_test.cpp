@@ -27,6 +27,8 @@ Chain random_chain(std::size_t n, std::uint64_t seed) {
   }
   c.loss_bytes = std::floor(rng.uniform(0, 10));
   c.loss_output_bytes = std::floor(rng.uniform(0, 3));
+  c.loss_forward_transient_bytes = std::floor(rng.uniform(0, 25));
+  c.loss_backward_transient_bytes = std::floor(rng.uniform(0, 25));
   return c;
 }
 
@@ -135,7 +137,7 @@ TEST_CASE("plan::budget's dynamic program is optimal over every one-level plan",
         for (const Prediction& p : predicted) {
           if (p.peak_bytes <= b) best = std::min(best, p.recompute);
         }
-        const auto choice = detail::OneLevelPlanner(c).best(b);
+        const auto choice = remat::plan::detail::OneLevelPlanner(c).best(b);
         INFO("n " << n << " variant " << variant << " budget " << b);
         REQUIRE(choice.recompute == best);
         const Prediction mine = predict(c, choice.segments);
@@ -213,7 +215,7 @@ TEST_CASE("plan::optimal: the uniform recursion's bisection finds the same minim
     return memo[key] = best;
   };
   for (std::size_t k : {0, 1, 2, 4, 7}) {
-    detail::NestedPlanner planner(Chain::uniform(n), k);
+    remat::plan::detail::NestedPlanner planner(Chain::uniform(n), k);
     for (std::size_t len : {2, 3, 10, 49, 97, 150}) {
       CHECK(planner.t(0, len, k) == full(len, k, false));
       CHECK(planner.h(0, len, k) == full(len, k, true));

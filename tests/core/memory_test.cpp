@@ -84,5 +84,5 @@ TEST_CASE("freed buffers are cached for reuse without changing the counts", "[co
   memory::set_cache_limit(0);
   { Tensor<float> c({10000}); }
   CHECK(memory::cached_bytes() == 0);
-  memory::set_cache_limit(detail::BlockCache::kDefaultLimit);
+  memory::set_cache_limit(remat::detail::BlockCache::kDefaultLimit);
 }

@@ -18,7 +18,9 @@
 ///   segment's captured input once the sweep has passed it.
 /// The chain's input x_0 exists before the step and is not counted (unless input_made_in_step,
 /// as for a GPT's blocks, whose input the embeddings make); the loss pins x_n and keeps
-/// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end. Every planner optimizes this same model, so predictions and plans agree.
+/// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end; its
+/// forward and backward temporaries (a chunked loss's logits chunk) sit on top of that while it
+/// runs. Every planner optimizes this same model, so predictions and plans agree.
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +46,8 @@ struct Chain {
   std::vector<bool> saves_output;                ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
   double loss_bytes = 0;                         ///< what the loss keeps from its forward to its backward
   double loss_output_bytes = 0;                  ///< the loss value and its seed gradient, alive to the end
+  double loss_forward_transient_bytes = 0;       ///< temporaries while the loss runs forward (a logits chunk)
+  double loss_backward_transient_bytes = 0;      ///< temporaries while the loss runs backward, x_n's gradient included
   bool input_made_in_step = false;               ///< x_0 is computed during the step (it then counts)
 
   std::size_t layers() const noexcept { return activation_bytes.size(); }
@@ -90,7 +94,7 @@ struct Chain {
     check(backward_transient_bytes, "backward_transient_bytes", true);
     check(forward_cost, "forward_cost", true);
     if (!saves_output.empty() && saves_output.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_output.size(), " saves_output flags"));
-    for (double v : {loss_bytes, loss_output_bytes}) {
+    for (double v : {loss_bytes, loss_output_bytes, loss_forward_transient_bytes, loss_backward_transient_bytes}) {
       if (!(v >= 0) || !std::isfinite(v)) fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
     }
   }
@@ -183,6 +187,7 @@ class Simulator {
     forward(0, n_, 0);
     pin(n_);  // the loss holds the output
     live_ += c_.loss_bytes + c_.loss_output_bytes;
+    touch(std::max(c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes));
     grad_ = c_.boundary(n_);
     touch(0);
     unpin(n_);
@@ -438,7 +443,9 @@ class OneLevelPlanner {
     std::size_t pick = frontier[n_].size();
     for (std::size_t i = 0; i < frontier[n_].size(); ++i) {
       const State& st = frontier[n_][i];
-      const double peak = std::max(st.peak, st.pre + 2 * out + c_.loss_bytes + c_.loss_output_bytes);  // the loss's gradient while it holds x_n
+      // the loss runs while it holds x_n, then x_n's gradient exists
+      const double loss_extra = std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
+      const double peak = std::max(st.peak, st.pre + out + c_.loss_bytes + c_.loss_output_bytes + loss_extra);
       if (peak > budget) continue;
       if (st.cost < best.recompute || (st.cost == best.recompute && peak < best.peak)) {
         best.recompute = st.cost;

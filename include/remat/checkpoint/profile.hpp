@@ -84,11 +84,18 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     if (!measure_memory) continue;
     x = apply<T>(std::make_unique<detail::MemoryMarker<T>>(&live[n], &peak[n]), {x});
     const double before_loss = static_cast<double>(memory::live_bytes());
+    memory::reset_peak();
     const Var<T> value = loss(x);
+    const double after_loss = static_cast<double>(memory::live_bytes());
     // what the loss keeps; then its value and the gradient of ones backward() seeds it with
     c.loss_output_bytes = 2.0 * static_cast<double>(value.value().bytes());
-    c.loss_bytes = static_cast<double>(memory::live_bytes()) - before_loss - c.loss_output_bytes / 2;
-    tape.backward(value, Tensor<T>::ones(value.shape()));
+    c.loss_bytes = after_loss - before_loss - c.loss_output_bytes / 2;
+    c.loss_forward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after_loss);
+    const Tensor<T> seed = Tensor<T>::ones(value.shape());
+    const double before_backward = static_cast<double>(memory::live_bytes());
+    memory::reset_peak();
+    tape.backward(value, seed);
+    c.loss_backward_transient_bytes = std::max(0.0, peak[n] - before_backward);
     // The marker before layer 0 sits on the input, which needs no gradient, so it never runs:
     // layer 0's backward peak is the peak since the marker before layer 1.
     peak[0] = static_cast<double>(memory::peak_bytes());
@@ -106,7 +113,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
 template <class Layers, class T>
 Chain profile(Layers&& layers, const Tensor<T>& input, ProfileOptions options = {}) {
   Chain c = profile(std::forward<Layers>(layers), input, [](const Var<T>& y) { return y; }, options);
-  c.loss_bytes = c.loss_output_bytes = 0;  // the "loss" was the output itself, its seed x_n's gradient
+  // the "loss" was the output itself, its seed x_n's gradient
+  c.loss_bytes = c.loss_output_bytes = c.loss_forward_transient_bytes = c.loss_backward_transient_bytes = 0;
   return c;
 }
 

@@ -78,9 +78,9 @@ class GPT : public Module<T> {
   }
 
   /// Measures the blocks as a chain for the planners (plan::profile), on a batch: their input
-  /// is the embeddings' output, made during the step; the loss is the chunked head. Parameters
-  /// receive gradients: zero_grad() afterwards.
-  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+  /// is the embeddings' output, made during the step; the loss is the head and the loss() of
+  /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards.
+  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, bool chunked = true,
                       plan::ProfileOptions options = {}) const {
     Tensor<T> embedded;
     {
@@ -89,7 +89,8 @@ class GPT : public Module<T> {
     }
     const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
     plan::Chain c = plan::profile(block_layers(), embedded, [&](const Var<T>& out) {
-      return linear_cross_entropy(reshape(ln_f(out), {-1, config_.width}), head_weight(), flat);
+      const Var<T> h = reshape(ln_f(out), {-1, config_.width});
+      return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
     }, options);
     c.input_made_in_step = true;
     return c;

@@ -82,6 +82,11 @@ namespace detail {
 
 /// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
 /// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
+/// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, at least one.
+inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
+  return std::max<std::int64_t>(1, (std::int64_t{8} << 20) / (vocab * static_cast<std::int64_t>(element_bytes)));
+}
+
 template <class T>
 class LinearCrossEntropyNode final : public Node<T> {
  public:
@@ -170,8 +175,7 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   }
   if (chunk_rows < 0) throw UsageError(detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
   detail::check_ids("linear_cross_entropy", targets, sw[0], "target");
-  const std::int64_t chunk =
-      chunk_rows > 0 ? chunk_rows : std::max<std::int64_t>(1, (std::int64_t{8} << 20) / (sw[0] * std::int64_t{sizeof(T)}));
+  const std::int64_t chunk = chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
   return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, std::min(chunk, sh.rows()));
 }
 

@@ -1,0 +1,120 @@
+#include "support/gradcheck.hpp"
+#include "support/models.hpp"
+
+#include <remat/nn/estimate.hpp>
+#include <remat/optim/adamw.hpp>
+#include <remat/optim/sgd.hpp>
+
+using namespace remat;
+
+namespace {
+
+struct Case {
+  nn::GPTConfig config;
+  std::int64_t batch, time;
+  bool chunked;
+};
+
+// Small enough for the suite, varied enough to move every term: dropout, tied weights, a
+// sequence shorter than the context, the plain loss, and a vocabulary whose logits need chunks.
+const Case kCases[] = {
+    {{.vocab = 64, .context = 32, .layers = 3, .heads = 2, .width = 32, .seed = 1}, 2, 32, true},
+    {{.vocab = 64, .context = 32, .layers = 3, .heads = 4, .width = 32, .dropout = 0.1, .seed = 2}, 3, 16, true},
+    {{.vocab = 50, .context = 16, .layers = 2, .heads = 2, .width = 16, .tied = true, .seed = 3}, 4, 16, false},
+    {{.vocab = 40000, .context = 64, .layers = 2, .heads = 2, .width = 32, .seed = 4}, 2, 64, true},
+};
+
+template <class T>
+plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
+  const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
+  const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
+  gpt.profile(ids, targets, c.chunked);  // the first backward allocates the gradients: profile once more
+  return gpt.profile(ids, targets, c.chunked);
+}
+
+// The allocator's peak, relative to `base`, over a second training step with AdamW (the first
+// allocates the gradients and the moments that later steps reuse).
+double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base) {
+  nn::GPT<float> gpt(c.config);
+  const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
+  const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
+  optim::AdamW<float> adam(gpt.parameters());
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) memory::reset_peak();
+    Tape tape;
+    tape.backward(gpt.loss(ids, targets, p, c.chunked));
+    adam.step();
+    adam.zero_grad();
+  }
+  return static_cast<double>(memory::peak_bytes() - base);
+}
+
+}  // namespace
+
+TEST_CASE("estimate_memory counts a GPT's parameters exactly", "[nn][estimate]") {
+  for (const Case& c : kCases) {
+    const nn::GPT<float> gpt(c.config);
+    const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
+    CHECK(e.parameter_count == gpt.parameter_count());
+    CHECK(e.parameters == 4.0 * static_cast<double>(gpt.parameter_count()));
+    CHECK(e.gradients == e.parameters);
+    CHECK(e.optimizer_state == 2 * e.parameters);
+  }
+  const auto sgd = nn::estimate_memory<double>(kCases[0].config, {.optimizer = nn::OptimizerKind::sgd});
+  CHECK(sgd.optimizer_state == 0);
+  CHECK(nn::estimate_memory<double>(kCases[0].config, {.optimizer = nn::OptimizerKind::sgd_momentum}).optimizer_state ==
+        sgd.parameters);
+}
+
+TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on the model", "[nn][estimate]", float, double) {
+  for (const Case& c : kCases) {
+    const nn::GPT<TestType> gpt(c.config);
+    const plan::Chain measured = profiled(gpt, c);
+    const plan::Chain& predicted =
+        nn::estimate_memory<TestType>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}).chain;
+    INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked);
+    CHECK(predicted.boundary_bytes == measured.boundary_bytes);
+    CHECK(predicted.activation_bytes == measured.activation_bytes);
+    CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
+    CHECK(predicted.backward_transient_bytes == measured.backward_transient_bytes);
+    CHECK(predicted.saves_output == measured.saves_output);
+    CHECK(predicted.loss_bytes == measured.loss_bytes);
+    CHECK(predicted.loss_output_bytes == measured.loss_output_bytes);
+    CHECK(predicted.loss_forward_transient_bytes == measured.loss_forward_transient_bytes);
+    CHECK(predicted.loss_backward_transient_bytes == measured.loss_backward_transient_bytes);
+    CHECK(predicted.input_made_in_step == measured.input_made_in_step);
+  }
+}
+
+TEST_CASE("estimate_memory predicts a whole training step's counted peak within 10 %", "[nn][estimate]") {
+  for (const Case& c : kCases) {
+    const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
+    for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain), plan::optimal(e.chain, 1)}) {
+      const std::size_t base = memory::live_bytes();
+      const double counted = counted_step_peak(c, &p, base);
+      INFO("vocab " << c.config.vocab << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
+      CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);
+    }
+  }
+}
+
+TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked loss the logits", "[nn][estimate]") {
+  const nn::GPTConfig config{.vocab = 32000, .context = 1024, .layers = 12, .heads = 12, .width = 768};
+  const auto chunked = nn::estimate_memory<float>(config, {.batch = 2});
+  const auto plain = nn::estimate_memory<float>(config, {.batch = 2, .chunked_loss = false});
+  CHECK(chunked.logits == 2.0 * 1024 * 32000 * 4);
+  CHECK(chunked.loss_chunk == 65 * 32000 * 4);  // 8 MiB of float logits hold 65 rows of 32,000
+  CHECK(chunked.activations(plan::every(chunked.chain)) < chunked.activations() / 4);
+  CHECK(plain.activations() - chunked.activations() > chunked.logits);
+  CHECK(chunked.total() == chunked.persistent() + chunked.activations());
+}
+
+TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][errors]") {
+  const nn::GPTConfig config{.vocab = 10, .context = 8, .layers = 1, .heads = 2, .width = 4};
+  CHECK_THROWS_WITH(nn::estimate_memory<float>(config, {.batch = 2, .time = 9}),
+                    Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") && Catch::Contains("time 9"));
+  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), UsageError);
+  CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), UsageError);
+  const auto e = nn::estimate_memory<float>(config, {.batch = 1});
+  CHECK_THROWS_AS(e.activations(plan::every(std::size_t(5))), PlanError);
+}
