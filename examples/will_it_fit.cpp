@@ -15,8 +15,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,6 +56,7 @@ Options parse(int argc, char** argv) {
   const std::map<std::string, double*> reals = {{"--memory", &o.memory_gib}, {"--budget", &o.budget_mib}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") usage("flags");
     if (flag == "--json" || flag == "--tied" || flag == "--plain-loss") {
       (flag == "--json" ? o.json : flag == "--tied" ? o.config.tied : o.step.chunked_loss) = flag != "--plain-loss";
       continue;
@@ -60,12 +64,15 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage("missing value after " + flag);
     const std::string value = argv[++i];
     char* end = nullptr;
+    errno = 0;
     if (auto it = ints.find(flag); it != ints.end()) {
       *it->second = std::strtoll(value.c_str(), &end, 10);
-      if (*end || *it->second < 0) usage("bad value for " + flag + ": " + value);
+      if (value.empty() || *end || errno || *it->second < 0) usage("bad value for " + flag + ": '" + value + "'");
     } else if (auto r = reals.find(flag); r != reals.end()) {
       *r->second = std::strtod(value.c_str(), &end);
-      if (*end || *r->second <= 0) usage("bad value for " + flag + ": " + value);
+      if (value.empty() || *end || errno || !std::isfinite(*r->second) || !(*r->second > 0)) {
+        usage("bad value for " + flag + ": '" + value + "' (a positive number)");
+      }
     } else if (flag == "--dtype" && (value == "float" || value == "double")) {
       o.double_precision = value == "double";
     } else if (flag == "--optimizer" && (value == "adamw" || value == "momentum" || value == "sgd")) {
@@ -95,19 +102,24 @@ std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
   return out;
 }
 
-/// The name a plan goes by on train_gpt's and remat_bench's command lines.
+/// The name a plan goes by on remat_bench's --mode (train_gpt's --checkpoint takes the first four).
 std::string name(const plan::Plan& p, const Options& o) {
-  if (p.kind == "budget") return "budget:" + std::to_string(static_cast<long long>(o.budget_mib));
-  if (p.kind == "optimal") return "optimal:" + std::to_string(p.slots);
-  return p.kind;
+  char buf[64];
+  if (p.kind == "budget") std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
+  else if (p.kind == "optimal") std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
+  else return p.kind;
+  return buf;
 }
 
-/// The largest batch whose step fits in `bytes` with `p`'s segments (0: not even one sequence).
+/// The largest batch whose step fits in `bytes` with `p`'s segments (0: not even one sequence;
+/// the search stops at 2^30 sequences).
 std::int64_t largest_batch(const Options& o, const plan::Plan& p, double bytes) {
   const auto fits = [&](std::int64_t b) { return estimate(o, b).total(p) <= bytes; };
+  constexpr std::int64_t kMost = std::int64_t{1} << 30;
   if (!fits(1)) return 0;
   std::int64_t lo = 1, hi = 2;
-  while (fits(hi) && hi < (std::int64_t{1} << 40)) lo = hi, hi *= 2;
+  while (hi <= kMost && fits(hi)) lo = hi, hi *= 2;
+  if (hi > kMost) return lo;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;
@@ -172,7 +184,7 @@ int main(int argc, char** argv) {
     const MemoryEstimate e = estimate(o, o.step.batch);
     const std::vector<plan::Plan> ps = plans(o, e);  // before printing: a budget too small throws
     o.json ? print_json(o, e, ps) : print_table(o, e, ps);
-  } catch (const remat::Error& err) {
+  } catch (const std::exception& err) {  // remat::Error for what it rejects; bad_alloc, say, for the rest
     std::fprintf(stderr, "will_it_fit: %s\n", err.what());
     return 1;
   }

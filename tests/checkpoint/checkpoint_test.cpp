@@ -244,4 +244,6 @@ TEST_CASE("a checkpointed function whose result ignores its inputs is reported",
   CHECK_NOTHROW(checkpoint([](const Var<float>& v) { return v; }, x));
   CHECK_NOTHROW(checkpoint([&](const Var<float>& a, const Var<float>&) { return a * w; }, x, other));
   CHECK_NOTHROW(checkpoint([&](const Var<float>& v) { return std::make_tuple(tanh(other), v * 2.0f); }, x));
+  // inputs moved into by-value parameters still count as the inputs they were
+  CHECK_NOTHROW(checkpoint([&](Var<float>, Var<float> b) { return b * w; }, Var<float>(x), Var<float>(other)));
 }

@@ -22,6 +22,11 @@ const Case kCases[] = {
     {{.vocab = 64, .context = 32, .layers = 3, .heads = 4, .width = 32, .dropout = 0.1, .seed = 2}, 3, 16, true},
     {{.vocab = 50, .context = 16, .layers = 2, .heads = 2, .width = 16, .tied = true, .seed = 3}, 4, 16, false},
     {{.vocab = 40000, .context = 64, .layers = 2, .heads = 2, .width = 32, .seed = 4}, 2, 64, true},
+    // long sequences on a narrow model: attention's (T x T) scratch outweighs the (N x C) tensors
+    {{.vocab = 12, .context = 128, .layers = 2, .heads = 1, .width = 8, .seed = 5}, 1, 128, true},
+    {{.vocab = 12, .context = 128, .layers = 2, .heads = 2, .width = 8, .dropout = 0.2, .seed = 6}, 1, 128, false},
+    // a vocabulary narrower than the model, plain loss
+    {{.vocab = 16, .context = 16, .layers = 2, .heads = 2, .width = 64, .seed = 7}, 2, 16, false},
 };
 
 template <class T>
@@ -76,7 +81,11 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
     CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
-    CHECK(predicted.backward_transient_bytes == measured.backward_transient_bytes);
+    // The profile runs the blocks on a detached input, so its first block computes no input
+    // gradient; in a GPT step the embeddings need it, and the estimate prices it for every block.
+    CHECK(measured.backward_transient_bytes[0] <= predicted.backward_transient_bytes[0]);
+    CHECK(std::equal(predicted.backward_transient_bytes.begin() + 1, predicted.backward_transient_bytes.end(),
+                     measured.backward_transient_bytes.begin() + 1, measured.backward_transient_bytes.end()));
     CHECK(predicted.saves_output == measured.saves_output);
     CHECK(predicted.loss_bytes == measured.loss_bytes);
     CHECK(predicted.loss_output_bytes == measured.loss_output_bytes);
@@ -93,7 +102,10 @@ TEST_CASE("estimate_memory predicts a whole training step's counted peak within 
       const std::size_t base = memory::live_bytes();
       const double counted = counted_step_peak(c, &p, base);
       INFO("vocab " << c.config.vocab << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
-      CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);
+      CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);  // the issue's bound
+      // The weights and AdamW's moments dominate small models: hold the activations alone to 1 %
+      // (what is left is the embedding's positions, 4 T bytes).
+      CHECK(std::abs(e.activations(p) - (counted - e.persistent())) <= 0.01 * e.activations(p));
     }
   }
 }
@@ -115,6 +127,11 @@ TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][erro
                     Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") && Catch::Contains("time 9"));
   CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), UsageError);
   CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), UsageError);
+  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 2, .time = -1}), UsageError);
+  CHECK_THROWS_WITH(nn::estimate_memory<float>(nn::GPTConfig{.vocab = 1 << 30, .context = 8, .layers = 1, .heads = 1, .width = 1 << 30}),
+                    Catch::Contains("beyond what can be counted"));
   const auto e = nn::estimate_memory<float>(config, {.batch = 1});
   CHECK_THROWS_AS(e.activations(plan::every(std::size_t(5))), PlanError);
+  const auto deeper = nn::estimate_memory<float>(nn::GPTConfig{.vocab = 10, .context = 8, .layers = 6, .heads = 2, .width = 4});
+  CHECK_THROWS_WITH(deeper.total(plan::every(std::size_t(3))), Catch::Contains("for 3 layers but the model has 6 blocks"));
 }

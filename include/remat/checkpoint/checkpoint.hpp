@@ -109,11 +109,12 @@ void collect_node(const std::pair<A, B>& p, const std::shared_ptr<TapeState>& ta
 /// A checkpointed function that takes Vars but returns values that depend on none of them
 /// almost always read a different Var than it was given: gradients would then silently miss
 /// the inputs. Throws a UsageError saying so.
-template <class Result, class... Args>
+/// `sources`: the inputs' nodes, collected before fn ran (it may take them by value and move
+/// from them).
+template <class Result>
 void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32_t begin, const Result& result,
-                             const Args&... inputs) {
-  std::vector<std::uint32_t> sources, outputs;
-  (collect_node(inputs, tape, sources), ...);
+                             const std::vector<std::uint32_t>& sources) {
+  std::vector<std::uint32_t> outputs;
   collect_node(result, tape, outputs);
   if (sources.empty() || outputs.empty()) return;
   for (std::uint32_t out : outputs) {
@@ -135,9 +136,11 @@ template <class Fn, class... Args>
 auto checkpoint(Fn&& fn, Args&&... inputs) {
   const std::shared_ptr<detail::TapeState> tape = detail::tape_of_arguments(inputs...);
   const std::uint32_t begin = tape ? tape->size() : 0;
+  std::vector<std::uint32_t> sources;
+  (detail::collect_node(inputs, tape, sources), ...);
   CheckpointScope scope(CheckpointScope::on_tape(tape));
   auto result = std::invoke(std::forward<Fn>(fn), std::forward<Args>(inputs)...);
-  if (scope.active()) detail::check_depends_on_inputs(tape, begin, result, inputs...);
+  if (scope.active()) detail::check_depends_on_inputs(tape, begin, result, sources);
   return result;
 }
 

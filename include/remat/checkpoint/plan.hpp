@@ -692,7 +692,8 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
   double smallest = std::numeric_limits<double>::infinity();
   for (std::size_t j = 1; j < chain.layers(); ++j) smallest = std::min(smallest, chain.boundary(j));
   std::size_t lo = 0, hi = chain.layers();
-  if (smallest > 0) hi = std::min<std::size_t>(hi, static_cast<std::size_t>(budget_bytes / smallest));
+  // compared as doubles first: a huge budget's quotient may not fit a size_t
+  if (smallest > 0 && budget_bytes / smallest < static_cast<double>(hi)) hi = static_cast<std::size_t>(budget_bytes / smallest);
   Plan nested;
   bool nested_found = false;
   while (lo <= hi) {

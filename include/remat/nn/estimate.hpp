@@ -6,7 +6,11 @@
 /// each op keeps for backward (the same figures plan::profile measures on a real model), so every
 /// checkpoint plan can be priced with plan::predict; the logits from the loss's shape.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "remat/checkpoint/plan.hpp"
 #include "remat/nn/gpt.hpp"
@@ -44,7 +48,13 @@ struct MemoryEstimate {
   double activations(const std::vector<plan::Segment>& segments = {}) const {
     return plan::predict(chain, segments).peak_bytes;
   }
-  double activations(const plan::Plan& p) const { return activations(p.segments); }
+  double activations(const plan::Plan& p) const {
+    if (p.layers != chain.layers()) {
+      throw PlanError(remat::detail::cat("MemoryEstimate: the plan (", p.kind, ") is for ", p.layers, " layers but the model has ",
+                                         chain.layers(), " blocks"));
+    }
+    return activations(p.segments);
+  }
   /// Peak bytes of a whole training step: persistent() + activations(p).
   double total(const plan::Plan& p) const { return persistent() + activations(p); }
   double total() const { return persistent() + activations(); }
@@ -55,11 +65,12 @@ struct MemoryEstimate {
 namespace remat::detail {
 
 /// Parameters of a GPT: embeddings, per block two layer norms and four biased projections
-/// (12 C^2 + 13 C), the final norm, and the head unless it is tied.
-inline std::int64_t gpt_parameter_count(const nn::GPTConfig& c) {
-  const std::int64_t w = c.width;
-  const std::int64_t block = 12 * w * w + 13 * w;
-  return c.vocab * w + c.context * w + c.layers * block + 2 * w + (c.tied ? 0 : c.vocab * w);
+/// (12 C^2 + 13 C), the final norm, and the head unless it is tied. In double: the sizes asked
+/// about may be far beyond what fits.
+inline double gpt_parameter_count(const nn::GPTConfig& c) {
+  const auto w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
+  const double block = 12 * w * w + 13 * w;
+  return v * w + static_cast<double>(c.context) * w + static_cast<double>(c.layers) * block + 2 * w + (c.tied ? 0 : v * w);
 }
 
 /// The blocks' chain, op by op (N = B T rows, C wide, H heads, e bytes an element):
@@ -67,26 +78,32 @@ inline std::int64_t gpt_parameter_count(const nn::GPTConfig& c) {
 ///   attention the packed qkv (3NC) and its probabilities (B H T^2), the output projection its
 ///   input (NC), ln2 the residual sum (NC), fc its input (NC), GELU its input (4NC), the second
 ///   projection GELU's output (4NC): 15 NC + 4N + B H T^2;
-/// - forward temporaries: a projection's output before dropout and the residual add (NC);
-/// - backward temporaries: a (N, 4C) gradient inside the MLP, and with dropout one (N, C) mask
-///   product more;
+/// - forward temporaries: a projection's output before dropout and the residual add (NC), or,
+///   with dropout, attention's (T x T) dropped weights, less what the rest of the block has not
+///   yet allocated when they exist (11 NC + 2N);
+/// - backward temporaries: a (N, 4C) gradient inside the MLP (with dropout one (N, C) mask
+///   product more), or attention's one or two (T x T) scratch blocks less what the sweep has freed
+///   by then (7 NC + 2N);
 /// - the loss keeps ln_f's two numbers a row and output (NC + 2N) and the log-sum-exp of each row
-///   (N), chunked; the plain loss keeps the logits (N V) instead of the chunk.
+///   (N), chunked; the plain loss keeps the logits (N V) instead of the chunk, and its backward
+///   holds their gradient or, when the vocabulary is narrower than the model, ln_f's input
+///   gradient.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
 plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
-  const double e = sizeof(T);
-  const double n = static_cast<double>(batch * time), w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
-  const double rows_chunk = static_cast<double>(std::min(default_chunk_rows(c.vocab, sizeof(T)), batch * time));
-  const double probs = static_cast<double>(batch * c.heads) * static_cast<double>(time * time);
+  const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
+  const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
+  const double rows_chunk = std::min(static_cast<double>(default_chunk_rows(c.vocab, sizeof(T))), n);
+  const double probs = b * static_cast<double>(c.heads) * t * t;
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
   chain.activation_bytes.assign(layers, (15 * n * w + 4 * n + probs) * e);
-  chain.forward_transient_bytes.assign(layers, n * w * e);
-  chain.backward_transient_bytes.assign(layers, (c.dropout > 0 ? 5 : 4) * n * w * e);
-  // forward multiply-adds: the four projections (12 N C^2) and attention's two (T x T) GEMMs per head
-  chain.forward_cost.assign(layers, 24 * n * w * w + 4 * static_cast<double>(batch) * static_cast<double>(time * time) * w);
+  const double dropout = c.dropout > 0 ? 1 : 0;
+  chain.forward_transient_bytes.assign(layers, std::max(n * w, dropout * t * t - 11 * n * w - 2 * n) * e);
+  chain.backward_transient_bytes.assign(layers, std::max((4 + dropout) * n * w, (1 + dropout) * t * t - 7 * n * w - 2 * n) * e);
+  // forward FLOPs: the four projections (24 N C^2) and attention's two (T x T) GEMMs per head
+  chain.forward_cost.assign(layers, 24 * n * w * w + 4 * b * t * t * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
   chain.loss_output_bytes = 2 * e;
@@ -97,7 +114,7 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   } else {
     chain.loss_bytes = (n * w + 3 * n + n * v) * e;
     chain.loss_forward_transient_bytes = 0;
-    chain.loss_backward_transient_bytes = n * v * e;
+    chain.loss_backward_transient_bytes = std::max(n * v, n * w - n) * e;
   }
   return chain;
 }
@@ -111,24 +128,39 @@ namespace remat::nn {
 /// or a batch or sequence length out of range.
 template <class T = float>
 MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = {}) {
+  static_assert(std::is_floating_point_v<T>, "nn::estimate_memory prices float or double models");
   config.validate();
   const std::int64_t time = step.time == 0 ? config.context : step.time;
   if (step.batch < 1 || time < 1 || time > config.context) {
     throw UsageError(remat::detail::cat("nn::estimate_memory: need batch >= 1 and 1 <= time <= context = ", config.context,
-                                        "; got batch ", step.batch, ", time ", step.time));
+                                        "; got batch ", step.batch, ", time ", time));
+  }
+  // Beyond 2^53 elements the doubles below stop being exact counts, and no machine holds that.
+  constexpr double kMostElements = 9007199254740992.0;
+  const double count = remat::detail::gpt_parameter_count(config);
+  const double largest = std::max({count, static_cast<double>(step.batch) * static_cast<double>(time) *
+                                              std::max({static_cast<double>(config.vocab), static_cast<double>(config.width),
+                                                       static_cast<double>(config.heads) * static_cast<double>(time)})});
+  if (!(largest < kMostElements) || config.layers > (std::int64_t{1} << 20)) {
+    throw UsageError(remat::detail::cat("nn::estimate_memory: a model of ", config.layers, " layers, width ", config.width,
+                                        ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
+                                        " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
   const double e = sizeof(T);
   MemoryEstimate m;
-  m.parameter_count = remat::detail::gpt_parameter_count(config);
-  m.parameters = static_cast<double>(m.parameter_count) * e;
+  m.parameter_count = static_cast<std::int64_t>(count);
+  m.parameters = count * e;
   m.gradients = m.parameters;
-  m.optimizer_state = m.parameters * (step.optimizer == OptimizerKind::adamw          ? 2
-                                      : step.optimizer == OptimizerKind::sgd_momentum ? 1
-                                                                                      : 0);
-  const double tokens = static_cast<double>(step.batch * time);
+  switch (step.optimizer) {
+    case OptimizerKind::sgd: m.optimizer_state = 0; break;
+    case OptimizerKind::sgd_momentum: m.optimizer_state = m.parameters; break;
+    case OptimizerKind::adamw: m.optimizer_state = 2 * m.parameters; break;
+    default: throw UsageError(remat::detail::cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+  }
+  const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.data = 2 * tokens * sizeof(std::int32_t);
   m.logits = tokens * static_cast<double>(config.vocab) * e;
-  m.loss_chunk = static_cast<double>(std::min(remat::detail::default_chunk_rows(config.vocab, sizeof(T)), step.batch * time)) *
+  m.loss_chunk = std::min(static_cast<double>(remat::detail::default_chunk_rows(config.vocab, sizeof(T))), tokens) *
                  static_cast<double>(config.vocab) * e;
   m.chain = remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss);
   return m;

@@ -30,7 +30,7 @@ class CausalAttentionNode final : public Node<T> {
     const Tensor<T>& qkv = in[0];
     Tensor<T> y(Shape{b_, t_, c_});
     Tensor<T> probs(Shape{b_, h_, t_, t_});
-    Tensor<T> dropped(Shape{t_, t_});
+    Tensor<T> dropped = p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>();
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -58,7 +58,8 @@ class CausalAttentionNode final : public Node<T> {
     const T scale = T(1) / std::sqrt(T(d_));
     grads.add_with(0, qkv.shape(), [&](Tensor<T>& g, bool overwrite) {
       const T beta = overwrite ? T(0) : T(1);
-      Tensor<T> dp(Shape{t_, t_}), dropped(Shape{t_, t_});
+      Tensor<T> dp(Shape{t_, t_});
+      Tensor<T> dropped = p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>();
       for (std::int64_t b = 0; b < b_; ++b) {
         for (std::int64_t h = 0; h < h_; ++h) {
           const T* p = probs.data() + (b * h_ + h) * t_ * t_;
