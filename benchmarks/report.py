@@ -251,7 +251,7 @@ Both run with the same GEMM library and kernels. Ratios below 1 mean remat is fa
 ## Reproducing
 
 ```sh
-tools/dev report                                     # everything on this page (about half an hour)
+tools/dev report                                     # everything on this page (about 45 minutes)
 build/release/benchmarks/remat_bench --model gpt --mode every --threads 2      # one point
 python3 benchmarks/torch_reference.py --model gpt --mode every --threads 2    # its PyTorch twin
 build/release/benchmarks/remat_bench --sweep deep --out /tmp                  # one figure
