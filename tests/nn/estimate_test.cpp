@@ -133,5 +133,5 @@ TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][erro
   const auto e = nn::estimate_memory<float>(config, {.batch = 1});
   CHECK_THROWS_AS(e.activations(plan::every(std::size_t(5))), PlanError);
   const auto deeper = nn::estimate_memory<float>(nn::GPTConfig{.vocab = 10, .context = 8, .layers = 6, .heads = 2, .width = 4});
-  CHECK_THROWS_WITH(deeper.total(plan::every(std::size_t(3))), Catch::Contains("for 3 layers but the model has 6 blocks"));
+  CHECK_THROWS_WITH(deeper.total(plan::every(std::size_t(3))), Catch::Contains("MemoryEstimate: the plan (every) is for 3 layers but 6 were given"));
 }

@@ -175,6 +175,14 @@ inline void check_segments(const std::vector<Segment>& segs, std::size_t begin, 
   }
 }
 
+/// Throws a PlanError unless `plan` was made for n layers and its segments fit them.
+inline void check_plan(const Plan& plan, std::size_t n, const char* who) {
+  if (plan.layers != n) {
+    throw PlanError(remat::detail::cat(who, ": the plan (", plan.kind, ") is for ", plan.layers, " layers but ", n, " were given"));
+  }
+  check_segments(plan.segments, 0, n, n, who);
+}
+
 /// Runs the layer-level simulation of Note [memory model].
 class Simulator {
  public:

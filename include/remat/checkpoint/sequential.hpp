@@ -35,11 +35,7 @@ struct SegmentEvents {
 template <class Layers, class T>
 Var<T> checkpoint_sequential(Layers&& layers, const plan::Plan& plan, Var<T> x) {
   const auto n = static_cast<std::size_t>(std::distance(std::begin(layers), std::end(layers)));
-  if (plan.layers != n) {
-    throw PlanError(detail::cat("checkpoint_sequential: the plan (", plan.kind, ") is for ", plan.layers,
-                                " layers but ", n, " layers were given"));
-  }
-  plan::detail::check_segments(plan.segments, 0, n, n, "checkpoint_sequential");
+  plan::detail::check_plan(plan, n, "checkpoint_sequential");
   const detail::SegmentEvents events(plan);
   std::vector<std::unique_ptr<CheckpointScope>> open;  // innermost last
   std::size_t l = 0;

@@ -49,10 +49,7 @@ struct MemoryEstimate {
     return plan::predict(chain, segments).peak_bytes;
   }
   double activations(const plan::Plan& p) const {
-    if (p.layers != chain.layers()) {
-      throw PlanError(remat::detail::cat("MemoryEstimate: the plan (", p.kind, ") is for ", p.layers, " layers but the model has ",
-                                         chain.layers(), " blocks"));
-    }
+    plan::detail::check_plan(p, chain.layers(), "MemoryEstimate");
     return activations(p.segments);
   }
   /// Peak bytes of a whole training step: persistent() + activations(p).
@@ -71,6 +68,12 @@ inline double gpt_parameter_count(const nn::GPTConfig& c) {
   const auto w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
   const double block = 12 * w * w + 13 * w;
   return v * w + static_cast<double>(c.context) * w + static_cast<double>(c.layers) * block + 2 * w + (c.tied ? 0 : v * w);
+}
+
+/// Bytes of the logits chunk linear_cross_entropy holds for `tokens` rows of a `vocab`-wide head.
+template <class T>
+double loss_chunk_bytes(std::int64_t vocab, double tokens) {
+  return std::min(static_cast<double>(default_chunk_rows(vocab, sizeof(T))), tokens) * static_cast<double>(vocab) * sizeof(T);
 }
 
 /// The blocks' chain, op by op (N = B T rows, C wide, H heads, e bytes an element):
@@ -93,7 +96,6 @@ template <class T>
 plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
-  const double rows_chunk = std::min(static_cast<double>(default_chunk_rows(c.vocab, sizeof(T))), n);
   const double probs = b * static_cast<double>(c.heads) * t * t;
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
@@ -109,8 +111,8 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   chain.loss_output_bytes = 2 * e;
   if (chunked_loss) {
     chain.loss_bytes = (n * w + 3 * n) * e;
-    chain.loss_forward_transient_bytes = rows_chunk * v * e;
-    chain.loss_backward_transient_bytes = (rows_chunk * v + n * w) * e;
+    chain.loss_forward_transient_bytes = loss_chunk_bytes<T>(c.vocab, n);
+    chain.loss_backward_transient_bytes = chain.loss_forward_transient_bytes + n * w * e;
   } else {
     chain.loss_bytes = (n * w + 3 * n + n * v) * e;
     chain.loss_forward_transient_bytes = 0;
@@ -160,8 +162,7 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.data = 2 * tokens * sizeof(std::int32_t);
   m.logits = tokens * static_cast<double>(config.vocab) * e;
-  m.loss_chunk = std::min(static_cast<double>(remat::detail::default_chunk_rows(config.vocab, sizeof(T))), tokens) *
-                 static_cast<double>(config.vocab) * e;
+  m.loss_chunk = remat::detail::loss_chunk_bytes<T>(config.vocab, tokens);
   m.chain = remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss);
   return m;
 }

@@ -30,7 +30,7 @@ class CausalAttentionNode final : public Node<T> {
     const Tensor<T>& qkv = in[0];
     Tensor<T> y(Shape{b_, t_, c_});
     Tensor<T> probs(Shape{b_, h_, t_, t_});
-    Tensor<T> dropped = p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>();
+    Tensor<T> dropped = dropout_scratch();
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -59,7 +59,7 @@ class CausalAttentionNode final : public Node<T> {
     grads.add_with(0, qkv.shape(), [&](Tensor<T>& g, bool overwrite) {
       const T beta = overwrite ? T(0) : T(1);
       Tensor<T> dp(Shape{t_, t_});
-      Tensor<T> dropped = p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>();
+      Tensor<T> dropped = dropout_scratch();
       for (std::int64_t b = 0; b < b_; ++b) {
         for (std::int64_t h = 0; h < h_; ++h) {
           const T* p = probs.data() + (b * h_ + h) * t_ * t_;
@@ -81,6 +81,9 @@ class CausalAttentionNode final : public Node<T> {
   }
 
  private:
+  /// A (T, T) block for one head's dropped-out weights; none without dropout.
+  Tensor<T> dropout_scratch() const { return p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>(); }
+
   const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return qkv.data() + b * t_ * 3 * c_ + h * d_; }
   const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + c_; }
   const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + 2 * c_; }
