@@ -17,6 +17,21 @@ endif()
 
 set(REMAT_CONFIG_USE_JSON ${nlohmann_json_FOUND})
 
+# The same requirements for pkg-config users (Make, Meson): each back end the target links is
+# a `Requires:` of remat.pc, and the macro the target defines is in its Cflags. The file goes to
+# share/pkgconfig: remat is headers only, like Eigen's eigen3.pc.
+set(REMAT_PC_REQUIRES "eigen3")
+set(REMAT_PC_DEFINES "")
+if(REMAT_CONFIG_USE_BLAS)
+  string(APPEND REMAT_PC_REQUIRES " openblas")
+  string(APPEND REMAT_PC_DEFINES " -DREMAT_USE_BLAS=1")
+endif()
+if(REMAT_CONFIG_USE_JSON)
+  string(APPEND REMAT_PC_REQUIRES " nlohmann_json")
+endif()
+configure_file("${PROJECT_SOURCE_DIR}/cmake/remat.pc.in" "${PROJECT_BINARY_DIR}/remat.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/remat.pc" DESTINATION "${CMAKE_INSTALL_DATADIR}/pkgconfig")
+
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/remat-config.cmake.in"
   "${PROJECT_BINARY_DIR}/remat-config.cmake" INSTALL_DESTINATION "${REMAT_CMAKE_DIR}")
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/remat-config-version.cmake"
