@@ -15,6 +15,7 @@
 #include "remat/core/rng.hpp"
 #include "remat/core/shape.hpp"
 #include "remat/core/tape.hpp"
+#include "remat/core/trace.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/core/var.hpp"
 #include "remat/nn/estimate.hpp"

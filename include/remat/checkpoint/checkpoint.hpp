@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 #include <type_traits>
@@ -47,6 +48,7 @@ class CheckpointScope {
     if (!tape_) return;
     if (!tape_->ended && tape_->open_segment_id() == id_) tape_->close_segment(id_);
     tape_.reset();
+    span_.reset();
   }
 
   /// Whether a segment is open (false when nothing records).
@@ -64,9 +66,11 @@ class CheckpointScope {
     if (!tape || tape->ended || !grad_enabled()) return;
     id_ = tape->open_segment();
     tape_ = std::move(tape);
+    span_.emplace(false, id_);
   }
 
   std::shared_ptr<detail::TapeState> tape_;
+  std::optional<detail::TraceSpan> span_;  // the segment on the memory timeline (core/trace.hpp)
   std::uint32_t id_ = detail::kNone;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/trace.hpp"
 #include "remat/core/var.hpp"
 
 namespace remat {
@@ -85,7 +86,11 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
   }
   node->id = tape->size();
   tape->before_forward(*node, std::span<const Tensor<T>>(values));
-  Tensor<T> out = node->forward(values);
+  Tensor<T> out;
+  {
+    TraceSpan span(TracePhase::forward, node->op_name(), node->id);
+    out = node->forward(values);
+  }
   tape->after_forward(*node, out);
   const std::uint32_t id = tape->push(std::move(node));
   return Var<T>(std::move(tape), id, std::move(out));

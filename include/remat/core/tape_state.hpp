@@ -25,6 +25,7 @@
 
 #include "remat/core/hash.hpp"
 #include "remat/core/node.hpp"
+#include "remat/core/trace.hpp"
 
 namespace remat {
 
@@ -202,6 +203,7 @@ class TapeState {
       NodeBase& n = *nodes_[i];
       if (n.requires_grad && !n.is_leaf() && n.has_grad()) {
         materialize(n);
+        TraceSpan span(TracePhase::backward, n.op_name(), n.id);
         n.run_backward(table());
         if (detect_anomaly) check_input_grads(n);
       }
@@ -274,6 +276,7 @@ class TapeState {
   /// of a nested plan would recompute its last child twice; with it, a right-nested plan costs
   /// what a binomial (Revolve) schedule counts.
   void replay(std::uint32_t s) {
+    TraceSpan span(true, s);
     const auto started = std::chrono::steady_clock::now();
     const std::uint32_t begin = segments_[s].begin;
     const std::uint32_t end = segments_[s].end;
@@ -295,7 +298,10 @@ class TapeState {
       if (!n.is_leaf()) {
         n.saving = n.requires_grad && depth(n.segment) == level_;
         capture_inputs(n, [&](std::size_t k) { missing(n, k); });
-        n.replay(table());
+        {
+          TraceSpan op(TracePhase::replay, n.op_name(), n.id);
+          n.replay(table());
+        }
         ++stats_.replayed_nodes;
         check_replayed(s, n);
       }
