@@ -1,17 +1,18 @@
 // Trains a small MLP to separate two interleaved spirals, a task no linear model can solve.
 //
-//   train_mlp [--epochs N] [--hidden H] [--batch B] [--lr LR] [--seed S] [--json]
+//   train_mlp [--epochs N] [--hidden H] [--batch B] [--lr LR] [--seed S] [--json]   (--help)
 //
 // Prints one line per epoch (loss, train and test accuracy). With --json the last line is a JSON
 // object: {"accuracy": test accuracy in [0, 1], "final_loss": ..., "seconds": ...}.
 #include <remat/remat.hpp>
 #include <remat/optim/adamw.hpp>
 
+#include "flags.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -27,31 +28,18 @@ struct Options {
   bool json = false;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp [--epochs N] [--hidden H] [--batch B] [--lr LR] [--seed S] [--json]\n", why);
-  std::exit(2);
-}
-
+/// The flags; `train_mlp --help` lists them with their defaults, and an unknown flag is an error
+/// that prints that list.
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--json") {
-      o.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
-    const char* value = argv[++i];
-    char* end = nullptr;
-    const double v = std::strtod(value, &end);
-    if (*end != '\0' || !(v > 0)) usage(("bad value for " + flag + ": " + value).c_str());
-    if (flag == "--epochs") o.epochs = static_cast<int>(v);
-    else if (flag == "--hidden") o.hidden = static_cast<int>(v);
-    else if (flag == "--batch") o.batch = static_cast<int>(v);
-    else if (flag == "--lr") o.lr = v;
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(v);
-    else usage(("unknown flag " + flag).c_str());
-  }
+  CLI::App app("Trains a small MLP (2 -> H -> H -> 2, tanh) to separate two interleaved spirals.");
+  app.add_option("--epochs", o.epochs, "passes over the 2,000 training points")->check(flags::positive)->capture_default_str();
+  app.add_option("--hidden", o.hidden, "width of the two hidden layers")->check(flags::positive)->capture_default_str();
+  app.add_option("--batch", o.batch, "points per step")->check(flags::positive)->capture_default_str();
+  app.add_option("--lr", o.lr, "AdamW learning rate")->check(flags::positive)->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the data, the initialization and the shuffles")->capture_default_str();
+  app.add_flag("--json", o.json, "end with one JSON object: accuracy, final_loss, seconds");
+  flags::parse(app, argc, argv);
   return o;
 }
 

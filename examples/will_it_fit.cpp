@@ -3,7 +3,7 @@
 //
 //   will_it_fit [--layers N] [--width C] [--heads H] [--context T] [--vocab V] [--batch B]
 //               [--time T] [--dtype float|double] [--optimizer adamw|momentum|sgd] [--tied]
-//               [--plain-loss] [--memory GiB] [--budget MiB] [--json]
+//               [--plain-loss] [--memory GiB] [--budget MiB] [--json]          (--help)
 //
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
 // with a batch of 8. --memory is what you have (default: this machine's physical memory); the
@@ -14,6 +14,8 @@
 #include <remat/nn/estimate.hpp>
 
 #include <unistd.h>
+
+#include "flags.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -38,51 +40,45 @@ struct Options {
   double memory_gib = 0, budget_mib = 0;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "will_it_fit: %s\n(see the comment at the top of examples/will_it_fit.cpp for the flags)\n", why.c_str());
-  std::exit(2);
-}
-
 double physical_memory_gib() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 30);
 }
 
+/// The flags; `will_it_fit --help` lists them with their defaults, and an unknown flag or a
+/// value out of range is an error that prints that list.
 Options parse(int argc, char** argv) {
   Options o;
-  const std::map<std::string, std::int64_t*> ints = {{"--layers", &o.config.layers}, {"--width", &o.config.width},
-                                                     {"--heads", &o.config.heads},   {"--context", &o.config.context},
-                                                     {"--vocab", &o.config.vocab},   {"--batch", &o.step.batch},
-                                                     {"--time", &o.step.time}};
-  const std::map<std::string, double*> reals = {{"--memory", &o.memory_gib}, {"--budget", &o.budget_mib}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("flags");
-    if (flag == "--json" || flag == "--tied" || flag == "--plain-loss") {
-      (flag == "--json" ? o.json : flag == "--tied" ? o.config.tied : o.step.chunked_loss) = flag != "--plain-loss";
-      continue;
-    }
-    if (i + 1 >= argc) usage("missing value after " + flag);
-    const std::string value = argv[++i];
-    char* end = nullptr;
-    errno = 0;
-    if (auto it = ints.find(flag); it != ints.end()) {
-      *it->second = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end || errno || *it->second < 0) usage("bad value for " + flag + ": '" + value + "'");
-    } else if (auto r = reals.find(flag); r != reals.end()) {
-      *r->second = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || errno || !std::isfinite(*r->second) || !(*r->second > 0)) {
-        usage("bad value for " + flag + ": '" + value + "' (a positive number)");
-      }
-    } else if (flag == "--dtype" && (value == "float" || value == "double")) {
-      o.double_precision = value == "double";
-    } else if (flag == "--optimizer" && (value == "adamw" || value == "momentum" || value == "sgd")) {
-      o.step.optimizer = value == "adamw"      ? remat::nn::OptimizerKind::adamw
-                         : value == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
+  std::string dtype = "float", optimizer = "adamw";
+  bool plain_loss = false;
+  CLI::App app("Will it fit? Predicts the memory of one GPT training step before allocating anything:\n"
+               "parameters, gradients, optimizer state, activations under each checkpoint plan, logits,\n"
+               "and the largest batch each plan allows in --memory.");
+  const auto count = [&](const char* flag, std::int64_t& v, const char* what) {
+    app.add_option(flag, v, what)->check(flags::non_negative)->capture_default_str();
+  };
+  count("--layers", o.config.layers, "transformer blocks");
+  count("--width", o.config.width, "model width C");
+  count("--heads", o.config.heads, "attention heads");
+  count("--context", o.config.context, "context length (positions the model has)");
+  count("--vocab", o.config.vocab, "vocabulary size V");
+  count("--batch", o.step.batch, "sequences per step B");
+  count("--time", o.step.time, "tokens per sequence T (0: the context length)");
+  app.add_option("--dtype", dtype, "parameter and activation type")->check(CLI::IsMember({"float", "double"}))->capture_default_str();
+  app.add_option("--optimizer", optimizer, "optimizer whose state is priced")
+      ->check(CLI::IsMember({"adamw", "momentum", "sgd"}))
+      ->capture_default_str();
+  app.add_flag("--tied", o.config.tied, "the head shares the token embedding");
+  app.add_flag("--plain-loss", plain_loss, "price the plain loss (full logits) instead of the chunked one");
+  app.add_option("--memory", o.memory_gib, "memory you have, GiB (default: this machine's)")->check(flags::positive);
+  app.add_option("--budget", o.budget_mib, "also price the least-recompute plan under this many MiB of activations")
+      ->check(flags::positive);
+  app.add_flag("--json", o.json, "print one JSON object instead of the table");
+  flags::parse(app, argc, argv);
+  o.double_precision = dtype == "double";
+  o.step.optimizer = optimizer == "adamw"      ? remat::nn::OptimizerKind::adamw
+                     : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
                                                : remat::nn::OptimizerKind::sgd;
-    } else {
-      usage("unknown flag or value: " + flag + " " + value);
-    }
-  }
+  o.step.chunked_loss = !plain_loss;
   if (o.memory_gib == 0) o.memory_gib = physical_memory_gib();
   return o;
 }
