@@ -2,7 +2,7 @@
 """The remat_bench models and modes in PyTorch, printing the same JSON line.
 
     torch_reference.py --model {mlp,deep,gpt} --mode {none,every,sqrt,plan:<file>}
-                       [--steps N] [--threads T]
+                       [--steps N] [--threads T] [--config {installed,best}]
 
 Runs with Debian's python3-torch (1.13, CPU). A training step is forward, cross-entropy, backward
 and an AdamW update, as in remat_bench. Checkpointing uses torch.utils.checkpoint (non-reentrant);
@@ -14,6 +14,13 @@ applies the top-level segments of a remat plan written by `remat_bench --print-p
 Threads: torch.set_num_threads() does not reach the OpenBLAS that Debian's PyTorch calls for its
 GEMMs, so this script also sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS before importing torch;
 without them a "1-thread" PyTorch step runs its GEMMs on every core.
+
+Configurations: `installed` is PyTorch as a fresh install runs it: no OPENBLAS_CORETYPE (removed
+from the environment if the caller's has one), denormals not flushed. `best` is PyTorch at its
+best on this CPU: torch.set_flush_denormal(True), and OPENBLAS_CORETYPE set to the newest kernel
+family the CPU's features allow (SkylakeX or Cooperlake with AVX-512, Haswell with AVX2), which
+Debian's OpenBLAS 0.3.21 fails to pick by itself on CPUs it does not know. The chosen core type
+is printed in the JSON ("openblas_coretype").
 
 Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
 allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
@@ -36,12 +43,38 @@ def parse():
     ap.add_argument("--mode", default="none")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", default="installed", choices=["installed", "best"])
     return ap.parse_args()
+
+
+def cpu_flags():
+    """The CPU's feature flags, from /proc/cpuinfo (empty when it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def best_coretype(flags):
+    """The newest OpenBLAS 0.3.21 kernel family these CPU features can run, or None."""
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= flags:
+        return "Cooperlake" if "avx512_bf16" in flags else "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
 
 
 args = parse()
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(args.threads)
+os.environ.pop("OPENBLAS_CORETYPE", None)  # read by OpenBLAS when torch loads it, below
+CORETYPE = best_coretype(cpu_flags()) if args.config == "best" else None
+if CORETYPE:
+    os.environ["OPENBLAS_CORETYPE"] = CORETYPE
 
 import torch  # noqa: E402  (after the thread variables)
 import torch.nn as nn  # noqa: E402
@@ -51,6 +84,8 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 torch.set_num_threads(args.threads)
 torch.manual_seed(1)
+if args.config == "best":
+    torch.set_flush_denormal(True)
 
 
 class Block(nn.Module):
@@ -179,6 +214,8 @@ def main():
         "step_s": round(statistics.median(steps), 4), "fwd_s": round(statistics.median(fwds), 4),
         "fwd_bwd_s": round(statistics.median(fwd_bwds), 4), "act_peak_mb": round(peak / 2**20, 2),
         "loss": round(fwd_bwd_loss["loss"], 6), "framework": f"torch {torch.__version__}",
+        "config": args.config, "openblas_coretype": CORETYPE or "(OpenBLAS's own choice)",
+        "flush_denormals": args.config == "best",
     }))
 
 
