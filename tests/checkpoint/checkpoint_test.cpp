@@ -19,7 +19,7 @@ class DriftingOp final : public Node<float> {
     out[0] += static_cast<float>(g_drift++);
     return out;
   }
-  void backward(const Tensor<float>& gy, detail::Grads<float>& grads) override { grads.add(0, gy); }
+  void backward(const Tensor<float>& gy, Grads<float>& grads) override { grads.add(0, gy); }
 };
 
 Var<float> drifting(const Var<float>& x) { return apply<float>(std::make_unique<DriftingOp>(), {x}); }

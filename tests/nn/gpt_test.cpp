@@ -99,3 +99,23 @@ TEST_CASE("GPT rejects bad configs and inputs", "[nn][gpt][errors]") {
   CHECK_THROWS_AS(gpt.logits(Tensor<std::int32_t>::full({1, 2}, 11)), IndexError);
   CHECK_THROWS_AS(gpt.loss(Tensor<std::int32_t>::zeros({1, 2}), Tensor<std::int32_t>::zeros({2, 1})), ShapeError);
 }
+
+TEST_CASE("GPT parameter names are exactly those saved files use", "[nn][gpt]") {
+  for (const bool tied : {false, true}) {
+    const nn::GPT<float> gpt(small(0.1, tied));
+    std::vector<std::string> want = {"wte.weight", "wpe.weight"};
+    for (int b = 0; b < 3; ++b) {
+      for (const char* leaf : {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+                               "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+                               "mlp.proj.weight", "mlp.proj.bias"}) {
+        want.push_back("blocks." + std::to_string(b) + "." + leaf);
+      }
+    }
+    want.push_back("ln_f.weight");
+    want.push_back("ln_f.bias");
+    if (!tied) want.push_back("head.weight");
+    std::vector<std::string> names;
+    for (const auto& [name, p] : gpt.named_parameters()) names.push_back(name);
+    CHECK(names == want);
+  }
+}

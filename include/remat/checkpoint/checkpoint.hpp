@@ -20,6 +20,9 @@
 #include "remat/core/record.hpp"
 
 namespace remat {
+namespace detail {
+struct ScopeAccess;
+}
 
 /// Records everything the current thread's tape records while the scope lives as one checkpoint
 /// segment. Works around any code, shaped as a function or not:
@@ -54,16 +57,16 @@ class CheckpointScope {
   /// Whether a segment is open (false when nothing records).
   bool active() const noexcept { return tape_ != nullptr; }
 
-  /// Tag for a scope on a given tape state (internal).
-  struct OnTape {
-    std::shared_ptr<detail::TapeState> tape;
-  };
-  static OnTape on_tape(std::shared_ptr<detail::TapeState> tape) { return OnTape{std::move(tape)}; }
-  explicit CheckpointScope(OnTape t) : CheckpointScope(std::move(t.tape)) {}
-
  private:
+  friend struct detail::ScopeAccess;
+
+  /// A segment on `tape` (checkpoint() and checkpoint_sequential() name the tape of their inputs).
   explicit CheckpointScope(std::shared_ptr<detail::TapeState> tape) {
     if (!tape || tape->ended || !grad_enabled()) return;
+    if (!tape->on_owner_thread()) {
+      throw UsageError("checkpoint: the segment's tape belongs to another thread (the one that created that Tape); "
+                       "a tape records on the thread that created it");
+    }
     id_ = tape->open_segment();
     tape_ = std::move(tape);
     span_.emplace(false, id_);
@@ -75,6 +78,14 @@ class CheckpointScope {
 };
 
 namespace detail {
+
+/// How checkpoint() and checkpoint_sequential() open a scope on a given tape.
+struct ScopeAccess {
+  static CheckpointScope make(std::shared_ptr<TapeState> tape) { return CheckpointScope(std::move(tape)); }
+  static std::unique_ptr<CheckpointScope> open(std::shared_ptr<TapeState> tape) {
+    return std::unique_ptr<CheckpointScope>(new CheckpointScope(std::move(tape)));
+  }
+};
 
 template <class T>
 const std::shared_ptr<TapeState>* tape_of(const Var<T>& v) {
@@ -142,7 +153,7 @@ auto checkpoint(Fn&& fn, Args&&... inputs) {
   const std::uint32_t begin = tape ? tape->size() : 0;
   std::vector<std::uint32_t> sources;
   (detail::collect_node(inputs, tape, sources), ...);
-  CheckpointScope scope(CheckpointScope::on_tape(tape));
+  CheckpointScope scope = detail::ScopeAccess::make(tape);
   auto result = std::invoke(std::forward<Fn>(fn), std::forward<Args>(inputs)...);
   if (scope.active()) detail::check_depends_on_inputs(tape, begin, result, sources);
   return result;

@@ -22,7 +22,7 @@ class MemoryMarker final : public Node<T> {
   MemoryMarker(double* live, double* peak) : live_(live), peak_(peak) {}
   const char* op_name() const noexcept override { return "profile_marker"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
-  void backward(const Tensor<T>& gy, remat::detail::Grads<T>& grads) override {
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
     *live_ = static_cast<double>(memory::live_bytes());
     memory::reset_peak();

@@ -45,6 +45,13 @@ class NumericError : public Error {
   using Error::Error;
 };
 
+/// A gradient that disagrees with finite differences, or that changes inside a checkpoint
+/// (check::require_gradients, for your own ops).
+class GradcheckError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A planner asked for something no plan can give (for example a budget below the smallest
 /// feasible peak).
 class PlanError : public Error {

@@ -16,8 +16,7 @@ class Parameter : public Var<T> {
 
   /// A parameter holding `value` (not copied: later writes to the tensor are the parameter's).
   explicit Parameter(Tensor<T> initial, bool requires_grad = true)
-      : Var<T>(std::make_shared<detail::ParamState<T>>(
-            detail::ParamState<T>{std::move(initial), Tensor<T>(), requires_grad})) {}
+      : Var<T>(std::make_shared<detail::ParamState<T>>(std::move(initial), requires_grad)) {}
 
   /// The value, writable: optimizers and loaders update it in place.
   Tensor<T>& data() { return state().value; }

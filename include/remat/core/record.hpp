@@ -5,8 +5,12 @@
 /// tape prepare the node (Note [levels] in tape_state.hpp), runs forward and appends the node.
 /// With no tape, or under NoGradGuard, the op only computes its value.
 
+#include <initializer_list>
 #include <memory>
 #include <span>
+#include <sstream>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
@@ -16,10 +20,78 @@
 namespace remat {
 namespace detail {
 
+enum class LeafKind { constant, input, parameter };
+
+/// A leaf: a constant, a user input (with a gradient if asked), or a use of a Parameter. Leaves
+/// hold their value for the tape's whole life, so a replay can always read them. A leaf of a
+/// parameter that needs a gradient holds its thread's claim on it while it lives (Note [one
+/// trainer per parameter] in param_state.hpp).
+template <class T>
+class Leaf final : public Node<T> {
+ public:
+  Leaf(LeafKind kind, Tensor<T> value, std::shared_ptr<ParamState<T>> param = nullptr)
+      : kind_(kind), param_(std::move(param)) {
+    this->value_slot() = std::move(value);
+  }
+  ~Leaf() override {
+    if (claimed_) param_->trainers.release();
+  }
+  Leaf(const Leaf&) = delete;
+  Leaf& operator=(const Leaf&) = delete;
+
+  const char* op_name() const noexcept override {
+    return kind_ == LeafKind::parameter ? "parameter" : kind_ == LeafKind::input ? "input" : "constant";
+  }
+  bool is_leaf() const noexcept override { return true; }
+
+  /// Claims the parameter for this thread's tapes; false when another thread's live tape holds it.
+  bool claim() {
+    claimed_ = param_->trainers.acquire();
+    return claimed_;
+  }
+
+  Tensor<T> forward(typename Node<T>::Inputs) override { return this->replay_value(); }
+  void backward(const Tensor<T>&, Grads<T>&) override {}
+  void replay(NodeTable) override {}
+
+  Tensor<T>& grad_slot() noexcept override { return param_ ? param_->grad : Node<T>::grad_slot(); }
+  bool grad_stale() const noexcept override { return param_ && !param_->grad_valid; }
+  void mark_grad_written() noexcept override {
+    if (param_) param_->grad_valid = true;
+  }
+  const Tensor<T>& replay_value() const noexcept override {
+    return param_ ? param_->value : Node<T>::replay_value();
+  }
+
+ private:
+  LeafKind kind_;
+  std::shared_ptr<ParamState<T>> param_;
+  bool claimed_ = false;
+};
+
 /// The tape this thread records onto when no input names one.
 inline std::shared_ptr<TapeState>& current_tape_slot() noexcept {
   thread_local std::shared_ptr<TapeState> tape;
   return tape;
+}
+
+/// What this thread records onto, for messages about another thread's tape.
+inline const char* current_tape_role(const TapeState& other) noexcept {
+  const std::shared_ptr<TapeState>& mine = current_tape_slot();
+  if (!mine || mine->ended) return "this thread has no current tape";
+  return mine.get() == &other ? "this thread's current tape is that same tape"
+                              : "this thread's current tape is a different tape, its own";
+}
+
+/// Raises the UsageError for a Var of another thread's tape (Note [one thread per tape]).
+[[noreturn]] inline void throw_foreign_tape(const char* op, std::size_t k, const Shape& shape, const TapeState& t) {
+  std::ostringstream ids;
+  ids << "the tape that recorded it belongs to thread " << t.owner << " (the thread that created that Tape), and "
+      << "this op runs on thread " << std::this_thread::get_id();
+  throw UsageError(cat(op, ": input ", k, " (shape ", shape, ") was recorded on another thread's tape: ", ids.str(),
+                       "; ", current_tape_role(t),
+                       ". A Tape and its Vars belong to the thread that created the Tape: give each thread its own "
+                       "Tape, and pass values between threads as tensors (Var(v.value()) is a constant)"));
 }
 
 /// The tape an op with these inputs records onto, or null to compute without recording.
@@ -31,6 +103,7 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
     if (!v.defined()) throw UsageError(cat(op, ": input ", k, " is an undefined Var"));
     const std::shared_ptr<TapeState>& t = v.tape_state();
     if (!t) continue;
+    if (!t->on_owner_thread()) throw_foreign_tape(op, k, v.shape(), *t);
     if (t->ended) {
       throw UsageError(cat(op, ": input ", k, " (shape ", v.shape(),
                            ") belongs to a tape that has ended. A Var lives as long as its Tape: "
@@ -55,14 +128,21 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
   return tape;
 }
 
-/// The node id of an input on `tape`, recording a leaf for a parameter or a constant.
+/// The node id of input k on `tape`, recording a leaf for a parameter or a constant.
 template <class T>
-std::uint32_t resolve(TapeState& tape, const Var<T>& v) {
+std::uint32_t resolve(TapeState& tape, const Var<T>& v, const char* op, std::size_t k) {
   if (v.tape_state()) return v.node_id();
   std::unique_ptr<Leaf<T>> leaf;
   if (v.param_state()) {
     leaf = std::make_unique<Leaf<T>>(LeafKind::parameter, Tensor<T>(), v.param_state());
     leaf->requires_grad = v.param_state()->requires_grad;
+    if (leaf->requires_grad && !leaf->claim()) {
+      throw UsageError(cat(op, ": input ", k, " is a parameter (shape ", v.shape(),
+                           ") that a live tape of another thread is training. Two threads cannot train the same "
+                           "parameters at once: their gradients would race. Give each thread its own copy of the "
+                           "model (and combine the gradients), take turns (a thread's claim ends with its Tape), "
+                           "or freeze the parameter or compute under NoGradGuard to only read it"));
+    }
   } else {
     leaf = std::make_unique<Leaf<T>>(LeafKind::constant, v.value());
   }
@@ -81,7 +161,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
   }
   node->inputs.resize(inputs.size());
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    node->inputs[k] = resolve(*tape, *inputs[k]);
+    node->inputs[k] = resolve(*tape, *inputs[k], node->op_name(), k);
     node->requires_grad = node->requires_grad || tape->node(node->inputs[k]).requires_grad;
   }
   node->id = tape->size();
@@ -93,7 +173,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
   }
   tape->after_forward(*node, out);
   const std::uint32_t id = tape->push(std::move(node));
-  return Var<T>(std::move(tape), id, std::move(out));
+  return VarAccess::on_tape(std::move(tape), id, std::move(out));
 }
 
 /// record() for an op of type NodeT built from `args`: record_op<TanhNode<T>>({&x}).
@@ -113,12 +193,24 @@ std::uint64_t rng_seed_for(const Var<T>& x) {
 
 }  // namespace detail
 
-/// Records a user-defined op (a class deriving from Node<T>) applied to `inputs`.
+/// Records a custom op (a class deriving from Node<T>, see docs/guide.md) applied to `inputs`,
+/// and returns its output. Input k of the op's forward() and backward() is inputs[k]. Parameters
+/// and constants may be inputs; with no tape recording (or under NoGradGuard) the op only runs
+/// forward().
 template <class T>
 Var<T> apply(std::unique_ptr<Node<T>> node, std::initializer_list<Var<T>> inputs) {
+  if (!node) throw UsageError("apply: the op is null");
   std::vector<const Var<T>*> pointers;
   for (const Var<T>& v : inputs) pointers.push_back(&v);
   return detail::record<T>(std::move(node), pointers);
+}
+
+/// apply() for an op of type Op built from `args`: apply<Square<double>>({x}) or
+/// apply<Scale<float>>({x}, 2.0f). Parameters convert to the inputs' Var type.
+template <class Op, class... Args>
+Var<typename Op::Scalar> apply(std::initializer_list<Var<typename Op::Scalar>> inputs, Args&&... args) {
+  static_assert(std::is_base_of_v<Node<typename Op::Scalar>, Op>, "remat::apply<Op>: Op must derive from remat::Node<T>");
+  return apply<typename Op::Scalar>(std::make_unique<Op>(std::forward<Args>(args)...), inputs);
 }
 
 }  // namespace remat

@@ -2,9 +2,12 @@
 /// @file
 /// Tape: records one step's operations, runs its backward pass, and frees everything when it
 /// goes out of scope. While it lives it is the current tape of its thread: ops whose inputs
-/// name no tape (parameters, constants) record onto it.
+/// name no tape (parameters, constants) record onto it. A tape belongs to the thread that created
+/// it: it records and runs backward there only (Note [one thread per tape] in tape_state.hpp).
 
 #include <memory>
+#include <sstream>
+#include <thread>
 
 #include "remat/core/record.hpp"
 
@@ -33,7 +36,7 @@ class Tape {
         requires_grad ? detail::LeafKind::input : detail::LeafKind::constant, value);
     leaf->requires_grad = requires_grad;
     const std::uint32_t id = state_->push(std::move(leaf));
-    return Var<T>(state_, id, std::move(value));
+    return detail::VarAccess::on_tape(state_, id, std::move(value));
   }
 
   /// Backward pass from a single-valued Var (a loss): its gradient is 1.
@@ -69,6 +72,14 @@ class Tape {
  private:
   template <class T>
   void check_root(const Var<T>& root) const {
+    if (!state_->on_owner_thread()) {
+      std::ostringstream ids;
+      ids << "this Tape was created on thread " << state_->owner << " and backward() was called on thread "
+          << std::this_thread::get_id();
+      throw UsageError(detail::cat("backward: ", ids.str(),
+                                   ". A tape records and runs backward on the thread that created it; give each "
+                                   "thread its own Tape"));
+    }
     if (root.tape_state() != state_) {
       throw UsageError("backward: the output was not recorded on this tape");
     }

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,10 +74,15 @@ struct Segment {
   std::vector<std::uint32_t> captured;  // external nodes whose values this segment keeps
 };
 
+/// Note [one thread per tape]: a tape records and runs backward on the thread that created it,
+/// and only there: its node list, segments and gradient slots are not synchronized, and another
+/// thread's current tape is another tape. record() and Tape::backward() compare `owner` with the
+/// calling thread and raise a UsageError naming both (docs/guide.md, "Threads").
 class TapeState {
  public:
   explicit TapeState(const TapeOptions& options)
-      : seed(options.seed ? *options.seed : next_thread_seed()),
+      : owner(std::this_thread::get_id()),
+        seed(options.seed ? *options.seed : next_thread_seed()),
         verify_replay(options.verify_replay),
         detect_anomaly(options.detect_anomaly) {}
 
@@ -85,7 +92,7 @@ class TapeState {
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
   NodeBase& node(std::uint32_t id) noexcept { return *nodes_[id]; }
-  NodeBase* const* table() noexcept { return nodes_.data(); }
+  NodeTable table() const noexcept { return nodes_.data(); }
   const std::vector<Segment>& segments() const noexcept { return segments_; }
   bool recording_segment() const noexcept { return !open_.empty(); }
   std::uint32_t open_segment_id() const noexcept { return open_.empty() ? kNone : open_.back(); }
@@ -95,7 +102,7 @@ class TapeState {
     if (nodes_.size() >= kNone - 1) throw UsageError("tape: more than 4 billion nodes recorded");
     n->id = size();
     if (n->segment == kNone) n->segment = open_segment_id();
-    nodes_.push_back(n.release());
+    nodes_.push_back(std::move(n));
     return nodes_.back()->id;
   }
 
@@ -107,7 +114,7 @@ class TapeState {
   void before_forward(Node<T>& n, std::span<const Tensor<T>> values) {
     n.segment = open_segment_id();
     n.saving = n.requires_grad && depth(n.segment) == level_;
-    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]]).value_slot() = values[k]; });
+    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]].get()).value_slot() = values[k]; });
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
       NodeBase& in = *nodes_[n.inputs[k]];
       if (!in.has_hash && in.segment != kNone && segments_[in.segment].closed) {
@@ -214,26 +221,23 @@ class TapeState {
 
   /// Frees every node; the tape can record no more.
   void clear() noexcept {
-    // Nodes own no other nodes, so this loop is the whole teardown: no recursion however long
-    // the chain.
-    for (NodeBase* n : nodes_) delete n;
+    // Nodes own no other nodes (they name their inputs by id), so destroying the list one
+    // element after another is the whole teardown: no recursion however long the chain.
     nodes_.clear();
     segments_.clear();
     open_.clear();
   }
 
+  /// Whether the calling thread is the one that created this tape (Note [one thread per tape]).
+  bool on_owner_thread() const noexcept { return std::this_thread::get_id() == owner; }
+
+  const std::thread::id owner;  ///< the thread that created the tape
   const std::uint64_t seed;
   const bool verify_replay;
   const bool detect_anomaly;
   bool ended = false;
 
  private:
-  template <class T>
-  static bool all_finite(const Tensor<T>& t) noexcept {
-    if constexpr (std::is_floating_point_v<T>) return t.array().isFinite().all();
-    return true;
-  }
-
   std::uint32_t depth(std::uint32_t segment) const noexcept {
     return segment == kNone ? 0 : segments_[segment].depth;
   }
@@ -374,7 +378,7 @@ class TapeState {
     seg.captured.clear();
   }
 
-  std::vector<NodeBase*> nodes_;
+  std::vector<std::unique_ptr<NodeBase>> nodes_;
   std::vector<Segment> segments_;
   std::vector<std::uint32_t> open_;
   std::vector<std::uint32_t> chain_;  // scratch for materialize()

@@ -43,8 +43,6 @@ class Tensor {
     data_ = data;
   }
 
-  static Tensor empty(const Shape& shape) { return Tensor(shape); }
-
   static Tensor full(const Shape& shape, T value) {
     Tensor t(shape);
     t.fill(value);
@@ -150,9 +148,6 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const noexcept {
     return owner_ != nullptr && owner_ == other.owner_;
   }
-
-  /// Identity of the underlying buffer, shared by every view of it (for de-duplication).
-  const void* storage_id() const noexcept { return owner_.get(); }
 
   std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
 

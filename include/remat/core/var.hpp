@@ -6,9 +6,13 @@
 
 #include <memory>
 
+#include "remat/core/param_state.hpp"
 #include "remat/core/tape_state.hpp"
 
 namespace remat {
+namespace detail {
+struct VarAccess;
+}
 
 template <class T = float>
 class Var {
@@ -51,8 +55,6 @@ class Var {
   bool on_tape() const noexcept { return tape_ != nullptr; }
 
   // Internals for detail::record and friends.
-  Var(std::shared_ptr<detail::TapeState> tape, std::uint32_t id, Tensor<T> value)
-      : tape_(std::move(tape)), id_(id), value_(std::move(value)) {}
   const std::shared_ptr<detail::TapeState>& tape_state() const noexcept { return tape_; }
   std::uint32_t node_id() const noexcept { return id_; }
   const std::shared_ptr<detail::ParamState<T>>& param_state() const noexcept { return param_; }
@@ -68,10 +70,27 @@ class Var {
   }
 
  private:
+  friend struct detail::VarAccess;
+
+  /// A node on a tape (made only by the tape's machinery, through detail::VarAccess).
+  Var(std::shared_ptr<detail::TapeState> tape, std::uint32_t id, Tensor<T> value)
+      : tape_(std::move(tape)), id_(id), value_(std::move(value)) {}
+
   std::shared_ptr<detail::TapeState> tape_;
   std::uint32_t id_ = detail::kNone;
   Tensor<T> value_;
   std::shared_ptr<detail::ParamState<T>> param_;
 };
 
+namespace detail {
+
+/// How the tape's machinery (Tape::input, record) makes a Var that names a node.
+struct VarAccess {
+  template <class T>
+  static Var<T> on_tape(std::shared_ptr<TapeState> tape, std::uint32_t id, Tensor<T> value) {
+    return Var<T>(std::move(tape), id, std::move(value));
+  }
+};
+
+}  // namespace detail
 }  // namespace remat

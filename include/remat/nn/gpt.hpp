@@ -106,12 +106,6 @@ class GPT : public Module<T> {
   /// The head's weight (V, C): the token embedding's when tied.
   Parameter<T> head_weight() const { return head ? head->weight : wte.weight; }
 
-  void train(bool on = true) override {
-    Module<T>::train(on);
-    drop.train(on);
-    for (TransformerBlock<T>& block : blocks) block.train(on);
-  }
-
   GPT(const GPT&) = delete;  // block_layers() hands out references to the blocks
   GPT& operator=(const GPT&) = delete;
   GPT(GPT&&) noexcept = default;
@@ -134,6 +128,7 @@ class GPT : public Module<T> {
         ln_f(c.width) {
     this->add_module("wte", wte);
     this->add_module("wpe", wpe);
+    this->add_module("drop", drop);
     // GPT-2 scales the residual projections by 1/sqrt(2 layers): each block adds two of them.
     const double out_std = kInitStd / std::sqrt(2.0 * double(c.layers));
     blocks.reserve(static_cast<std::size_t>(c.layers));

@@ -18,13 +18,10 @@ class MLP : public Module<T> {
       : fc(d, hidden, rng, true, init_std), proj(hidden, d, rng, true, out_std), drop(dropout) {
     this->add_module("fc", fc);
     this->add_module("proj", proj);
+    this->add_module("drop", drop);
   }
 
   Var<T> operator()(const Var<T>& x) const { return drop(proj(gelu(fc(x)))); }
-  void train(bool on = true) override {
-    Module<T>::train(on);
-    drop.train(on);
-  }
 
   Linear<T> fc, proj;
   Dropout<T> drop;
@@ -42,15 +39,12 @@ class CausalSelfAttention : public Module<T> {
     }
     this->add_module("qkv", qkv);
     this->add_module("proj", proj);
+    this->add_module("drop", drop);
   }
 
   /// x: (B, T, C) -> (B, T, C)
   Var<T> operator()(const Var<T>& x) const {
     return drop(proj(causal_self_attention(qkv(x), heads_, this->training() ? p_ : 0.0)));
-  }
-  void train(bool on = true) override {
-    Module<T>::train(on);
-    drop.train(on);
   }
 
   Linear<T> qkv, proj;
@@ -78,11 +72,6 @@ class TransformerBlock : public Module<T> {
   Var<T> operator()(const Var<T>& x) const {
     const Var<T> h = x + attn(ln1(x));
     return h + mlp(ln2(h));
-  }
-  void train(bool on = true) override {
-    Module<T>::train(on);
-    attn.train(on);
-    mlp.train(on);
   }
 
   LayerNorm<T> ln1;

@@ -66,10 +66,24 @@ ConstArrayView<T> operand(const Tensor<T>& t, int k, const Broadcast& bc, std::i
   return view(t, off, off + (e - s));
 }
 
+/// What add, sub, mul and div nodes share: the broadcast between their operands and the
+/// operands' shapes (each gradient takes its operand's shape).
 template <class T>
-class AddNode final : public Node<T> {
+class BinaryNode : public Node<T> {
  public:
-  AddNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(a), b_(b) {}
+  BinaryNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(std::move(a)), b_(std::move(b)) {}
+
+ protected:
+  const Shape& operand_shape(int k) const noexcept { return k == 0 ? a_ : b_; }
+
+  Broadcast bc_;
+  Shape a_, b_;
+};
+
+template <class T>
+class AddNode final : public BinaryNode<T> {
+ public:
+  using BinaryNode<T>::BinaryNode;
   const char* op_name() const noexcept override { return "add"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x + y; });
@@ -77,22 +91,21 @@ class AddNode final : public Node<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     for (int k = 0; k < 2; ++k) {
       if (bc_.repeated == k) {
-        add_broadcast_grad(grads, k, bc_, k == 0 ? a_ : b_, [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
+        add_broadcast_grad(grads, k, bc_, this->operand_shape(k), [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
       } else {
-        grads.add(k, gy.reshape(k == 0 ? a_ : b_));
+        grads.add(k, gy.reshape(this->operand_shape(k)));
       }
     }
   }
 
  private:
-  Broadcast bc_;
-  Shape a_, b_;
+  using BinaryNode<T>::bc_, BinaryNode<T>::a_, BinaryNode<T>::b_;
 };
 
 template <class T>
-class SubNode final : public Node<T> {
+class SubNode final : public BinaryNode<T> {
  public:
-  SubNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(a), b_(b) {}
+  using BinaryNode<T>::BinaryNode;
   const char* op_name() const noexcept override { return "sub"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x - y; });
@@ -107,14 +120,13 @@ class SubNode final : public Node<T> {
   }
 
  private:
-  Broadcast bc_;
-  Shape a_, b_;
+  using BinaryNode<T>::bc_, BinaryNode<T>::a_, BinaryNode<T>::b_;
 };
 
 template <class T>
-class MulNode final : public Node<T> {
+class MulNode final : public BinaryNode<T> {
  public:
-  MulNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(a), b_(b) {}
+  using BinaryNode<T>::BinaryNode;
   const char* op_name() const noexcept override { return "mul"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
@@ -129,14 +141,13 @@ class MulNode final : public Node<T> {
   }
 
  private:
-  Broadcast bc_;
-  Shape a_, b_;
+  using BinaryNode<T>::bc_, BinaryNode<T>::a_, BinaryNode<T>::b_;
 };
 
 template <class T>
-class DivNode final : public Node<T> {
+class DivNode final : public BinaryNode<T> {
  public:
-  DivNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(a), b_(b) {}
+  using BinaryNode<T>::BinaryNode;
   const char* op_name() const noexcept override { return "div"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
@@ -154,8 +165,7 @@ class DivNode final : public Node<T> {
   }
 
  private:
-  Broadcast bc_;
-  Shape a_, b_;
+  using BinaryNode<T>::bc_, BinaryNode<T>::a_, BinaryNode<T>::b_;
 };
 
 /// y = alpha * x + beta, the scalar affine map behind neg, scale and add_scalar.
