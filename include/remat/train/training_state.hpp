@@ -5,8 +5,8 @@
 /// safetensors file, so that a resumed run continues bitwise as if it had never stopped.
 ///
 /// Layout, for an optimizer named N (lower-cased: "sgd", "adamw") and a parameter p:
-///   tensors   model.p, N.<buffer>.p       (AdamW: adamw.m.p, adamw.v.p; SGD: sgd.velocity.p)
-///   metadata  optimizer = N as named ("AdamW"), N.steps, N.lr, N.<counter>.p (adamw.updates.p)
+///   tensors   model.p, N.BUFFER.p         (AdamW: adamw.m.p, adamw.v.p; SGD: sgd.velocity.p)
+///   metadata  optimizer = N as named ("AdamW"), N.steps, N.lr, N.COUNTER.p (adamw.updates.p)
 /// and the caller's own metadata beside them.
 
 #include <cctype>
