@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     remat::Rng data_rng(o.seed * 7919 + 1);
     std::int64_t start = 0;
     if (!o.resume.empty()) {
-      remat::io::load_training_state(o.resume, gpt, optimizer);
+      remat::train::load_training_state(o.resume, gpt, optimizer);
       start = std::stoll(resumed["step"]);
       data_rng.seek(std::stoull(resumed["data_position"]));
       if (std::stoll(resumed["steps"]) != o.steps || std::stoull(resumed["seed"]) != o.seed) {
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (!o.save.empty()) {
-      remat::io::save_training_state(o.save, gpt, optimizer,
+      remat::train::save_training_state(o.save, gpt, optimizer,
                                      {{"layers", std::to_string(o.layers)}, {"width", std::to_string(o.width)},
                                       {"heads", std::to_string(o.heads)}, {"context", std::to_string(o.context)},
                                       {"vocab", corpus.vocab}, {"step", std::to_string(end)}, {"steps", std::to_string(o.steps)},

@@ -46,8 +46,10 @@
 #include "remat/optim/schedule.hpp"
 #include "remat/optim/sgd.hpp"
 
-// remat/io reads safetensors headers with nlohmann/json; included when it is available.
+// remat/io reads safetensors headers with nlohmann/json; it and remat/train (model and
+// training-state files, above nn and optim) are included when it is available.
 #if __has_include(<nlohmann/json.hpp>)
-#include "remat/io/parameters.hpp"
 #include "remat/io/safetensors.hpp"
+#include "remat/train/parameters.hpp"
+#include "remat/train/training_state.hpp"
 #endif

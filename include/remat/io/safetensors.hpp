@@ -5,11 +5,19 @@
 /// and [begin, end) byte offsets in the data section (plus an optional "__metadata__" object of
 /// strings), then the data, row-major and little-endian. remat reads and writes F32 and F64.
 ///
-/// Reading validates the whole file before handing out anything: truncation, a header that is
-/// not JSON or not of this shape, unknown dtypes, offsets out of range, overlapping or leaving
-/// holes, sizes that disagree with shapes. Each is an IoError naming the file and the entry.
-/// Writing is atomic: a temporary file in the same directory is written, flushed to disk and
-/// renamed over the target, so a crash or a full disk never destroys the previous file.
+/// Reading validates the whole file before handing out anything, with the reference reader's
+/// rules (Rust `safetensors`) and a few stricter ones: the header length within bounds, a header
+/// that starts with '{' (no byte-order mark), holds no NUL byte, nests at most kMaxHeaderDepth
+/// levels and is one JSON object with no repeated key at any level; entries that are objects with
+/// exactly a known dtype, a shape whose extents multiply without overflow, and offsets that
+/// match the shape; and offsets that, taken in order, cover the data section exactly (no hole, no
+/// overlap, nothing after). Each failure is an IoError naming the file and the entry; what it
+/// quotes from the file is cut short (detail::brief), so a message stays short.
+///
+/// Writing is atomic: a uniquely named temporary file in the target's directory is written,
+/// flushed to disk and renamed over the target, then the directory is flushed. A crash, a full
+/// disk or a concurrent save never leaves a half-written file under the target's name. An
+/// existing file keeps its permissions, and a symbolic link is written through (the link stays).
 
 #if !__has_include(<nlohmann/json.hpp>)
 #error "remat/io needs nlohmann/json (Debian: nlohmann-json3-dev)"
@@ -24,11 +32,18 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <new>
+#include <set>
+#include <span>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "remat/core/error.hpp"
@@ -49,6 +64,11 @@ using NamedTensor = std::pair<std::string, Tensor<T>>;
 /// Largest header accepted, as in the reference implementation.
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
+/// Deepest nesting of arrays and objects accepted in a header. A valid header nests three levels
+/// (the header object, an entry object, its shape array); the bound keeps a hostile header (an
+/// array nested 100,000 deep) from exhausting the stack of any code that walks the JSON.
+inline constexpr int kMaxHeaderDepth = 64;
+
 namespace detail {
 
 template <class T>
@@ -57,7 +77,101 @@ constexpr const char* dtype_name() {
   return std::is_same_v<T, float> ? "F32" : "F64";
 }
 
-inline std::size_t dtype_size(const std::string& dtype) { return dtype == "F32" ? 4 : dtype == "F64" ? 8 : 0; }
+inline std::size_t dtype_size(std::string_view dtype) { return dtype == "F32" ? 4 : dtype == "F64" ? 8 : 0; }
+
+/// Whether `dtype` is one of the format's dtype names (remat reads only F32 and F64 of them).
+inline bool is_safetensors_dtype(std::string_view dtype) {
+  static constexpr std::string_view known[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
+                                               "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F32", "F64",     "I64", "U64"};
+  return std::find(std::begin(known), std::end(known), dtype) != std::end(known);
+}
+
+/// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong forms, no
+/// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
+inline std::size_t utf8_sequence_at(std::string_view text, std::size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) n = 1;
+  else if (c >= 0xe0 && c <= 0xef) n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (n > text.size() - i - 1) return 0;
+  for (std::size_t k = 1; k <= n; ++k) {
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return 0;
+  }
+  return n + 1;
+}
+
+/// The position of the first byte of `text` that is not part of well-formed UTF-8, or npos.
+inline std::size_t invalid_utf8_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_sequence_at(text, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+/// `text` fit for a message: at most `limit` bytes of it, control bytes and bytes that are not
+/// UTF-8 escaped (\xNN), and the length of what was cut. File contents and names are untrusted
+/// and unbounded; messages stay short and readable.
+inline std::string brief(std::string_view text, std::size_t limit = 64) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size() && i < limit) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t n = utf8_sequence_at(text, i);
+    if (n == 0 || c < 0x20 || c == 0x7f) {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  if (i < text.size()) out += remat::detail::cat("... (", text.size(), " bytes)");
+  return out;
+}
+
+/// A JSON value fit for a message (see brief()).
+inline std::string brief_json(const nlohmann::json& value) { return brief(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)); }
+
+/// An IoError for a failed system call: what was being done, the file, and strerror(err).
+inline IoError system_error(std::string_view doing, const std::string& path, int err) {
+  return IoError(remat::detail::cat("safetensors: ", doing, " ", path, " failed: ", std::strerror(err)));
+}
+
+/// Owns a file descriptor and closes it exactly once: by close(), which reports the error, or
+/// by the destructor on an error path. Linux releases the descriptor even when close() fails, so
+/// it is never retried.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) noexcept : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  /// Closes now; returns 0, or the errno of a failed close.
+  int close() noexcept {
+    if (fd_ < 0) return 0;
+    const int r = ::close(fd_);
+    fd_ = -1;
+    return r == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_;
+};
 
 /// Writes `bytes` to `fd` entirely or throws.
 inline void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
@@ -65,54 +179,158 @@ inline void write_all(int fd, const void* data, std::size_t bytes, const std::st
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(remat::detail::cat("safetensors: writing ", path, " failed: ", std::strerror(errno)));
+    if (n < 0) throw system_error("writing", path, errno);
+    if (n == 0) throw system_error("writing", path, EIO);
     p += n;
     bytes -= static_cast<std::size_t>(n);
   }
 }
 
-}  // namespace detail
-
-/// Writes `tensors` (names unique, non-empty) and `metadata` to `path`, atomically.
-template <class T>
-void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors, const Metadata& metadata = {}) {
-  nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__" || header.contains(name)) {
-      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor name '", name,
-                                       "' is empty, reserved or repeated"));
-    }
-    if (!t.defined()) throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '", name, "' is undefined"));
-    header[name] = {{"dtype", detail::dtype_name<T>()},
-                    {"shape", std::vector<std::int64_t>(t.shape().begin(), t.shape().end())},
-                    {"data_offsets", {offset, offset + t.bytes()}}};
-    offset += t.bytes();
+/// The file `path` names after following symbolic links, so that a save replaces the link's
+/// target and keeps the link. A dangling link names the file it points to (which a save creates).
+inline std::string resolve_links(const std::string& path) {
+  std::string at = path;
+  for (int hop = 0; hop < 40; ++hop) {  // Linux's own limit (MAXSYMLINKS)
+    struct stat st{};
+    if (::lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at;
+    std::vector<char> target(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : PATH_MAX) + 1);
+    const ssize_t n = ::readlink(at.c_str(), target.data(), target.size());
+    if (n < 0) throw system_error("following the link", at, errno);
+    if (static_cast<std::size_t>(n) == target.size()) throw system_error("following the link", at, ENAMETOOLONG);
+    std::string next(target.data(), static_cast<std::size_t>(n));
+    const auto slash = at.rfind('/');
+    if (next.front() != '/' && slash != std::string::npos) next = at.substr(0, slash + 1) + next;  // relative to the link
+    at = std::move(next);
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the reference writer does
-  const std::uint64_t length = text.size();
+  throw system_error("following the links of", path, ELOOP);
+}
 
-  const std::string temporary = remat::detail::cat(path, ".tmp.", ::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(remat::detail::cat("safetensors: cannot create ", temporary, ": ", std::strerror(errno)));
+/// The mode a newly created file gets (0666 less the umask), read without changing the umask,
+/// which other threads may rely on at the same moment.
+inline mode_t new_file_mode() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) return 0666 & ~static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  return 0644;  // no /proc: the usual umask 022
+}
+
+/// Flushes the directory `dir` so that a rename into it survives a crash.
+inline void sync_directory(const std::string& dir, const std::string& path) {
+  Descriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) throw system_error(remat::detail::cat("saved ", path, " but opening its directory"), dir, errno);
+  if (::fsync(fd.get()) != 0) throw system_error(remat::detail::cat("saved ", path, " but flushing its directory"), dir, errno);
+  if (const int err = fd.close()) throw system_error(remat::detail::cat("saved ", path, " but closing its directory"), dir, err);
+}
+
+/// Writes `chunks` to `path` atomically (see the file comment): a unique temporary next to the
+/// target, fsync, rename, fsync of the directory; the temporary is removed on every failure.
+inline void write_atomically(const std::string& path, std::span<const std::pair<const void*, std::size_t>> chunks) {
+  const std::string target = resolve_links(path);
+  const auto slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+  const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+  mode_t mode = 0;
+  struct stat st{};
+  if (::stat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw system_error("saving", path, EISDIR);
+    mode = st.st_mode & 07777;  // an existing file keeps its permissions
+  } else if (errno == ENOENT) {
+    mode = new_file_mode();
+  } else {
+    throw system_error("saving", path, errno);
+  }
+  // A hidden, unique name in the same directory (a rename cannot cross file systems); the base
+  // is cut so that the name stays within NAME_MAX.
+  std::string pattern = (slash == std::string::npos ? std::string() : target.substr(0, slash + 1)) + "." +
+                        base.substr(0, std::min<std::size_t>(base.size(), 200)) + ".tmp.XXXXXX";
+  Descriptor fd(::mkostemp(pattern.data(), O_CLOEXEC));
+  if (!fd.valid()) throw system_error(remat::detail::cat("saving ", path, ": creating a temporary file in"), dir, errno);
+  const std::string& temporary = pattern;  // mkostemp filled in the X's
   try {
-    detail::write_all(fd, &length, sizeof length, temporary);
-    detail::write_all(fd, text.data(), text.size(), temporary);
-    for (const auto& [name, t] : tensors) detail::write_all(fd, t.data(), t.bytes(), temporary);
-    if (::fsync(fd) != 0) throw IoError(remat::detail::cat("safetensors: flushing ", temporary, " failed: ", std::strerror(errno)));
-    if (::close(fd) != 0) throw IoError(remat::detail::cat("safetensors: closing ", temporary, " failed: ", std::strerror(errno)));
+    if (::fchmod(fd.get(), mode) != 0) throw system_error("setting the permissions of", temporary, errno);
+    for (const auto& [data, bytes] : chunks) write_all(fd.get(), data, bytes, temporary);
+    if (::fsync(fd.get()) != 0) throw system_error("flushing", temporary, errno);
+    if (const int err = fd.close()) throw system_error("closing", temporary, err);
+    if (::rename(temporary.c_str(), target.c_str()) != 0) {
+      throw system_error(remat::detail::cat("renaming ", temporary, " to"), target, errno);
+    }
   } catch (...) {
-    ::close(fd);
+    fd.close();
     ::unlink(temporary.c_str());
     throw;
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temporary.c_str());
-    throw IoError(remat::detail::cat("safetensors: cannot replace ", path, ": ", std::strerror(err)));
+  sync_directory(dir, path);
+}
+
+/// One tensor of a header to write: its name, dtype, shape and size in bytes.
+struct HeaderEntry {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  std::size_t bytes = 0;
+};
+
+/// The bytes before the data: the 8-byte length and the JSON header, padded with spaces so that
+/// the data starts 8-byte aligned, as the reference writer does. Offsets follow `entries` in
+/// order. Throws an IoError naming `path` for a name or metadata string that cannot be written.
+inline std::string encode_header(const std::string& path, const std::vector<HeaderEntry>& entries, const Metadata& metadata) {
+  const auto refuse = [&](const std::string& why) { throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": ", why)); };
+  const auto check_utf8 = [&](std::string_view what, const std::string& text) {
+    const std::size_t at = invalid_utf8_at(text);
+    if (at != std::string_view::npos) {
+      refuse(remat::detail::cat(what, " '", brief(text), "' is not valid UTF-8 (byte ", at, "); JSON holds only UTF-8 text"));
+    }
+  };
+  nlohmann::json header = nlohmann::json::object();
+  for (const auto& [key, value] : metadata) {
+    check_utf8("metadata key", key);
+    check_utf8(remat::detail::cat("the value of metadata '", brief(key), "',"), value);
   }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const HeaderEntry& e : entries) {
+    check_utf8("tensor name", e.name);
+    if (e.name.empty() || e.name == "__metadata__" || header.contains(e.name)) {
+      refuse(remat::detail::cat("tensor name '", brief(e.name), "' is empty, reserved or repeated"));
+    }
+    header[e.name] = {{"dtype", e.dtype},
+                      {"shape", std::vector<std::int64_t>(e.shape.begin(), e.shape.end())},
+                      {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // checked above; kept so that no JSON error escapes
+    refuse(brief(e.what(), 200));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t length = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &length, 8);
+  return out + text;
+}
+
+}  // namespace detail
+
+/// Writes `tensors` (names unique, non-empty, UTF-8) and `metadata` (UTF-8) to `path`,
+/// atomically. Every failure is an IoError naming the file (and strerror for system errors).
+template <class T>
+void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors, const Metadata& metadata = {}) {
+  std::vector<detail::HeaderEntry> entries;
+  std::vector<std::pair<const void*, std::size_t>> chunks(1);
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) {
+      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '", detail::brief(name), "' is undefined"));
+    }
+    entries.push_back({name, detail::dtype_name<T>(), t.shape(), t.bytes()});
+    chunks.emplace_back(t.data(), t.bytes());
+  }
+  const std::string header = detail::encode_header(path, entries, metadata);
+  chunks[0] = {header.data(), header.size()};
+  detail::write_atomically(path, chunks);
 }
 
 /// A safetensors file read whole and validated.
@@ -124,12 +342,30 @@ class File {
     std::size_t begin = 0, end = 0;  // in the data section
   };
 
-  /// Reads and validates `path`; throws an IoError naming the problem and the entry.
+  /// Reads and validates `path`; throws an IoError naming the file and the problem (with
+  /// strerror for system errors: missing, unreadable, a directory, ...).
   static File read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IoError(remat::detail::cat("safetensors: cannot open ", path));
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw IoError(remat::detail::cat("safetensors: reading ", path, " failed"));
+    detail::Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) throw detail::system_error("opening", path, errno);
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0) throw detail::system_error("reading", path, errno);
+    if (S_ISDIR(st.st_mode)) throw detail::system_error("reading", path, EISDIR);
+    if (!S_ISREG(st.st_mode)) throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": not a regular file"));
+    std::vector<char> bytes;
+    try {
+      bytes.resize(static_cast<std::size_t>(st.st_size));
+    } catch (const std::bad_alloc&) {
+      throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": its ", st.st_size, " bytes do not fit in memory"));
+    }
+    std::size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw detail::system_error("reading", path, errno);
+      if (n == 0) throw IoError(remat::detail::cat("safetensors: ", path, " shrank while being read"));
+      got += static_cast<std::size_t>(n);
+    }
+    if (const int err = fd.close()) throw detail::system_error("closing", path, err);
     return File(path, std::move(bytes));
   }
 
@@ -142,8 +378,14 @@ class File {
 
   const Entry& entry(const std::string& name) const {
     const auto it = entries_.find(name);
-    if (it == entries_.end()) throw IoError(remat::detail::cat("safetensors: ", path_, " has no tensor named '", name, "'"));
+    if (it == entries_.end()) throw IoError(remat::detail::cat("safetensors: ", path_, " has no tensor named '", detail::brief(name), "'"));
     return it->second;
+  }
+
+  /// The raw bytes of tensor `name`.
+  std::span<const char> bytes(const std::string& name) const {
+    const Entry& e = entry(name);
+    return {bytes_.data() + data_start_ + e.begin, e.end - e.begin};
   }
 
   /// The tensor called `name`, copied out; its dtype must be T's.
@@ -151,7 +393,7 @@ class File {
   Tensor<T> tensor(const std::string& name) const {
     const Entry& e = entry(name);
     if (e.dtype != io::detail::dtype_name<T>()) {
-      throw IoError(remat::detail::cat("safetensors: tensor '", name, "' in ", path_, " is ", e.dtype, ", not the ",
+      throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype, ", not the ",
                                        io::detail::dtype_name<T>(), " asked for"));
     }
     Tensor<T> t(e.shape);
@@ -162,6 +404,32 @@ class File {
  private:
   [[noreturn]] void fail(const std::string& why) const {
     throw IoError(remat::detail::cat("safetensors: ", path_, " is malformed: ", why));
+  }
+
+  /// Checks what a JSON parser would let through or choke on, before parsing: the header starts
+  /// with '{' (a byte-order mark is named), holds no NUL byte (a parser may stop at it and
+  /// ignore the rest) and nests at most kMaxHeaderDepth levels.
+  void scan(std::string_view header) const {
+    if (header.empty()) fail("the header is empty (its length is 0)");
+    if (header.substr(0, 3) == "\xEF\xBB\xBF") fail("the header starts with a UTF-8 byte-order mark; it must start with '{'");
+    if (header.front() != '{') fail(remat::detail::cat("the header starts with '", detail::brief(header.substr(0, 1)), "', not '{'"));
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      const char c = header[i];
+      if (c == '\0') fail(remat::detail::cat("the header holds a NUL byte at offset ", i));
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        if (++depth > kMaxHeaderDepth) fail(remat::detail::cat("the header nests deeper than ", kMaxHeaderDepth, " levels (at offset ", i, ")"));
+      } else if (c == '}' || c == ']') {
+        --depth;
+      }
+    }
   }
 
   void parse() {
@@ -175,41 +443,50 @@ class File {
     }
     data_start_ = 8 + length;
     const std::size_t data_size = bytes_.size() - data_start_;
-    nlohmann::json header;
-    std::vector<std::string> top_keys;  // JSON parsers keep the last of repeated keys; we refuse them
-    const auto watch_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-      if (event == nlohmann::json::parse_event_t::key && depth == 1) top_keys.push_back(parsed.get<std::string>());
+    scan(std::string_view(bytes_.data() + 8, length));
+    // JSON parsers keep the last of repeated keys; we refuse them, at every level: each open
+    // object's keys so far (the scan bounded how many objects can be open).
+    std::vector<std::set<std::string>> open;
+    std::string entry_name;
+    const auto no_repeats = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      using E = nlohmann::json::parse_event_t;
+      if (event == E::object_start) open.emplace_back();
+      if (event == E::object_end) open.pop_back();
+      if (event != E::key) return true;
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (depth == 1) entry_name = key;
+      if (!open.back().insert(key).second) {
+        if (depth == 1) fail(remat::detail::cat("the name '", detail::brief(key), "' appears twice in the header"));
+        fail(remat::detail::cat("the key '", detail::brief(key), "' appears twice in the entry of '", detail::brief(entry_name), "'"));
+      }
       return true;
     };
+    nlohmann::json header;
     try {
-      header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_), watch_keys);
+      header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_), no_repeats);
     } catch (const nlohmann::json::exception& e) {
-      fail(remat::detail::cat("the header is not valid JSON (", e.what(), ")"));
-    }
-    std::sort(top_keys.begin(), top_keys.end());
-    if (const auto twin = std::adjacent_find(top_keys.begin(), top_keys.end()); twin != top_keys.end()) {
-      fail(remat::detail::cat("the name '", *twin, "' appears twice in the header"));
+      fail(remat::detail::cat("the header is not valid JSON (", detail::brief(e.what(), 160), ")"));
     }
     if (!header.is_object()) fail("the header is not a JSON object");
-    std::vector<std::pair<std::size_t, std::string>> starts;
+    std::vector<std::tuple<std::size_t, std::size_t, std::string>> spans;
     for (const auto& [name, value] : header.items()) {
       if (name == "__metadata__") {
         parse_metadata(value);
         continue;
       }
-      entries_.emplace(name, parse_entry(name, value, data_size));
-      starts.emplace_back(entries_.at(name).begin, name);
+      const Entry& e = entries_.emplace(name, parse_entry(name, value, data_size)).first->second;
+      spans.emplace_back(e.begin, e.end, name);
     }
-    // The data must be covered exactly, in some order: no overlaps, no holes, nothing after.
-    std::sort(starts.begin(), starts.end());
+    // The data must be covered exactly: no overlaps, no holes, nothing after. Ordered by offsets
+    // (begin, then end), so that an empty tensor [b, b) comes before one starting at b.
+    std::sort(spans.begin(), spans.end());
     std::size_t at = 0;
-    for (const auto& [begin, name] : starts) {
-      const Entry& e = entries_.at(name);
+    for (const auto& [begin, end, name] : spans) {
       if (begin != at) {
-        fail(remat::detail::cat("tensor '", name, "' starts at byte ", begin, " of the data, but the previous tensor ends at ", at,
-                                begin < at ? " (they overlap)" : " (a hole)"));
+        fail(remat::detail::cat("tensor '", detail::brief(name), "' starts at byte ", begin, " of the data, but the previous tensor ends at ",
+                                at, begin < at ? " (they overlap)" : " (a hole)"));
       }
-      at = e.end;
+      at = end;
     }
     if (at != data_size) fail(remat::detail::cat("the tensors cover ", at, " bytes of data but ", data_size, " follow the header"));
   }
@@ -217,16 +494,16 @@ class File {
   void parse_metadata(const nlohmann::json& value) {
     if (!value.is_object()) fail("\"__metadata__\" is not an object");
     for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) fail(remat::detail::cat("metadata '", key, "' is not a string"));
+      if (!v.is_string()) fail(remat::detail::cat("metadata '", detail::brief(key), "' is not a string but ", detail::brief_json(v)));
       metadata_[key] = v.get<std::string>();
     }
   }
 
   Entry parse_entry(const std::string& name, const nlohmann::json& value, std::size_t data_size) const {
-    const auto bad = [&](const std::string& why) { fail(remat::detail::cat("tensor '", name, "': ", why)); };
-    if (!value.is_object()) bad("its entry is not an object");
+    const auto bad = [&](const std::string& why) { fail(remat::detail::cat("tensor '", detail::brief(name), "': ", why)); };
+    if (!value.is_object()) bad(remat::detail::cat("its entry is not an object but ", detail::brief_json(value)));
     for (const auto& [key, v] : value.items()) {
-      if (key != "dtype" && key != "shape" && key != "data_offsets") bad(remat::detail::cat("unexpected field '", key, "'"));
+      if (key != "dtype" && key != "shape" && key != "data_offsets") bad(remat::detail::cat("unexpected field '", detail::brief(key), "'"));
     }
     if (!value.contains("dtype") || !value["dtype"].is_string()) bad("no dtype string");
     if (!value.contains("shape") || !value["shape"].is_array()) bad("no shape array");
@@ -236,30 +513,46 @@ class File {
     Entry e;
     e.dtype = value["dtype"].get<std::string>();
     const std::size_t size = io::detail::dtype_size(e.dtype);
-    if (size == 0) bad(remat::detail::cat("dtype '", e.dtype, "' is not supported (remat reads F32 and F64)"));
+    if (size == 0 && detail::is_safetensors_dtype(e.dtype)) bad(remat::detail::cat("dtype '", e.dtype, "' is not supported (remat reads F32 and F64)"));
+    if (size == 0) bad(remat::detail::cat("dtype '", detail::brief(e.dtype), "' is not a safetensors dtype"));
     const auto& shape = value["shape"];
-    if (shape.size() > static_cast<std::size_t>(Shape::kMaxRank)) bad(remat::detail::cat("it has ", shape.size(), " axes, more than ", Shape::kMaxRank));
+    if (shape.size() > static_cast<std::size_t>(Shape::kMaxRank)) {
+      bad(remat::detail::cat("its shape has ", shape.size(), " axes, more than the ", Shape::kMaxRank, " remat supports"));
+    }
     std::vector<std::int64_t> dims;
-    std::uint64_t count = 1;
     for (const auto& d : shape) {
-      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) bad(remat::detail::cat("shape ", shape.dump(), " holds a value that is not a non-negative integer"));
-      const auto extent = d.get<std::uint64_t>();
-      if (extent != 0 && count > data_size / extent) bad(remat::detail::cat("shape ", shape.dump(), " is larger than the file"));
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
+        bad(remat::detail::cat("shape ", detail::brief_json(shape), " holds a value that is not an integer in [0, 2^63)"));
+      }
+      dims.push_back(d.get<std::int64_t>());
+    }
+    // The extents must multiply without overflow (the non-zero ones too: tensors compute sizes
+    // and strides from them).
+    std::uint64_t nonzero = 1, count = 1;
+    for (const std::int64_t d : dims) {
+      const auto extent = static_cast<std::uint64_t>(d);
+      if (extent != 0 && nonzero > static_cast<std::uint64_t>(INT64_MAX) / extent) {
+        bad(remat::detail::cat("shape ", detail::brief_json(shape), " overflows: its extents multiply to more than 2^63"));
+      }
+      if (extent != 0) nonzero *= extent;
       count *= extent;
-      dims.push_back(static_cast<std::int64_t>(extent));
     }
     e.shape = Shape(std::span<const std::int64_t>(dims));
     const auto& offsets = value["data_offsets"];
     for (const auto& o : offsets) {
-      if (!o.is_number_integer() || o.get<std::int64_t>() < 0) bad(remat::detail::cat("data_offsets ", offsets.dump(), " are not non-negative integers"));
+      if (!o.is_number_integer() || o.get<std::int64_t>() < 0) {
+        bad(remat::detail::cat("data_offsets ", detail::brief_json(offsets), " are not integers in [0, 2^63)"));
+      }
     }
     const auto begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
     if (begin > end || end > data_size) {
       bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") fall outside the ", data_size, " bytes of data"));
     }
-    if (end - begin != count * size) {
-      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") hold ", end - begin, " bytes but ", e.dtype, " ", shape.dump(),
-                             " needs ", count * size));
+    // count * size may not fit in 64 bits (count < 2^63): compare without multiplying.
+    if ((end - begin) % size != 0 || (end - begin) / size != count) {
+      const std::string needs = count <= UINT64_MAX / size ? std::to_string(count * size) : "more than 2^64";
+      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") hold ", end - begin, " bytes but ", e.dtype, " ", detail::brief_json(shape),
+                             " needs ", needs));
     }
     e.begin = static_cast<std::size_t>(begin);
     e.end = static_cast<std::size_t>(end);

@@ -44,7 +44,32 @@ class AdamW final : public Optimizer<T> {
   /// Number of updates parameter i has received (the t of its bias correction).
   std::int64_t& updates(std::size_t i) { return updates_.at(i); }
 
+  std::vector<std::string> buffer_names() const override { return {"m", "v"}; }
+  std::vector<std::string> counter_names() const override { return {"updates"}; }
+
  private:
+  void save_slot(std::size_t i, std::map<std::string, Tensor<T>>& buffers, std::map<std::string, std::int64_t>& counters) const override {
+    if (m_[i].defined()) buffers["m"] = m_[i].clone();
+    if (v_[i].defined()) buffers["v"] = v_[i].clone();
+    counters["updates"] = updates_[i];
+  }
+  std::string check_slot(const std::map<std::string, Tensor<T>>& buffers,
+                         const std::map<std::string, std::int64_t>& counters) const override {
+    // update() allocates both moments on a parameter's first update and counts every update.
+    const bool moments = buffers.count("m") != 0;
+    if (moments != (buffers.count("v") != 0)) return "it has one of the moments m and v without the other";
+    if (moments != (counters.at("updates") > 0)) {
+      return detail::cat("its update count is ", counters.at("updates"), " but it has ", moments ? "" : "no ", "moments");
+    }
+    return "";
+  }
+  void load_slot(std::size_t i, const std::map<std::string, Tensor<T>>& buffers, const std::map<std::string, std::int64_t>& counters) override {
+    const bool moments = buffers.count("m") != 0;
+    m_[i] = moments ? buffers.at("m").clone() : Tensor<T>();
+    v_[i] = moments ? buffers.at("v").clone() : Tensor<T>();
+    updates_[i] = counters.at("updates");
+  }
+
   void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
     if (!m_[i].defined()) {
       m_[i] = Tensor<T>::zeros(value.shape());

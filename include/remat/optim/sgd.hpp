@@ -25,10 +25,27 @@ class SGD final : public Optimizer<T> {
     }
   }
 
+  const SGDOptions& options() const noexcept { return options_; }
   /// The momentum buffer of parameter i (undefined before its first update, or without momentum).
   Tensor<T>& velocity(std::size_t i) { return velocity_.at(i); }
 
+  std::vector<std::string> buffer_names() const override { return {"velocity"}; }
+  std::vector<std::string> counter_names() const override { return {}; }
+
  private:
+  void save_slot(std::size_t i, std::map<std::string, Tensor<T>>& buffers, std::map<std::string, std::int64_t>&) const override {
+    if (velocity_[i].defined()) buffers["velocity"] = velocity_[i].clone();
+  }
+  std::string check_slot(const std::map<std::string, Tensor<T>>& buffers, const std::map<std::string, std::int64_t>&) const override {
+    // Without momentum the velocity is never read: one in the state means a differently set up run.
+    if (options_.momentum == 0.0 && buffers.count("velocity")) return "the state has a velocity, but this SGD has no momentum";
+    return "";
+  }
+  void load_slot(std::size_t i, const std::map<std::string, Tensor<T>>& buffers, const std::map<std::string, std::int64_t>&) override {
+    const auto it = buffers.find("velocity");
+    velocity_[i] = it == buffers.end() ? Tensor<T>() : it->second.clone();
+  }
+
   void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
     const T lr = T(this->lr()), wd = T(options_.weight_decay), mu = T(options_.momentum);
     Tensor<T>& v = velocity_[i];
