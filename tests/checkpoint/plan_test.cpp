@@ -24,6 +24,12 @@ Chain random_chain(std::size_t n, std::uint64_t seed) {
     c.backward_transient_bytes.push_back(std::floor(rng.uniform(0, 10)));
     c.forward_cost.push_back(std::floor(rng.uniform(1, 9)));
     c.saves_output.push_back(rng.uniform() < 0.5);
+    c.saves_input.push_back(rng.uniform() < 0.7);
+    c.segment_transient_bytes.push_back(std::floor(rng.uniform(0, 40)));
+    c.replay_transient_bytes.push_back(std::floor(rng.uniform(0, 10)));
+    c.replay_free_peak_bytes.push_back(std::floor(rng.uniform(0, 80)));
+    c.dropped_transient_bytes.push_back(std::floor(rng.uniform(0, 40)));
+    c.dropped_free_peak_bytes.push_back(std::floor(rng.uniform(0, 60)));
   }
   c.loss_bytes = std::floor(rng.uniform(0, 10));
   c.loss_output_bytes = std::floor(rng.uniform(0, 3));

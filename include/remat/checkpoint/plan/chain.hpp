@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,18 +21,33 @@ struct Chain {
   std::vector<double> boundary_bytes;            ///< n + 1: x_0 (the input) ... x_n (the output)
   std::vector<double> activation_bytes;          ///< n: what layer l keeps for backward besides x_l, x_{l+1}
   std::vector<double> forward_transient_bytes;   ///< n (or empty: 0): temporaries while l runs forward
+  /// The other ways a layer runs (Note [four ways a layer runs] in plan/simulator.hpp), n each
+  /// or empty; empty means the upper bound from the plain first pass (a_l + tau_l for a run
+  /// that keeps nothing, tau_l for a replay that keeps a_l). "Held": x_l stays alive through the
+  /// layer; "free": a replay drops x_l after its last use, so those are whole peaks, above what
+  /// else was live, x_l, a_l and x_{l+1} included.
+  std::vector<double> segment_transient_bytes;  ///< first pass inside a segment: above x_l and x_{l+1}
+  std::vector<double> replay_transient_bytes;   ///< replay keeping a_l, x_l held: above x_l, a_l and x_{l+1}
+  std::vector<double> replay_free_peak_bytes;   ///< replay keeping a_l, x_l free: the whole peak
+  std::vector<double> dropped_transient_bytes;  ///< replay keeping nothing, x_l held: above x_l and x_{l+1}
+  std::vector<double> dropped_free_peak_bytes;  ///< replay keeping nothing, x_l free: the whole peak
   std::vector<double> backward_transient_bytes;  ///< n (or empty: 0): temporaries while l runs backward
+  /// The last layer's backward temporaries when the output it keeps (tanh's, relu's) is held by
+  /// nothing else, so its backward frees it early: a replayed copy, or x_n when the caller does
+  /// not hold it (unset: backward_transient_bytes[n-1]).
+  std::optional<double> last_unheld_backward_transient_bytes;
   std::vector<double> forward_cost;              ///< n (or empty: 1 each): cost of layer l's forward
   std::vector<bool> saves_output;                ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
+  std::vector<bool> saves_input;                 ///< n (or empty: all true): layer l keeps x_l for its backward
   double loss_bytes = 0;                         ///< what the loss keeps from its forward to its backward
   double loss_output_bytes = 0;                  ///< the loss value and its seed gradient, alive to the end
   double loss_forward_transient_bytes = 0;       ///< temporaries while the loss runs forward (a logits chunk)
   double loss_backward_transient_bytes = 0;      ///< temporaries while the loss runs backward, x_n's gradient included
   bool input_made_in_step = false;               ///< x_0 is computed during the step (it then counts)
   /// The caller holds the output x_n until the backward pass ends, as `auto y = model(x);
-  /// tape.backward(loss(y));` does and plan::profile measures. false: x_n is freed once the
-  /// loss's backward pass is done, exact when the loss saves its input and the caller keeps no
-  /// Var of it (`tape.backward(loss(model(x)))`), an upper bound otherwise.
+  /// tape.backward(loss(y));` does and plan::profile measures. false: x_n lives until the
+  /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
+  /// of it (GPT::loss: ln_f saves it); an upper bound when the loss does not save it.
   bool output_held = true;
 
   std::size_t layers() const noexcept { return activation_bytes.size(); }
@@ -48,9 +64,28 @@ struct Chain {
   double boundary(std::size_t j) const noexcept { return j == 0 && !input_made_in_step ? 0.0 : boundary_bytes[j]; }
   double activation(std::size_t l) const noexcept { return activation_bytes[l]; }
   double tau(std::size_t l) const noexcept { return forward_transient_bytes.empty() ? 0.0 : forward_transient_bytes[l]; }
+  double tau_segment(std::size_t l) const noexcept {
+    return segment_transient_bytes.empty() ? activation(l) + tau(l) : segment_transient_bytes[l];
+  }
+  double tau_replay(std::size_t l) const noexcept { return replay_transient_bytes.empty() ? tau(l) : replay_transient_bytes[l]; }
+  double tau_dropped(std::size_t l) const noexcept {
+    return dropped_transient_bytes.empty() ? activation(l) + tau(l) : dropped_transient_bytes[l];
+  }
+  /// The peak of replaying layer l above what else is live, its input x_l included: held (x_l
+  /// alive throughout) or free (dropped after its last use), keeping a_l or not.
+  double replay_peak(std::size_t l, bool keeps, bool input_held) const noexcept {
+    const double held = boundary(l) + boundary(l + 1) + (keeps ? activation(l) + tau_replay(l) : tau_dropped(l));
+    const std::vector<double>& free = keeps ? replay_free_peak_bytes : dropped_free_peak_bytes;
+    return input_held || free.empty() ? held : free[l];
+  }
+  /// beta_l, for the last layer whether its kept output is held by anything else or not.
+  double beta(std::size_t l, bool output_unheld) const noexcept {
+    return output_unheld && l + 1 == layers() && last_unheld_backward_transient_bytes ? *last_unheld_backward_transient_bytes : beta(l);
+  }
   double beta(std::size_t l) const noexcept { return backward_transient_bytes.empty() ? 0.0 : backward_transient_bytes[l]; }
   double cost(std::size_t l) const noexcept { return forward_cost.empty() ? 1.0 : forward_cost[l]; }
   bool keeps_output(std::size_t l) const noexcept { return saves_output.empty() || saves_output[l]; }
+  bool keeps_input(std::size_t l) const noexcept { return saves_input.empty() || saves_input[l]; }
   double total_cost() const noexcept {
     double s = 0;
     for (std::size_t l = 0; l < layers(); ++l) s += cost(l);
@@ -75,10 +110,17 @@ struct Chain {
     check(boundary_bytes, "boundary_bytes", false);
     check(activation_bytes, "activation_bytes", false);
     check(forward_transient_bytes, "forward_transient_bytes", true);
+    check(segment_transient_bytes, "segment_transient_bytes", true);
+    check(replay_transient_bytes, "replay_transient_bytes", true);
+    check(replay_free_peak_bytes, "replay_free_peak_bytes", true);
+    check(dropped_transient_bytes, "dropped_transient_bytes", true);
+    check(dropped_free_peak_bytes, "dropped_free_peak_bytes", true);
     check(backward_transient_bytes, "backward_transient_bytes", true);
     check(forward_cost, "forward_cost", true);
     if (!saves_output.empty() && saves_output.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_output.size(), " saves_output flags"));
-    for (double v : {loss_bytes, loss_output_bytes, loss_forward_transient_bytes, loss_backward_transient_bytes}) {
+    if (!saves_input.empty() && saves_input.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_input.size(), " saves_input flags"));
+    for (double v : {loss_bytes, loss_output_bytes, loss_forward_transient_bytes, loss_backward_transient_bytes,
+                     last_unheld_backward_transient_bytes.value_or(0)}) {
       if (!(v >= 0) || !std::isfinite(v)) fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
     }
   }

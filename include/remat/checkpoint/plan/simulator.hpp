@@ -87,7 +87,9 @@ class Simulator {
     live_ -= c_.loss_bytes;
     for (std::size_t l = n_; l-- > 0;) {
       materialize(l);
-      touch(c_.beta(l));
+      // the last layer's kept output is held by nothing else if it is a replay's copy, or if the
+      // caller let x_n go
+      touch(c_.beta(l, l + 1 == n_ && kept_[l] && (out_slot_[l] == n_ + 1 || !c_.output_held)));
       if (kept_[l]) release_layer(l);
       grad_ = c_.boundary(l);
       for (int s : starting_[l]) {
@@ -134,7 +136,7 @@ class Simulator {
     kept_[l] = 0;
     --materialized_;
     live_ -= c_.activation(l);
-    unpin(l);
+    if (c_.keeps_input(l)) unpin(l);
     if (c_.keeps_output(l)) unpin(out_slot_[l]);
   }
   void capture(int s) {
@@ -157,12 +159,18 @@ class Simulator {
         if (segs_[s].depth == level + 1 && !segs_[s].captured) capture(s);
       }
       const double current = pins_[l] ? 0.0 : c_.boundary(l);
-      touch(current + c_.activation(l) + c_.boundary(l + 1) + c_.tau(l));
-      if (depth_of_layer(l) == level) {
+      const bool keeps = depth_of_layer(l) == level;
+      // Note [four ways a layer runs]
+      if (level == 0) {  // the caller's Var holds x_l while the layer runs
+        touch(current + c_.boundary(l + 1) + (keeps ? c_.activation(l) + c_.tau(l) : c_.tau_segment(l)));
+      } else {  // a replay drops x_l after its last use unless something pins it
+        touch(c_.replay_peak(l, keeps, pins_[l] > 0) - (pins_[l] > 0 ? c_.boundary(l) : 0.0));
+      }
+      if (keeps) {
         kept_[l] = 1;
         ++materialized_;
         live_ += c_.activation(l);
-        pin(l);
+        if (c_.keeps_input(l)) pin(l);
         // a replay computes its outputs anew; only x_n's first copy may still be alive then
         out_slot_[l] = level > 0 && l + 1 == n_ ? n_ + 1 : l + 1;
         if (c_.keeps_output(l)) pin(out_slot_[l]);
