@@ -235,7 +235,7 @@ TEST_CASE("every planner's predicted peak equals the counted peak on random bloc
   // REMAT_BLOCK_SEED=<seed> runs the one case a failure printed
   const char* only = std::getenv("REMAT_BLOCK_SEED");
   const std::uint64_t base = only ? std::stoull(only) : 20261130;
-  const int cases = only ? 1 : 40;
+  const int cases = only ? 1 : 200;
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
     remat::Rng rng(seed);
@@ -255,6 +255,7 @@ TEST_CASE("every planner's predicted peak equals the counted peak on random bloc
     for (std::size_t slots : {0, 1, 2}) plans.push_back(remat::plan::optimal(profiled, slots));
     const double high = plans[0].peak_bytes, low = plans[3].peak_bytes;
     for (double f : {0.0, 0.2, 0.5, 0.8, 1.0}) plans.push_back(remat::plan::budget(profiled, low + f * (high - low)));
+    for (remat::plan::Plan& p : remat::plan::frontier(profiled)) plans.push_back(std::move(p));
     for (const remat::plan::Plan& p : plans) {
       const std::size_t counted = random_block_step(chain, loss, x, p);
       INFO(p.describe() << ", counted " << counted << " bytes");

@@ -109,14 +109,18 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
 struct ProfileOptions {
   /// Forward passes timed; each layer's cost is the median (memory is measured once).
   int repeats = 3;
-  /// Also measure how each layer's transients differ inside segments and in replays (three more
-  /// steps; Note [four ways a layer runs]). Off: those are bounded by the plain first pass's.
+  /// Also measure how each layer runs inside segments and in replays (four more steps; Note
+  /// [four ways a layer runs] in plan/simulator.hpp). Off: predictions of plans with segments
+  /// become upper bounds (the plain first pass's figures), not exact.
   bool replays = true;
 };
 
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
-/// output, and its forward time, by running `layers` on `input` and then `loss` on the result
-/// (one forward, one backward), on a tape of its own. Parameters used by the layers receive
+/// input and its output, and its forward time, by running `layers` on `input` and then `loss`
+/// on the result, on tapes of its own: `repeats` steps (the last measures memory), one forward
+/// pass (which layers keep their input), four steps with the layers in segments
+/// (options.replays), and the last layer's backward once more when it keeps its output (so that
+/// predictions are exact: Note [four ways a layer runs]). Parameters used by the layers receive
 /// gradients: call zero_grad() afterwards. Profile after one training step: the first backward
 /// pass also allocates the parameters' gradient buffers, which later steps reuse, and would
 /// count them as transients.

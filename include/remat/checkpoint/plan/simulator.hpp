@@ -5,22 +5,41 @@
 ///
 /// Note [memory model]: a plan's predicted peak comes from plan::predict(), a simulation of what
 /// the tape does, at the granularity of layers. Layer l reads boundary x_l and writes x_{l+1}.
-/// - A layer run at the level being materialized keeps its activations (a_l) and pins x_l (and
-///   x_{l+1} if it saves its output, like tanh) until the backward sweep passes it; a layer run
-///   inside a deeper segment keeps nothing, its output lives only until the next layer used it.
+/// - A layer run at the level being materialized keeps its activations (a_l), and pins x_l if it
+///   saves its input and x_{l+1} if it saves its output (like tanh), until the backward sweep
+///   passes it; a layer run inside a deeper segment keeps nothing, its output lives only until
+///   the next layer used it.
 /// - A segment one level deeper than the level being run captures its input boundary.
-/// - While layer l runs forward, its temporaries (tau_l) exist on top; while its backward runs,
-///   the incoming gradient (the size of x_{l+1}) and its backward temporaries (beta_l) do.
+/// - While layer l runs forward, its temporaries exist on top, as Note [four ways a layer runs]
+///   says; while its backward runs, the incoming gradient (the size of x_{l+1}) and its backward
+///   temporaries (beta_l) do.
 /// - The backward sweep replays a segment the first time it needs one of its layers (not the
 ///   trailing child segment, see Note [trailing child] in tape_state.hpp), and releases the
 ///   segment's captured input once the sweep has passed it.
 /// - The caller holds the output x_n to the end of the step (Chain::output_held), so a replay
-///   that recomputes x_n makes a second copy of it.
+///   that recomputes x_n makes a second copy of it; when that copy is what the last layer keeps,
+///   nothing else holds it and the layer's backward frees it early
+///   (Chain::last_unheld_backward_transient_bytes).
 /// The chain's input x_0 exists before the step and is not counted (unless input_made_in_step,
 /// as for a GPT's blocks, whose input the embeddings make); the loss pins x_n and keeps
 /// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end; its
 /// forward and backward temporaries (a chunked loss's logits chunk) sit on top of that while it
 /// runs. Every planner optimizes this same model, so predictions and plans agree.
+///
+/// Note [four ways a layer runs]: what a layer adds to memory while it runs forward depends on
+/// who holds its values, and differs by more than its temporaries:
+/// - first pass, kept (outside any segment): the caller's Var holds x_l throughout, every op
+///   saves, the values no op saves die when the layer returns: a_l + x_{l+1} + tau_l on top;
+/// - first pass inside a segment: the same, but no op saves (segment_transient_bytes);
+/// - replay at the layer's own level (it keeps a_l): the replay drops each value right after
+///   its last use, so interiors die sooner (replay_transient_bytes); and when nothing pins x_l
+///   (the layer is not its segment's first, and the layer before did not keep its output) the
+///   replay drops x_l midway too (replay_free_peak_bytes, a whole peak: it may be less than
+///   x_l + a_l + x_{l+1});
+/// - replay inside a deeper segment: keeps nothing, x_l held or not (dropped_transient_bytes,
+///   dropped_free_peak_bytes).
+/// plan::profile measures all four (checkpoint/profile.hpp); a Chain without them falls back to
+/// the first pass's figures, an upper bound for the others.
 
 #include <algorithm>
 #include <cmath>
