@@ -101,9 +101,9 @@ std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
 /// The name a plan goes by on remat_bench's --mode (train_gpt's --checkpoint takes the first four).
 std::string name(const plan::Plan& p, const Options& o) {
   char buf[64];
-  if (p.kind == "budget") std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
-  else if (p.kind == "optimal") std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
-  else return p.kind;
+  if (p.kind == remat::plan::Kind::budget) std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
+  else if (p.kind == remat::plan::Kind::optimal) std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
+  else return remat::plan::to_string(p.kind);
   return buf;
 }
 

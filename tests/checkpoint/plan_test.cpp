@@ -24,11 +24,18 @@ Chain random_chain(std::size_t n, std::uint64_t seed) {
     c.backward_transient_bytes.push_back(std::floor(rng.uniform(0, 10)));
     c.forward_cost.push_back(std::floor(rng.uniform(1, 9)));
     c.saves_output.push_back(rng.uniform() < 0.5);
+    c.saves_input.push_back(rng.uniform() < 0.7);
+    c.segment_transient_bytes.push_back(std::floor(rng.uniform(0, 40)));
+    c.replay_transient_bytes.push_back(std::floor(rng.uniform(0, 10)));
+    c.replay_free_peak_bytes.push_back(std::floor(rng.uniform(0, 80)));
+    c.dropped_transient_bytes.push_back(std::floor(rng.uniform(0, 40)));
+    c.dropped_free_peak_bytes.push_back(std::floor(rng.uniform(0, 60)));
   }
   c.loss_bytes = std::floor(rng.uniform(0, 10));
   c.loss_output_bytes = std::floor(rng.uniform(0, 3));
   c.loss_forward_transient_bytes = std::floor(rng.uniform(0, 25));
   c.loss_backward_transient_bytes = std::floor(rng.uniform(0, 25));
+  c.output_held = rng.uniform() < 0.5;
   return c;
 }
 
@@ -249,11 +256,56 @@ TEST_CASE("plan::budget gives the least recompute that fits, and names the small
 TEST_CASE("planners reject malformed chains and plans", "[checkpoint][plan][errors]") {
   Chain c = Chain::uniform(3);
   c.boundary_bytes.pop_back();
-  CHECK_THROWS_WITH(every(c), Catch::Contains("4 boundary sizes") || Catch::Contains("boundary"));
+  CHECK_THROWS_WITH(every(c), Catch::Contains("plan::every: chain has 3 layers but 3 boundary sizes (needs 4)"));
   Chain d = Chain::uniform(3);
   d.activation_bytes[1] = -1;
   CHECK_THROWS_AS(sqrt(d), remat::PlanError);
   CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 2, {}}, Segment{1, 3, {}}}), remat::PlanError);
   CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 4, {}}}), remat::PlanError);
   CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 3, {Segment{0, 3, {}}}}}), remat::PlanError);
+}
+
+TEST_CASE("Plan::describe names the planner and prints sizes in B, KiB and MiB", "[checkpoint][plan]") {
+  CHECK(std::string(to_string(Kind::budget)) == "budget");
+  CHECK(std::string(to_string(Kind::custom)) == "custom");
+  CHECK(format_bytes(812) == "812 B");
+  CHECK(format_bytes(3.25 * 1024) == "3.25 KiB");
+  CHECK(format_bytes(1.5 * 1024 * 1024) == "1.50 MiB");
+  CHECK(format_bytes(3.0 * 1024 * 1024 * 1024) == "3.00 GiB");
+  const Plan p = every(Chain::uniform(4, 1 << 20, 3 << 20));
+  CHECK(p.kind == Kind::every);
+  // x_1, x_2 captured, layer 3 kept (3 MiB, x_3, x_4), the loss gradient: 8 MiB
+  CHECK(p.describe() == "every: 3 segments over 4 layers, depth 1, predicted peak 8.00 MiB, recompute 75.0 % of a forward");
+  CHECK(optimal(std::size_t{6}, 2).describe().find("optimal: ") == 0);
+  CHECK(optimal(std::size_t{6}, 2).describe().find("predicted peak") == std::string::npos);  // made from a count
+  CHECK(custom(Chain::uniform(2), {Segment{0, 1, {}}}).kind == Kind::custom);
+}
+
+TEST_CASE("plan::frontier: Pareto points no one-level or binomial plan beats", "[checkpoint][plan][bruteforce]") {
+  for (std::size_t n = 1; n <= 8; ++n) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const Chain c = variant == 0 ? uniform_chain(n) : random_chain(n, 31 * n + variant);
+      const std::vector<Plan> f = frontier(c);
+      INFO("n " << n << " variant " << variant);
+      REQUIRE(!f.empty());
+      CHECK(f.front().recompute == 0);  // the first point keeps everything
+      for (std::size_t i = 1; i < f.size(); ++i) {
+        CHECK(f[i].peak_bytes < f[i - 1].peak_bytes);
+        CHECK(f[i].recompute > f[i - 1].recompute);
+      }
+      for (const Plan& p : f) CHECK(predict(c, p.segments).peak_bytes == p.peak_bytes);
+      // the least-memory point needs no more than the binomial plan with no checkpoints
+      CHECK(f.back().peak_bytes <= optimal(c, 0).peak_bytes);
+      std::vector<std::vector<Segment>> plans;
+      std::vector<Segment> cur;
+      enumerate_one_level(0, n, cur, plans);
+      for (std::size_t k = 0; k < n; ++k) plans.push_back(optimal(c, k).segments);
+      for (const auto& segments : plans) {
+        const Prediction q = predict(c, segments);
+        for (const Plan& p : f) {
+          if (q.peak_bytes <= p.peak_bytes) CHECK(q.recompute >= p.recompute);
+        }
+      }
+    }
+  }
 }

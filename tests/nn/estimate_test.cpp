@@ -120,6 +120,7 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
     CHECK(predicted.loss_forward_transient_bytes == measured.loss_forward_transient_bytes);
     CHECK(predicted.loss_backward_transient_bytes == measured.loss_backward_transient_bytes);
     CHECK(predicted.input_made_in_step == measured.input_made_in_step);
+    CHECK(predicted.output_held == measured.output_held);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <vector>
 
+#include "remat/checkpoint/checkpoint.hpp"
 #include "remat/checkpoint/plan.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
@@ -34,16 +35,92 @@ class MemoryMarker final : public Node<T> {
   double* peak_;
 };
 
+/// Identity op that reads the allocator each time it runs forward, in the first pass and in any
+/// replay: a `start` marker records the live bytes and resets the peak, an end marker records the
+/// peak since. The last reading is the replay's (a segment replays once per backward pass).
+template <class T>
+class ForwardMarker final : public Node<T> {
+ public:
+  ForwardMarker(std::vector<double>* readings, bool start) : readings_(readings), start_(start) {}
+  const char* op_name() const noexcept override { return "profile_marker"; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    readings_->push_back(static_cast<double>(start_ ? memory::live_bytes() : memory::peak_bytes()));
+    if (start_) memory::reset_peak();
+    return in[0];
+  }
+  void backward(const Tensor<T>& gy, remat::detail::Grads<T>& grads) override { grads.add(0, gy); }
+
+ private:
+  std::vector<double>* readings_;
+  bool start_;
+};
+
+/// A copy of its input, in a buffer of its own.
+template <class T>
+class CopyNode final : public Node<T> {
+ public:
+  const char* op_name() const noexcept override { return "profile_copy"; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
+  void backward(const Tensor<T>& gy, remat::detail::Grads<T>& grads) override { grads.add(0, gy); }
+};
+
+/// How profile_replays() wraps each layer (Note [four ways a layer runs]).
+enum class ReplayShape {
+  own_segment,     ///< [start, layer, end] as one segment: first pass inside a segment, then a replay keeping a_l
+  own_segment_copied,  ///< [start, copy, layer, end]: a replay keeping a_l, x_l a copy freed after its last use
+  inner_segment,   ///< [start, [layer], end]: the outer replay runs the layer keeping nothing, x_l held
+  copied_input,    ///< [start, [copy, [layer]], end]: as above, x_l a copy freed after its last use
+};
+
+/// Runs `layers` once forward and backward with every layer wrapped as `shape` says, with
+/// forward markers around it; starts[l] and ends[l] receive the markers' readings.
+template <class Layers, class T, class Loss>
+void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayShape shape,
+                     std::vector<std::vector<double>>& starts, std::vector<std::vector<double>>& ends) {
+  Tape tape;
+  Var<T> x = tape.input(input);
+  std::size_t l = 0;
+  for (auto&& layer : layers) {
+    CheckpointScope outer(x);
+    const Var<T> a = apply<T>(std::make_unique<ForwardMarker<T>>(&starts[l], true), {x});
+    Var<T> y;
+    if (shape == ReplayShape::own_segment) {
+      y = layer(a);
+    } else if (shape == ReplayShape::own_segment_copied) {
+      y = layer(apply<T>(std::make_unique<CopyNode<T>>(), {a}));
+    } else if (shape == ReplayShape::inner_segment) {
+      CheckpointScope inner(a);
+      y = layer(a);
+    } else {
+      CheckpointScope middle(a);
+      const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {a});
+      CheckpointScope inner(copy);
+      y = layer(copy);
+    }
+    x = apply<T>(std::make_unique<ForwardMarker<T>>(&ends[l], false), {y});
+    ++l;
+  }
+  const Var<T> value = loss(x);
+  tape.backward(value, Tensor<T>::ones(value.shape()));
+}
+
 }  // namespace detail
 
 struct ProfileOptions {
   /// Forward passes timed; each layer's cost is the median (memory is measured once).
   int repeats = 3;
+  /// Also measure how each layer runs inside segments and in replays (four more steps; Note
+  /// [four ways a layer runs] in plan/simulator.hpp). Off: predictions of plans with segments
+  /// become upper bounds (the plain first pass's figures), not exact.
+  bool replays = true;
 };
 
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
-/// output, and its forward time, by running `layers` on `input` and then `loss` on the result
-/// (one forward, one backward), on a tape of its own. Parameters used by the layers receive
+/// input and its output, and its forward time, by running `layers` on `input` and then `loss`
+/// on the result, on tapes of its own: `repeats` steps (the last measures memory), one forward
+/// pass (which layers keep their input), four steps with the layers in segments
+/// (options.replays), and the last layer's backward once more when it keeps its output (so that
+/// predictions are exact: Note [four ways a layer runs]). Parameters used by the layers receive
 /// gradients: call zero_grad() afterwards. Profile after one training step: the first backward
 /// pass also allocates the parameters' gradient buffers, which later steps reuse, and would
 /// count them as transients.
@@ -60,6 +137,7 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   c.saves_output.assign(n, true);
   std::vector<std::vector<double>> times(n);
   std::vector<double> live(n + 1, 0), peak(n + 1, 0);
+  Tensor<T> last_input;
   for (int run = 0; run < options.repeats; ++run) {
     const bool measure_memory = run == options.repeats - 1;
     Tape tape;
@@ -78,6 +156,7 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
       c.activation_bytes[l] = std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
       c.forward_transient_bytes[l] = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
+      if (measure_memory && l + 1 == n) last_input = held.value().clone();  // (a constant offset from here on)
       ++l;
     }
     c.boundary_bytes[n] = static_cast<double>(x.value().bytes());
@@ -100,6 +179,76 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     // layer 0's backward peak is the peak since the marker before layer 1.
     peak[0] = static_cast<double>(memory::peak_bytes());
     for (std::size_t i = 0; i < n; ++i) c.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+  }
+  if (c.saves_output[n - 1]) {
+    // The last layer's backward when nothing else holds the output it keeps: as a replay's
+    // copy is, or x_n when the caller lets it go (Chain::last_unheld_backward_transient_bytes)
+    Tape tape;
+    const Var<T> in = tape.input(last_input, n > 1);  // x_0 needs no gradient, later inputs do
+    double marker_live = 0, marker_peak = 0;
+    Var<T> value;
+    {
+      auto last = std::begin(layers);
+      std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
+      value = loss(apply<T>(std::make_unique<detail::MemoryMarker<T>>(&marker_live, &marker_peak), {(*last)(in)}));
+    }
+    tape.backward(value, Tensor<T>::ones(value.shape()));
+    c.last_unheld_backward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+  }
+  {
+    // Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
+    // outlive the layer's return? (one forward pass)
+    c.saves_input.assign(n, true);
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      Var<T> y;
+      double with_copy = 0;
+      {
+        const Var<T> copy = apply<T>(std::make_unique<detail::CopyNode<T>>(), {x});
+        y = layer(copy);
+        with_copy = static_cast<double>(memory::live_bytes());
+      }
+      c.saves_input[l] = with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
+      x = y;
+      ++l;
+    }
+  }
+  if (options.replays) {
+    // Note [four ways a layer runs]: the readings, relative to the live bytes (x_l included)
+    // just before the layer
+    std::vector<std::vector<double>> starts(n), ends(n);
+    const auto reading = [&](std::size_t i, bool last) {
+      if (starts[i].empty() || ends[i].empty()) throw Error("internal error: plan::profile's replay markers did not run");
+      return last ? ends[i].back() - starts[i].back() : ends[i].front() - starts[i].front();
+    };
+    c.segment_transient_bytes.assign(n, 0);
+    c.replay_transient_bytes.assign(n, 0);
+    c.replay_free_peak_bytes.assign(n, 0);
+    c.dropped_transient_bytes.assign(n, 0);
+    c.dropped_free_peak_bytes.assign(n, 0);
+    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment, starts, ends);
+    for (std::size_t i = 0; i < n; ++i) {
+      c.segment_transient_bytes[i] = std::max(0.0, reading(i, false) - c.boundary_bytes[i + 1]);
+      c.replay_transient_bytes[i] = std::max(0.0, reading(i, true) - c.activation_bytes[i] - c.boundary_bytes[i + 1]);
+    }
+    for (auto& r : starts) r.clear();
+    for (auto& r : ends) r.clear();
+    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment_copied, starts, ends);
+    for (std::size_t i = 0; i < n; ++i) {
+      c.replay_free_peak_bytes[i] = reading(i, true);  // the copy plays x_l
+    }
+    for (auto& r : starts) r.clear();
+    for (auto& r : ends) r.clear();
+    detail::profile_replays(layers, input, loss, detail::ReplayShape::inner_segment, starts, ends);
+    for (std::size_t i = 0; i < n; ++i) c.dropped_transient_bytes[i] = std::max(0.0, reading(i, true) - c.boundary_bytes[i + 1]);
+    for (auto& r : starts) r.clear();
+    for (auto& r : ends) r.clear();
+    detail::profile_replays(layers, input, loss, detail::ReplayShape::copied_input, starts, ends);
+    for (std::size_t i = 0; i < n; ++i) {
+      c.dropped_free_peak_bytes[i] = reading(i, true);
+    }
   }
   c.forward_cost.resize(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -108,6 +108,7 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   chain.forward_cost.assign(layers, 24 * n * w * w + 4 * b * t * t * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
+  chain.output_held = false;  // GPT::loss keeps no Var of the blocks' output; ln_f saves it
   chain.loss_output_bytes = 2 * e;
   if (chunked_loss) {
     chain.loss_bytes = (n * w + 3 * n) * e;

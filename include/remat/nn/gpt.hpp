@@ -93,6 +93,7 @@ class GPT : public Module<T> {
       return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
     }, options);
     c.input_made_in_step = true;
+    c.output_held = false;  // loss() keeps no Var of the blocks' output (ln_f saves it)
     return c;
   }
 

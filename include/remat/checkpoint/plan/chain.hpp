@@ -1,0 +1,209 @@
+#pragma once
+/// @file
+/// plan::Chain (what the planners know about a chain of layers), plan::Segment and plan::Plan
+/// (what they return). See checkpoint/plan.hpp for the planners.
+
+#include <cmath>
+#include <cstddef>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "remat/core/error.hpp"
+
+namespace remat::plan {
+
+/// What the planners know about a chain of n layers. Bytes are per step; costs are in any unit
+/// (seconds, FLOPs, or 1 per layer).
+struct Chain {
+  std::vector<double> boundary_bytes;            ///< n + 1: x_0 (the input) ... x_n (the output)
+  std::vector<double> activation_bytes;          ///< n: what layer l keeps for backward besides x_l, x_{l+1}
+  std::vector<double> forward_transient_bytes;   ///< n (or empty: 0): temporaries while l runs forward
+  /// The other ways a layer runs (Note [four ways a layer runs] in plan/simulator.hpp), n each
+  /// or empty; empty means the upper bound from the plain first pass (a_l + tau_l for a run
+  /// that keeps nothing, tau_l for a replay that keeps a_l). "Held": x_l stays alive through the
+  /// layer; "free": a replay drops x_l after its last use, so those are whole peaks, above what
+  /// else was live, x_l, a_l and x_{l+1} included.
+  std::vector<double> segment_transient_bytes;  ///< first pass inside a segment: above x_l and x_{l+1}
+  std::vector<double> replay_transient_bytes;   ///< replay keeping a_l, x_l held: above x_l, a_l and x_{l+1}
+  std::vector<double> replay_free_peak_bytes;   ///< replay keeping a_l, x_l free: the whole peak
+  std::vector<double> dropped_transient_bytes;  ///< replay keeping nothing, x_l held: above x_l and x_{l+1}
+  std::vector<double> dropped_free_peak_bytes;  ///< replay keeping nothing, x_l free: the whole peak
+  std::vector<double> backward_transient_bytes;  ///< n (or empty: 0): temporaries while l runs backward
+  /// The last layer's backward temporaries when the output it keeps (tanh's, relu's) is held by
+  /// nothing else, so its backward frees it early: a replayed copy, or x_n when the caller does
+  /// not hold it (unset: backward_transient_bytes[n-1]).
+  std::optional<double> last_unheld_backward_transient_bytes;
+  std::vector<double> forward_cost;              ///< n (or empty: 1 each): cost of layer l's forward
+  std::vector<bool> saves_output;                ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
+  std::vector<bool> saves_input;                 ///< n (or empty: all true): layer l keeps x_l for its backward
+  double loss_bytes = 0;                         ///< what the loss keeps from its forward to its backward
+  double loss_output_bytes = 0;                  ///< the loss value and its seed gradient, alive to the end
+  double loss_forward_transient_bytes = 0;       ///< temporaries while the loss runs forward (a logits chunk)
+  double loss_backward_transient_bytes = 0;      ///< temporaries while the loss runs backward, x_n's gradient included
+  bool input_made_in_step = false;               ///< x_0 is computed during the step (it then counts)
+  /// The caller holds the output x_n until the backward pass ends, as `auto y = model(x);
+  /// tape.backward(loss(y));` does and plan::profile measures. false: x_n lives until the
+  /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
+  /// of it (GPT::loss: ln_f saves it); an upper bound when the loss does not save it.
+  bool output_held = true;
+
+  std::size_t layers() const noexcept { return activation_bytes.size(); }
+
+  /// n identical layers: boundaries of `boundary` bytes, `activation` bytes kept per layer.
+  static Chain uniform(std::size_t n, double boundary = 1, double activation = 0, double cost = 1) {
+    Chain c;
+    c.boundary_bytes.assign(n + 1, boundary);
+    c.activation_bytes.assign(n, activation);
+    c.forward_cost.assign(n, cost);
+    return c;
+  }
+
+  double boundary(std::size_t j) const noexcept { return j == 0 && !input_made_in_step ? 0.0 : boundary_bytes[j]; }
+  double activation(std::size_t l) const noexcept { return activation_bytes[l]; }
+  double tau(std::size_t l) const noexcept { return forward_transient_bytes.empty() ? 0.0 : forward_transient_bytes[l]; }
+  double tau_segment(std::size_t l) const noexcept {
+    return segment_transient_bytes.empty() ? activation(l) + tau(l) : segment_transient_bytes[l];
+  }
+  double tau_replay(std::size_t l) const noexcept { return replay_transient_bytes.empty() ? tau(l) : replay_transient_bytes[l]; }
+  double tau_dropped(std::size_t l) const noexcept {
+    return dropped_transient_bytes.empty() ? activation(l) + tau(l) : dropped_transient_bytes[l];
+  }
+  /// The peak of replaying layer l above what else is live, its input x_l included: held (x_l
+  /// alive throughout) or free (dropped after its last use), keeping a_l or not.
+  double replay_peak(std::size_t l, bool keeps, bool input_held) const noexcept {
+    const double held = boundary(l) + boundary(l + 1) + (keeps ? activation(l) + tau_replay(l) : tau_dropped(l));
+    const std::vector<double>& free = keeps ? replay_free_peak_bytes : dropped_free_peak_bytes;
+    return input_held || free.empty() ? held : free[l];
+  }
+  /// beta_l, for the last layer whether its kept output is held by anything else or not.
+  double beta(std::size_t l, bool output_unheld) const noexcept {
+    return output_unheld && l + 1 == layers() && last_unheld_backward_transient_bytes ? *last_unheld_backward_transient_bytes : beta(l);
+  }
+  double beta(std::size_t l) const noexcept { return backward_transient_bytes.empty() ? 0.0 : backward_transient_bytes[l]; }
+  double cost(std::size_t l) const noexcept { return forward_cost.empty() ? 1.0 : forward_cost[l]; }
+  bool keeps_output(std::size_t l) const noexcept { return saves_output.empty() || saves_output[l]; }
+  bool keeps_input(std::size_t l) const noexcept { return saves_input.empty() || saves_input[l]; }
+  double total_cost() const noexcept {
+    double s = 0;
+    for (std::size_t l = 0; l < layers(); ++l) s += cost(l);
+    return s;
+  }
+
+  /// Throws a PlanError naming the first inconsistency (sizes, negative or non-finite values).
+  void validate(const char* who) const {
+    const std::size_t n = layers();
+    const auto fail = [&](const std::string& what) { throw PlanError(std::string(who) + ": chain " + what); };
+    if (n == 0) fail("has no layers");
+    if (boundary_bytes.size() != n + 1) {
+      fail(detail::cat("has ", n, " layers but ", boundary_bytes.size(), " boundary sizes (needs ", n + 1, ")"));
+    }
+    const auto check = [&](const std::vector<double>& v, const char* name, bool optional) {
+      if (optional && v.empty()) return;
+      if (v.size() != n && v != boundary_bytes) fail(detail::cat("has ", n, " layers but ", v.size(), " ", name));
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (!(v[i] >= 0) || !std::isfinite(v[i])) fail(detail::cat("has ", name, "[", i, "] = ", v[i], "; values must be finite and >= 0"));
+      }
+    };
+    check(boundary_bytes, "boundary_bytes", false);
+    check(activation_bytes, "activation_bytes", false);
+    check(forward_transient_bytes, "forward_transient_bytes", true);
+    check(segment_transient_bytes, "segment_transient_bytes", true);
+    check(replay_transient_bytes, "replay_transient_bytes", true);
+    check(replay_free_peak_bytes, "replay_free_peak_bytes", true);
+    check(dropped_transient_bytes, "dropped_transient_bytes", true);
+    check(dropped_free_peak_bytes, "dropped_free_peak_bytes", true);
+    check(backward_transient_bytes, "backward_transient_bytes", true);
+    check(forward_cost, "forward_cost", true);
+    if (!saves_output.empty() && saves_output.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_output.size(), " saves_output flags"));
+    if (!saves_input.empty() && saves_input.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_input.size(), " saves_input flags"));
+    for (double v : {loss_bytes, loss_output_bytes, loss_forward_transient_bytes, loss_backward_transient_bytes,
+                     last_unheld_backward_transient_bytes.value_or(0)}) {
+      if (!(v >= 0) || !std::isfinite(v)) fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
+    }
+  }
+};
+
+/// A checkpoint segment over layers [begin, end), possibly holding nested segments.
+struct Segment {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::vector<Segment> children;
+
+  friend bool operator==(const Segment&, const Segment&) = default;
+};
+
+/// Which planner made a Plan.
+enum class Kind { none, every, sqrt, budget, optimal, custom };
+
+/// The planner's name: "none", "every", "sqrt", "budget", "optimal" or "custom".
+inline const char* to_string(Kind k) noexcept {
+  switch (k) {
+    case Kind::none: return "none";
+    case Kind::every: return "every";
+    case Kind::sqrt: return "sqrt";
+    case Kind::budget: return "budget";
+    case Kind::optimal: return "optimal";
+    case Kind::custom: break;
+  }
+  return "custom";
+}
+
+/// Bytes as a person reads them: "812 B", "3.25 KiB", "1.50 MiB", "2.00 GiB".
+inline std::string format_bytes(double bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::abs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::ostringstream out;
+  if (u == 0) out << std::llround(v) << " B";
+  else out << std::fixed << std::setprecision(2) << v << " " << units[u];
+  return out.str();
+}
+
+/// A plan: which layers run inside which segments, and what that is predicted to cost.
+struct Plan {
+  Kind kind = Kind::custom;      ///< which planner made it
+  std::size_t layers = 0;
+  std::vector<Segment> segments;  ///< top level, in order, disjoint; other layers run plainly
+  double peak_bytes = 0;          ///< predicted peak above what was live before the step
+  double recompute = 0;           ///< predicted extra forward cost, in the chain's cost unit
+  double recompute_fraction = 0;  ///< recompute / the cost of one forward pass
+  int slots = -1;                 ///< for binomial plans: checkpoints alive at once; -1 otherwise
+  bool predicted = true;          ///< false for plans made from a layer count, not measured sizes
+
+  /// Depth of the deepest segment (0 when there is none).
+  int depth() const noexcept { return depth_of(segments); }
+  /// Number of segments at all depths.
+  std::size_t segment_count() const noexcept { return count(segments); }
+
+  /// One line: planner, segments, depth, predicted peak (in B, KiB or MiB) and recompute, e.g.
+  /// "budget: 3 segments over 12 layers, depth 1, predicted peak 1.50 MiB, recompute 25.0 % of a forward".
+  std::string describe() const {
+    std::ostringstream out;
+    out << to_string(kind) << ": " << segment_count() << " segments over " << layers << " layers, depth " << depth();
+    if (predicted) out << ", predicted peak " << format_bytes(peak_bytes);
+    out << ", recompute " << remat::detail::cat(std::fixed, std::setprecision(1), recompute_fraction * 100) << " % of a forward";
+    if (slots >= 0) out << ", " << slots << " slots";
+    return out.str();
+  }
+
+ private:
+  static int depth_of(const std::vector<Segment>& s) noexcept {
+    int d = 0;
+    for (const Segment& x : s) d = std::max(d, 1 + depth_of(x.children));
+    return d;
+  }
+  static std::size_t count(const std::vector<Segment>& s) noexcept {
+    std::size_t c = s.size();
+    for (const Segment& x : s) c += count(x.children);
+    return c;
+  }
+};
+
+}  // namespace remat::plan

@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// plan::frontier(): the trade-off between predicted peak memory and predicted recompute that
+/// the planners reach on a chain, as a list of Pareto points.
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "remat/checkpoint/plan/budget.hpp"
+#include "remat/checkpoint/plan/optimal.hpp"
+#include "remat/checkpoint/plan/simulator.hpp"
+
+namespace remat::plan {
+
+/// The plans no other plan found here beats on both predicted peak and predicted recompute,
+/// sorted by peak (falling) and so by recompute (rising). The candidates: none(), every(),
+/// sqrt(), optimal() with up to kFrontierSlots slots, and the budget() plan at each of their
+/// peaks. Each point is a plan a step can run (checkpoint_sequential), not an interpolation.
+inline constexpr std::size_t kFrontierSlots = 32;
+
+inline std::vector<Plan> frontier(const Chain& chain) {
+  chain.validate("plan::frontier");
+  std::vector<Plan> candidates{none(chain), every(chain), sqrt(chain)};
+  for (std::size_t k = 0; k < std::min(chain.layers(), kFrontierSlots + 1); ++k) candidates.push_back(optimal(chain, k));
+  std::vector<double> peaks;
+  for (const Plan& p : candidates) peaks.push_back(p.peak_bytes);
+  std::sort(peaks.begin(), peaks.end());
+  peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
+  for (double peak : peaks) {
+    // a peak only a nested plan reaches may be missed by budget()'s search over slot counts,
+    // which assumes more slots never need less memory; that plan is a candidate already
+    try {
+      candidates.push_back(budget(chain, peak));
+    } catch (const PlanError&) {
+    }
+  }
+  // least peak first; keep a plan only if it recomputes less than every plan with less peak
+  std::sort(candidates.begin(), candidates.end(), [](const Plan& a, const Plan& b) {
+    return a.peak_bytes != b.peak_bytes ? a.peak_bytes < b.peak_bytes : a.recompute < b.recompute;
+  });
+  std::vector<Plan> out;
+  for (Plan& p : candidates) {
+    if (out.empty() || p.recompute < out.back().recompute) out.push_back(std::move(p));
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace remat::plan

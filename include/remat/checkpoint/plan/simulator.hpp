@@ -1,0 +1,294 @@
+#pragma once
+/// @file
+/// plan::predict(): the simulation every planner optimizes (Note [memory model]), and the plans
+/// that need nothing more: custom(), none(), every(), sqrt().
+///
+/// Note [memory model]: a plan's predicted peak comes from plan::predict(), a simulation of what
+/// the tape does, at the granularity of layers. Layer l reads boundary x_l and writes x_{l+1}.
+/// - A layer run at the level being materialized keeps its activations (a_l), and pins x_l if it
+///   saves its input and x_{l+1} if it saves its output (like tanh), until the backward sweep
+///   passes it; a layer run inside a deeper segment keeps nothing, its output lives only until
+///   the next layer used it.
+/// - A segment one level deeper than the level being run captures its input boundary.
+/// - While layer l runs forward, its temporaries exist on top, as Note [four ways a layer runs]
+///   says; while its backward runs, the incoming gradient (the size of x_{l+1}) and its backward
+///   temporaries (beta_l) do.
+/// - The backward sweep replays a segment the first time it needs one of its layers (not the
+///   trailing child segment, see Note [trailing child] in tape_state.hpp), and releases the
+///   segment's captured input once the sweep has passed it.
+/// - The caller holds the output x_n to the end of the step (Chain::output_held), so a replay
+///   that recomputes x_n makes a second copy of it; when that copy is what the last layer keeps,
+///   nothing else holds it and the layer's backward frees it early
+///   (Chain::last_unheld_backward_transient_bytes).
+/// The chain's input x_0 exists before the step and is not counted (unless input_made_in_step,
+/// as for a GPT's blocks, whose input the embeddings make); the loss pins x_n and keeps
+/// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end; its
+/// forward and backward temporaries (a chunked loss's logits chunk) sit on top of that while it
+/// runs. Every planner optimizes this same model, so predictions and plans agree.
+///
+/// Note [four ways a layer runs]: what a layer adds to memory while it runs forward depends on
+/// who holds its values, and differs by more than its temporaries:
+/// - first pass, kept (outside any segment): the caller's Var holds x_l throughout, every op
+///   saves, the values no op saves die when the layer returns: a_l + x_{l+1} + tau_l on top;
+/// - first pass inside a segment: the same, but no op saves (segment_transient_bytes);
+/// - replay at the layer's own level (it keeps a_l): the replay drops each value right after
+///   its last use, so interiors die sooner (replay_transient_bytes); and when nothing pins x_l
+///   (the layer is not its segment's first, and the layer before did not keep its output) the
+///   replay drops x_l midway too (replay_free_peak_bytes, a whole peak: it may be less than
+///   x_l + a_l + x_{l+1});
+/// - replay inside a deeper segment: keeps nothing, x_l held or not (dropped_transient_bytes,
+///   dropped_free_peak_bytes).
+/// plan::profile measures all four (checkpoint/profile.hpp); a Chain without them falls back to
+/// the first pass's figures, an upper bound for the others.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "remat/checkpoint/plan/chain.hpp"
+
+namespace remat::plan {
+
+/// The memory and recompute a set of segments is predicted to cost (Note [memory model]).
+struct Prediction {
+  double peak_bytes = 0;
+  double recompute = 0;
+  std::size_t max_checkpoints = 0;   ///< segment inputs captured at once (x_0 not counted)
+  std::size_t max_materialized = 0;  ///< layers holding activations at once
+};
+
+namespace detail {
+
+/// Throws a PlanError unless the segments are sorted, disjoint, non-empty, nested strictly
+/// inside their parents and inside [0, n).
+inline void check_segments(const std::vector<Segment>& segs, std::size_t begin, std::size_t end, std::size_t n,
+                           const char* who) {
+  std::size_t at = begin;
+  for (const Segment& s : segs) {
+    if (s.begin < at || s.end <= s.begin || s.end > end) {
+      throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") is empty, overlaps another, or leaves ",
+                                         end == n && begin == 0 ? "the chain" : "its parent", " [", begin, ", ", end,
+                                         "); segments must be sorted, disjoint and nested"));
+    }
+    if (s.children.size() == 1 && s.children[0].begin == s.begin && s.children[0].end == s.end) {
+      throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") holds a child over the same layers"));
+    }
+    check_segments(s.children, s.begin, s.end, n, who);
+    at = s.end;
+  }
+}
+
+/// Throws a PlanError unless `plan` was made for n layers and its segments fit them.
+inline void check_plan(const Plan& plan, std::size_t n, const char* who) {
+  if (plan.layers != n) {
+    throw PlanError(remat::detail::cat(who, ": the plan (", to_string(plan.kind), ") is for ", plan.layers, " layers but ", n, " were given"));
+  }
+  check_segments(plan.segments, 0, n, n, who);
+}
+
+/// Runs the layer-level simulation of Note [memory model].
+class Simulator {
+ public:
+  Simulator(const Chain& chain, const std::vector<Segment>& top)
+      : c_(chain), n_(chain.layers()), pins_(n_ + 2, 0), captures_(n_ + 1, 0), kept_(n_, 0), out_slot_(n_, 0), innermost_(n_, -1), starting_(n_) {
+    flatten(top, -1, 1);
+  }
+
+  Prediction run() {
+    forward(0, n_, 0);
+    pin(n_);  // the loss holds the output
+    live_ += c_.loss_bytes + c_.loss_output_bytes;
+    touch(std::max(c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes));
+    grad_ = c_.boundary(n_);
+    touch(0);
+    if (!c_.output_held) unpin(n_);
+    live_ -= c_.loss_bytes;
+    for (std::size_t l = n_; l-- > 0;) {
+      materialize(l);
+      // the last layer's kept output is held by nothing else if it is a replay's copy, or if the
+      // caller let x_n go
+      touch(c_.beta(l, l + 1 == n_ && kept_[l] && (out_slot_[l] == n_ + 1 || !c_.output_held)));
+      if (kept_[l]) release_layer(l);
+      grad_ = c_.boundary(l);
+      for (int s : starting_[l]) {
+        if (segs_[s].captured) uncapture(s);
+      }
+    }
+    return result_;
+  }
+
+ private:
+  struct Flat {
+    std::size_t begin, end;
+    int parent, depth, last_child = -1;
+    bool materialized = false, captured = false;
+  };
+
+  void flatten(const std::vector<Segment>& list, int parent, int depth) {
+    for (const Segment& s : list) {
+      const int id = static_cast<int>(segs_.size());
+      segs_.push_back(Flat{s.begin, s.end, parent, depth});
+      if (parent >= 0) segs_[parent].last_child = id;
+      starting_[s.begin].push_back(id);
+      for (std::size_t l = s.begin; l < s.end; ++l) innermost_[l] = id;
+      flatten(s.children, id, depth + 1);
+    }
+  }
+
+  int depth_of_layer(std::size_t l) const noexcept { return innermost_[l] < 0 ? 0 : segs_[innermost_[l]].depth; }
+
+  /// Bytes of boundary slot j; slot n + 1 is x_n recomputed by a replay (Note [memory model]).
+  double bytes(std::size_t j) const noexcept { return c_.boundary(std::min(j, n_)); }
+  void pin(std::size_t j) {
+    if (pins_[j]++ == 0) live_ += bytes(j);
+  }
+  void unpin(std::size_t j) {
+    if (--pins_[j] == 0) live_ -= bytes(j);
+  }
+  void touch(double extra) {
+    result_.peak_bytes = std::max(result_.peak_bytes, live_ + grad_ + extra);
+    result_.max_checkpoints = std::max(result_.max_checkpoints, checkpoints_);
+    result_.max_materialized = std::max(result_.max_materialized, materialized_);
+  }
+  void release_layer(std::size_t l) {
+    kept_[l] = 0;
+    --materialized_;
+    live_ -= c_.activation(l);
+    if (c_.keeps_input(l)) unpin(l);
+    if (c_.keeps_output(l)) unpin(out_slot_[l]);
+  }
+  void capture(int s) {
+    segs_[s].captured = true;
+    const std::size_t j = segs_[s].begin;
+    if (c_.boundary(j) > 0 && captures_[j]++ == 0) ++checkpoints_;  // nested segments may share an input
+    pin(j);
+  }
+  void uncapture(int s) {
+    segs_[s].captured = false;
+    const std::size_t j = segs_[s].begin;
+    if (c_.boundary(j) > 0 && --captures_[j] == 0) --checkpoints_;
+    unpin(j);
+  }
+
+  /// Runs layers [from, to) forward while `level` is being materialized.
+  void forward(std::size_t from, std::size_t to, int level) {
+    for (std::size_t l = from; l < to; ++l) {
+      for (int s : starting_[l]) {
+        if (segs_[s].depth == level + 1 && !segs_[s].captured) capture(s);
+      }
+      const double current = pins_[l] ? 0.0 : c_.boundary(l);
+      const bool keeps = depth_of_layer(l) == level;
+      // Note [four ways a layer runs]
+      if (level == 0) {  // the caller's Var holds x_l while the layer runs
+        touch(current + c_.boundary(l + 1) + (keeps ? c_.activation(l) + c_.tau(l) : c_.tau_segment(l)));
+      } else {  // a replay drops x_l after its last use unless something pins it
+        touch(c_.replay_peak(l, keeps, pins_[l] > 0) - (pins_[l] > 0 ? c_.boundary(l) : 0.0));
+      }
+      if (keeps) {
+        kept_[l] = 1;
+        ++materialized_;
+        live_ += c_.activation(l);
+        if (c_.keeps_input(l)) pin(l);
+        // a replay computes its outputs anew; only x_n's first copy may still be alive then
+        out_slot_[l] = level > 0 && l + 1 == n_ ? n_ + 1 : l + 1;
+        if (c_.keeps_output(l)) pin(out_slot_[l]);
+      }
+    }
+  }
+
+  void materialize(std::size_t l) {
+    chain_.clear();
+    for (int s = innermost_[l]; s >= 0 && !segs_[s].materialized; s = segs_[s].parent) chain_.push_back(s);
+    for (std::size_t i = chain_.size(); i-- > 0;) replay(chain_[i]);
+  }
+
+  void replay(int s) {
+    Flat& seg = segs_[s];
+    const int trailing = seg.last_child >= 0 && segs_[seg.last_child].end == seg.end ? seg.last_child : -1;
+    const std::size_t stop = trailing >= 0 ? segs_[trailing].begin : seg.end;
+    for (std::size_t l = seg.begin; l < stop; ++l) result_.recompute += c_.cost(l);
+    forward(seg.begin, stop, seg.depth);
+    if (trailing >= 0 && !segs_[trailing].captured) capture(trailing);
+    seg.materialized = true;
+    touch(0);
+  }
+
+  const Chain& c_;
+  std::size_t n_;
+  std::vector<int> pins_;
+  std::vector<int> captures_;
+  std::vector<char> kept_;
+  std::vector<std::size_t> out_slot_;  // the boundary slot a kept layer pins as its output
+  std::vector<int> innermost_;
+  std::vector<std::vector<int>> starting_;
+  std::vector<Flat> segs_;
+  std::vector<int> chain_;
+  double live_ = 0, grad_ = 0;
+  std::size_t checkpoints_ = 0, materialized_ = 0;
+  Prediction result_;
+};
+
+}  // namespace detail
+
+/// Predicted peak bytes and recompute of running `chain` with `segments` (Note [memory model]).
+inline Prediction predict(const Chain& chain, const std::vector<Segment>& segments) {
+  chain.validate("plan::predict");
+  detail::check_segments(segments, 0, chain.layers(), chain.layers(), "plan::predict");
+  return detail::Simulator(chain, segments).run();
+}
+
+/// A plan from explicit segments, with its predictions filled in.
+inline Plan custom(const Chain& chain, std::vector<Segment> segments, Kind kind = Kind::custom) {
+  const Prediction p = predict(chain, segments);
+  Plan plan;
+  plan.kind = kind;
+  plan.layers = chain.layers();
+  plan.segments = std::move(segments);
+  plan.peak_bytes = p.peak_bytes;
+  plan.recompute = p.recompute;
+  plan.recompute_fraction = p.recompute / chain.total_cost();
+  return plan;
+}
+
+/// No checkpointing: every activation is kept until backward reaches it.
+inline Plan none(const Chain& chain) { return custom(chain, {}, Kind::none); }
+
+/// One segment per layer, except the last layer, which runs plainly: its replay would start as
+/// soon as the forward pass ends, so keeping it costs no peak (the same convention as PyTorch's
+/// checkpoint_sequential). Every other layer's interior is dropped and replayed once.
+inline Plan every(const Chain& chain) {
+  chain.validate("plan::every");
+  std::vector<Segment> s;
+  for (std::size_t l = 0; l + 1 < chain.layers(); ++l) s.push_back(Segment{l, l + 1, {}});
+  return custom(chain, std::move(s), Kind::every);
+}
+
+/// Chen et al. (2016): ceil(sqrt(n)) runs of near-equal length, each a segment replayed once,
+/// but the last, which runs plainly (see every()).
+inline Plan sqrt(const Chain& chain) {
+  chain.validate("plan::sqrt");
+  const std::size_t n = chain.layers();
+  const auto k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  std::vector<Segment> s;
+  for (std::size_t i = 0; i + 1 < k; ++i) {
+    const std::size_t b = n * i / k, e = n * (i + 1) / k;
+    if (e > b) s.push_back(Segment{b, e, {}});
+  }
+  return custom(chain, std::move(s), Kind::sqrt);
+}
+
+namespace detail {
+inline Plan unmeasured(Plan p) {
+  p.predicted = false;  // sizes of a uniform unit chain: peak_bytes means nothing
+  return p;
+}
+}  // namespace detail
+
+/// Plans from a layer count alone, for layers of equal cost; they carry no memory prediction
+/// (profile the chain for one). recompute counts layer forwards.
+inline Plan every(std::size_t n) { return detail::unmeasured(every(Chain::uniform(n))); }
+inline Plan sqrt(std::size_t n) { return detail::unmeasured(sqrt(Chain::uniform(n))); }
+inline Plan none(std::size_t n) { return detail::unmeasured(none(Chain::uniform(n))); }
+
+}  // namespace remat::plan
