@@ -10,7 +10,7 @@
 
 namespace remat::nn {
 
-/// Linear(d, hidden) -> GELU -> Linear(hidden, d) -> dropout.
+/// Linear(d, hidden) -> GELU (tanh approximation, GPT-2's) -> Linear(hidden, d) -> dropout.
 template <class T = float>
 class MLP : public Module<T> {
  public:
@@ -20,7 +20,7 @@ class MLP : public Module<T> {
     this->add_module("proj", proj);
   }
 
-  Var<T> operator()(const Var<T>& x) const { return drop(proj(gelu(fc(x)))); }
+  Var<T> operator()(const Var<T>& x) const { return drop(proj(gelu_tanh(fc(x)))); }
   void train(bool on = true) override {
     Module<T>::train(on);
     drop.train(on);
