@@ -66,6 +66,10 @@ RefOp llama_ops_ref_op(const nlohmann::json& c) {
     const remat::RopeOptions o{.theta = p.at("theta"), .offset = p.at("offset")};
     return {{"q", "k", "v"}, [h, g, o](const VarList& v) { return remat::grouped_query_attention(v[0], v[1], v[2], h, g, o); }};
   }
+  if (op == "add") return {{"a", "b"}, [](const VarList& v) { return remat::add(v[0], v[1]); }};
+  if (op == "sub") return {{"a", "b"}, [](const VarList& v) { return remat::sub(v[0], v[1]); }};
+  if (op == "mul") return {{"a", "b"}, [](const VarList& v) { return remat::mul(v[0], v[1]); }};
+  if (op == "div") return {{"a", "b"}, [](const VarList& v) { return remat::div(v[0], v[1]); }};
   FAIL("unknown op in ops.json: " << op);
   return {};
 }
@@ -74,7 +78,7 @@ RefOp llama_ops_ref_op(const nlohmann::json& c) {
 
 TEST_CASE("Llama ops agree with PyTorch 1.13 in value and gradient to 1e-10", "[ops][reference]") {
   const nlohmann::json& cases = remat::test::reference("ops.json").at("cases");
-  REQUIRE(cases.size() >= 40);
+  REQUIRE(cases.size() >= 60);
   std::set<std::string> seen;
   for (const nlohmann::json& c : cases) {
     const RefOp op = llama_ops_ref_op(c);
@@ -91,7 +95,7 @@ TEST_CASE("Llama ops agree with PyTorch 1.13 in value and gradient to 1e-10", "[
     }
     seen.insert(c.at("op").get<std::string>());
   }
-  CHECK(seen.size() == 11);
+  CHECK(seen.size() == 15);
 }
 
 TEST_CASE("Llama ops: gradients by finite differences on generated shapes", "[ops][gradcheck]") {
@@ -151,6 +155,36 @@ TEST_CASE("grouped_query_attention: gradients by finite differences, and equal t
       CHECK(remat::test::relative_difference(grouped, full) <= 1e-14);
     }
   }
+}
+
+TEST_CASE("add, sub, mul, div broadcast by NumPy's rules; broadcast_to sums its gradient", "[ops][arithmetic][gradcheck]") {
+  const std::vector<std::pair<Shape, Shape>> families = {
+      {{2, 1, 4}, {3, 1}}, {{1, 3}, {2, 1}}, {{2, 3, 1}, {1, 1, 4}}, {{4, 1, 1}, {3, 2}}, {{3, 4}, {2, 1, 4}}, {{1}, {2, 1, 3}},
+  };
+  for (const auto& [sa, sb] : families) {
+    DYNAMIC_SECTION("shapes " << sa << " and " << sb) {
+      const auto a = remat::test::randn(sa, 1);
+      auto b = remat::test::randn(sb, 2);
+      for (double& v : b) v = v > 0 ? v + 0.5 : v - 0.5;
+      remat::test::gradcheck([](const VarList& v) { return remat::add(v[0], v[1]); }, {a, b});
+      remat::test::gradcheck([](const VarList& v) { return remat::sub(v[0], v[1]); }, {a, b});
+      remat::test::gradcheck([](const VarList& v) { return remat::mul(v[0], v[1]); }, {a, b});
+      remat::test::gradcheck([](const VarList& v) { return remat::div(v[0], v[1]); }, {a, b});
+      const Shape out = remat::detail::numpy_broadcast_shape("test", sa, sb);
+      remat::test::gradcheck([out](const VarList& v) { return remat::broadcast_to(v[0], out); }, {a});
+      // every output element is the operands' elements at the repeated coordinates
+      const Tensor<double> sum = remat::add(Var<double>(a), Var<double>(b)).value();
+      REQUIRE(sum.shape() == out);
+      CHECK(sum[sum.numel() - 1] == a[a.numel() - 1] + b[b.numel() - 1]);
+      CHECK(sum[0] == a[0] + b[0]);
+    }
+  }
+  using Catch::Matchers::Contains;
+  CHECK_THAT(remat::test::error_message([] {
+               remat::mul(Var<float>(Tensor<float>::zeros({2, 3})), Var<float>(Tensor<float>::zeros({4, 1})));
+             }),
+             Contains("mul") && Contains("(2, 3)") && Contains("(4, 1)") && Contains("NumPy"));
+  CHECK_THROWS_AS(remat::broadcast_to(Var<float>(Tensor<float>::zeros({2, 3})), Shape{3, 3}), remat::ShapeError);
 }
 
 TEST_CASE("Llama ops: bad arguments are clear errors", "[ops][errors]") {

@@ -75,6 +75,12 @@ def op_cases():
                           lambda q, k, v, h=h, g=g, theta=theta, offset=offset: ref.gqa_attention(q, k, v, h, g, theta, offset),
                           {"q": torch.randn(b, t, h * d), "k": torch.randn(b, t, g * d), "v": torch.randn(b, t, g * d)},
                           {"heads": h, "kv_heads": g, "theta": theta, "offset": offset}))
+    # add/sub/mul/div broadcasting by NumPy's rules (divisors kept away from 0)
+    for sa, sb in [((2, 1, 4), (3, 1)), ((1, 3), (2, 1)), ((2, 3, 1), (1, 1, 4)), ((4, 1, 1), (3, 2)), ((3, 4), (2, 1, 4))]:
+        b = torch.randn(sb)
+        b = b + 0.5 * torch.sign(b)
+        for name, fn in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", torch.div)]:
+            cases.append(case(name, lambda a, b, fn=fn: fn(a, b), {"a": torch.randn(sa), "b": b}))
     return cases
 
 
