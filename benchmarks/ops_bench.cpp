@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   using V = std::vector<Var<float>>;
   bench_op("linear", {{256, 1024}, {1024, 1024}, {1024}}, [](const V& v) { return remat::linear(v[0], v[1], v[2]); }, repeat);
   bench_op("matmul", {{32, 256, 64}, {32, 64, 256}}, [](const V& v) { return remat::matmul(v[0], v[1]); }, repeat);
-  bench_op("gelu", {{256, 1024}}, [](const V& v) { return remat::gelu(v[0]); }, repeat);
+  bench_op("gelu", {{256, 1024}}, [](const V& v) { return remat::gelu_tanh(v[0]); }, repeat);
   bench_op("tanh", {{64, 256}}, [](const V& v) { return remat::tanh(v[0]); }, repeat);
   bench_op("add", {{2048, 256}, {256}}, [](const V& v) { return remat::add(v[0], v[1]); }, repeat);
   bench_op("mul", {{2048, 256}, {2048, 256}}, [](const V& v) { return remat::mul(v[0], v[1]); }, repeat);

@@ -74,7 +74,7 @@ struct ChainModel {
     for (int i = 0; i < layers; ++i) {
       m.chain.push_back([&w = weights[i], &b = biases[i], gelu](const Var<float>& h) {
         const Var<float> z = remat::linear(h, w, b);
-        return gelu ? remat::gelu(z) : remat::tanh(z);
+        return gelu ? remat::gelu_tanh(z) : remat::tanh(z);
       });
     }
     m.parameters = weights;

@@ -9,7 +9,9 @@ using remat::test::uniform;
 
 namespace {
 
-double gelu_reference(double x) {
+double gelu_erf_reference(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+
+double gelu_tanh_reference(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
@@ -30,7 +32,8 @@ TEMPLATE_TEST_CASE("unary ops match their scalar definitions", "[ops][unary]", f
   check(tanh(Var<T>(x)), x, [](double v) { return std::tanh(v); });
   check(sigmoid(Var<T>(x)), x, [](double v) { return 1 / (1 + std::exp(-v)); });
   check(relu(Var<T>(x)), x, [](double v) { return v > 0 ? v : 0; });
-  check(gelu(Var<T>(x)), x, gelu_reference);
+  check(gelu(Var<T>(x)), x, gelu_erf_reference);
+  check(gelu_tanh(Var<T>(x)), x, gelu_tanh_reference);
   check(log(Var<T>(pos)), pos, [](double v) { return std::log(v); });
   check(sqrt(Var<T>(pos)), pos, [](double v) { return std::sqrt(v); });
 }
@@ -49,6 +52,7 @@ TEST_CASE("unary ops: gradients", "[ops][unary][gradcheck]") {
       gradcheck([](const auto& v) { return sigmoid(v[0]); }, {x});
       gradcheck([](const auto& v) { return relu(v[0]); }, {away_from_zero});
       gradcheck([](const auto& v) { return gelu(v[0]); }, {x});
+      gradcheck([](const auto& v) { return gelu_tanh(v[0]); }, {x});
     }
   }
 }

@@ -26,7 +26,7 @@ struct ChainModel {
     for (int i = 0; i < n; ++i) {
       layers.push_back([this, i, gelu](const Var<float>& x) {
         const Var<float> z = linear(x, weights[i], biases[i]);
-        return gelu ? remat::gelu(z) : remat::tanh(z);
+        return gelu ? remat::gelu_tanh(z) : remat::tanh(z);
       });
     }
   }
@@ -71,7 +71,7 @@ struct BlockModel {
     const Var<float> scores = matmul(qkv[0], transpose(qkv[1])) * float(1 / std::sqrt(double(c)));
     const Var<float> attn = dropout(softmax(causal_mask(scores)), p_drop);
     const Var<float> h = x + dropout(linear(matmul(attn, qkv[2]), p[4], p[5]), p_drop);
-    const Var<float> m = linear(gelu(linear(layer_norm(h, p[6], p[7]), p[8], p[9])), p[10], p[11]);
+    const Var<float> m = linear(gelu_tanh(linear(layer_norm(h, p[6], p[7]), p[8], p[9])), p[10], p[11]);
     return h + dropout(m, p_drop);
   }
 };

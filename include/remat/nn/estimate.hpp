@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// "Will it fit?": the memory a GPT training step needs, predicted from its configuration and
+/// "Will it fit?": the memory a GPT or Llama training step needs, predicted from its configuration and
 /// batch shape alone, before anything is allocated. Parameters, gradients and optimizer state
 /// come from the layer sizes; the blocks' activations come from a plan::Chain written from what
 /// each op keeps for backward (the same figures plan::profile measures on a real model), so every
@@ -14,6 +14,7 @@
 
 #include "remat/checkpoint/plan.hpp"
 #include "remat/nn/gpt.hpp"
+#include "remat/nn/llama.hpp"
 
 namespace remat::nn {
 
@@ -122,6 +123,29 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   return chain;
 }
 
+/// The parts of a MemoryEstimate every model shares: parameters, gradients, optimizer state,
+/// token ids and targets, the logits (plain or chunked), given the parameter count and the chain.
+template <class T>
+nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step, std::int64_t time, plan::Chain chain) {
+  const double e = sizeof(T);
+  nn::MemoryEstimate m;
+  m.parameter_count = static_cast<std::int64_t>(count);
+  m.parameters = count * e;
+  m.gradients = m.parameters;
+  switch (step.optimizer) {
+    case nn::OptimizerKind::sgd: m.optimizer_state = 0; break;
+    case nn::OptimizerKind::sgd_momentum: m.optimizer_state = m.parameters; break;
+    case nn::OptimizerKind::adamw: m.optimizer_state = 2 * m.parameters; break;
+    default: throw UsageError(cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+  }
+  const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
+  m.data = 2 * tokens * sizeof(std::int32_t);
+  m.logits = tokens * static_cast<double>(vocab) * e;
+  m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
+  m.chain = std::move(chain);
+  return m;
+}
+
 }  // namespace remat::detail
 
 namespace remat::nn {
@@ -149,23 +173,95 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
                                         ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
                                         " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
-  const double e = sizeof(T);
-  MemoryEstimate m;
-  m.parameter_count = static_cast<std::int64_t>(count);
-  m.parameters = count * e;
-  m.gradients = m.parameters;
-  switch (step.optimizer) {
-    case OptimizerKind::sgd: m.optimizer_state = 0; break;
-    case OptimizerKind::sgd_momentum: m.optimizer_state = m.parameters; break;
-    case OptimizerKind::adamw: m.optimizer_state = 2 * m.parameters; break;
-    default: throw UsageError(remat::detail::cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+  return remat::detail::step_estimate<T>(count, config.vocab, step, time,
+                                         remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss));
+}
+
+}  // namespace remat::nn
+
+namespace remat::detail {
+
+/// Parameters of a Llama (C wide, K = kv heads x head size, F the MLP's width): the embedding,
+/// per layer q and o (2 C^2), k and v (2 C K), the MLP (3 C F), two norms (2 C) and the q/k/v
+/// biases (C + 2 K) when present, the final norm, and the head unless it is tied.
+inline double llama_parameter_count(const nn::LlamaConfig& c) {
+  const auto w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()), f = static_cast<double>(c.intermediate_size);
+  const double layer = 2 * w * w + 2 * w * kv + 3 * w * f + 2 * w + (c.attention_bias ? w + 2 * kv : 0);
+  return v * w + static_cast<double>(c.num_hidden_layers) * layer + w + (c.tie_word_embeddings ? 0 : v * w);
+}
+
+/// The decoder layers' chain, op by op (N = B T rows, C wide, K = kv heads x head size, F the
+/// MLP's width, H query heads, e bytes an element):
+/// - kept per layer: the two RMSNorms one number a row each (2N), the q/k/v projections their
+///   shared input (NC), attention the rotated queries (NC), rotated keys and the values (2NK)
+///   and its probabilities (B H T^2), o_proj its input (NC), the second norm the residual sum
+///   (NC), gate/up their shared input (NC), swiglu gate and up (2NF), down_proj swiglu's output
+///   (NF): 5 NC + 2 NK + 3 NF + 2N + B H T^2;
+/// - forward temporaries: down_proj's output before the residual add (NC);
+/// - backward temporaries, the largest of: swiglu's two input gradients beside down_proj's
+///   input gradient (2 NF, net of what is freed), the norm's input gradient once the MLP's
+///   activations are gone (NC - NF), and attention's (T x T) scratch beside its q/k/v
+///   gradients, less what the sweep has freed by then (T^2 + 2 NK - NC - 3 NF - N).
+/// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
+template <class T>
+plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
+  const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
+  const double n = b * t, w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()), f = static_cast<double>(c.intermediate_size);
+  const double probs = b * static_cast<double>(c.num_attention_heads) * t * t;
+  const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
+  plan::Chain chain;
+  chain.boundary_bytes.assign(layers + 1, n * w * e);
+  chain.activation_bytes.assign(layers, (5 * n * w + 2 * n * kv + 3 * n * f + 2 * n + probs) * e);
+  chain.forward_transient_bytes.assign(layers, n * w * e);
+  chain.backward_transient_bytes.assign(layers, std::max({2 * n * f, n * w - n * f, t * t + 2 * n * kv - n * w - 3 * n * f - n}) * e);
+  // forward FLOPs: the seven projections and attention's two (T x T) GEMMs per head
+  chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * t * t * w);
+  chain.saves_output.assign(layers, false);
+  chain.input_made_in_step = true;
+  chain.loss_output_bytes = 2 * e;
+  // the loss keeps the final norm's output and one number a row, and the log-sum-exp of each row
+  if (chunked_loss) {
+    chain.loss_bytes = (n * w + 2 * n) * e;
+    chain.loss_forward_transient_bytes = loss_chunk_bytes<T>(c.vocab_size, n);
+    chain.loss_backward_transient_bytes = chain.loss_forward_transient_bytes + n * w * e;
+  } else {
+    chain.loss_bytes = (n * w + 2 * n + n * v) * e;
+    chain.loss_forward_transient_bytes = 0;
+    chain.loss_backward_transient_bytes = std::max(n * v, n * w - n) * e;
   }
+  return chain;
+}
+
+}  // namespace remat::detail
+
+namespace remat::nn {
+
+/// Predicts the memory of one training step of Llama<T>(config) on `step` (time 0: the config's
+/// max_position_embeddings): persistent state, and a chain to price any checkpoint plan with.
+template <class T = float>
+MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step = {}) {
+  static_assert(std::is_floating_point_v<T>, "nn::estimate_memory prices float or double models");
+  config.validate();
+  const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
+  if (step.batch < 1 || time < 1 || time > config.max_position_embeddings) {
+    throw UsageError(remat::detail::cat("nn::estimate_memory: need batch >= 1 and 1 <= time <= max_position_embeddings = ",
+                                        config.max_position_embeddings, "; got batch ", step.batch, ", time ", time));
+  }
+  constexpr double kMostElements = 9007199254740992.0;  // 2^53: beyond it doubles stop counting exactly
+  const double count = remat::detail::llama_parameter_count(config);
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
-  m.data = 2 * tokens * sizeof(std::int32_t);
-  m.logits = tokens * static_cast<double>(config.vocab) * e;
-  m.loss_chunk = remat::detail::loss_chunk_bytes<T>(config.vocab, tokens);
-  m.chain = remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss);
-  return m;
+  const double largest = std::max(count, tokens * std::max({static_cast<double>(config.vocab_size), static_cast<double>(config.hidden_size),
+                                                            static_cast<double>(config.intermediate_size),
+                                                            static_cast<double>(config.num_attention_heads) * static_cast<double>(time)}));
+  if (!(largest < kMostElements) || config.num_hidden_layers > (std::int64_t{1} << 20)) {
+    throw UsageError(remat::detail::cat("nn::estimate_memory: a Llama of ", config.num_hidden_layers, " layers, hidden size ",
+                                        config.hidden_size, ", vocabulary ", config.vocab_size, " with batch ", step.batch, " x ",
+                                        time, " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
+  }
+  return remat::detail::step_estimate<T>(count, config.vocab_size, step, time,
+                                         remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss));
 }
 
 }  // namespace remat::nn

@@ -10,7 +10,7 @@
 
 namespace remat::nn {
 
-/// Linear(d, hidden) -> GELU -> Linear(hidden, d) -> dropout.
+/// Linear(d, hidden) -> GELU (tanh approximation, GPT-2's) -> Linear(hidden, d) -> dropout.
 template <class T = float>
 class MLP : public Module<T> {
  public:
@@ -21,7 +21,7 @@ class MLP : public Module<T> {
     this->add_module("drop", drop);
   }
 
-  Var<T> operator()(const Var<T>& x) const { return drop(proj(gelu(fc(x)))); }
+  Var<T> operator()(const Var<T>& x) const { return drop(proj(gelu_tanh(fc(x)))); }
 
   Linear<T> fc, proj;
   Dropout<T> drop;

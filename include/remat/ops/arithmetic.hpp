@@ -1,12 +1,14 @@
 #pragma once
 /// @file
-/// add, sub, mul, div (with bias-style broadcasting, see broadcast.hpp), neg, scale, add_scalar,
-/// and the operators + - * / on Vars and scalars.
+/// add, sub, mul, div (with NumPy's broadcasting: bias-style shapes combine without copies, see
+/// broadcast.hpp; others are repeated first, see broadcast_to.hpp), neg, scale, add_scalar, and
+/// the operators + - * / on Vars and scalars.
 
 #include <type_traits>
 
 #include "remat/core/record.hpp"
 #include "remat/ops/broadcast.hpp"
+#include "remat/ops/broadcast_to.hpp"
 #include "remat/ops/elementwise.hpp"
 
 namespace remat {
@@ -193,21 +195,26 @@ class AffineNode final : public Node<T> {
 template <template <class> class NodeT, class T>
 Var<T> binary(const char* op, const Var<T>& a, const Var<T>& b) {
   const Shape sa = a.shape(), sb = b.shape();
+  if (!bias_style(sa, sb)) {  // NumPy's rules: repeat both operands to the common shape first
+    const Shape out = numpy_broadcast_shape(op, sa, sb);
+    const Var<T> ea = broadcast_to(a, out), eb = broadcast_to(b, out);
+    return record_op<NodeT<T>>({&ea, &eb}, broadcast(op, out, out), out, out);
+  }
   return record_op<NodeT<T>>({&a, &b}, broadcast(op, sa, sb), sa, sb);
 }
 
 }  // namespace detail
 
-/// a + b, broadcasting bias-style (see broadcast.hpp).
+/// a + b, broadcasting by NumPy's rules; gradients sum over the repeated axes.
 template <class T>
 Var<T> add(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::AddNode>("add", a, b); }
-/// a - b, broadcasting bias-style.
+/// a - b, broadcasting by NumPy's rules.
 template <class T>
 Var<T> sub(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::SubNode>("sub", a, b); }
-/// a * b element-wise, broadcasting bias-style.
+/// a * b element-wise, broadcasting by NumPy's rules.
 template <class T>
 Var<T> mul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::MulNode>("mul", a, b); }
-/// a / b element-wise, broadcasting bias-style.
+/// a / b element-wise, broadcasting by NumPy's rules.
 template <class T>
 Var<T> div(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::DivNode>("div", a, b); }
 

@@ -4,6 +4,7 @@
 /// split along the last axis, concat along the last axis.
 
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "remat/core/record.hpp"
@@ -129,9 +130,10 @@ class ConcatNode final : public Node<T> {
 }  // namespace detail
 
 /// The same values seen with another shape of as many elements. One extent may be -1, inferred.
+/// The extents may be known only at run time (a std::vector, a span).
 template <class T>
-Var<T> reshape(const Var<T>& x, std::initializer_list<std::int64_t> extents) {
-  std::vector<std::int64_t> dims(extents);
+Var<T> reshape(const Var<T>& x, std::span<const std::int64_t> extents) {
+  std::vector<std::int64_t> dims(extents.begin(), extents.end());
   std::int64_t known = 1;
   int inferred = -1;
   for (std::size_t i = 0; i < dims.size(); ++i) {
@@ -156,6 +158,17 @@ Var<T> reshape(const Var<T>& x, std::initializer_list<std::int64_t> extents) {
                                  " (", out.numel(), " elements)"));
   }
   return detail::record_op<detail::ReshapeNode<T>>({&x}, x.shape(), out);
+}
+
+template <class T>
+Var<T> reshape(const Var<T>& x, std::initializer_list<std::int64_t> extents) {
+  return reshape(x, std::span<const std::int64_t>(extents.begin(), extents.size()));
+}
+
+/// reshape to a Shape computed at run time (no -1 extents: a Shape holds none).
+template <class T>
+Var<T> reshape(const Var<T>& x, const Shape& shape) {
+  return reshape(x, std::span<const std::int64_t>(shape.begin(), shape.end()));
 }
 
 /// Swaps the last two axes (copies).

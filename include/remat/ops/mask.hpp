@@ -28,8 +28,9 @@ class CausalMaskNode final : public Node<T> {
   }
 
  private:
-  // lowest() rather than -infinity: softmax still gives exactly 0 there, and the anomaly mode
-  // does not mistake a mask for an overflow.
+  // lowest() rather than -infinity: the anomaly mode does not mistake a mask for an overflow.
+  // softmax gives exactly 0 there in float and double because it sets to 0 every weight whose
+  // exp falls below the normal range (ops/softmax.hpp); exp itself would not (Eigen clamps it).
   static void apply(Tensor<T>& t, T fill) {
     const std::int64_t q = t.dim(-2), k = t.dim(-1), offset = k - q;
     for_rows(t.shape().rows(), k, [&](std::int64_t r0, std::int64_t r1) {

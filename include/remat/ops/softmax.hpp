@@ -3,6 +3,7 @@
 /// softmax and log_softmax over the last axis, stabilized by the row maximum.
 
 #include <cmath>
+#include <limits>
 
 #include "remat/core/record.hpp"
 #include "remat/ops/elementwise.hpp"
@@ -12,6 +13,9 @@ namespace detail {
 
 template <class T, bool Log>
 class SoftmaxNode final : public Node<T> {
+  // log of the smallest normal T: exp of anything below is denormal or 0
+  static inline const T kLogMinNormal = std::log(std::numeric_limits<T>::min());
+
  public:
   const char* op_name() const noexcept override { return Log ? "log_softmax" : "softmax"; }
 
@@ -24,7 +28,11 @@ class SoftmaxNode final : public Node<T> {
         const auto xr = view(x, r * c, (r + 1) * c);
         auto yr = view(y, r * c, (r + 1) * c);
         const T m = xr.maxCoeff();
-        yr = (xr - m).exp();
+        // Eigen's vectorized exp clamps its argument from below, so exp(lowest - m) would come
+        // out as the smallest value it can reach (about 5e-309 in double) instead of 0: entries
+        // whose exact exp is below the normal range are set to 0, which makes masked scores
+        // (ops/mask.hpp) weigh exactly nothing and changes no other weight (the row sum is >= 1).
+        yr = (xr - m < kLogMinNormal).select(T(0), (xr - m).exp());
         const T s = yr.sum();
         if constexpr (Log) {
           yr = xr - (m + std::log(s));

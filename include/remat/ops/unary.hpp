@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Element-wise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu. Each is a small struct
+/// Element-wise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, gelu_tanh. Each is a small struct
 /// holding its forward and its derivative side by side; UnaryNode runs them over the tensor.
 
 #include <cmath>
@@ -64,10 +64,35 @@ struct ReluOp {
   }
 };
 
-/// GELU, tanh approximation (GPT-2's, PyTorch's gelu(approximate='tanh')):
-/// y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi).
+/// GELU, exact (PyTorch's default gelu): y = x/2 (1 + erf(x / sqrt 2)).
 struct GeluOp {
   static constexpr const char* name = "gelu";
+  static constexpr Uses uses = Uses::input;
+  static constexpr double rsqrt2 = 0.7071067811865476;     // 1 / sqrt(2)
+  static constexpr double rsqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+  // Eigen's erf lives in its unsupported modules: the scalar std::erf, element by element.
+  template <class A>
+  static auto erf_of_scaled(const A& x) {
+    using T = typename A::Scalar;
+    return x.unaryExpr([](T v) { return static_cast<T>(std::erf(v * T(rsqrt2))); });
+  }
+  template <class A>
+  static auto f(const A& x) {
+    using T = typename A::Scalar;
+    return T(0.5) * x * (T(1) + erf_of_scaled(x));
+  }
+  // dy/dx = (1 + erf(x / sqrt 2))/2 + x phi(x), phi the standard normal density
+  template <class A>
+  static void df(auto&& gx, const auto& gy, const A& x) {
+    using T = typename A::Scalar;
+    gx = gy * (T(0.5) * (T(1) + erf_of_scaled(x)) + T(rsqrt2pi) * x * (T(-0.5) * x.square()).exp());
+  }
+};
+
+/// GELU, tanh approximation (GPT-2's, PyTorch's gelu(approximate='tanh')):
+/// y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi).
+struct GeluTanhOp {
+  static constexpr const char* name = "gelu_tanh";
   static constexpr Uses uses = Uses::input;
   static constexpr double c = 0.7978845608028654;  // sqrt(2 / pi)
   static constexpr double k = 0.044715;
@@ -117,7 +142,9 @@ template <class T> Var<T> sqrt(const Var<T>& x) { return detail::unary<detail::S
 template <class T> Var<T> tanh(const Var<T>& x) { return detail::unary<detail::TanhOp>(x); }
 template <class T> Var<T> sigmoid(const Var<T>& x) { return detail::unary<detail::SigmoidOp>(x); }
 template <class T> Var<T> relu(const Var<T>& x) { return detail::unary<detail::ReluOp>(x); }
-/// GELU with the tanh approximation (as GPT-2 and PyTorch's approximate='tanh').
+/// GELU, exact: x Phi(x) with the normal CDF written through erf (PyTorch's default gelu).
 template <class T> Var<T> gelu(const Var<T>& x) { return detail::unary<detail::GeluOp>(x); }
+/// GELU with the tanh approximation (GPT-2's; PyTorch's gelu(approximate='tanh')).
+template <class T> Var<T> gelu_tanh(const Var<T>& x) { return detail::unary<detail::GeluTanhOp>(x); }
 
 }  // namespace remat

@@ -1,0 +1,318 @@
+// Trains a small character-level Llama-style model (grouped-query attention, RoPE, RMSNorm,
+// SwiGLU) on a text file, with any checkpoint plan.
+//
+//   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
+//               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
+//               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
+//               [--log FILE.csv] [--save-hf DIR] [--sample N] [--json]          (--help)
+//
+// Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
+// prints a live progress line on a terminal (plain lines otherwise) and the validation loss every
+// --eval-every steps, writes the loss curve to --log, and at the end prints a generated sample.
+// --save-hf DIR writes a Hugging Face-layout folder: config.json, model.safetensors (float32,
+// Hugging Face's tensor names) and remat_eval.json (the vocabulary, the validation batches and
+// the loss remat computes on them), which tests/reference/score_llama.py scores with an
+// independent PyTorch implementation. With --json the last line is a JSON object:
+// first_val_loss, final_val_loss, tokens_per_s, act_peak_mb, seconds, steps, checkpoint.
+#include <remat/nn/llama_config.hpp>
+#include <remat/remat.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "flags.hpp"
+
+#ifndef REMAT_EXAMPLE_DATA
+#define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
+#endif
+
+namespace {
+
+struct Options {
+  std::string data = REMAT_EXAMPLE_DATA;
+  std::int64_t layers = 6, width = 256, heads = 4, kv_heads = 2, mlp = 512, context = 64, batch = 16, steps = 300;
+  double lr = 3e-3;
+  std::uint64_t seed = 1;
+  int threads = 0;
+  std::string checkpoint = "none";
+  std::int64_t eval_every = 50, eval_batches = 8, sample = 300;
+  std::string log, save_hf;
+  bool json = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  CLI::App app("Trains a small character-level Llama-style model (GQA, RoPE, RMSNorm, SwiGLU) with any checkpoint plan.");
+  app.add_option("--data", o.data, "text file to train on (the last tenth is for validation)")->capture_default_str();
+  app.add_option("--layers", o.layers, "decoder layers")->check(flags::positive)->capture_default_str();
+  app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
+  app.add_option("--heads", o.heads, "query heads (must divide --width into an even head size)")->check(flags::positive)->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (must divide --heads)")->check(flags::positive)->capture_default_str();
+  app.add_option("--mlp", o.mlp, "intermediate size of the SwiGLU MLP")->check(flags::positive)->capture_default_str();
+  app.add_option("--context", o.context, "tokens per sequence")->check(flags::positive)->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step")->check(flags::positive)->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps")->check(flags::positive)->capture_default_str();
+  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")->check(flags::positive)->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initialization and the batches")->capture_default_str();
+  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")->check(flags::non_negative)->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "none, every, sqrt or budget:<MiB>")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->check(flags::positive)->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
+  app.add_option("--log", o.log, "CSV file for the loss curve");
+  app.add_option("--save-hf", o.save_hf, "folder to write config.json, model.safetensors and remat_eval.json to");
+  app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
+  app.add_flag("--json", o.json, "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, act_peak_mb, seconds, steps, checkpoint");
+  flags::parse(app, argc, argv);
+  if (o.context < 2) {
+    std::fprintf(stderr, "train_llama: --context must be at least 2\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+/// The text as token ids over its sorted set of characters.
+struct Corpus {
+  std::string vocab;  // character of each id
+  std::vector<std::int32_t> train, val;
+
+  static Corpus load(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw remat::IoError("train_llama: cannot read " + path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Corpus c;
+    bool seen[256] = {};
+    for (unsigned char ch : text) seen[ch] = true;
+    std::int32_t index[256];
+    for (int ch = 0; ch < 256; ++ch) {
+      index[ch] = static_cast<std::int32_t>(c.vocab.size());
+      if (seen[ch]) c.vocab.push_back(static_cast<char>(ch));
+    }
+    std::vector<std::int32_t> ids;
+    for (unsigned char ch : text) ids.push_back(index[ch]);
+    const std::size_t cut = ids.size() * 9 / 10;  // the last tenth is for validation
+    c.train.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut));
+    c.val.assign(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
+    return c;
+  }
+};
+
+/// A batch of `batch` windows of `time` tokens at random offsets, with next-token targets.
+void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time, remat::Rng& rng,
+                remat::Tensor<std::int32_t>& x, remat::Tensor<std::int32_t>& y) {
+  x = remat::Tensor<std::int32_t>({batch, time});
+  y = remat::Tensor<std::int32_t>({batch, time});
+  const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
+  if (span < 1) throw remat::UsageError("train_llama: the text is shorter than one context window");
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t at = rng.uniform_int(span);
+    for (std::int64_t t = 0; t < time; ++t) {
+      x.at({b, t}) = ids[static_cast<std::size_t>(at + t)];
+      y.at({b, t}) = ids[static_cast<std::size_t>(at + t + 1)];
+    }
+  }
+}
+
+remat::plan::Plan make_plan(const std::string& mode, const remat::nn::Llama<float>& model, const Options& o,
+                            const remat::Tensor<std::int32_t>& x, const remat::Tensor<std::int32_t>& y) {
+  namespace plan = remat::plan;
+  const auto n = static_cast<std::size_t>(o.layers);
+  if (mode == "none") return plan::none(n);
+  if (mode == "every") return plan::every(n);
+  if (mode == "sqrt") return plan::sqrt(n);
+  if (mode.rfind("budget:", 0) == 0) {
+    const plan::Chain chain = model.profile(x, y);
+    for (auto p : model.parameters()) p.zero_grad();
+    return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
+  }
+  throw remat::UsageError("train_llama: --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  char out[32];
+  std::snprintf(out, sizeof out, "%ld:%02ld", s / 60, s % 60);
+  return out;
+}
+
+/// Generates `count` characters after `prompt`, sampling at temperature 0.8.
+std::string generate(const remat::nn::Llama<float>& model, const Corpus& corpus, std::vector<std::int32_t> tokens,
+                     std::int64_t count, remat::Rng& rng) {
+  remat::NoGradGuard no_grad;
+  std::string out;
+  const std::int64_t context = model.config().max_position_embeddings, vocab = model.config().vocab_size;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t time = std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
+    remat::Tensor<std::int32_t> ids({1, time});
+    for (std::int64_t t = 0; t < time; ++t) ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
+    const remat::Tensor<float> logits = model.logits(ids).value();
+    std::vector<double> p(static_cast<std::size_t>(vocab));
+    double m = -1e300, total = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
+    for (std::int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
+    double u = rng.uniform() * total;
+    std::int32_t next = static_cast<std::int32_t>(vocab - 1);
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      if ((u -= p[v]) < 0) {
+        next = static_cast<std::int32_t>(v);
+        break;
+      }
+    }
+    tokens.push_back(next);
+    out.push_back(corpus.vocab[next]);
+  }
+  return out;
+}
+
+using Batches = std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>>;
+
+/// Writes config.json, model.safetensors and remat_eval.json (see the file comment) into `dir`.
+void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model, const Corpus& corpus, const Batches& val,
+                    double val_loss) {
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir + "/config.json");
+    out << remat::nn::llama_config_json(model.config());
+    if (!out) throw remat::IoError("train_llama: cannot write " + dir + "/config.json");
+  }
+  std::vector<remat::io::NamedTensor<float>> tensors;
+  for (const auto& [name, p] : model.named_parameters()) tensors.emplace_back(name, p.value());
+  remat::io::save(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::json eval;
+  eval["vocab"] = std::vector<int>(corpus.vocab.begin(), corpus.vocab.end());
+  eval["loss"] = val_loss;
+  for (const auto& [vx, vy] : val) {
+    eval["batches"].push_back({{"shape", {vx.dim(0), vx.dim(1)}}, {"ids", vx.to_vector()}, {"targets", vy.to_vector()}});
+  }
+  std::ofstream out(dir + "/remat_eval.json");
+  out << eval.dump() << "\n";
+  if (!out) throw remat::IoError("train_llama: cannot write " + dir + "/remat_eval.json");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    if (o.threads > 0) remat::set_num_threads(o.threads);
+    const bool tty = ::isatty(STDOUT_FILENO);
+    const Corpus corpus = Corpus::load(o.data);
+    const remat::nn::LlamaConfig config{.vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
+                                        .hidden_size = o.width,
+                                        .intermediate_size = o.mlp,
+                                        .num_hidden_layers = o.layers,
+                                        .num_attention_heads = o.heads,
+                                        .num_key_value_heads = o.kv_heads,
+                                        .rms_norm_eps = 1e-5,
+                                        .max_position_embeddings = o.context,
+                                        .seed = o.seed};
+    remat::nn::Llama<float> model(config);
+    remat::optim::AdamW<float> optimizer(model.parameters(), {.lr = o.lr, .weight_decay = 0.1});
+    // warm-up over the first 5 % of steps, then cosine decay to a tenth
+    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
+    remat::Rng data_rng(o.seed * 7919 + 1);
+
+    // Fixed validation batches, the same for every run with this seed.
+    remat::Rng val_rng(o.seed * 104729 + 3);
+    Batches val(static_cast<std::size_t>(o.eval_batches));
+    for (auto& [vx, vy] : val) fill_batch(corpus.val, o.batch, o.context, val_rng, vx, vy);
+    const auto validation_loss = [&] {
+      remat::NoGradGuard no_grad;
+      double total = 0;
+      for (const auto& [vx, vy] : val) total += model.loss(vx, vy).item();
+      return total / double(val.size());
+    };
+
+    remat::Tensor<std::int32_t> x, y;
+    remat::Rng plan_rng(o.seed);
+    fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y);
+    const remat::plan::Plan plan = make_plan(o.checkpoint, model, o, x, y);
+
+    std::FILE* log = nullptr;
+    if (!o.log.empty()) {
+      log = std::fopen(o.log.c_str(), "w");
+      if (!log) throw remat::IoError("train_llama: cannot write " + o.log);
+      std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
+    }
+    const double first_val = validation_loss();
+    double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
+    if (!o.json) {
+      std::printf("%zu characters of text, vocabulary %zu, %lld parameters (%lld query heads, %lld key/value heads), checkpoint %s (%s)\n",
+                  corpus.train.size() + corpus.val.size(), corpus.vocab.size(), static_cast<long long>(model.parameter_count()),
+                  static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads), o.checkpoint.c_str(), plan.describe().c_str());
+      std::printf("step %5d  val loss %.4f\n", 0, first_val);
+    }
+
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t step = 0; step < o.steps; ++step) {
+      fill_batch(corpus.train, o.batch, o.context, data_rng, x, y);
+      optimizer.set_lr(schedule(step));
+      const auto s0 = std::chrono::steady_clock::now();
+      float loss = 0;
+      {
+        remat::memory::Probe probe;
+        remat::Tape tape;
+        const remat::Var<float> l = model.loss(x, y, &plan);
+        tape.backward(l);
+        loss = l.item();
+        peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
+      }
+      remat::optim::clip_grad_norm(model.parameters(), 1.0);
+      optimizer.step();
+      optimizer.zero_grad();
+      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      tokens_per_s = double((step + 1) * o.batch * o.context) / elapsed;
+      const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+      if (evaluate) last_val = validation_loss();
+      if (log) {
+        std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
+                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * o.context) / step_s,
+                     peak_mb);
+      }
+      if (o.json) continue;
+      const double eta = elapsed / double(step + 1) * double(o.steps - step - 1);
+      if (tty) {
+        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
+                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, format_duration(eta).c_str());
+        if (evaluate) std::printf("  val loss %.4f\n", last_val);
+      } else if (evaluate) {
+        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n", static_cast<long long>(step + 1),
+                    loss, last_val, tokens_per_s, peak_mb, format_duration(eta).c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (log) std::fclose(log);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    if (!o.save_hf.empty()) save_hf_folder(o.save_hf, model, corpus, val, last_val);
+    if (o.sample > 0 && !o.json) {
+      remat::Rng sample_rng(o.seed + 99);
+      const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
+      std::string text;
+      for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
+      std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), generate(model, corpus, prompt, o.sample, sample_rng).c_str());
+    }
+    if (o.json) {
+      std::printf("{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
+                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
+                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps), o.checkpoint.c_str());
+    } else {
+      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val, last_val, seconds, tokens_per_s,
+                  o.save_hf.empty() ? "" : ", saved in ", o.save_hf.c_str());
+    }
+    return 0;
+  } catch (const remat::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "train_llama: %s\n", e.what());
+    return 1;
+  }
+}

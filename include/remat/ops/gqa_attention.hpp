@@ -1,0 +1,158 @@
+#pragma once
+/// @file
+/// grouped_query_attention: the causal attention of Llama, Qwen2 and Mistral, one node. Query
+/// heads share key/value heads in groups (H query heads, G key/value heads, H/G queries per
+/// group: query head h reads key/value head h / (H/G), as Hugging Face's repeat_kv), and RoPE is
+/// applied to queries and keys inside. Heads are read in place from the (B, T, heads x D)
+/// projections with strided GEMMs. The node saves the rotated queries and keys, the values and
+/// the attention probabilities (B, H, T, T).
+
+#include <cmath>
+
+#include "remat/core/record.hpp"
+#include "remat/ops/elementwise.hpp"
+#include "remat/ops/gemm.hpp"
+#include "remat/ops/rope.hpp"
+
+namespace remat {
+namespace detail {
+
+template <class T>
+class GroupedQueryAttentionNode final : public Node<T> {
+ public:
+  GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads, std::int64_t dim,
+                            RopeOptions rope)
+      : b_(batch), t_(time), h_(heads), g_(kv_heads), d_(dim), rep_(heads / kv_heads), rope_(rope) {}
+  const char* op_name() const noexcept override { return "grouped_query_attention"; }
+
+  // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
+  // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g.
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    const Tensor<T>& v = in[2];
+    const RopeTable<T> table(t_, d_, rope_);
+    Tensor<T> qr(in[0].shape()), kr(in[1].shape());
+    table.apply(in[0].data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, false);
+    table.apply(in[1].data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, false);
+    Tensor<T> y(in[0].shape());
+    Tensor<T> probs(Shape{b_, h_, t_, t_});
+    const T scale = T(1) / std::sqrt(T(d_));
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        T* p = probs.data() + (b * h_ + h) * t_ * t_;
+        gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
+        causal_softmax_rows(p);
+        gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0), q_at(y.data(), b, h), cq());
+      }
+    }
+    this->save(0, qr);
+    this->save(1, kr);
+    this->save(2, v);
+    this->save(3, probs);
+    return y;
+  }
+
+  // dV_g = sum over the group of P^T dY; dP = dY V_g^T; dS = P (dP - rowsum(dP P)) / sqrt(D);
+  // dQr = dS Kr_g; dKr_g = sum over the group of dS^T Qr; dQ, dK = inverse rotations of dQr, dKr.
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& qr = this->saved(0);
+    const Tensor<T>& kr = this->saved(1);
+    const Tensor<T>& v = this->saved(2);
+    const Tensor<T>& probs = this->saved(3);
+    const T scale = T(1) / std::sqrt(T(d_));
+    const bool need_qk = grads.needs(0) || grads.needs(1);
+    Tensor<T> dq, dk, dp;
+    if (need_qk) {
+      dq = Tensor<T>(qr.shape());
+      dk = Tensor<T>(kr.shape());
+    }
+    const typename Grads<T>::Target dv = grads.target(2, v.shape());
+    if (need_qk || dv.dst) dp = Tensor<T>(Shape{t_, t_});
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        const T* p = probs.data() + (b * h_ + h) * t_ * t_;
+        const T* dy = q_at(gy.data(), b, h);
+        const bool first_of_group = h % rep_ == 0;
+        if (dv.dst) {
+          const T beta = dv.overwrite && first_of_group ? T(0) : T(1);
+          gemm<T>(true, false, t_, d_, t_, T(1), p, t_, dy, cq(), beta, kv_at(dv.dst->data(), b, h), ckv());
+        }
+        if (!need_qk) continue;
+        gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0), dp.data(), t_);
+        softmax_backward_rows(p, dp.data(), scale);
+        gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0), q_at(dq.data(), b, h), cq());
+        gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(), first_of_group ? T(0) : T(1),
+                kv_at(dk.data(), b, h), ckv());
+      }
+    }
+    if (!need_qk) return;
+    dp.reset();
+    const RopeTable<T> table(t_, d_, rope_);
+    table.apply(dq.data(), cq(), dq.data(), cq(), b_ * t_, t_, h_, true);
+    table.apply(dk.data(), ckv(), dk.data(), ckv(), b_ * t_, t_, g_, true);
+    grads.add(0, std::move(dq));
+    grads.add(1, std::move(dk));
+  }
+
+ private:
+  std::int64_t cq() const noexcept { return h_ * d_; }
+  std::int64_t ckv() const noexcept { return g_ * d_; }
+  /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
+  template <class P>
+  P* q_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * cq() + h * d_; }
+  template <class P>
+  P* kv_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * ckv() + (h / rep_) * d_; }
+
+  /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
+  void causal_softmax_rows(T* p) const {
+    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        ArrayView<T> seen(p + i * t_, i + 1);
+        const T m = seen.maxCoeff();
+        seen = (seen - m).exp();
+        seen *= T(1) / seen.sum();
+        ArrayView<T>(p + i * t_ + i + 1, t_ - i - 1).setZero();
+      }
+    });
+  }
+
+  /// dP := P (dP - rowsum(dP P)) * scale, over the causal part of each row (zero after).
+  void softmax_backward_rows(const T* p, T* dp, T scale) const {
+    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        const ConstArrayView<T> pr(p + i * t_, i + 1);
+        ArrayView<T> dr(dp + i * t_, i + 1);
+        const T dot = (pr * dr).sum();
+        dr = pr * (dr - dot) * scale;
+        ArrayView<T>(dp + i * t_ + i + 1, t_ - i - 1).setZero();
+      }
+    });
+  }
+
+  std::int64_t b_, t_, h_, g_, d_, rep_;
+  RopeOptions rope_;
+};
+
+}  // namespace detail
+
+/// Causal grouped-query attention with rotary embeddings: q (B, T, heads x D), k and v
+/// (B, T, kv_heads x D), kv_heads dividing heads, D even; returns (B, T, heads x D), the heads'
+/// outputs side by side (Hugging Face's layout before o_proj). Query i attends to keys 0..i;
+/// queries and keys are rotated by positions rope.offset + t. With kv_heads == heads this is
+/// ordinary multi-head attention.
+template <class T>
+Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k, const std::type_identity_t<Var<T>>& v,
+                               std::int64_t heads, std::int64_t kv_heads, RopeOptions rope = {}) {
+  const Shape& sq = q.shape();
+  const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
+  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 && sq[1] >= 1 &&
+                  k.shape() == sq.with_last(sq[2] / heads * kv_heads) && v.shape() == k.shape();
+  if (!ok) {
+    throw ShapeError(detail::cat("grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v (B, T, kv_heads x D), "
+                                 "kv_heads dividing heads; got q ", sq, ", k ", k.shape(), ", v ", v.shape(), ", heads ", heads,
+                                 ", kv_heads ", kv_heads));
+  }
+  detail::check_rope_options("grouped_query_attention", rope);
+  return detail::record_op<detail::GroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope);
+}
+
+}  // namespace remat

@@ -1,0 +1,115 @@
+#pragma once
+/// @file
+/// rope: rotary position embedding in Hugging Face's "rotate half" convention (Llama, Qwen2).
+/// For a head vector x of even size D at position p, with h = D/2 and frequencies
+/// f_i = theta^(-2i/D), i < h:
+///   y_i     = x_i cos(p f_i) - x_{i+h} sin(p f_i)
+///   y_{i+h} = x_{i+h} cos(p f_i) + x_i sin(p f_i)
+/// which is HF's q * cos + rotate_half(q) * sin. The backward is the inverse rotation.
+
+#include <cmath>
+#include <vector>
+
+#include "remat/core/record.hpp"
+#include "remat/ops/elementwise.hpp"
+
+namespace remat {
+
+/// Where rotary embeddings start and how fast they turn.
+struct RopeOptions {
+  double theta = 10000.0;    ///< base of the frequencies (HF's rope_theta)
+  std::int64_t offset = 0;   ///< position of the first time step (tokens already seen)
+};
+
+namespace detail {
+
+/// cos and sin of p f_i for positions offset..offset+time-1 and i < D/2, computed in double
+/// (as the reference does) and rounded once to T. A few KiB; rebuilt on every use.
+template <class T>
+struct RopeTable {
+  RopeTable(std::int64_t time, std::int64_t dim, const RopeOptions& o) : half(dim / 2), cos(time * half), sin(time * half) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double freq = 1.0 / std::pow(o.theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+      for (std::int64_t t = 0; t < time; ++t) {
+        const double angle = static_cast<double>(t + o.offset) * freq;
+        cos[t * half + i] = static_cast<T>(std::cos(angle));
+        sin[t * half + i] = static_cast<T>(std::sin(angle));
+      }
+    }
+  }
+
+  /// Rotates (inverse: rotates back) every head of `rows` rows of `heads` head vectors of size
+  /// 2 half, row r at position r % time. Rows are `ld` elements apart; dst may be src.
+  void apply(const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst, std::int64_t rows, std::int64_t time,
+             std::int64_t heads, bool inverse) const {
+    const T sign = inverse ? T(-1) : T(1);
+    for_rows(rows, heads * 2 * half, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* c = cos.data() + (r % time) * half;
+        const T* s = sin.data() + (r % time) * half;
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const T* x = src + r * ld_src + h * 2 * half;
+          T* y = dst + r * ld_dst + h * 2 * half;
+          for (std::int64_t i = 0; i < half; ++i) {
+            const T a = x[i], b = x[i + half], si = sign * s[i];
+            y[i] = a * c[i] - b * si;
+            y[i + half] = b * c[i] + a * si;
+          }
+        }
+      }
+    });
+  }
+
+  std::int64_t half;
+  std::vector<T> cos, sin;
+};
+
+template <class T>
+class RopeNode final : public Node<T> {
+ public:
+  explicit RopeNode(RopeOptions options) : options_(options) {}
+  const char* op_name() const noexcept override { return "rope"; }
+
+  // x: (..., T, H, D) -> same; keeps nothing (the rotation depends only on positions).
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    Tensor<T> out(in[0].shape());
+    run(in[0], out, false);
+    return out;
+  }
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    Tensor<T> gx(gy.shape());
+    run(gy, gx, true);
+    grads.add(0, std::move(gx));
+  }
+
+ private:
+  void run(const Tensor<T>& src, Tensor<T>& dst, bool inverse) const {
+    const Shape& s = src.shape();
+    const std::int64_t time = s[-3], heads = s[-2], dim = s[-1], width = heads * dim;
+    RopeTable<T>(time, dim, options_).apply(src.data(), width, dst.data(), width, s.numel() / width, time, heads, inverse);
+  }
+
+  RopeOptions options_;
+};
+
+inline void check_rope_options(const char* op, const RopeOptions& o) {
+  if (!(o.theta > 0) || !std::isfinite(o.theta) || o.offset < 0) {
+    throw UsageError(cat(op, ": rope theta must be positive and finite and the offset non-negative; got theta ", o.theta,
+                         ", offset ", o.offset));
+  }
+}
+
+}  // namespace detail
+
+/// Rotary position embedding of x (..., T, H, D), D even: time step t of every head is rotated
+/// by the angles of position options.offset + t (Hugging Face's rotate-half layout).
+template <class T>
+Var<T> rope(const Var<T>& x, RopeOptions options = {}) {
+  if (x.rank() < 3 || x.dim(-1) % 2 != 0 || x.dim(-1) < 2) {
+    throw ShapeError(detail::cat("rope: needs x of shape (..., T, H, D) with an even head size D, got ", x.shape()));
+  }
+  detail::check_rope_options("rope", options);
+  return detail::record_op<detail::RopeNode<T>>({&x}, options);
+}
+
+}  // namespace remat
