@@ -31,6 +31,14 @@ inline void gradcheck(const Function& f, const std::vector<Tensor<double>>& inpu
   CHECK(result.ok());
 }
 
+/// f's output on a fresh tape seeded with `seed`; with `backward_seed`, the inputs' gradients
+/// too (the evaluation the check itself uses), for tests that compare them with reference data.
+inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<double>>& inputs, std::uint64_t seed,
+                               const Tensor<double>* backward_seed = nullptr,
+                               std::vector<Tensor<double>>* grads = nullptr) {
+  return check::detail::evaluate(f, inputs, seed, backward_seed, grads);
+}
+
 /// A tensor of normal draws.
 inline Tensor<double> randn(const Shape& shape, std::uint64_t seed) {
   Rng rng(seed);

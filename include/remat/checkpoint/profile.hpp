@@ -48,7 +48,7 @@ class ForwardMarker final : public Node<T> {
     if (start_) memory::reset_peak();
     return in[0];
   }
-  void backward(const Tensor<T>& gy, remat::detail::Grads<T>& grads) override { grads.add(0, gy); }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 
  private:
   std::vector<double>* readings_;
@@ -61,7 +61,7 @@ class CopyNode final : public Node<T> {
  public:
   const char* op_name() const noexcept override { return "profile_copy"; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
-  void backward(const Tensor<T>& gy, remat::detail::Grads<T>& grads) override { grads.add(0, gy); }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };
 
 /// How profile_replays() wraps each layer (Note [four ways a layer runs]).
