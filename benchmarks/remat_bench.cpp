@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
     if (const std::string file = bench::arg(argc, argv, "--print-plan", ""); !file.empty()) {
       std::FILE* out = std::fopen(file.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + file);
-      std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", plan::to_string(p.kind));
+      std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", remat::plan::to_string(p.kind));
       for (std::size_t i = 0; i < p.segments.size(); ++i) {
         std::fprintf(out, "%s[%zu, %zu]", i ? ", " : "", p.segments[i].begin, p.segments[i].end);
       }
