@@ -80,7 +80,11 @@ struct ChainModel {
     m.parameters = weights;
     m.parameters.insert(m.parameters.end(), biases.begin(), biases.end());
     const auto head = [this](const Var<float>& y) { return remat::cross_entropy(y, targets); };
-    m.profile = [this, chain = m.chain, head] { return remat::plan::profile(chain, x, head); };
+    m.profile = [this, chain = m.chain, head] {
+      remat::plan::Chain c = remat::plan::profile(chain, x, head);
+      c.output_held = false;  // the step keeps no Var of the output; cross_entropy saves it
+      return c;
+    };
     m.loss = [this, chain = m.chain, head](remat::Tape& tape, const remat::plan::Plan& p) {
       return head(remat::checkpoint_sequential(chain, p, tape.input(x)));
     };
@@ -297,7 +301,7 @@ int main(int argc, char** argv) {
     if (const std::string file = bench::arg(argc, argv, "--print-plan", ""); !file.empty()) {
       std::FILE* out = std::fopen(file.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + file);
-      std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", plan::to_string(p.kind));
+      std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", remat::plan::to_string(p.kind));
       for (std::size_t i = 0; i < p.segments.size(); ++i) {
         std::fprintf(out, "%s[%zu, %zu]", i ? ", " : "", p.segments[i].begin, p.segments[i].end);
       }
