@@ -29,9 +29,10 @@ TEST_CASE("sequential draws have the right moments", "[core][rng]") {
     s2 += z * z;
     u += rng.uniform();
   }
-  CHECK(std::abs(s / n) < 0.02);
-  CHECK(std::abs(s2 / n - 1) < 0.02);
-  CHECK(std::abs(u / n - 0.5) < 0.01);
+  // five standard errors of each estimate: 1/sqrt(n), sqrt(2/n), sqrt(1/12n)
+  CHECK(std::abs(s / n) < 5 / std::sqrt(double(n)));
+  CHECK(std::abs(s2 / n - 1) < 5 * std::sqrt(2.0 / n));
+  CHECK(std::abs(u / n - 0.5) < 5 * std::sqrt(1.0 / (12.0 * n)));
   Rng again(9);
   Rng other(10);
   CHECK(again.next_u64() == Rng(9).next_u64());
