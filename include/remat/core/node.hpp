@@ -49,6 +49,8 @@ class NodeBase {
   /// The op's name as users call it ("matmul", "layer_norm", ...), for messages.
   virtual const char* op_name() const noexcept = 0;
   virtual bool is_leaf() const noexcept { return false; }
+  /// The Parameter a leaf stands for (Parameter::identity()), null for every other node.
+  virtual const void* parameter_identity() const noexcept { return nullptr; }
 
   /// Runs forward() again from the values held by the input nodes and keeps the output in the
   /// node's value slot (checkpoint replay).
@@ -289,6 +291,7 @@ class Leaf final : public Node<T> {
     return kind_ == LeafKind::parameter ? "parameter" : kind_ == LeafKind::input ? "input" : "constant";
   }
   bool is_leaf() const noexcept override { return true; }
+  const void* parameter_identity() const noexcept override { return param_.get(); }
   LeafKind kind() const noexcept { return kind_; }
 
   Tensor<T> forward(typename Node<T>::Inputs) override { return this->replay_value(); }
