@@ -99,6 +99,14 @@ class DataParallel {
     return mine;
   }
 
+  /// The rank whose optimizer updates `p` (rank 0 for all without sharded state), or -1 for a
+  /// frozen parameter or one this DataParallel does not hold.
+  int owner_of(const Parameter<T>& p) const {
+    const auto it = index_.find(p.identity());
+    if (it == index_.end() || !std::binary_search(trainable_.begin(), trainable_.end(), it->second)) return -1;
+    return owner(it->second);
+  }
+
   /// Backward from `loss` with the gradients averaged over the ranks when it returns (with
   /// sharded state: those of this rank's parameters; the others' are dropped). Inside a
   /// no_sync() scope it only accumulates this rank's gradients, to be reduced by the next
