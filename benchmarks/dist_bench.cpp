@@ -55,19 +55,26 @@ int main(int argc, char** argv) {
     const auto layers = static_cast<std::size_t>(n("--layers"));
     const remat::plan::Plan plan = checkpoint == "every" ? remat::plan::every(layers) : remat::plan::none(layers);
     remat::Rng rng(1234 + std::uint64_t(comm.rank()));
-    std::vector<double> step_s, backward_s, wait_s, max_wait_s;
+    std::vector<double> step_s, forward_s, backward_s, wait_s, max_wait_s, update_s;
     for (int step = 0; step < n("--steps"); ++step) {
       remat::Tensor<std::int32_t> x({n("--batch"), n("--context")}), y({n("--batch"), n("--context")});
       for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = std::int32_t(rng.uniform_int(n("--vocab"))), y[i] = std::int32_t(rng.uniform_int(n("--vocab")));
       const auto t0 = std::chrono::steady_clock::now();
+      double forward = 0;
       {
         remat::Tape tape;
-        dp.backward(tape, gpt.loss(x, y, &plan));
+        const remat::Var<float> loss = gpt.loss(x, y, &plan);
+        forward = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        dp.backward(tape, loss);
       }
+      const auto t1 = std::chrono::steady_clock::now();
       dp.step(opt);
       opt.zero_grad();
       if (step < 2) continue;  // warm-up: allocator cache, bucket layout
-      step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const auto t2 = std::chrono::steady_clock::now();
+      step_s.push_back(std::chrono::duration<double>(t2 - t0).count());
+      forward_s.push_back(forward);
+      update_s.push_back(std::chrono::duration<double>(t2 - t1).count());
       backward_s.push_back(dp.stats().backward_seconds);
       // The rank whose sweep ended last waits only for the reductions; the others also wait for
       // it (a straggler): the least wait over the ranks is the communication's share.
@@ -78,10 +85,10 @@ int main(int argc, char** argv) {
     const double step = median(step_s);
     if (comm.rank() == 0) {
       std::printf("{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
-                  "\"started_during_backward\": %zu, \"step_s\": %.5f, \"backward_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
+                  "\"started_during_backward\": %zu, \"step_s\": %.5f, \"forward_s\": %.5f, \"backward_s\": %.5f, \"update_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
                   "\"reduce_alone_s\": %.6f, \"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
                   comm.size(), static_cast<long long>(gpt.parameter_count()), double(dp.stats().bytes) / 1048576.0,
-                  dp.stats().buckets, dp.stats().started_during_backward, step, median(backward_s), median(wait_s), median(max_wait_s), alone,
+                  dp.stats().buckets, dp.stats().started_during_backward, step, median(forward_s), median(backward_s), median(update_s), median(wait_s), median(max_wait_s), alone,
                   double(n("--batch") * n("--context") * comm.size()) / step, checkpoint.c_str());
     }
   } catch (const remat::Error& e) {
