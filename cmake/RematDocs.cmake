@@ -23,4 +23,5 @@ doxygen_add_docs(docs
   "${PROJECT_SOURCE_DIR}/docs/guide.md"
   "${PROJECT_SOURCE_DIR}/docs/design.md"
   "${PROJECT_SOURCE_DIR}/docs/benchmarks.md"
+  "${PROJECT_SOURCE_DIR}/docs/distributed.md"
   COMMENT "Doxygen: the API reference in ${PROJECT_BINARY_DIR}/docs/html")

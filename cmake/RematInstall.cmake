@@ -9,6 +9,11 @@ set(REMAT_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/remat")
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/remat" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(TARGETS remat EXPORT rematTargets)
 install(EXPORT rematTargets NAMESPACE remat:: DESTINATION "${REMAT_CMAKE_DIR}")
+# remat::mpi in its own export file, which remat-config.cmake loads only when MPI is found.
+if(TARGET remat_mpi)
+  install(TARGETS remat_mpi EXPORT rematMpiTargets)
+  install(EXPORT rematMpiTargets NAMESPACE remat:: DESTINATION "${REMAT_CMAKE_DIR}")
+endif()
 
 set(REMAT_CONFIG_USE_BLAS OFF)
 if(REMAT_USE_BLAS AND BLAS_FOUND)

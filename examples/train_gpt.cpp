@@ -11,8 +11,18 @@
 // saves the weights and optimizer state to --save (default train_gpt.safetensors), which --resume
 // continues from. --stop-after N stops (and saves) after step N of a run planned for --steps.
 // With --json the last line is a JSON object: first_val_loss, final_val_loss, tokens_per_s,
-// act_peak_mb, seconds, steps, checkpoint.
+// act_peak_mb, seconds, steps, checkpoint, world_size.
+//
+// Built with MPI (the remat::mpi target defines REMAT_WITH_MPI), it runs unchanged under
+// `mpirun -np N train_gpt ...`: data-parallel, --batch rows per rank. Every rank draws the same
+// batch of N x --batch windows and takes its own slice, so N ranks train as one process with
+// --batch N x B would (to float rounding); gradients are averaged during the backward pass
+// (remat::dist::DataParallel); only rank 0 evaluates, prints, logs and saves; tokens_per_s counts
+// the whole job.
 #include <remat/remat.hpp>
+#ifdef REMAT_WITH_MPI
+#include <remat/dist/data_parallel.hpp>
+#endif
 
 #include <unistd.h>
 
@@ -22,6 +32,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -192,10 +203,18 @@ std::string generate(const remat::nn::GPT<float>& gpt, const Corpus& corpus, std
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef REMAT_WITH_MPI
+  const remat::dist::Environment mpi(argc, argv);
+  const remat::dist::Communicator comm = remat::dist::Communicator::world();
+  const int rank = comm.rank(), ranks = comm.size();
+#else
+  const int rank = 0, ranks = 1;
+#endif
+  const bool root = rank == 0;  // the rank that evaluates, prints, logs and saves
   try {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
-    const bool tty = ::isatty(STDOUT_FILENO);
+    const bool tty = root && ::isatty(STDOUT_FILENO);
 
     // A resumed run takes its sizes and vocabulary from the file, and checks the rest agree.
     remat::io::Metadata resumed;
@@ -224,11 +243,16 @@ int main(int argc, char** argv) {
                                 ", " + resumed["seed"] + ")");
       }
     }
+#ifdef REMAT_WITH_MPI
+    // Equal starting weights on every rank (rank 0's), gradients averaged during backward.
+    std::optional<remat::dist::DataParallel<float>> dp;
+    if (ranks > 1) dp.emplace(comm, gpt.parameters());
+#endif
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
     std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>> val(static_cast<std::size_t>(o.eval_batches));
-    for (auto& [vx, vy] : val) fill_batch(corpus.val, o.batch, o.context, val_rng, vx, vy);
+    for (auto& [vx, vy] : val) fill_batch(corpus.val, o.batch * ranks, o.context, val_rng, vx, vy);  // the job's batch
     const auto validation_loss = [&] {
       remat::NoGradGuard no_grad;
       gpt.eval();
@@ -244,22 +268,25 @@ int main(int argc, char** argv) {
     const remat::plan::Plan plan = make_plan(o.checkpoint, gpt, o, x, y);
 
     std::FILE* log = nullptr;
-    if (!o.log.empty()) {
+    if (!o.log.empty() && root) {
       log = std::fopen(o.log.c_str(), start > 0 ? "a" : "w");
       if (!log) throw remat::IoError("train_gpt: cannot write " + o.log);
       if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
     }
-    const double first_val = start == 0 ? validation_loss() : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
+    const double first_val = start == 0 && root ? validation_loss() : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
-    if (!o.json) std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
+    if (!o.json && root) std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
                              corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
                              static_cast<long long>(gpt.parameter_count()), o.checkpoint.c_str(), plan.describe().c_str());
-    if (!o.json && start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
+    if (!o.json && root && start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
 
     const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t step = start; step < end; ++step) {
-      fill_batch(corpus.train, o.batch, o.context, data_rng, x, y);
+      // the job's batch, the same on every rank; this rank trains on its slice of it
+      fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y);
+      x = x.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
+      y = y.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
       optimizer.set_lr(schedule(step));
       const auto s0 = std::chrono::steady_clock::now();
       float loss = 0;
@@ -267,24 +294,32 @@ int main(int argc, char** argv) {
         remat::memory::Probe probe;
         remat::Tape tape(remat::TapeOptions{.seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
         const remat::Var<float> l = gpt.loss(x, y, &plan);
+#ifdef REMAT_WITH_MPI
+        if (dp) dp->backward(tape, l);
+        else tape.backward(l);
+#else
         tape.backward(l);
+#endif
         loss = l.item();
         peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
       }
-      remat::optim::clip_grad_norm(gpt.parameters(), 1.0);
+      remat::optim::clip_grad_norm(gpt.parameters(), 1.0);  // the averaged gradients: equal on every rank
       optimizer.step();
       optimizer.zero_grad();
+#ifdef REMAT_WITH_MPI
+      if (dp) loss = float(comm.all_reduce(double(loss)) / ranks);  // the job's batch's loss
+#endif
       const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      tokens_per_s = double((step - start + 1) * o.batch * o.context) / elapsed;
-      const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+      tokens_per_s = double((step - start + 1) * o.batch * ranks * o.context) / elapsed;
+      const bool evaluate = root && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
       if (evaluate) last_val = validation_loss();
       if (log) {
         std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
-                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * o.context) / step_s,
+                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * ranks * o.context) / step_s,
                      peak_mb);
       }
-      if (o.json) continue;
+      if (o.json || !root) continue;
       const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
       if (tty) {
         std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
@@ -299,7 +334,7 @@ int main(int argc, char** argv) {
     if (log) std::fclose(log);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    if (!o.save.empty()) {
+    if (!o.save.empty() && root) {
       remat::train::save_training_state(o.save, gpt, optimizer,
                                      {{"layers", std::to_string(o.layers)}, {"width", std::to_string(o.width)},
                                       {"heads", std::to_string(o.heads)}, {"context", std::to_string(o.context)},
@@ -307,7 +342,7 @@ int main(int argc, char** argv) {
                                       {"seed", std::to_string(o.seed)}, {"data_position", std::to_string(data_rng.position())},
                                       {"first_val_loss", std::to_string(first_val)}});
     }
-    if (o.sample > 0 && !o.json) {
+    if (o.sample > 0 && !o.json && root) {
       remat::Rng sample_rng(o.seed + 99);
       gpt.eval();
       const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
@@ -315,17 +350,23 @@ int main(int argc, char** argv) {
       for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
       std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), generate(gpt, corpus, prompt, o.sample, sample_rng).c_str());
     }
+    if (!root) return 0;
     if (o.json) {
       std::printf("{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
-                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
-                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end), o.checkpoint.c_str());
+                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %d}\n",
+                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end), o.checkpoint.c_str(), ranks);
     } else {
       std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s), weights in %s\n", first_val, last_val, seconds,
                   tokens_per_s, o.save.c_str());
     }
     return 0;
   } catch (const remat::Error& e) {
+    if (ranks > 1) std::fprintf(stderr, "rank %d: ", rank);
     std::fprintf(stderr, "%s\n", e.what());
+#ifdef REMAT_WITH_MPI
+    // the other ranks may wait in a reduction this rank will never join: end the whole job
+    if (ranks > 1) remat::dist::abort(1);
+#endif
     return 1;
   }
 }

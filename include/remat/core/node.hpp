@@ -55,6 +55,8 @@ class NodeBase {
   /// The op's name as users call it ("matmul", "layer_norm", ...), for messages.
   virtual const char* op_name() const noexcept = 0;
   virtual bool is_leaf() const noexcept { return false; }
+  /// The Parameter a leaf stands for (Parameter::identity()), null for every other node.
+  virtual const void* parameter_identity() const noexcept { return nullptr; }
 
   /// Runs forward() again from the values held by the input nodes and keeps the output in the
   /// node's value slot (checkpoint replay).

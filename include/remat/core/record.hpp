@@ -43,6 +43,7 @@ class Leaf final : public Node<T> {
     return kind_ == LeafKind::parameter ? "parameter" : kind_ == LeafKind::input ? "input" : "constant";
   }
   bool is_leaf() const noexcept override { return true; }
+  const void* parameter_identity() const noexcept override { return param_.get(); }
 
   /// Claims the parameter for this thread's tapes; false when another thread's live tape holds it.
   bool claim() {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -216,6 +217,7 @@ class TapeState {
       }
       release_after_sweep(n);
       while (unfinished > 0 && segments_[unfinished - 1].begin >= i) finish(segments_[--unfinished]);
+      if (on_swept) on_swept(n);
     }
   }
 
@@ -236,6 +238,10 @@ class TapeState {
   const bool verify_replay;
   const bool detect_anomaly;
   bool ended = false;
+  /// Called with each node the backward sweep has passed, replays included: no node left to run
+  /// writes into it. A parameter's gradient is final once its first leaf is passed, which is how
+  /// dist::DataParallel reduces gradients while the sweep still runs.
+  std::function<void(const NodeBase&)> on_swept;
 
  private:
   std::uint32_t depth(std::uint32_t segment) const noexcept {

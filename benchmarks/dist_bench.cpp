@@ -1,0 +1,99 @@
+// Data-parallel step timing under mpirun: how long each step's backward pass takes, how long the
+// step then still waits for its gradient reductions, and how long those reductions take with
+// nothing else running. One JSON line from rank 0 (medians over the steps after the first two):
+// wait_s is the least wait over the ranks (the rank that finished its sweep last waits for the
+// reductions only), max_wait_s the most (which adds waiting for that straggler).
+//
+//   mpirun -np N dist_bench [--layers 4] [--width 128] [--heads 4] [--context 64] [--vocab 96]
+//                           [--batch 16] [--steps 20] [--bucket-mb 25] [--first-bucket-mb 1]
+//                           [--checkpoint none|every] [--threads 1]
+#include <remat/dist/data_parallel.hpp>
+#include <remat/remat.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  remat::dist::Environment mpi(argc, argv);
+  const auto comm = remat::dist::Communicator::world();
+  std::map<std::string, double> o = {{"--layers", 4},  {"--width", 128}, {"--heads", 4},     {"--context", 64},
+                                     {"--vocab", 96},  {"--batch", 16},  {"--steps", 20},    {"--bucket-mb", 25},
+                                     {"--first-bucket-mb", 1}, {"--threads", 1}};
+  std::string checkpoint = "none";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--checkpoint") checkpoint = argv[i + 1];
+    else if (o.count(flag)) o[flag] = std::atof(argv[i + 1]);
+    else {
+      if (comm.rank() == 0) std::fprintf(stderr, "dist_bench: unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    remat::set_num_threads(int(o["--threads"]));
+    const auto n = [&](const char* k) { return static_cast<std::int64_t>(o[k]); };
+    remat::nn::GPT<float> gpt({.vocab = n("--vocab"), .context = n("--context"), .layers = n("--layers"), .heads = n("--heads"),
+                               .width = n("--width")});
+    remat::dist::DataParallel<float> dp(
+        comm, gpt.parameters(),
+        {.bucket_bytes = std::size_t(o["--bucket-mb"] * 1048576), .first_bucket_bytes = std::size_t(o["--first-bucket-mb"] * 1048576)});
+    remat::optim::AdamW<float> opt(dp.optimizer_parameters());
+    const auto layers = static_cast<std::size_t>(n("--layers"));
+    const remat::plan::Plan plan = checkpoint == "every" ? remat::plan::every(layers) : remat::plan::none(layers);
+    remat::Rng rng(1234 + std::uint64_t(comm.rank()));
+    std::vector<double> step_s, forward_s, backward_s, wait_s, max_wait_s, update_s;
+    for (int step = 0; step < n("--steps"); ++step) {
+      remat::Tensor<std::int32_t> x({n("--batch"), n("--context")}), y({n("--batch"), n("--context")});
+      for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = std::int32_t(rng.uniform_int(n("--vocab"))), y[i] = std::int32_t(rng.uniform_int(n("--vocab")));
+      const auto t0 = std::chrono::steady_clock::now();
+      double forward = 0;
+      {
+        remat::Tape tape;
+        const remat::Var<float> loss = gpt.loss(x, y, &plan);
+        forward = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        dp.backward(tape, loss);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      dp.step(opt);
+      opt.zero_grad();
+      if (step < 2) continue;  // warm-up: allocator cache, bucket layout
+      const auto t2 = std::chrono::steady_clock::now();
+      step_s.push_back(std::chrono::duration<double>(t2 - t0).count());
+      forward_s.push_back(forward);
+      update_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      backward_s.push_back(dp.stats().backward_seconds);
+      // The rank whose sweep ended last waits only for the reductions; the others also wait for
+      // it (a straggler): the least wait over the ranks is the communication's share.
+      wait_s.push_back(comm.all_reduce(dp.stats().wait_seconds, remat::dist::ReduceOp::min));
+      max_wait_s.push_back(comm.all_reduce(dp.stats().wait_seconds, remat::dist::ReduceOp::max));
+    }
+    const double alone = dp.time_reduction_alone(9);
+    const double step = median(step_s);
+    if (comm.rank() == 0) {
+      std::printf("{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
+                  "\"started_during_backward\": %zu, \"step_s\": %.5f, \"forward_s\": %.5f, \"backward_s\": %.5f, \"update_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
+                  "\"reduce_alone_s\": %.6f, \"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
+                  comm.size(), static_cast<long long>(gpt.parameter_count()), double(dp.stats().bytes) / 1048576.0,
+                  dp.stats().buckets, dp.stats().started_during_backward, step, median(forward_s), median(backward_s), median(update_s), median(wait_s), median(max_wait_s), alone,
+                  double(n("--batch") * n("--context") * comm.size()) / step, checkpoint.c_str());
+    }
+  } catch (const remat::Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+    remat::dist::abort(1);
+  }
+  return 0;
+}
