@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
         struct Boom : remat::Node<float> {
           const char* op_name() const noexcept override { return "boom"; }
           remat::Tensor<float> forward(Inputs in) override { return in[0].clone(); }
-          void backward(const remat::Tensor<float>&, remat::detail::Grads<float>&) override {
+          void backward(const remat::Tensor<float>&, remat::Grads<float>&) override {
             throw remat::NumericError("boom: a failure injected into rank 1's backward pass at step 3");
           }
         };
