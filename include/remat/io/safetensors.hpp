@@ -354,7 +354,7 @@ class File {
     std::vector<char> bytes;
     try {
       bytes.resize(static_cast<std::size_t>(st.st_size));
-    } catch (const std::bad_alloc&) {
+    } catch (const std::exception&) {  // bad_alloc, or length_error past the vector's max_size
       throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": its ", st.st_size, " bytes do not fit in memory"));
     }
     std::size_t got = 0;
