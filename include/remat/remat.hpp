@@ -26,10 +26,12 @@
 #include "remat/nn/estimate.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/layers.hpp"
+#include "remat/nn/llama.hpp"
 #include "remat/nn/module.hpp"
 #include "remat/nn/transformer.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/attention.hpp"
+#include "remat/ops/broadcast_to.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gqa_attention.hpp"
@@ -53,10 +55,12 @@
 #include "remat/optim/schedule.hpp"
 #include "remat/optim/sgd.hpp"
 
-// remat/io reads safetensors headers with nlohmann/json; it and remat/train (model and
-// training-state files, above nn and optim) are included when it is available.
+// remat/io (safetensors headers), remat/train (model and training-state files, above nn and
+// optim) and nn/llama_config.hpp (config.json) read JSON with nlohmann/json; included when it is
+// available.
 #if __has_include(<nlohmann/json.hpp>)
 #include "remat/io/safetensors.hpp"
+#include "remat/nn/llama_config.hpp"
 #include "remat/train/parameters.hpp"
 #include "remat/train/training_state.hpp"
 #endif

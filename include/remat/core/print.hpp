@@ -22,7 +22,7 @@ namespace remat {
 namespace detail {
 
 template <class T>
-constexpr const char* dtype_name() noexcept {
+constexpr const char* tensor_dtype_name() noexcept {
   if constexpr (std::is_same_v<T, float>) return "float32";
   else if constexpr (std::is_same_v<T, double>) return "float64";
   else if constexpr (std::is_same_v<T, bool>) return "bool";
@@ -141,7 +141,7 @@ std::ostream& operator<<(std::ostream& out, const Tensor<T>& t) {
     std::string s = detail::format_value(t[i], scientific);
     return std::string(width - s.size(), ' ') + s;
   });
-  return out << ", shape=" << t.shape() << ", dtype=" << detail::dtype_name<T>() << ')';
+  return out << ", shape=" << t.shape() << ", dtype=" << detail::tensor_dtype_name<T>() << ')';
 }
 
 /// A Var prints as its value.
