@@ -63,7 +63,10 @@ KernelCheck check_kernels(std::uint64_t seed) {
     vec::gelu_backward(gy.data(), x.data(), g.data(), n);
     for (std::int64_t i = 0; i < n; ++i) {
       r.gelu_error = std::max(r.gelu_error, std::abs(y[i] - gelu_reference(x[i])) / (1 + std::abs(x[i])));
-      r.gelu_grad_error = std::max(r.gelu_grad_error, std::abs(g[i] - gy[i] * gelu_grad_reference(x[i])) / (1 + std::abs(x[i])));
+      // in float, 1 - t^2 loses digits where t is near 1, and the term it multiplies grows as
+      // |x|^3: measure the error in units of the largest term's size
+      const double largest = std::abs(gy[i]) * (1 + std::abs(x[i]) * (1 + 3 * 0.044715 * x[i] * x[i]));
+      r.gelu_grad_error = std::max(r.gelu_grad_error, std::abs(g[i] - gy[i] * gelu_grad_reference(x[i])) / largest);
     }
     // split at a random point: bitwise the same as in one piece
     const std::int64_t cut = rng.uniform_int(n + 1);
@@ -103,8 +106,8 @@ TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rou
     CHECK(r.tanh_error <= 5e-7);  // a few ulps of values in [-1, 1]
     CHECK(r.tanh_grad_error <= 1e-6);
     CHECK(r.gelu_error <= 1e-6);
-    CHECK(r.gelu_grad_error <= 2e-6);
-    CHECK(r.adamw_error <= 1e-5);
+    CHECK(r.gelu_grad_error <= 4 * double(std::numeric_limits<float>::epsilon()));  // a few ulps of the largest term
+    CHECK(r.adamw_error <= 2e-6);
     CHECK(r.split_mismatches == 0);
   }
 }
