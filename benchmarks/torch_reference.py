@@ -2,7 +2,7 @@
 """The remat_bench models and modes in PyTorch, printing the same JSON line.
 
     torch_reference.py --model {mlp,deep,gpt} --mode {none,every,sqrt,plan:<file>}
-                       [--steps N] [--threads T]
+                       [--steps N] [--threads T] [--config {installed,best}]
 
 Runs with Debian's python3-torch (1.13, CPU). A training step is forward, cross-entropy, backward
 and an AdamW update, as in remat_bench. Checkpointing uses torch.utils.checkpoint (non-reentrant);
@@ -14,6 +14,12 @@ applies the top-level segments of a remat plan written by `remat_bench --print-p
 Threads: torch.set_num_threads() does not reach the OpenBLAS that Debian's PyTorch calls for its
 GEMMs, so this script also sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS before importing torch;
 without them a "1-thread" PyTorch step runs its GEMMs on every core.
+
+Configurations: `installed` runs PyTorch as a user would get it: OPENBLAS_CORETYPE removed from
+the environment (so Debian's OpenBLAS picks its kernels from its own CPU table) and denormals not
+flushed. `best` gives it what remat does by itself: OpenBLAS's kernels for the CPU's widest
+instructions (SkylakeX for AVX-512, Haswell for AVX2 + FMA, read from /proc/cpuinfo's flags) and
+torch.set_flush_denormal(True). The JSON line names the configuration, the kernels and the mode.
 
 Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
 allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
@@ -36,12 +42,31 @@ def parse():
     ap.add_argument("--mode", default="none")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", default="installed", choices=["installed", "best"])
     return ap.parse_args()
+
+
+def best_openblas_core():
+    """OpenBLAS's kernel family for the CPU's widest instructions, from the CPU's flags."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
 
 
 args = parse()
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(args.threads)
+os.environ.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads it when torch loads it
+if args.config == "best" and best_openblas_core():
+    os.environ["OPENBLAS_CORETYPE"] = best_openblas_core()
 
 import torch  # noqa: E402  (after the thread variables)
 import torch.nn as nn  # noqa: E402
@@ -50,6 +75,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 torch.set_num_threads(args.threads)
+torch.set_flush_denormal(args.config == "best")
 torch.manual_seed(1)
 
 
@@ -179,6 +205,8 @@ def main():
         "step_s": round(statistics.median(steps), 4), "fwd_s": round(statistics.median(fwds), 4),
         "fwd_bwd_s": round(statistics.median(fwd_bwds), 4), "act_peak_mb": round(peak / 2**20, 2),
         "loss": round(fwd_bwd_loss["loss"], 6), "framework": f"torch {torch.__version__}",
+        "config": args.config, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(its own choice)"),
+        "flush_denormals": args.config == "best",
     }))
 
 
