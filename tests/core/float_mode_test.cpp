@@ -98,7 +98,10 @@ TEST_CASE("a training step leaves the caller's floating-point mode as it was", "
       const unsigned after = _mm_getcsr();
       _mm_setcsr(scope.mxcsr);
       CHECK(!result.empty());
-      CHECK(after == caller);
+      // the mode (control bits) as the caller set it; the exception flags (status) may have
+      // been raised by the arithmetic, in remat and in this test alike
+      const unsigned status = remat::detail::FloatModeGuard::kStatusBits;
+      CHECK((after & ~status) == (caller & ~status));
     }
   }
 }

@@ -60,7 +60,8 @@ class FloatModeGuard {
   }
   ~FloatModeGuard() {
 #if REMAT_HAS_MXCSR
-    if (changed_) _mm_setcsr(saved_);
+    // the caller's control bits back; the sticky exception flags raised meanwhile stay raised
+    if (changed_) _mm_setcsr((saved_ & ~kStatusBits) | (_mm_getcsr() & kStatusBits));
 #endif
   }
   FloatModeGuard(const FloatModeGuard&) = delete;
@@ -68,6 +69,9 @@ class FloatModeGuard {
 
   /// MXCSR bits: flush-to-zero (bit 15) and denormals-are-zero (bit 6).
   static constexpr unsigned kFlushBits = 0x8040;
+  /// MXCSR bits 0-5: the sticky exception flags (invalid, denormal, divide by zero, overflow,
+  /// underflow, precision), status rather than mode.
+  static constexpr unsigned kStatusBits = 0x3f;
 
  private:
   unsigned saved_ = 0;
