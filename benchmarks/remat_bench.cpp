@@ -2,6 +2,7 @@
 //
 //   remat_bench --model {mlp,deep} --mode {none,every,sqrt,budget:<MiB>,optimal:<slots>}
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
+//               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}]
 //   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
 //
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
@@ -26,6 +27,11 @@
 //   recompute         the plan's extra forward work, as a fraction of one forward pass
 //   replay_s          measured time spent replaying segments in one step
 //   loss              the loss of the last step (equal across modes: gradients are exact)
+//   cpu, isa          the CPU's name and the instruction set remat's dispatched kernels ran
+//                     (the CPU's widest unless --isa forces a narrower one)
+//   gemm, gemm_reason the GEMM backend remat chose and why (remat::gemm_backend())
+//   flush_denormals   whether kernels flushed subnormal numbers (--flush-denormals, default on)
+// The same machine description goes to stderr at start.
 #include "bench_util.hpp"
 #include "svg_plot.hpp"
 
@@ -210,10 +216,11 @@ void print_json(const Model& model, const Result& r, int threads, int steps, dou
       "{\"model\": \"%s\", \"mode\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, \"fwd_s\": %.4f, "
       "\"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %.2f, \"recompute\": %.3f, \"replay_s\": %.4f, "
       "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"gemm_peak_gflops\": %.1f, \"peak_share\": %.3f, \"loss\": %.6f, "
-      "\"gemm\": \"%s\"}\n",
+      "\"cpu\": \"%s\", \"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_reason\": \"%s\", \"flush_denormals\": %s}\n",
       model.name.c_str(), r.mode.c_str(), threads, steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib, r.plan.peak_bytes / mib,
       r.plan.recompute_fraction, r.replay_s, r.plan.segment_count(), r.plan.depth(), gflops, gemm_peak, gflops / gemm_peak,
-      r.loss, remat::gemm_backend().c_str());
+      r.loss, remat::cpu_name().c_str(), remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(),
+      remat::gemm_backend().reason.c_str(), remat::flush_denormals() ? "true" : "false");
   std::fflush(stdout);
 }
 
@@ -275,6 +282,19 @@ int main(int argc, char** argv) {
     const int steps = std::stoi(bench::arg(argc, argv, "--steps", "5"));
     const int threads = std::stoi(bench::arg(argc, argv, "--threads", "1"));
     remat::set_num_threads(threads);
+    const std::string flush = bench::arg(argc, argv, "--flush-denormals", "on");
+    if (flush != "on" && flush != "off") throw remat::UsageError("remat_bench: --flush-denormals must be on or off, got " + flush);
+    remat::set_flush_denormals(flush == "on");
+    if (const std::string isa = bench::arg(argc, argv, "--isa", ""); !isa.empty()) {
+      if (isa == "baseline") remat::set_isa(remat::Isa::baseline);
+      else if (isa == "avx2") remat::set_isa(remat::Isa::avx2);
+      else if (isa == "avx512") remat::set_isa(remat::Isa::avx512);
+      else throw remat::UsageError("remat_bench: --isa must be baseline, avx2 or avx512, got " + isa);
+    }
+    // the machine and what remat chose on it, for a reader of the terminal (JSON carries the same)
+    std::fprintf(stderr, "remat_bench: %s (%s); GEMM: %s: %s; flush denormals: %s\n", remat::cpu_name().c_str(),
+                 remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
+                 flush.c_str());
     remat::manual_seed(1);
     const std::string peak_arg = bench::arg(argc, argv, "--gemm-peak", "");
     const double gemm_peak = peak_arg.empty() ? bench::gemm_gflops(1024, 5) : std::stod(peak_arg);

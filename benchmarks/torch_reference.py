@@ -15,12 +15,11 @@ Threads: torch.set_num_threads() does not reach the OpenBLAS that Debian's PyTor
 GEMMs, so this script also sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS before importing torch;
 without them a "1-thread" PyTorch step runs its GEMMs on every core.
 
-Configurations: `installed` is PyTorch as a fresh install runs it: no OPENBLAS_CORETYPE (removed
-from the environment if the caller's has one), denormals not flushed. `best` is PyTorch at its
-best on this CPU: torch.set_flush_denormal(True), and OPENBLAS_CORETYPE set to the newest kernel
-family the CPU's features allow (SkylakeX or Cooperlake with AVX-512, Haswell with AVX2), which
-Debian's OpenBLAS 0.3.21 fails to pick by itself on CPUs it does not know. The chosen core type
-is printed in the JSON ("openblas_coretype").
+Configurations: `installed` runs PyTorch as a user would get it: OPENBLAS_CORETYPE removed from
+the environment (so Debian's OpenBLAS picks its kernels from its own CPU table) and denormals not
+flushed. `best` gives it what remat does by itself: OpenBLAS's kernels for the CPU's widest
+instructions (SkylakeX for AVX-512, Haswell for AVX2 + FMA, read from /proc/cpuinfo's flags) and
+torch.set_flush_denormal(True). The JSON line names the configuration, the kernels and the mode.
 
 Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
 allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
@@ -47,22 +46,16 @@ def parse():
     return ap.parse_args()
 
 
-def cpu_flags():
-    """The CPU's feature flags, from /proc/cpuinfo (empty when it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def best_coretype(flags):
-    """The newest OpenBLAS 0.3.21 kernel family these CPU features can run, or None."""
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= flags:
-        return "Cooperlake" if "avx512_bf16" in flags else "SkylakeX"
+def best_openblas_core():
+    """OpenBLAS's kernel family for the CPU's widest instructions, from the CPU's flags."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "SkylakeX"
     if {"avx2", "fma"} <= flags:
         return "Haswell"
     return None
@@ -71,10 +64,9 @@ def best_coretype(flags):
 args = parse()
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(args.threads)
-os.environ.pop("OPENBLAS_CORETYPE", None)  # read by OpenBLAS when torch loads it, below
-CORETYPE = best_coretype(cpu_flags()) if args.config == "best" else None
-if CORETYPE:
-    os.environ["OPENBLAS_CORETYPE"] = CORETYPE
+os.environ.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads it when torch loads it
+if args.config == "best" and best_openblas_core():
+    os.environ["OPENBLAS_CORETYPE"] = best_openblas_core()
 
 import torch  # noqa: E402  (after the thread variables)
 import torch.nn as nn  # noqa: E402
@@ -83,9 +75,8 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 torch.set_num_threads(args.threads)
+torch.set_flush_denormal(args.config == "best")
 torch.manual_seed(1)
-if args.config == "best":
-    torch.set_flush_denormal(True)
 
 
 class Block(nn.Module):
@@ -214,7 +205,7 @@ def main():
         "step_s": round(statistics.median(steps), 4), "fwd_s": round(statistics.median(fwds), 4),
         "fwd_bwd_s": round(statistics.median(fwd_bwds), 4), "act_peak_mb": round(peak / 2**20, 2),
         "loss": round(fwd_bwd_loss["loss"], 6), "framework": f"torch {torch.__version__}",
-        "config": args.config, "openblas_coretype": CORETYPE or "(OpenBLAS's own choice)",
+        "config": args.config, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(its own choice)"),
         "flush_denormals": args.config == "best",
     }))
 

@@ -20,6 +20,7 @@
 
 #include "remat/core/config.hpp"
 #include "remat/core/error.hpp"
+#include "remat/core/float_mode.hpp"
 
 #if REMAT_USE_BLAS
 #include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
@@ -181,12 +182,18 @@ namespace detail {
 
 /// Runs fn(begin, end) over [0, n) in fixed chunks of at least `grain` items, in parallel when
 /// that is worth it. fn must only touch its own chunk.
+/// Every chunk runs in remat's floating-point mode (Note [flushing denormals]), on whichever
+/// thread runs it; the caller's mode is back when the loop returns.
 template <class Fn>
 void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
+  const FloatModeGuard float_mode;
   ThreadPool& pool = ThreadPool::instance();
   const std::int64_t chunks = std::min<std::int64_t>(pool.size(), n / std::max<std::int64_t>(grain, 1));
   if (chunks > 1) {
-    pool.run(static_cast<int>(chunks), [&](int c) { fn(n * c / chunks, n * (c + 1) / chunks); });
+    pool.run(static_cast<int>(chunks), [&](int c) {
+      const FloatModeGuard worker_mode;  // a no-op on the calling thread, whose mode is set
+      fn(n * c / chunks, n * (c + 1) / chunks);
+    });
     return;
   }
   if (n > 0) fn(std::int64_t{0}, n);

@@ -5,42 +5,153 @@
 /// rather than through Eigen's BLAS back end keeps transposes free (no copies) and lets gradient
 /// GEMMs accumulate into their destination (beta = 1), without changing how user code that
 /// includes Eigen behaves.
+///
+/// Note [GEMM kernel choice]: OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from
+/// a table of CPU models, and a CPU newer than its table gets its SSE3 "Prescott" kernels: a
+/// fifth of the speed on a recent Xeon. So on first use remat asks which kernels OpenBLAS chose
+/// (openblas_get_corename) and which vector instructions those kernels use, and compares with
+/// what the CPU offers (cpuid, core/cpu.hpp). If OpenBLAS fell short, remat re-selects the kernels
+/// matching the CPU's instructions through OpenBLAS's own core override (SkylakeX for AVX-512,
+/// Haswell for AVX2 + FMA); if that is impossible (a build without DYNAMIC_ARCH), it uses Eigen's
+/// GEMM when Eigen was compiled for wider instructions than OpenBLAS's kernels use. The
+/// alternatives measured (BLIS, oneDNN) and the figures are in docs/design.md.
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include <Eigen/Core>
+
 #include "remat/core/config.hpp"
+#include "remat/core/cpu.hpp"
 #include "remat/core/error.hpp"
+#include "remat/core/float_mode.hpp"
 
 #if REMAT_USE_BLAS
 #include <cblas.h>
-#else
-#include <Eigen/Core>
+// Present in DYNAMIC_ARCH builds of OpenBLAS only: weak, so that other builds still link (the
+// addresses are then null and remat does not try to re-select kernels).
+extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
 #endif
 
 namespace remat {
 
-/// Which GEMM remat uses, for logs and benchmark reports: "OpenBLAS <version> (<kernel> kernels)"
-/// or "Eigen".
-inline std::string gemm_backend() {
-#if REMAT_USE_BLAS
-  const std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
-  return config.substr(0, config.find(' ', config.find(' ') + 1)) + " (" + openblas_get_corename() + " kernels)";
+/// Which GEMM remat uses and why, for logs and benchmark reports.
+struct GemmBackend {
+  std::string name;    ///< "OpenBLAS 0.3.21 (SkylakeX kernels)" or "Eigen (avx2)"
+  std::string reason;  ///< why this one: what the CPU offers and what the backend chose
+};
+
+namespace detail {
+
+enum class GemmPath { blas, eigen };
+
+struct GemmChoice {
+  GemmPath path = GemmPath::eigen;
+  GemmBackend backend;
+};
+
+/// The widest instructions Eigen's kernels were compiled for (Eigen chooses them by macros at
+/// compile time, from the flags of the translation unit).
+inline constexpr Isa eigen_isa() noexcept {
+#if defined(EIGEN_VECTORIZE_AVX512)
+  return Isa::avx512;
+#elif defined(EIGEN_VECTORIZE_AVX2) && defined(EIGEN_VECTORIZE_FMA)
+  return Isa::avx2;
 #else
-  return "Eigen";
+  return Isa::baseline;
 #endif
 }
+
+#if REMAT_USE_BLAS
+/// The vector instructions an OpenBLAS kernel set uses, by the kernel set's name (OpenBLAS's
+/// names of its kernel families, not of CPU models: every CPU maps onto one of these).
+inline Isa openblas_kernel_isa(std::string core) {
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  if (core == "skylakex" || core == "cooperlake" || core == "sapphirerapids") return Isa::avx512;
+  if (core == "haswell" || core == "zen") return Isa::avx2;
+  return Isa::baseline;
+}
+
+inline std::string openblas_name() {
+  const std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  return config.substr(0, config.find(' ', config.find(' ') + 1)) + " (" + openblas_get_corename() + " kernels)";
+}
+
+/// Makes OpenBLAS use the kernel set `core` (as OPENBLAS_CORETYPE would at start-up) and says
+/// whether it took. Only between GEMMs: call it before any other thread runs one. The variable
+/// is set only for the instant OpenBLAS reads it and restored after, so the process's
+/// environment is as the user left it.
+inline bool openblas_use_core(const std::string& core) {
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit) return false;
+  const char* previous = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = previous ? previous : "";
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  if (previous) {
+    ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("OPENBLAS_CORETYPE");
+  }
+  std::string chosen = openblas_get_corename();
+  std::transform(chosen.begin(), chosen.end(), chosen.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  std::string wanted = core;
+  std::transform(wanted.begin(), wanted.end(), wanted.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  return chosen == wanted;
+}
+#endif
+
+/// Decides which GEMM to use on this machine (Note [GEMM kernel choice]).
+inline GemmChoice choose_gemm() {
+  const Isa cpu = cpu_isa();
+  const std::string eigen_name = cat("Eigen (", to_string(eigen_isa()), ")");
+#if REMAT_USE_BLAS
+  const std::string first = openblas_get_corename();
+  const Isa chosen = openblas_kernel_isa(first);
+  if (chosen >= cpu) {
+    return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen),
+                                                  "), all this CPU offers (", to_string(cpu), ")")}};
+  }
+  const std::string fix = cpu == Isa::avx512 ? "SkylakeX" : "Haswell";
+  if (openblas_use_core(fix)) {
+    return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+                                                  to_string(cpu), "; remat re-selected its ", fix, " kernels")}};
+  }
+  if (eigen_isa() > chosen) {
+    return {GemmPath::eigen, {eigen_name, cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+                                              to_string(cpu), " and cannot change them; Eigen was compiled for ",
+                                              to_string(eigen_isa()))}};
+  }
+  return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+                                                to_string(cpu), " and cannot change them; Eigen was compiled for no more")}};
+#else
+  return {GemmPath::eigen, {eigen_name, cat("built without OpenBLAS (REMAT_USE_BLAS=0); this CPU offers ", to_string(cpu))}};
+#endif
+}
+
+/// The choice in force, made on first use.
+inline GemmChoice& gemm_choice() {
+  static GemmChoice choice = choose_gemm();
+  return choice;
+}
+
+}  // namespace detail
+
+/// Which GEMM remat uses on this machine, and why (Note [GEMM kernel choice]).
+inline GemmBackend gemm_backend() { return detail::gemm_choice().backend; }
 
 }  // namespace remat
 
 namespace remat::detail {
 
-/// Row-major GEMM. op(A) is m x k, op(B) is k x n, C is m x n; lda, ldb, ldc are row strides.
-template <class T>
-void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
 #if REMAT_USE_BLAS
+template <class T>
+void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+               const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   constexpr std::int64_t kMaxBlasInt = 0x7fffffff;
   if (m > kMaxBlasInt || n > kMaxBlasInt || k > kMaxBlasInt) {
     throw ShapeError(cat("matmul: extents (", m, ", ", n, ", ", k, ") exceed what BLAS can index"));
@@ -54,7 +165,12 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
     static_assert(std::is_same_v<T, double>, "gemm: float or double only");
     cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
   }
-#else
+}
+#endif
+
+template <class T>
+void eigen_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   using Stride = Eigen::OuterStride<>;
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstMap = Eigen::Map<const Mat, 0, Stride>;
@@ -76,7 +192,21 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   } else {
     C.noalias() += alpha * A * B;
   }
+}
+
+/// Row-major GEMM. op(A) is m x k, op(B) is k x n, C is m x n; lda, ldb, ldc are row strides.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const FloatModeGuard float_mode;  // this thread's part; OpenBLAS's own threads keep theirs
+#if REMAT_USE_BLAS
+  if (gemm_choice().path == GemmPath::blas) {
+    blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
 #endif
+  eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace remat::detail

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "remat/core/record.hpp"
+#include "remat/core/vector_kernels.hpp"
 #include "remat/ops/elementwise.hpp"
 
 namespace remat {
@@ -42,6 +43,9 @@ struct TanhOp {
   static auto f(const auto& x) { return x.tanh(); }
   template <class A>
   static void df(auto&& gx, const auto& gy, const A& y) { gx = gy * (typename A::Scalar(1) - y.square()); }
+  // float: the same math, dispatched by instruction set (Note [ISA dispatch])
+  static void vector_f(const float* x, float* y, std::int64_t n) { vec::tanh_forward(x, y, n); }
+  static void vector_df(const float* gy, const float* y, float* gx, std::int64_t n) { vec::tanh_backward(gy, y, gx, n); }
 };
 
 struct SigmoidOp {
@@ -108,7 +112,13 @@ struct GeluTanhOp {
     gx = (T(c) * (x + T(k) * x.cube())).tanh();  // t, computed once, then used twice in place
     gx = gy * (T(0.5) * (T(1) + gx) + T(0.5) * x * (T(1) - gx.square()) * T(c) * (T(1) + T(3 * k) * x.square()));
   }
+  static void vector_f(const float* x, float* y, std::int64_t n) { vec::gelu_forward(x, y, n); }
+  static void vector_df(const float* gy, const float* x, float* gx, std::int64_t n) { vec::gelu_backward(gy, x, gx, n); }
 };
+
+/// Whether Op has float kernels dispatched by instruction set (used for T = float).
+template <class T, class Op>
+inline constexpr bool has_vector_kernel = std::is_same_v<T, float> && requires { &Op::vector_f; };
 
 template <class T, class Op>
 class UnaryNode final : public Node<T> {
@@ -116,14 +126,26 @@ class UnaryNode final : public Node<T> {
   const char* op_name() const noexcept override { return Op::name; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
-    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = Op::f(view(in[0], s, e)); });
+    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {
+      if constexpr (has_vector_kernel<T, Op>) {
+        Op::vector_f(in[0].data() + s, out.data() + s, e - s);
+      } else {
+        view(out, s, e) = Op::f(view(in[0], s, e));
+      }
+    });
     this->save(0, Op::uses == Uses::input ? in[0] : out);
     return out;
   }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& used = this->saved(0);
     Tensor<T> gx(gy.shape());
-    for_chunks(gx.numel(), [&](std::int64_t s, std::int64_t e) { Op::df(view(gx, s, e), view(gy, s, e), view(used, s, e)); });
+    for_chunks(gx.numel(), [&](std::int64_t s, std::int64_t e) {
+      if constexpr (has_vector_kernel<T, Op>) {
+        Op::vector_df(gy.data() + s, used.data() + s, gx.data() + s, e - s);
+      } else {
+        Op::df(view(gx, s, e), view(gy, s, e), view(used, s, e));
+      }
+    });
     grads.add(0, std::move(gx));
   }
 };

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "remat/core/vector_kernels.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/optim/optimizer.hpp"
 
@@ -83,6 +84,11 @@ class AdamW final : public Optimizer<T> {
     const T decay = T(1) - lr * T(options_.weight_decay), eps = T(options_.eps);
     // One fused pass per chunk: the update is memory-bound, so each array is read once.
     detail::for_chunks(value.numel(), [&](std::int64_t s, std::int64_t e) {
+      if constexpr (std::is_same_v<T, float>) {  // dispatched by instruction set (Note [ISA dispatch])
+        const detail::AdamWConstants k{b1, b2, lr, c1, c2, decay, eps};
+        detail::vec::adamw_update(value.data() + s, m_[i].data() + s, v_[i].data() + s, grad.data() + s, e - s, k);
+        return;
+      }
       auto p = detail::view(value, s, e);
       auto m = detail::view(m_[i], s, e);
       auto v = detail::view(v_[i], s, e);
