@@ -90,6 +90,7 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
     CHECK(predicted.loss_forward_transient_bytes == measured.loss_forward_transient_bytes);
     CHECK(predicted.loss_backward_transient_bytes == measured.loss_backward_transient_bytes);
     CHECK(predicted.input_made_in_step == measured.input_made_in_step);
+    CHECK(predicted.output_held == measured.output_held);
   }
 }
 

@@ -220,6 +220,7 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
   chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * t * t * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
+  chain.output_held = false;  // Llama::loss keeps no Var of the layers' output; the final norm saves it
   chain.loss_output_bytes = 2 * e;
   // the loss keeps the final norm's output and one number a row, and the log-sum-exp of each row
   if (chunked_loss) {

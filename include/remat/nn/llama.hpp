@@ -202,6 +202,7 @@ class Llama : public Module<T> {
     plan::Chain c = plan::profile(block_layers(), embedded, [&](const Var<T>& out) { return head_loss(norm(out), targets, chunked); },
                                   options);
     c.input_made_in_step = true;
+    c.output_held = false;  // loss() keeps no Var of the layers' output (the final norm saves it)
     return c;
   }
 
