@@ -116,8 +116,8 @@ class Module {
     return state_->entries.back().param;
   }
 
-  /// Registers `child` (usually a member) under `name`: its parameters appear as "name.<its
-  /// names>", and train(), eval() and freeze() reach it. The child is shared, not copied (Note
+  /// Registers `child` (usually a member) under `name`: its parameters appear as
+  /// "name.weight", "name.sub.bias" and so on, and train(), eval() and freeze() reach it. The child is shared, not copied (Note
   /// [module handles]), and takes this module's current mode.
   void add_module(const std::string& name, const Module& child) {
     check_new_name(name);
