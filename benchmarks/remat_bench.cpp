@@ -18,8 +18,8 @@
 // every flag with its default.
 // --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
 // --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
-// and writes DIR/sweep_MODEL.csv and DIR/sweep_MODEL.svg (peak against step time, predicted
-// beside measured; default DIR docs/figures).
+// and writes DIR/sweep_MODEL.csv (measured and predicted step time and peak of each plan; default
+// DIR docs/figures), which benchmarks/report.py draws with matplotlib.
 // gflops counts the step's GEMM work over the forward + backward time; peak_share divides it by
 // this machine's single-precision GEMM rate (n = 1024, measured at start unless --gemm-peak).
 // Prints one JSON object:
@@ -37,7 +37,6 @@
 // The same machine description goes to stderr at start.
 #include "../examples/flags.hpp"
 #include "bench_util.hpp"
-#include "svg_plot.hpp"
 
 #include <remat/optim/adamw.hpp>
 
@@ -272,24 +271,13 @@ void write_sweep(const Model& model, const std::vector<Result>& results, const s
   std::FILE* f = std::fopen(csv.c_str(), "w");
   if (!f) throw remat::IoError("remat_bench: cannot write " + csv);
   std::fprintf(f, "mode,step_s,predicted_step_s,act_peak_mb,predicted_peak_mb,recompute,segments,depth\n");
-  bench::Series measured{"measured", "#1f77b4"}, predicted{"predicted", "#d62728", true};
   for (const Result& r : results) {
     // predicted step: the none step plus the profiled seconds of forward work the plan replays
     const double predicted_step = none_step + r.plan.recompute;
     std::fprintf(f, "%s,%.4f,%.4f,%.3f,%.3f,%.4f,%zu,%d\n", r.mode.c_str(), r.step_s, predicted_step, r.peak / 1048576.0,
                  r.plan.peak_bytes / 1048576.0, r.plan.recompute_fraction, r.plan.segment_count(), r.plan.depth());
-    measured.x.push_back(r.step_s);
-    measured.y.push_back(r.peak / 1048576.0);
-    measured.labels.push_back(r.mode);
-    predicted.x.push_back(predicted_step);
-    predicted.y.push_back(r.plan.peak_bytes / 1048576.0);
   }
   std::fclose(f);
-  const std::string svg = dir + "/sweep_" + model.name + ".svg";
-  if (!bench::write_scatter_svg(svg, model.name + ": activation peak against step time, one point per plan",
-                                "training step (s)", "activation peak (MiB, log scale)", {measured, predicted})) {
-    throw remat::IoError("remat_bench: cannot write " + svg);
-  }
 }
 
 }  // namespace
