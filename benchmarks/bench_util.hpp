@@ -1,5 +1,6 @@
 #pragma once
-// Small helpers shared by remat's benchmarks: timing, medians, argument parsing, GEMM peak.
+// Small helpers shared by remat's benchmarks: timing, medians, GEMM peak (flags: CLI11,
+// examples/flags.hpp).
 #include <remat/remat.hpp>
 
 #include <algorithm>
@@ -46,21 +47,6 @@ inline double gemm_gflops(std::int64_t n, int repeat = 7) {
     remat::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   });
   return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
-}
-
-/// Value of `--name V` in argv, or `fallback`.
-inline std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
-}
-
-inline bool flag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == name) return true;
-  }
-  return false;
 }
 
 }  // namespace bench

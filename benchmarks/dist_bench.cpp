@@ -6,9 +6,11 @@
 //
 //   mpirun -np N dist_bench [--layers 4] [--width 128] [--heads 4] [--context 64] [--vocab 96]
 //                           [--batch 16] [--steps 20] [--bucket-mb 25] [--first-bucket-mb 1]
-//                           [--checkpoint none|every] [--threads 1]
+//                           [--checkpoint none|every] [--threads 1]      (--help lists them)
 #include <remat/dist/data_parallel.hpp>
 #include <remat/remat.hpp>
+
+#include "../examples/flags.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -33,16 +35,20 @@ int main(int argc, char** argv) {
   std::map<std::string, double> o = {{"--layers", 4},  {"--width", 128}, {"--heads", 4},     {"--context", 64},
                                      {"--vocab", 96},  {"--batch", 16},  {"--steps", 20},    {"--bucket-mb", 25},
                                      {"--first-bucket-mb", 1}, {"--threads", 1}};
+  const std::map<std::string, const char*> help = {
+      {"--layers", "transformer blocks"}, {"--width", "hidden size"}, {"--heads", "attention heads"},
+      {"--context", "tokens per sequence"}, {"--vocab", "vocabulary size"}, {"--batch", "sequences per step and rank"},
+      {"--steps", "steps timed (medians over those after the first two)"}, {"--bucket-mb", "gradient bucket size (MiB)"},
+      {"--first-bucket-mb", "size of the first (last-reduced) bucket (MiB)"}, {"--threads", "worker threads per rank"}};
   std::string checkpoint = "none";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--checkpoint") checkpoint = argv[i + 1];
-    else if (o.count(flag)) o[flag] = std::atof(argv[i + 1]);
-    else {
-      if (comm.rank() == 0) std::fprintf(stderr, "dist_bench: unknown flag %s\n", flag.c_str());
-      return 2;
-    }
+  CLI::App app("Data-parallel step timing (run under mpirun): backward, wait for reductions, reductions alone.");
+  for (auto& [name, value] : o) {
+    // a bucket of 0 MiB is allowed (one gradient per bucket); the sizes of the model are not
+    const bool mb = name.size() > 3 && name.compare(name.size() - 3, 3, "-mb") == 0;
+    app.add_option(name, value, help.at(name))->check(mb ? flags::non_negative : flags::positive)->capture_default_str();
   }
+  app.add_option("--checkpoint", checkpoint, "checkpoint plan")->check(CLI::IsMember({"none", "every"}))->capture_default_str();
+  if (const int code = flags::parse_or_exit_code(app, argc, argv, comm.rank() == 0); code >= 0) return code;
   try {
     remat::set_num_threads(int(o["--threads"]));
     const auto n = [&](const char* k) { return static_cast<std::int64_t>(o[k]); };

@@ -5,6 +5,7 @@
 //
 // Prints one JSON object per line: {"bench": "gemm", ...} with the GEMM rate, then one
 // {"bench": "op", "op": ..., "forward_ms": ..., "backward_ms": ...} per op (medians of N runs).
+#include "../examples/flags.hpp"
 #include "bench_util.hpp"
 
 #include <functional>
@@ -45,8 +46,11 @@ void bench_op(const char* name, const std::vector<Shape>& shapes, const Op& op, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = std::stoi(bench::arg(argc, argv, "--threads", "1"));
-  const int repeat = std::stoi(bench::arg(argc, argv, "--repeat", "20"));
+  int threads = 1, repeat = 20;
+  CLI::App app("Micro-benchmark of remat's core ops (forward and backward) and this machine's GEMM rate.");
+  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
+  app.add_option("--repeat", repeat, "runs per op (medians)")->check(flags::positive)->capture_default_str();
+  flags::parse(app, argc, argv);
   remat::set_num_threads(threads);
   for (std::int64_t n : {256, 1024}) {
     std::printf("{\"bench\": \"gemm\", \"n\": %ld, \"threads\": %d, \"gflops\": %.1f}\n", static_cast<long>(n), threads,

@@ -2,7 +2,7 @@
 //
 //   remat_bench --model {mlp,deep} --mode {none,every,sqrt,budget:<MiB>,optimal:<slots>}
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
-//               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}]
+//               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}] [--trace FILE]
 //   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
 //
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
@@ -13,10 +13,13 @@
 // gradient and optimizer buffers that every later step reuses), the chain is profiled and the
 // plan made; then N steps are timed.
 //
+// --trace FILE writes the memory timeline of one step of --mode (remat::Trace, Chrome trace event
+// format) and prints to stderr the median step time with and without the trace. `--help` lists
+// every flag with its default.
 // --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
 // --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
-// and writes DIR/sweep_MODEL.csv and DIR/sweep_MODEL.svg (peak against step time, predicted
-// beside measured; default DIR docs/figures).
+// and writes DIR/sweep_MODEL.csv (measured and predicted step time and peak of each plan; default
+// DIR docs/figures), which benchmarks/report.py draws with matplotlib.
 // gflops counts the step's GEMM work over the forward + backward time; peak_share divides it by
 // this machine's single-precision GEMM rate (n = 1024, measured at start unless --gemm-peak).
 // Prints one JSON object:
@@ -32,8 +35,8 @@
 //   gemm, gemm_reason the GEMM backend remat chose and why (remat::gemm_backend())
 //   flush_denormals   whether kernels flushed subnormal numbers (--flush-denormals, default on)
 // The same machine description goes to stderr at start.
+#include "../examples/flags.hpp"
 #include "bench_util.hpp"
-#include "svg_plot.hpp"
 
 #include <remat/optim/adamw.hpp>
 
@@ -139,9 +142,12 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
   const auto colon = mode.find(':');
   if (colon != std::string::npos) {
     const std::string kind = mode.substr(0, colon);
-    const double value = std::stod(mode.substr(colon + 1));
-    if (kind == "budget") return plan::budget(chain, value * 1024 * 1024);
-    if (kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
+    const std::string text = mode.substr(colon + 1);
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    const bool number = !text.empty() && *end == '\0' && std::isfinite(value) && value >= 0;
+    if (number && kind == "budget") return plan::budget(chain, value * 1024 * 1024);
+    if (number && kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
   }
   throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB> or optimal:<slots>, got " + mode);
 }
@@ -163,6 +169,19 @@ class Bench {
   }
 
   const remat::plan::Chain& chain() const noexcept { return chain_; }
+
+  /// Runs `steps` steps of plan p, each inside a remat::Trace, saves the last one's trace to
+  /// `path` and returns the median step time.
+  double traced(const remat::plan::Plan& p, int steps, const std::string& path) {
+    std::vector<double> step_s;
+    for (int i = 0; i < steps; ++i) {
+      remat::Trace trace;
+      step_s.push_back(step(p).step_s);
+      trace.stop();
+      if (i + 1 == steps) trace.save_chrome_json(path);
+    }
+    return bench::median(step_s);
+  }
 
   Result measure(const std::string& mode, const remat::plan::Plan& p) {
     step(p);  // not counted: the first step of a plan fills the allocator's cache with its sizes
@@ -252,60 +271,56 @@ void write_sweep(const Model& model, const std::vector<Result>& results, const s
   std::FILE* f = std::fopen(csv.c_str(), "w");
   if (!f) throw remat::IoError("remat_bench: cannot write " + csv);
   std::fprintf(f, "mode,step_s,predicted_step_s,act_peak_mb,predicted_peak_mb,recompute,segments,depth\n");
-  bench::Series measured{"measured", "#1f77b4"}, predicted{"predicted", "#d62728", true};
   for (const Result& r : results) {
     // predicted step: the none step plus the profiled seconds of forward work the plan replays
     const double predicted_step = none_step + r.plan.recompute;
     std::fprintf(f, "%s,%.4f,%.4f,%.3f,%.3f,%.4f,%zu,%d\n", r.mode.c_str(), r.step_s, predicted_step, r.peak / 1048576.0,
                  r.plan.peak_bytes / 1048576.0, r.plan.recompute_fraction, r.plan.segment_count(), r.plan.depth());
-    measured.x.push_back(r.step_s);
-    measured.y.push_back(r.peak / 1048576.0);
-    measured.labels.push_back(r.mode);
-    predicted.x.push_back(predicted_step);
-    predicted.y.push_back(r.plan.peak_bytes / 1048576.0);
   }
   std::fclose(f);
-  const std::string svg = dir + "/sweep_" + model.name + ".svg";
-  if (!bench::write_scatter_svg(svg, model.name + ": activation peak against step time, one point per plan",
-                                "training step (s)", "activation peak (MiB, log scale)", {measured, predicted})) {
-    throw remat::IoError("remat_bench: cannot write " + svg);
-  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string model_name = "mlp", mode = "none", sweep, flush = "on", isa, out_dir = "docs/figures", print_plan, trace_file;
+  int steps = 5, threads = 1;
+  double gemm_peak = 0;
+  CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
+  app.add_option("--model", model_name, "model: mlp, deep or gpt")->check(CLI::IsMember({"mlp", "deep", "gpt"}))->capture_default_str();
+  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> or optimal:<slots>")->capture_default_str();
+  app.add_option("--sweep", sweep, "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
+      ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
+  app.add_option("--out", out_dir, "directory of --sweep's CSV")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per plan (medians)")->check(flags::positive)->capture_default_str();
+  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
+  app.add_option("--print-plan", print_plan, "write the plan's top-level segments as JSON to this file");
+  app.add_option("--gemm-peak", gemm_peak, "this machine's GEMM GFLOP/s (default: measured at start)")->check(flags::positive);
+  app.add_option("--flush-denormals", flush, "flush subnormal numbers in kernels")->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--isa", isa, "force the dispatched kernels' instruction set")->check(CLI::IsMember({"baseline", "avx2", "avx512"}));
+  app.add_option("--trace", trace_file, "write the memory timeline of one step of --mode (Chrome trace JSON) to this file");
+  flags::parse(app, argc, argv);
   try {
-    const std::string sweep = bench::arg(argc, argv, "--sweep", "");
-    const std::string model_name = sweep.empty() ? bench::arg(argc, argv, "--model", "mlp") : sweep;
-    const std::string mode = bench::arg(argc, argv, "--mode", "none");
-    const int steps = std::stoi(bench::arg(argc, argv, "--steps", "5"));
-    const int threads = std::stoi(bench::arg(argc, argv, "--threads", "1"));
+    if (!sweep.empty()) model_name = sweep;
     remat::set_num_threads(threads);
-    const std::string flush = bench::arg(argc, argv, "--flush-denormals", "on");
-    if (flush != "on" && flush != "off") throw remat::UsageError("remat_bench: --flush-denormals must be on or off, got " + flush);
     remat::set_flush_denormals(flush == "on");
-    if (const std::string isa = bench::arg(argc, argv, "--isa", ""); !isa.empty()) {
-      if (isa == "baseline") remat::set_isa(remat::Isa::baseline);
-      else if (isa == "avx2") remat::set_isa(remat::Isa::avx2);
-      else if (isa == "avx512") remat::set_isa(remat::Isa::avx512);
-      else throw remat::UsageError("remat_bench: --isa must be baseline, avx2 or avx512, got " + isa);
-    }
+    if (isa == "baseline") remat::set_isa(remat::Isa::baseline);
+    else if (isa == "avx2") remat::set_isa(remat::Isa::avx2);
+    else if (isa == "avx512") remat::set_isa(remat::Isa::avx512);
     // the machine and what remat chose on it, for a reader of the terminal (JSON carries the same)
     std::fprintf(stderr, "remat_bench: %s (%s); GEMM: %s: %s; flush denormals: %s\n", remat::cpu_name().c_str(),
                  remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
                  flush.c_str());
     remat::manual_seed(1);
-    const std::string peak_arg = bench::arg(argc, argv, "--gemm-peak", "");
-    const double gemm_peak = peak_arg.empty() ? bench::gemm_gflops(1024, 5) : std::stod(peak_arg);
+    if (gemm_peak == 0) gemm_peak = bench::gemm_gflops(1024, 5);
 
     ChainModel chain_model;
     GptModel gpt_model;
     Model model;
     if (model_name == "mlp") model = chain_model.make("mlp", 32, 1024, 256, true);
     else if (model_name == "deep") model = chain_model.make("deep", 1000, 256, 64, false);
-    else if (model_name == "gpt") model = gpt_model.make();
-    else throw remat::UsageError("remat_bench: --model must be mlp, deep or gpt, got " + model_name);
+    else model = gpt_model.make();
     Bench bench_(model, steps);
 
     if (!sweep.empty()) {
@@ -314,13 +329,13 @@ int main(int argc, char** argv) {
         results.push_back(bench_.measure(name, p));
         print_json(model, results.back(), threads, steps, gemm_peak);
       }
-      write_sweep(model, results, bench::arg(argc, argv, "--out", "docs/figures"), results.front().step_s);
+      write_sweep(model, results, out_dir, results.front().step_s);
       return 0;
     }
     const remat::plan::Plan p = make_plan(mode, bench_.chain());
-    if (const std::string file = bench::arg(argc, argv, "--print-plan", ""); !file.empty()) {
-      std::FILE* out = std::fopen(file.c_str(), "w");
-      if (!out) throw remat::IoError("remat_bench: cannot write " + file);
+    if (!print_plan.empty()) {
+      std::FILE* out = std::fopen(print_plan.c_str(), "w");
+      if (!out) throw remat::IoError("remat_bench: cannot write " + print_plan);
       std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", remat::plan::to_string(p.kind));
       for (std::size_t i = 0; i < p.segments.size(); ++i) {
         std::fprintf(out, "%s[%zu, %zu]", i ? ", " : "", p.segments[i].begin, p.segments[i].end);
@@ -328,7 +343,14 @@ int main(int argc, char** argv) {
       std::fprintf(out, "], \"depth\": %d}\n", p.depth());
       std::fclose(out);
     }
-    print_json(model, bench_.measure(mode, p), threads, steps, gemm_peak);
+    const Result r = bench_.measure(mode, p);
+    print_json(model, r, threads, steps, gemm_peak);
+    if (!trace_file.empty()) {
+      // as many traced steps as timed ones: the overhead of tracing is the difference of medians
+      const double traced_s = bench_.traced(p, steps, trace_file);
+      std::fprintf(stderr, "remat_bench: trace of one %s step in %s; step %.4f s traced, %.4f s untraced (medians of %d)\n",
+                   mode.c_str(), trace_file.c_str(), traced_s, r.step_s, steps);
+    }
     return 0;
   } catch (const remat::Error& e) {
     std::fprintf(stderr, "remat_bench: %s\n", e.what());

@@ -10,8 +10,12 @@ Measures, on this machine:
     remat then PyTorch, so that the ratios quoted (remat / PyTorch, mode / none) are medians of
     ratios of runs made one after the other;
   - remat_bench --sweep for each model (the figures).
-Writes docs/benchmarks.md, docs/figures/sweep_*.{csv,svg} and docs/data/report.json. Needs python3
-(standard library only) and Debian's python3-torch for the PyTorch side. About half an hour.
+Writes docs/benchmarks.md, docs/figures/sweep_*.{csv,png} (remat_bench writes the CSV, this script
+draws it with matplotlib, PyTorch's points of the same run on the same axes, and writes them to
+docs/figures/sweep_*_torch.csv) and docs/data/report.json. Needs /usr/bin/python3 with Debian's
+python3-matplotlib, and python3-torch for the PyTorch side. About 45 minutes.
+
+    benchmarks/report.py --plot-only    # redraws the figures from docs/data/report.json and the CSVs
 """
 import argparse
 import datetime
@@ -170,6 +174,74 @@ def targets_table(results):
     return "\n".join(rows) + "\n"
 
 
+def torch_points(results, model):
+    """PyTorch's (label, step_s, act_peak_mb) for the model on one thread, medians of the rounds."""
+    points = []
+    for (m, t, mode, fw), runs in results.items():
+        if m == model and t == 1 and fw in ("torch", "torch_best"):
+            label = mode.split(":")[0] + (" (best config)" if fw == "torch_best" else "")
+            points.append((label, med(runs, "step_s"), runs[-1]["act_peak_mb"]))
+    return points
+
+
+def plot_sweep(figures, model, torch_pts, cpu):
+    """Draws figures/sweep_MODEL.png from remat_bench's sweep_MODEL.csv and PyTorch's points
+    (also written to sweep_MODEL_torch.csv): activation peak against step time, one point a plan."""
+    import csv
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    with open(os.path.join(figures, f"sweep_{model}.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(os.path.join(figures, f"sweep_{model}_torch.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["mode", "step_s", "act_peak_mb"])
+        w.writerows((label, f"{x:.4f}", f"{y:.3f}") for label, x, y in torch_pts)
+    fig, ax = plt.subplots(figsize=(9, 5.6), dpi=120)
+    xs, ys = [float(r["step_s"]) for r in rows], [float(r["act_peak_mb"]) for r in rows]
+    ax.scatter(xs, ys, s=36, color="#1f77b4", zorder=3, label="remat, measured")
+    ax.scatter([float(r["predicted_step_s"]) for r in rows], [float(r["predicted_peak_mb"]) for r in rows], s=70,
+               facecolors="none", edgecolors="#1f77b4", linewidths=1.2, zorder=2, label="remat, predicted before the step")
+    # labels above or below the measured points (a prediction sits at the same height, to one
+    # side), alternating so that neighbours do not overlap
+    order = sorted(range(len(rows)), key=lambda i: ys[i])
+    for k, i in enumerate(order):
+        ax.annotate(rows[i]["mode"], (xs[i], ys[i]), xytext=(0, 8 if k % 2 == 0 else -9), textcoords="offset points",
+                    ha="center", va="bottom" if k % 2 == 0 else "top", fontsize=8, color="#1f4e79")
+    if torch_pts:
+        ax.scatter([p[1] for p in torch_pts], [p[2] for p in torch_pts], s=44, marker="s", color="#d62728", zorder=3,
+                   label="PyTorch 1.13, same model and plan")
+        for label, x, y in torch_pts:
+            ax.annotate(label, (x, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=8, color="#8b1a1a")
+    ax.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")  # 300, not 3 x 10^2
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_xlabel("training step: forward + backward + AdamW (s, median)")
+    ax.set_ylabel("activation peak (MiB, log scale)")
+    ax.set_title(f"{model}: {MODELS[model][0]}\none point per plan, one thread, {cpu}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    # below the axes, where it hides no point
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figures, f"sweep_{model}.png"))
+    plt.close(fig)
+
+
+def plot_all(docs, results, cpu):
+    for model in MODELS:
+        plot_sweep(os.path.join(docs, "figures"), model, torch_points(results, model), cpu)
+
+
+def load_results(docs):
+    with open(os.path.join(docs, "data", "report.json")) as f:
+        data = json.load(f)
+    return {(r["model"], r["threads"], r["mode"], r["framework"]): r["rounds"] for r in data["runs"]}, data["cpu"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/release")
@@ -177,7 +249,13 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--docs", default="docs")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch (its tables are then left out)")
+    ap.add_argument("--plot-only", action="store_true", help="only redraw the figures from the last run's data")
     args = ap.parse_args()
+    if args.plot_only:
+        results, cpu = load_results(args.docs)
+        plot_all(args.docs, results, cpu)
+        log(f"redrew {args.docs}/figures/sweep_*.png")
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     bench = os.path.join(args.build, "benchmarks", "remat_bench")
     ops = os.path.join(args.build, "benchmarks", "ops_bench")
@@ -205,6 +283,7 @@ def main():
                    "isa": first["isa"], "flush_denormals": first["flush_denormals"],
                    "runs": [{"model": k[0], "threads": k[1], "mode": k[2], "framework": k[3], "rounds": v} for k, v in results.items()],
                    "sweeps": sweeps}, f, indent=1)
+    plot_all(args.docs, results, cpu)
     with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
         f.write(render(args, results, gemm_peak, backend, cpu))
     log(f"wrote {args.docs}/benchmarks.md")
@@ -244,13 +323,15 @@ that fits N MiB, `optimal:K` the binomial plan with at most K checkpoints alive.
 ## The memory/time trade-off (one thread)
 """]
     for model in MODELS:
-        parts.append(f"\n{tradeoff_table(results, model)}\n\n![{model} sweep](figures/sweep_{model}.svg)\n")
+        parts.append(f"\n{tradeoff_table(results, model)}\n\n![{model} sweep](figures/sweep_{model}.png)\n")
     parts.append("""
 Each figure is `remat_bench --sweep MODEL`: every plan of the sweep (none, every, sqrt, budgets
 from 75 % of none's peak down, binomial plans that recompute at most four forward passes), its
 measured step time and activation peak (filled), and its prediction (hollow): the predicted peak,
-and the none step plus the profiled seconds of forward work the plan replays. The raw numbers are
-in `figures/sweep_MODEL.csv` and `data/report.json`.
+and the none step plus the profiled seconds of forward work the plan replays. PyTorch's points
+(squares) are the same model under the same plans, measured by `benchmarks/torch_reference.py`
+in the same run (medians of the rounds above). The raw numbers are in `figures/sweep_MODEL.csv`,
+`figures/sweep_MODEL_torch.csv` and `data/report.json`.
 """)
     parts.append(targets_table(results))
     if torch_version:

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 namespace flags {
@@ -39,6 +40,21 @@ inline void parse(CLI::App& app, int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
+  }
+}
+
+/// parse() for programs that must return from main to end cleanly (MPI programs, whose
+/// Environment finalizes MPI when it goes out of scope): returns -1 when the flags parsed, or the
+/// exit code after --help or a bad flag. Only a process with `print` set prints (rank 0), so
+/// that N ranks do not print N copies.
+inline int parse_or_exit_code(CLI::App& app, int argc, char** argv, bool print) {
+  app.failure_message(CLI::FailureMessage::help);
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream quiet;
+    return print ? app.exit(e) : app.exit(e, quiet, quiet);
   }
 }
 

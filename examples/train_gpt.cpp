@@ -4,12 +4,15 @@
 //             [--steps S] [--lr LR] [--seed N] [--dropout P] [--threads N]
 //             [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
 //             [--log FILE.csv] [--save FILE] [--resume FILE] [--stop-after N] [--sample N] [--json]
+//             [--trace FILE.json]     (train_gpt --help lists them with their defaults)
 //
 // Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
 // prints a live progress line on a terminal (plain lines otherwise), the validation loss every
 // --eval-every steps, writes the loss curve to --log, and at the end prints a generated sample and
 // saves the weights and optimizer state to --save (default train_gpt.safetensors), which --resume
-// continues from. --stop-after N stops (and saves) after step N of a run planned for --steps.
+// continues from. --trace writes the memory timeline of one step (remat::Trace, Chrome trace
+// format: open it in ui.perfetto.dev or plot it with benchmarks/plot_trace.py). --stop-after N
+// stops (and saves) after step N of a run planned for --steps.
 // With --json the last line is a JSON object: first_val_loss, final_val_loss, tokens_per_s,
 // act_peak_mb, seconds, steps, checkpoint, world_size.
 //
@@ -31,11 +34,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "flags.hpp"
 
 #ifndef REMAT_EXAMPLE_DATA
 #define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
@@ -52,50 +56,44 @@ struct Options {
   std::string checkpoint = "none";
   std::int64_t eval_every = 100, eval_batches = 8, stop_after = 0, sample = 300;
   std::string log, save = "train_gpt.safetensors", resume;
+  std::string trace;
   bool json = false;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "train_gpt: %s\n(see the comment at the top of examples/train_gpt.cpp for the flags)\n", why.c_str());
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  const std::map<std::string, std::int64_t*> ints = {
-      {"--layers", &o.layers},         {"--width", &o.width},         {"--heads", &o.heads},
-      {"--context", &o.context},       {"--batch", &o.batch},         {"--steps", &o.steps},
-      {"--eval-every", &o.eval_every}, {"--eval-batches", &o.eval_batches}, {"--stop-after", &o.stop_after},
-      {"--sample", &o.sample}};
-  const std::map<std::string, std::string*> strings = {
-      {"--data", &o.data}, {"--checkpoint", &o.checkpoint}, {"--log", &o.log}, {"--save", &o.save}, {"--resume", &o.resume}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--json") {
-      o.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage("missing value after " + flag);
-    const std::string value = argv[++i];
-    char* end = nullptr;
-    if (auto it = ints.find(flag); it != ints.end()) {
-      *it->second = std::strtoll(value.c_str(), &end, 10);
-      if (*end || *it->second < 0) usage("bad value for " + flag + ": " + value);
-    } else if (auto st = strings.find(flag); st != strings.end()) {
-      *st->second = value;
-    } else if (flag == "--lr" || flag == "--dropout") {
-      (flag == "--lr" ? o.lr : o.dropout) = std::strtod(value.c_str(), &end);
-      if (*end) usage("bad value for " + flag + ": " + value);
-    } else if (flag == "--seed" || flag == "--threads") {
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end || v < 0) usage("bad value for " + flag + ": " + value);
-      if (flag == "--seed") o.seed = static_cast<std::uint64_t>(v);
-      else o.threads = static_cast<int>(v);
-    } else {
-      usage("unknown flag " + flag);
-    }
-  }
-  if (o.steps < 1 || o.batch < 1 || o.context < 2 || o.eval_every < 1 || o.eval_batches < 1) usage("sizes must be positive");
+  // attention needs a context of two tokens or more
+  const CLI::Validator at_least_two(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        return !text.empty() && *end == '\0' && v >= 2 ? "" : "'" + text + "' is not an integer >= 2";
+      },
+      ">=2");
+  CLI::App app("Trains a character-level GPT on a text file, with any checkpoint plan.");
+  app.add_option("--data", o.data, "UTF-8 text to train on")->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks")->check(flags::positive)->capture_default_str();
+  app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads (must divide --width)")->check(flags::positive)->capture_default_str();
+  app.add_option("--context", o.context, "tokens per sequence (>= 2)")->check(at_least_two)->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")->check(flags::positive)->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps of the run")->check(flags::positive)->capture_default_str();
+  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")->check(flags::positive)->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the weights, batches and dropout")->capture_default_str();
+  app.add_option("--dropout", o.dropout, "dropout probability")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")->check(flags::non_negative)->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->check(flags::positive)->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
+  app.add_option("--log", o.log, "CSV file for the loss curve");
+  app.add_option("--save", o.save, "file for the weights and optimizer state at the end ('' for none)")->capture_default_str();
+  app.add_option("--resume", o.resume, "continue from a file written by --save");
+  app.add_option("--stop-after", o.stop_after, "stop (and save) after this step of the run (0: run all --steps)")
+      ->check(flags::non_negative)->capture_default_str();
+  app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
+  app.add_flag("--json", o.json, "print one JSON object at the end instead of progress");
+  app.add_option("--trace", o.trace, "write a memory timeline (Chrome trace JSON) of the first step after warm-up");
+  flags::parse(app, argc, argv);
   return o;
 }
 
@@ -290,6 +288,11 @@ int main(int argc, char** argv) {
       optimizer.set_lr(schedule(step));
       const auto s0 = std::chrono::steady_clock::now();
       float loss = 0;
+      // --trace records the second step this process runs (the first allocates the gradient and
+      // optimizer buffers every later step reuses), or the only one
+      const bool traced = !o.trace.empty() && root && step == std::min(start + 1, end - 1);
+      std::optional<remat::Trace> trace;
+      if (traced) trace.emplace();
       {
         remat::memory::Probe probe;
         remat::Tape tape(remat::TapeOptions{.seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
@@ -302,6 +305,11 @@ int main(int argc, char** argv) {
 #endif
         loss = l.item();
         peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
+      }
+      if (trace) {
+        trace->stop();
+        trace->save_chrome_json(o.trace);
+        trace.reset();
       }
       remat::optim::clip_grad_norm(gpt.parameters(), 1.0);  // the averaged gradients: equal on every rank
       optimizer.step();
