@@ -229,7 +229,7 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
     }
   }
   SECTION("dtypes the format knows but remat does not read, and names that are no dtype") {
-    for (const char* dtype : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "I64", "U64"}) {
+    for (const char* dtype : {"F4", "F6_E2M3", "F6_E3M2"}) {
       st_rejects(with_entry(std::string(R"({"dtype":")") + dtype + R"(","shape":[3],"data_offsets":[0,12]})"),
                  std::string("dtype '") + dtype + "' is not supported");
     }
