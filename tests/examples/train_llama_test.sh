@@ -30,6 +30,20 @@ grep -q '"num_key_value_heads": 2' none/config.json || { cat none/config.json; e
 grep -q 'model.layers.2.self_attn.k_proj.weight' none/model.safetensors || { echo "HF tensor names missing"; exit 1; }
 [ -s none/remat_eval.json ] || { echo "remat_eval.json missing"; exit 1; }
 
+# --init-from continues from the saved folder: its first validation loss is the saved model's,
+# to the last digit (the same weights, the same validation batches)
+"$train_llama" "${small[@]}" --steps 2 --init-from none --save-hf again > init.json
+saved=$(sed -n 's/.*"final_val_loss": \([0-9.e+-]*\).*/\1/p' none.json)
+resumed=$(sed -n 's/.*"first_val_loss": \([0-9.e+-]*\).*/\1/p' init.json)
+[ -n "$saved" ] && [ "$saved" = "$resumed" ] || { echo "--init-from: first validation loss $resumed, saved model's $saved"; exit 1; }
+cmp none/config.json again/config.json || { echo "--init-from did not keep the folder's shape"; exit 1; }
+# a folder whose config does not match its weights, or that is missing, is a clear error
+mkdir bad && cp none/model.safetensors bad/ && sed 's/"intermediate_size": 48/"intermediate_size": 40/' none/config.json > bad/config.json
+if "$train_llama" "${small[@]}" --init-from bad > out.txt 2>&1; then echo "mismatched folder accepted"; exit 1; fi
+grep -q "model.layers.0.mlp.gate_proj.weight' in bad/model.safetensors has shape (48, 32) but the model expects (40, 32)" out.txt || { cat out.txt; exit 1; }
+if "$train_llama" "${small[@]}" --init-from no_such_folder > out.txt 2>&1; then echo "missing folder accepted"; exit 1; fi
+grep -q "no_such_folder/config.json" out.txt || { cat out.txt; exit 1; }
+
 # bad input gets a clear error
 if "$train_llama" --checkpoint sometimes > out.txt 2>&1; then echo "bad --checkpoint accepted"; exit 1; fi
 grep -q "checkpoint must be" out.txt || { cat out.txt; exit 1; }
