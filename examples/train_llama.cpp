@@ -4,7 +4,7 @@
 //   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
 //               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
 //               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
-//               [--log FILE.csv] [--save-hf DIR] [--sample N] [--json]          (--help)
+//               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--sample N] [--json]  (--help)
 //
 // Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
 // prints a live progress line on a terminal (plain lines otherwise) and the validation loss every
@@ -12,9 +12,15 @@
 // --save-hf DIR writes a Hugging Face-layout folder: config.json, model.safetensors (float32,
 // Hugging Face's tensor names) and remat_eval.json (the vocabulary, the validation batches and
 // the loss remat computes on them), which tests/reference/score_llama.py scores with an
-// independent PyTorch implementation. With --json the last line is a JSON object:
-// first_val_loss, final_val_loss, tokens_per_s, act_peak_mb, seconds, steps, checkpoint.
+// independent PyTorch implementation. --init-from DIR continues training from such a folder (or
+// any Hugging Face Llama/Qwen2 folder with a character vocabulary of this corpus' size: one
+// model.safetensors or an index and shards, F32/BF16/F16): its config.json sets the model's shape
+// (the shape flags are ignored), and a vocabulary saved in its remat_eval.json must be the
+// corpus'. With --json the last line is a JSON object:
+// first_val_loss, final_val_loss (all 17 digits), tokens_per_s, act_peak_mb, seconds, steps,
+// checkpoint.
 #include <remat/nn/llama_config.hpp>
+#include <remat/nn/llama_load.hpp>
 #include <remat/remat.hpp>
 
 #include <unistd.h>
@@ -43,7 +49,7 @@ struct Options {
   int threads = 0;
   std::string checkpoint = "none";
   std::int64_t eval_every = 50, eval_batches = 8, sample = 300;
-  std::string log, save_hf;
+  std::string log, save_hf, init_from;
   bool json = false;
 };
 
@@ -67,6 +73,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
   app.add_option("--log", o.log, "CSV file for the loss curve");
   app.add_option("--save-hf", o.save_hf, "folder to write config.json, model.safetensors and remat_eval.json to");
+  app.add_option("--init-from", o.init_from, "Hugging Face folder to start from (config.json + weights; sets the model's shape)");
   app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
   app.add_flag("--json", o.json, "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, act_peak_mb, seconds, steps, checkpoint");
   flags::parse(app, argc, argv);
@@ -195,11 +202,35 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
   if (!out) throw remat::IoError("train_llama: cannot write " + dir + "/remat_eval.json");
 }
 
+/// The model saved in `dir` (nn::load_llama), checked against the corpus: the same vocabulary
+/// size, and the same characters when the folder's remat_eval.json lists them.
+remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus) {
+  remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
+  if (model.config().vocab_size != static_cast<std::int64_t>(corpus.vocab.size())) {
+    throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/config.json has vocab_size ", model.config().vocab_size,
+                                            " but the corpus has ", corpus.vocab.size(), " characters"));
+  }
+  std::ifstream in(dir + "/remat_eval.json");
+  if (in) {
+    nlohmann::json eval;
+    try {
+      eval = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/remat_eval.json is not valid JSON (", e.what(), ")"));
+    }
+    const std::vector<int> vocab(corpus.vocab.begin(), corpus.vocab.end());
+    if (!eval.contains("vocab") || eval["vocab"] != nlohmann::json(vocab)) {
+      throw remat::IoError(remat::detail::cat("train_llama: the vocabulary in ", dir, "/remat_eval.json is not this corpus' vocabulary"));
+    }
+  }
+  return model;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const Options o = parse(argc, argv);
+    Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = ::isatty(STDOUT_FILENO);
     const Corpus corpus = Corpus::load(o.data);
@@ -212,7 +243,16 @@ int main(int argc, char** argv) {
                                         .rms_norm_eps = 1e-5,
                                         .max_position_embeddings = o.context,
                                         .seed = o.seed};
-    remat::nn::Llama<float> model(config);
+    remat::nn::Llama<float> model = o.init_from.empty() ? remat::nn::Llama<float>(config) : load_folder(o.init_from, corpus);
+    if (!o.init_from.empty()) {  // the folder's shape, for the plan and the messages
+      const remat::nn::LlamaConfig& c = model.config();
+      o.layers = c.num_hidden_layers, o.width = c.hidden_size, o.heads = c.num_attention_heads, o.kv_heads = c.num_key_value_heads;
+      o.mlp = c.intermediate_size;
+      if (o.context > c.max_position_embeddings) {
+        throw remat::UsageError(remat::detail::cat("train_llama: --context ", o.context, " exceeds the max_position_embeddings ",
+                                                   c.max_position_embeddings, " of ", o.init_from, "/config.json"));
+      }
+    }
     remat::optim::AdamW<float> optimizer(model.parameters(), {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
     const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
@@ -300,7 +340,7 @@ int main(int argc, char** argv) {
       std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), generate(model, corpus, prompt, o.sample, sample_rng).c_str());
     }
     if (o.json) {
-      std::printf("{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
+      std::printf("{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
                   "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
                   first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps), o.checkpoint.c_str());
     } else {

@@ -2,7 +2,7 @@
 """Writes the seed corpus of fuzz/safetensors_fuzz: a few valid files and one small file for
 each class of input the reader rejects (tests/io/safetensors_test.cpp tests the same classes).
 
-    python3 fuzz/make_corpus.py            # rewrites fuzz/corpus/safetensors/
+    python3 fuzz/make_corpus.py            # rewrites fuzz/corpus/safetensors/ and fuzz/corpus/index/
 """
 import json
 import pathlib
@@ -10,6 +10,7 @@ import shutil
 import struct
 
 OUT = pathlib.Path(__file__).resolve().parent / "corpus" / "safetensors"
+INDEX_OUT = pathlib.Path(__file__).resolve().parent / "corpus" / "index"
 
 
 def file(header, data=b""):
@@ -39,6 +40,14 @@ SEEDS = {
                                                        "e": entry("F64", (0,), (8, 8))}), F3[:8]),
     "valid_padded_header": file(W + "      ", F3),
     "valid_no_tensors": file("{}"),
+    # the dtypes of Hugging Face checkpoints: 16-bit floats (a NaN, an infinity, a subnormal),
+    # integer buffers, booleans, and an 8-bit float that is accepted but not read
+    "valid_bf16_f16": file(js({"b": entry("BF16", (2, 2), (0, 8)), "h": entry("F16", (4,), (8, 16))}),
+                           struct.pack("<4H", 0x3FC0, 0x7FC0, 0xFF80, 0x0001) + struct.pack("<4H", 0x3C00, 0x7E00, 0xFC00, 0x0001)),
+    "valid_integers": file(js({"i64": entry("I64", (2,), (0, 16)), "i32": entry("I32", (1,), (16, 20)), "i16": entry("I16", (2,), (20, 24)),
+                               "i8": entry("I8", (2,), (24, 26)), "u8": entry("U8", (1,), (26, 27)), "ok": entry("BOOL", (1,), (27, 28))}),
+                           struct.pack("<qqihhbbBB", -1, 2**40, 7, -3, 4, -128, 127, 255, 1)),
+    "valid_f8_unread": file(js({"q": entry("F8_E4M3", (3,), (0, 3))}), bytes(3)),
     # header length and JSON
     "short_file": b"abc",
     "header_too_large": struct.pack("<Q", 100_000_001) + b"{}",
@@ -63,7 +72,8 @@ SEEDS = {
     "entry_no_dtype": file('{"w":{"shape":[3],"data_offsets":[0,12]}}', F3),
     "metadata_not_object": file('{"__metadata__":[1]}'),
     "metadata_not_string": file('{"__metadata__":{"k":1}}'),
-    "dtype_unsupported": file(js({"w": entry("I64", (3,), (0, 24))}), bytes(24)),
+    "dtype_unsupported": file(js({"w": entry("F6_E2M3", (3,), (0, 3))}), bytes(3)),
+    "dtype_int_size_mismatch": file(js({"w": entry("I64", (3,), (0, 12))}), bytes(12)),
     "dtype_unknown": file(js({"w": entry("F33")}), F3),
     "shape_negative": file(js({"w": entry("F32", (-3,))}), F3),
     "shape_float": file('{"w":{"dtype":"F32","shape":[3.0],"data_offsets":[0,12]}}', F3),
@@ -81,13 +91,33 @@ SEEDS = {
 }
 
 
+# Seeds of fuzz/index_fuzz (model.safetensors.index.json texts); "valid_" ones are accepted.
+INDEX_SEEDS = {
+    "valid_two_shards": js({"metadata": {"total_size": 28}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                                            "b": "model-00002-of-00002.safetensors"}}),
+    "valid_subfolder": js({"weight_map": {"a": "shards/a.safetensors"}}),
+    "valid_no_metadata_total": js({"metadata": {"format": "pt"}, "weight_map": {}}),
+    "not_json": "{\"weight_map\": {",
+    "not_object": "[1]",
+    "nested_deep": '{"weight_map":' + "[" * 70 + "]" * 70 + "}",
+    "no_weight_map": js({"metadata": {}}),
+    "shard_not_string": js({"weight_map": {"a": 1}}),
+    "shard_parent": js({"weight_map": {"a": "../a.safetensors"}}),
+    "shard_absolute": js({"weight_map": {"a": "/etc/passwd"}}),
+    "shard_dot": js({"weight_map": {"a": "./a.safetensors"}}),
+    "duplicate_name": '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}',
+    "total_size_negative": js({"metadata": {"total_size": -1}, "weight_map": {}}),
+}
+
+
 def main():
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    for name, data in SEEDS.items():
-        (OUT / f"{name}.safetensors").write_bytes(data)
-    print(f"wrote {len(SEEDS)} seeds to {OUT}")
+    for out, seeds, suffix in ((OUT, SEEDS, ".safetensors"), (INDEX_OUT, INDEX_SEEDS, ".json")):
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        for name, data in seeds.items():
+            (out / f"{name}{suffix}").write_bytes(data.encode() if isinstance(data, str) else data)
+        print(f"wrote {len(seeds)} seeds to {out}")
 
 
 if __name__ == "__main__":

@@ -126,8 +126,14 @@ TEMPLATE_TEST_CASE("safetensors round trip: names, shapes, values and metadata",
   std::uint64_t header_length = 0;
   std::memcpy(&header_length, st_bytes_of(path).data(), 8);
   CHECK((8 + header_length) % 8 == 0);  // header padded: the data starts 8-byte aligned
-  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  CHECK_THROWS_AS(f.tensor<Other>("b"), IoError);
+  // F32 widens exactly into double; F64 does not narrow into float
+  if constexpr (std::is_same_v<T, float>) {
+    const auto wide = f.tensor<double>("layer.a").to_vector();
+    const auto narrow = a.to_vector();
+    CHECK(std::equal(wide.begin(), wide.end(), narrow.begin(), narrow.end()));
+  } else {
+    CHECK_THROWS_AS(f.tensor<float>("b"), IoError);
+  }
 }
 
 TEMPLATE_TEST_CASE("empty tensors anywhere, under any names, round trip", "[io]", float, double) {
@@ -229,7 +235,7 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
     }
   }
   SECTION("dtypes the format knows but remat does not read, and names that are no dtype") {
-    for (const char* dtype : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "I64", "U64"}) {
+    for (const char* dtype : {"F4", "F6_E2M3", "F6_E3M2"}) {
       st_rejects(with_entry(std::string(R"({"dtype":")") + dtype + R"(","shape":[3],"data_offsets":[0,12]})"),
                  std::string("dtype '") + dtype + "' is not supported");
     }

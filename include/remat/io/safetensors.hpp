@@ -32,22 +32,26 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <new>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "remat/core/error.hpp"
 #include "remat/core/tensor.hpp"
+#include "remat/io/half.hpp"
 
 namespace remat::io {
 
@@ -73,13 +77,33 @@ namespace detail {
 
 template <class T>
 constexpr const char* dtype_name() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "remat/io reads and writes float and double tensors");
-  return std::is_same_v<T, float> ? "F32" : "F64";
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>,
+                "remat/io reads float, double and int32 tensors");
+  return std::is_same_v<T, float> ? "F32" : std::is_same_v<T, double> ? "F64" : "I32";
 }
 
-inline std::size_t dtype_size(std::string_view dtype) { return dtype == "F32" ? 4 : dtype == "F64" ? 8 : 0; }
+/// The bytes of one element of `dtype`, or 0 for a dtype remat does not accept (the sub-byte F4
+/// and F6 formats, and names that are no dtype).
+inline std::size_t dtype_size(std::string_view dtype) {
+  static constexpr std::pair<std::string_view, std::size_t> sizes[] = {
+      {"F64", 8},     {"F32", 4},     {"BF16", 2},    {"F16", 2},     {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},
+      {"BOOL", 1},    {"U16", 2},     {"U32", 4},     {"U64", 8},     {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}};
+  for (const auto& [name, size] : sizes) {
+    if (name == dtype) return size;
+  }
+  return 0;
+}
 
-/// Whether `dtype` is one of the format's dtype names (remat reads only F32 and F64 of them).
+/// Whether tensors of `dtype` read into float and double tensors (exactly, but F64 into float).
+inline bool is_float_dtype(std::string_view dtype) { return dtype == "F64" || dtype == "F32" || dtype == "BF16" || dtype == "F16"; }
+
+/// Whether tensors of `dtype` read into Tensor<std::int32_t>.
+inline bool is_integer_dtype(std::string_view dtype) {
+  return dtype == "I64" || dtype == "I32" || dtype == "I16" || dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "U16" ||
+         dtype == "U32" || dtype == "U64";
+}
+
+/// Whether `dtype` is one of the format's dtype names.
 inline bool is_safetensors_dtype(std::string_view dtype) {
   static constexpr std::string_view known[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
                                                "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F32", "F64",     "I64", "U64"};
@@ -315,25 +339,121 @@ inline std::string encode_header(const std::string& path, const std::vector<Head
 
 }  // namespace detail
 
+/// How save() stores float tensors: as their own type (F32 for float, F64 for double), or as
+/// bfloat16 (BF16), rounded to nearest, ties to even, as torch's `.bfloat16()` does (a double
+/// through float first, as torch does).
+enum class StoreAs { native, bf16 };
+
 /// Writes `tensors` (names unique, non-empty, UTF-8) and `metadata` (UTF-8) to `path`,
-/// atomically. Every failure is an IoError naming the file (and strerror for system errors).
+/// atomically, in `store` format. Every failure is an IoError naming the file (and strerror for
+/// system errors).
 template <class T>
-void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors, const Metadata& metadata = {}) {
+void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors, const Metadata& metadata = {}, StoreAs store = StoreAs::native) {
+  static_assert(std::is_floating_point_v<T>, "remat/io saves float and double tensors");
   std::vector<detail::HeaderEntry> entries;
   std::vector<std::pair<const void*, std::size_t>> chunks(1);
+  std::vector<std::vector<std::uint16_t>> narrowed;  // the BF16 copies, alive until written
   for (const auto& [name, t] : tensors) {
     if (!t.defined()) {
       throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '", detail::brief(name), "' is undefined"));
     }
-    entries.push_back({name, detail::dtype_name<T>(), t.shape(), t.bytes()});
-    chunks.emplace_back(t.data(), t.bytes());
+    if (store == StoreAs::bf16) {
+      std::vector<std::uint16_t>& out = narrowed.emplace_back(static_cast<std::size_t>(t.numel()));
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i] = std::is_same_v<T, float> ? float_to_bf16(static_cast<float>(t.data()[i])) : double_to_bf16(static_cast<double>(t.data()[i]));
+      }
+      entries.push_back({name, "BF16", t.shape(), out.size() * 2});
+      chunks.emplace_back(out.data(), out.size() * 2);
+    } else {
+      entries.push_back({name, detail::dtype_name<T>(), t.shape(), t.bytes()});
+      chunks.emplace_back(t.data(), t.bytes());
+    }
   }
   const std::string header = detail::encode_header(path, entries, metadata);
   chunks[0] = {header.data(), header.size()};
   detail::write_atomically(path, chunks);
 }
 
-/// A safetensors file read whole and validated.
+namespace detail {
+
+/// The bytes of a file: a read-only private memory map of it, or a buffer (a file's bytes given
+/// in memory, or a file mmap refuses). Unmapped by the destructor.
+class Bytes {
+ public:
+  explicit Bytes(std::vector<char> buffer) : buffer_(std::move(buffer)), view_(buffer_.data(), buffer_.size()) {}
+  Bytes(void* map, std::size_t size) : map_(map), view_(static_cast<const char*>(map), size) {}
+  ~Bytes() {
+    if (map_) ::munmap(map_, view_.size());
+  }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+
+  std::span<const char> view() const noexcept { return view_; }
+
+  /// Lets the kernel drop the pages wholly inside [begin, end) of a mapping: they were read and
+  /// converted, and stay in the page cache, but no longer count in the process's resident memory
+  /// (a later read faults them in again from the file). Nothing for a buffer.
+  void release(std::size_t begin, std::size_t end) const noexcept {
+    if (!map_) return;
+    static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (first < last) ::madvise(static_cast<char*>(map_) + first, last - first, MADV_DONTNEED);
+  }
+
+ private:
+  std::vector<char> buffer_;
+  void* map_ = nullptr;
+  std::span<const char> view_;
+};
+
+/// Converts `n` elements of dtype `dtype` at `from` (little-endian, maybe unaligned) to T at
+/// `to`. The dtype is one that reads into T (checked by the caller); an integer out of int32's
+/// range returns false (the caller names it).
+template <class T>
+bool convert(std::string_view dtype, const char* from, std::size_t n, T* to) {
+  // Floats never fail: plain loops the compiler vectorizes. Integers check int32's range.
+  const auto widen = [&](auto tag, auto f) {
+    using S = decltype(tag);
+    for (std::size_t i = 0; i < n; ++i) {
+      S s;
+      std::memcpy(&s, from + i * sizeof(S), sizeof(S));
+      to[i] = f(s);
+    }
+    return true;
+  };
+  const auto narrow = [&](auto tag) {
+    using S = decltype(tag);
+    bool ok = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      S s;
+      std::memcpy(&s, from + i * sizeof(S), sizeof(S));
+      ok &= !(std::cmp_less(s, INT32_MIN) || std::cmp_greater(s, INT32_MAX));
+      to[i] = static_cast<T>(s);
+    }
+    return ok;
+  };
+  if constexpr (std::is_floating_point_v<T>) {
+    if (dtype == "F64") return widen(double{}, [](double s) { return static_cast<T>(s); });
+    if (dtype == "F32") return widen(float{}, [](float s) { return static_cast<T>(s); });
+    if (dtype == "BF16") return widen(std::uint16_t{}, [](std::uint16_t s) { return static_cast<T>(bf16_to_float(s)); });
+    if (dtype == "F16") return widen(std::uint16_t{}, [](std::uint16_t s) { return static_cast<T>(f16_to_float(s)); });
+  } else {
+    if (dtype == "I64") return narrow(std::int64_t{});
+    if (dtype == "I32") return narrow(std::int32_t{});
+    if (dtype == "I16") return narrow(std::int16_t{});
+    if (dtype == "I8") return narrow(std::int8_t{});
+    if (dtype == "U8") return narrow(std::uint8_t{});
+    if (dtype == "BOOL") return widen(std::uint8_t{}, [](std::uint8_t s) { return static_cast<T>(s != 0); });
+    if (dtype == "U16") return narrow(std::uint16_t{});
+    if (dtype == "U32") return narrow(std::uint32_t{});
+    if (dtype == "U64") return narrow(std::uint64_t{});
+  }
+  return false;
+}
+
+}  // namespace detail
+
+/// A safetensors file, mapped into memory and validated.
 class File {
  public:
   struct Entry {
@@ -342,7 +462,7 @@ class File {
     std::size_t begin = 0, end = 0;  // in the data section
   };
 
-  /// Reads and validates `path`; throws an IoError naming the file and the problem (with
+  /// Maps and validates `path`; throws an IoError naming the file and the problem (with
   /// strerror for system errors: missing, unreadable, a directory, ...).
   static File read(const std::string& path) {
     detail::Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -351,26 +471,21 @@ class File {
     if (::fstat(fd.get(), &st) != 0) throw detail::system_error("reading", path, errno);
     if (S_ISDIR(st.st_mode)) throw detail::system_error("reading", path, EISDIR);
     if (!S_ISREG(st.st_mode)) throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": not a regular file"));
-    std::vector<char> bytes;
-    try {
-      bytes.resize(static_cast<std::size_t>(st.st_size));
-    } catch (const std::exception&) {  // bad_alloc, or length_error past the vector's max_size
-      throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": its ", st.st_size, " bytes do not fit in memory"));
-    }
-    std::size_t got = 0;
-    while (got < bytes.size()) {
-      const ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw detail::system_error("reading", path, errno);
-      if (n == 0) throw IoError(remat::detail::cat("safetensors: ", path, " shrank while being read"));
-      got += static_cast<std::size_t>(n);
+    const auto size = static_cast<std::size_t>(st.st_size);
+    std::shared_ptr<const detail::Bytes> bytes;
+    if (size == 0) {
+      bytes = std::make_shared<const detail::Bytes>(std::vector<char>());  // mmap refuses length 0
+    } else {
+      void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+      if (map == MAP_FAILED) throw detail::system_error("mapping", path, errno);
+      bytes = std::make_shared<const detail::Bytes>(map, size);  // the mapping outlives the descriptor
     }
     if (const int err = fd.close()) throw detail::system_error("closing", path, err);
     return File(path, std::move(bytes));
   }
 
   /// Parses and validates a file's bytes (`where` names it in messages).
-  File(std::string where, std::vector<char> bytes) : path_(std::move(where)), bytes_(std::move(bytes)) { parse(); }
+  File(std::string where, std::vector<char> bytes) : File(std::move(where), std::make_shared<const detail::Bytes>(std::move(bytes))) {}
 
   const Metadata& metadata() const noexcept { return metadata_; }
   const std::map<std::string, Entry>& entries() const noexcept { return entries_; }
@@ -385,20 +500,63 @@ class File {
   /// The raw bytes of tensor `name`.
   std::span<const char> bytes(const std::string& name) const {
     const Entry& e = entry(name);
-    return {bytes_.data() + data_start_ + e.begin, e.end - e.begin};
+    return bytes_.subspan(data_start_ + e.begin, e.end - e.begin);
   }
 
-  /// The tensor called `name`, copied out; its dtype must be T's.
+  /// The file's name as messages give it.
+  const std::string& path() const noexcept { return path_; }
+
+  /// Whether tensor `name` reads into a Tensor<T>: F64, F32, BF16 and F16 into double, the
+  /// last three into float, the integer dtypes into std::int32_t.
+  template <class T>
+  bool reads_as(const std::string& name) const {
+    const std::string& dtype = entry(name).dtype;
+    if constexpr (std::is_same_v<T, std::int32_t>) return detail::is_integer_dtype(dtype);
+    else if constexpr (std::is_same_v<T, float>) return detail::is_float_dtype(dtype) && dtype != "F64";
+    else return detail::is_float_dtype(dtype);
+  }
+
+  /// The tensor called `name`, converted to T (see reads_as(); any other dtype is an IoError
+  /// naming the tensor, the file and both dtypes).
   template <class T>
   Tensor<T> tensor(const std::string& name) const {
-    const Entry& e = entry(name);
-    if (e.dtype != io::detail::dtype_name<T>()) {
-      throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype, ", not the ",
-                                       io::detail::dtype_name<T>(), " asked for"));
-    }
-    Tensor<T> t(e.shape);
-    if (t.bytes() > 0) std::memcpy(t.data(), bytes_.data() + data_start_ + e.begin, t.bytes());
+    Tensor<T> t(entry(name).shape);
+    read_into(name, t);
     return t;
+  }
+
+  /// Converts tensor `name` into `out`, whose shape must be the tensor's, slice by slice,
+  /// releasing the mapping's pages behind it (detail::Bytes::release). Throws an IoError naming
+  /// the tensor, the file and both shapes or dtypes on a mismatch, before writing anything; an
+  /// integer out of int32's range is an IoError too (`out` then holds part of the values).
+  template <class T>
+  void read_into(const std::string& name, Tensor<T>& out) const {
+    const Entry& e = entry(name);
+    check_readable<T>(name);
+    if (!out.defined() || !(out.shape() == e.shape)) {
+      throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " has shape ", e.shape, ", not the ",
+                                       out.defined() ? out.shape() : Shape{}, " expected"));
+    }
+    const std::size_t size = detail::dtype_size(e.dtype), n = static_cast<std::size_t>(out.numel());
+    constexpr std::size_t kSlice = std::size_t{1} << 22;  // elements per slice: 8-32 MiB of the file
+    for (std::size_t done = 0; done < n; done += kSlice) {
+      const std::size_t count = std::min(kSlice, n - done), at = data_start_ + e.begin + done * size;
+      if (!detail::convert<T>(e.dtype, bytes_.data() + at, count, out.data() + done)) {
+        throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype,
+                                         " and holds a value outside int32's range"));
+      }
+      storage_->release(at, at + count * size);
+    }
+  }
+
+  /// Throws the IoError read_into() would for a tensor that does not read into T; nothing else.
+  template <class T>
+  void check_readable(const std::string& name) const {
+    if (reads_as<T>(name)) return;
+    const Entry& e = entry(name);
+    throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype, " ", e.shape,
+                                     ", which does not read into ", detail::dtype_name<T>(),
+                                     std::is_same_v<T, std::int32_t> ? " (integer dtypes do)" : " (F64, F32, BF16 and F16 do; F64 only into double)"));
   }
 
  private:
@@ -463,7 +621,7 @@ class File {
     };
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_), no_repeats);
+      header = nlohmann::json::parse(bytes_.data() + 8, bytes_.data() + data_start_, no_repeats);
     } catch (const nlohmann::json::exception& e) {
       fail(remat::detail::cat("the header is not valid JSON (", detail::brief(e.what(), 160), ")"));
     }
@@ -513,7 +671,7 @@ class File {
     Entry e;
     e.dtype = value["dtype"].get<std::string>();
     const std::size_t size = io::detail::dtype_size(e.dtype);
-    if (size == 0 && detail::is_safetensors_dtype(e.dtype)) bad(remat::detail::cat("dtype '", e.dtype, "' is not supported (remat reads F32 and F64)"));
+    if (size == 0 && detail::is_safetensors_dtype(e.dtype)) bad(remat::detail::cat("dtype '", e.dtype, "' is not supported (remat does not read sub-byte dtypes)"));
     if (size == 0) bad(remat::detail::cat("dtype '", detail::brief(e.dtype), "' is not a safetensors dtype"));
     const auto& shape = value["shape"];
     if (shape.size() > static_cast<std::size_t>(Shape::kMaxRank)) {
@@ -559,8 +717,14 @@ class File {
     return e;
   }
 
+  File(std::string where, std::shared_ptr<const detail::Bytes> storage)
+      : path_(std::move(where)), storage_(std::move(storage)), bytes_(storage_->view()) {
+    parse();
+  }
+
   std::string path_;
-  std::vector<char> bytes_;
+  std::shared_ptr<const detail::Bytes> storage_;  // shared by copies of the File
+  std::span<const char> bytes_;
   std::size_t data_start_ = 0;
   Metadata metadata_;
   std::map<std::string, Entry> entries_;
