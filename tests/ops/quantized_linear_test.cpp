@@ -10,10 +10,10 @@ using remat::WeightStorage;
 const WeightStorage kQuantizedStorages[] = {WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4};
 
 std::shared_ptr<const QuantizedWeight> random_quantized(std::int64_t out, std::int64_t in, WeightStorage s,
-                                                        std::uint64_t seed, bool dq = true, double std = 1.0) {
+                                                        std::uint64_t seed, bool dq = true, double stddev = 1.0) {
   remat::Rng rng(seed);
   return std::make_shared<const QuantizedWeight>(
-      QuantizedWeight::quantize(rng.normal_tensor<float>({out, in}, 0.0, std), s, dq));
+      QuantizedWeight::quantize(rng.normal_tensor<float>({out, in}, 0.0, stddev), s, dq));
 }
 
 }  // namespace
