@@ -27,9 +27,13 @@ class Linear : public Module<T> {
     if (with_bias) {
       bias = this->add_parameter("bias", init_std > 0 ? Tensor<T>::zeros({out}) : rng.uniform_tensor<T>({out}, -bound, bound));
     }
+    this->set_kind("Linear", in, out);
   }
 
-  Var<T> operator()(const Var<T>& x) const { return bias.defined() ? linear(x, weight, bias) : linear(x, weight); }
+  /// The forward hook, if any, sees x and x W^T + b (Note [forward hooks]; LoRA adds to it).
+  Var<T> operator()(const Var<T>& x) const {
+    return this->hooked(x, bias.defined() ? linear(x, weight, bias) : linear(x, weight));
+  }
 
   Parameter<T> weight, bias;
 };
