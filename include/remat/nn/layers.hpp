@@ -11,6 +11,7 @@
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/linear.hpp"
+#include "remat/ops/quantized_linear.hpp"
 
 namespace remat::nn {
 
@@ -29,9 +30,37 @@ class Linear : public Module<T> {
     }
   }
 
-  Var<T> operator()(const Var<T>& x) const { return bias.defined() ? linear(x, weight, bias) : linear(x, weight); }
+  Var<T> operator()(const Var<T>& x) const {
+    if (qweight_) return bias.defined() ? linear(x, qweight_, bias) : linear(x, qweight_);
+    return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
+  }
+
+  /// Freezes the weight and stores it as `storage` (core/quantized.hpp): f32 only freezes it;
+  /// bf16, int8 and nf4 replace the float weight, which leaves parameters() and is freed once
+  /// no other handle holds it. The bias stays float and trainable. Once only: a quantized weight
+  /// is not quantized again.
+  void quantize(WeightStorage storage, bool double_quant = true) {
+    if (qweight_) {
+      throw UsageError(detail::cat("nn::Linear::quantize: the weight is already stored as ", to_string(qweight_->storage())));
+    }
+    weight.freeze();
+    if (storage == WeightStorage::f32) return;
+    qweight_ = std::make_shared<const QuantizedWeight>(QuantizedWeight::quantize(weight.value(), storage, double_quant));
+    this->remove_parameter("weight");
+    weight = Parameter<T>();
+  }
+
+  /// How the weight is stored.
+  WeightStorage storage() const noexcept { return qweight_ ? qweight_->storage() : WeightStorage::f32; }
+  /// The quantized weight (null while the weight is a float Parameter).
+  const std::shared_ptr<const QuantizedWeight>& quantized_weight() const noexcept { return qweight_; }
+  std::int64_t in_features() const { return qweight_ ? qweight_->cols() : weight.dim(1); }
+  std::int64_t out_features() const { return qweight_ ? qweight_->rows() : weight.dim(0); }
 
   Parameter<T> weight, bias;
+
+ private:
+  std::shared_ptr<const QuantizedWeight> qweight_;
 };
 
 /// Rows of a (num, dim) table picked by integer ids; normal(0, init_std) initialization.

@@ -116,9 +116,18 @@ class Module {
     return state_->entries.back().param;
   }
 
+  /// Unregisters the parameter named `name` (a Linear whose weight became quantized storage):
+  /// it leaves parameters() and named_parameters(); handles to it stay valid.
+  void remove_parameter(const std::string& name) {
+    auto& es = state_->entries;
+    const auto it = std::find_if(es.begin(), es.end(), [&](const Entry& e) { return !e.child && e.name == name; });
+    if (it == es.end()) throw UsageError(detail::cat("Module: no parameter named '", name, "' to remove"));
+    es.erase(it);
+  }
+
   /// Registers `child` (usually a member) under `name`: its parameters appear as
-  /// "name.weight", "name.sub.bias" and so on, and train(), eval() and freeze() reach it. The child is shared, not copied (Note
-  /// [module handles]), and takes this module's current mode.
+  /// "name.weight", "name.sub.bias" and so on, and train(), eval() and freeze() reach it. The
+  /// child is shared, not copied (Note [module handles]), and takes this module's current mode.
   void add_module(const std::string& name, const Module& child) {
     check_new_name(name);
     if (child.reaches(*state_)) {

@@ -1,0 +1,277 @@
+#pragma once
+/// @file
+/// QuantizedWeight: a frozen (rows, cols) matrix stored in fewer bits than float, and its
+/// quantize/dequantize. Three formats:
+///  - BF16: the top 16 bits of each float, rounded to nearest even (2 bytes a value);
+///  - INT8: per row, q = rint(x / absmax(row) * 127), x ~ q * absmax / 127 (1 byte + 4 per row);
+///  - NF4: QLoRA's 4-bit NormalFloat (Dettmers et al. 2023, bitsandbytes): the matrix read flat
+///    in row-major order, in blocks of 64 values; each value divided by its block's absmax is
+///    rounded to the nearest of 16 fixed codes (kNf4Codes), two codes a byte, the first in the
+///    high nibble (bitsandbytes' packing). The last block may be short (the matrix need not be a
+///    multiple of 64: no padding is stored).
+///    With double quantization (the default, as QLoRA) the float absmaxes are quantized again:
+///    their mean is subtracted (one float offset) and the centred values are stored as int8 in
+///    blocks of 256 with one float absmax each. 4 bits + 8/64 + 32/(64*256) = 4.127 bits a value
+///    (0.516 bytes); without it 4.5 bits (0.5625 bytes).
+/// Note [second-level code]: bitsandbytes stores the second-level codes with its 8-bit "dynamic"
+/// (tree) map; remat uses a linear int8 absmax code instead (simpler, and written out here so
+/// that tests/reference/make_quantized_reference.py reproduces it bit for bit). The files are
+/// therefore not byte-compatible with bitsandbytes' double-quantized state; the first-level
+/// codes, their values and the packing are.
+///
+/// Every buffer is a Tensor, so the allocator counts it (bytes()). Quantization reads float
+/// (a double matrix is rounded to float first); dequantize<T>() computes each value in float
+/// and converts it, so a float and a double dequantization agree exactly.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "remat/core/error.hpp"
+#include "remat/core/tensor.hpp"
+
+namespace remat {
+
+/// How a Linear's weight is stored.
+enum class WeightStorage { f32, bf16, int8, nf4 };
+
+inline const char* to_string(WeightStorage s) noexcept {
+  switch (s) {
+    case WeightStorage::f32: return "f32";
+    case WeightStorage::bf16: return "bf16";
+    case WeightStorage::int8: return "int8";
+    case WeightStorage::nf4: return "nf4";
+  }
+  return "?";
+}
+
+/// The 16 NormalFloat4 values (QLoRA, Appendix E; bitsandbytes' NF4 table), ascending.
+inline constexpr std::array<float, 16> kNf4Codes = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+
+/// Values per NF4 block, and absmaxes per block of the second (double) quantization.
+inline constexpr std::int64_t kNf4Block = 64;
+inline constexpr std::int64_t kNf4ScaleBlock = 256;
+
+namespace detail {
+
+/// float -> bf16 bits, round to nearest even (NaN stays a quiet NaN).
+inline std::uint16_t float_to_bf16(float x) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+inline float bf16_to_float(std::uint16_t b) noexcept {
+  const std::uint32_t u = std::uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+/// Index of the NF4 code nearest to v (v in [-1, 1]); the lower index on a tie.
+inline std::uint8_t nearest_nf4(float v) noexcept {
+  std::uint8_t best = 0;
+  float best_d = std::fabs(v - kNf4Codes[0]);
+  for (std::uint8_t i = 1; i < 16; ++i) {
+    const float d = std::fabs(v - kNf4Codes[i]);
+    if (d < best_d) best = i, best_d = d;
+  }
+  return best;
+}
+
+/// rint(v * 127) as int8, for v in [-1, 1].
+inline std::int8_t int8_code(float x, float absmax) noexcept {
+  const float v = absmax > 0 ? x / absmax : 0.0f;
+  return static_cast<std::int8_t>(std::nearbyint(v * 127.0f));
+}
+
+}  // namespace detail
+
+/// A frozen matrix in BF16, INT8 or NF4 (see the file comment). Immutable once built.
+class QuantizedWeight {
+ public:
+  /// Quantizes the (rows, cols) row-major matrix at `values`. Rejects an empty shape and
+  /// non-finite values (naming the first one's position).
+  template <class T>
+  static QuantizedWeight quantize(const T* values, std::int64_t rows, std::int64_t cols, WeightStorage storage,
+                                  bool double_quant = true) {
+    if (rows < 1 || cols < 1) {
+      throw ShapeError(detail::cat("QuantizedWeight: shape (", rows, ", ", cols, ") is empty; a weight is (out, in), both positive"));
+    }
+    if (storage == WeightStorage::f32) {
+      throw UsageError("QuantizedWeight: f32 is not a quantized storage (keep the float Parameter)");
+    }
+    const std::int64_t n = rows * cols;
+    Tensor<float> x({n});
+    for (std::int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(values[i]);
+      if (!std::isfinite(x[i])) {
+        throw NumericError(detail::cat("QuantizedWeight: value ", x[i], " at (", i / cols, ", ", i % cols,
+                                       ") of a (", rows, ", ", cols, ") weight is not finite"));
+      }
+    }
+    QuantizedWeight q(rows, cols, storage);
+    if (storage == WeightStorage::bf16) {
+      q.bf16_ = Tensor<std::uint16_t>({n});
+      for (std::int64_t i = 0; i < n; ++i) q.bf16_[i] = detail::float_to_bf16(x[i]);
+    } else if (storage == WeightStorage::int8) {
+      q.int8_ = Tensor<std::int8_t>({n});
+      q.scale_ = Tensor<float>({rows});
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float a = absmax(x.data() + r * cols, cols);
+        for (std::int64_t c = 0; c < cols; ++c) q.int8_[r * cols + c] = detail::int8_code(x[r * cols + c], a);
+        q.scale_[r] = a / 127.0f;
+      }
+    } else {
+      q.quantize_nf4(x, double_quant);
+    }
+    return q;
+  }
+
+  template <class T>
+  static QuantizedWeight quantize(const Tensor<T>& w, WeightStorage storage, bool double_quant = true) {
+    if (w.rank() != 2) {
+      throw ShapeError(detail::cat("QuantizedWeight: weight of shape ", w.shape(), " is not a matrix (out, in)"));
+    }
+    return quantize(w.data(), w.dim(0), w.dim(1), storage, double_quant);
+  }
+
+  std::int64_t rows() const noexcept { return rows_; }
+  std::int64_t cols() const noexcept { return cols_; }
+  Shape shape() const { return Shape{rows_, cols_}; }
+  WeightStorage storage() const noexcept { return storage_; }
+  bool double_quant() const noexcept { return qabsmax_.defined(); }
+
+  /// Bytes held (every buffer, as the allocator counts them).
+  std::size_t bytes() const noexcept {
+    const auto b = [](const auto& t) { return t.defined() ? t.bytes() : std::size_t(0); };
+    return b(bf16_) + b(int8_) + b(scale_) + b(packed_) + b(qabsmax_) + b(absmax2_) + b(offset_);
+  }
+
+  /// Writes rows [r0, r1) dequantized into out ((r1 - r0) * cols values, row-major).
+  template <class T>
+  void dequantize_rows(std::int64_t r0, std::int64_t r1, T* out) const {
+    const std::int64_t begin = r0 * cols_, end = r1 * cols_;
+    if (storage_ == WeightStorage::bf16) {
+      for (std::int64_t e = begin; e < end; ++e) out[e - begin] = T(detail::bf16_to_float(bf16_[e]));
+    } else if (storage_ == WeightStorage::int8) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float s = scale_[r];
+        const std::int8_t* q = int8_.data() + r * cols_;
+        T* o = out + (r - r0) * cols_;
+        for (std::int64_t c = 0; c < cols_; ++c) o[c] = T(float(q[c]) * s);
+      }
+    } else {
+      dequantize_nf4(begin, end, out);
+    }
+  }
+
+  /// The whole matrix dequantized (for tests and merging; the ops never call it).
+  template <class T = float>
+  Tensor<T> dequantize() const {
+    Tensor<T> w({rows_, cols_});
+    dequantize_rows(0, rows_, w.data());
+    return w;
+  }
+
+  /// NF4 block b's absmax as dequantization uses it (after double quantization, if any).
+  float block_absmax(std::int64_t b) const noexcept {
+    if (!qabsmax_.defined()) return scale_[b];
+    return float(qabsmax_[b]) * absmax2_[b / kNf4ScaleBlock] + offset_[0];
+  }
+  /// NF4 code of flat element e (0..15).
+  std::uint8_t nf4_code(std::int64_t e) const noexcept {
+    const std::uint8_t byte = packed_[e >> 1];
+    return (e & 1) ? byte & 15u : byte >> 4;
+  }
+  /// Raw buffers, for tests: INT8 codes and per-row scales; BF16 bits.
+  const Tensor<std::int8_t>& int8_codes() const noexcept { return int8_; }
+  const Tensor<float>& int8_scales() const noexcept { return scale_; }
+  const Tensor<std::uint16_t>& bf16_bits() const noexcept { return bf16_; }
+
+ private:
+  QuantizedWeight(std::int64_t rows, std::int64_t cols, WeightStorage storage)
+      : rows_(rows), cols_(cols), storage_(storage) {}
+
+  static float absmax(const float* x, std::int64_t n) noexcept {
+    float a = 0;
+    for (std::int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
+    return a;
+  }
+
+  void quantize_nf4(const Tensor<float>& x, bool double_quant) {
+    const std::int64_t n = x.numel();
+    const std::int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
+    packed_ = Tensor<std::uint8_t>::zeros({(n + 1) / 2});
+    Tensor<float> amax({blocks});
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
+      const float a = absmax(x.data() + e0, e1 - e0);
+      amax[b] = a;
+      for (std::int64_t e = e0; e < e1; ++e) {
+        const std::uint8_t code = detail::nearest_nf4(a > 0 ? x[e] / a : 0.0f);
+        packed_[e >> 1] |= static_cast<std::uint8_t>((e & 1) ? code : code << 4);
+      }
+    }
+    if (!double_quant) {
+      scale_ = amax;
+      return;
+    }
+    // Second level: centre on the mean (in double, then rounded), int8 absmax code per 256.
+    double sum = 0;
+    for (std::int64_t b = 0; b < blocks; ++b) sum += amax[b];
+    offset_ = Tensor<float>::full({1}, static_cast<float>(sum / double(blocks)));
+    const std::int64_t groups = (blocks + kNf4ScaleBlock - 1) / kNf4ScaleBlock;
+    qabsmax_ = Tensor<std::int8_t>({blocks});
+    absmax2_ = Tensor<float>({groups});
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t b0 = g * kNf4ScaleBlock, b1 = std::min(blocks, b0 + kNf4ScaleBlock);
+      float a2 = 0;
+      for (std::int64_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(amax[b] - offset_[0]));
+      for (std::int64_t b = b0; b < b1; ++b) qabsmax_[b] = detail::int8_code(amax[b] - offset_[0], a2);
+      absmax2_[g] = a2 / 127.0f;
+    }
+  }
+
+  // Block by block: the block's 16 dequantized values are computed once (a table), and each
+  // element is a table look-up: one multiply per 64 values instead of one per value.
+  template <class T>
+  void dequantize_nf4(std::int64_t begin, std::int64_t end, T* out) const {
+    const std::uint8_t* p = packed_.data();
+    for (std::int64_t e = begin; e < end;) {
+      const std::int64_t b = e / kNf4Block;
+      const std::int64_t stop = std::min(end, (b + 1) * kNf4Block);
+      const float a = block_absmax(b);
+      T lut[16];
+      for (int i = 0; i < 16; ++i) lut[i] = T(kNf4Codes[std::size_t(i)] * a);
+      if (e & 1) out[e - begin] = lut[p[e >> 1] & 15u], ++e;
+      for (; e + 1 < stop; e += 2) {
+        const std::uint8_t byte = p[e >> 1];
+        out[e - begin] = lut[byte >> 4];
+        out[e + 1 - begin] = lut[byte & 15u];
+      }
+      if (e < stop) out[e - begin] = lut[p[e >> 1] >> 4], ++e;
+    }
+  }
+
+  std::int64_t rows_, cols_;
+  WeightStorage storage_;
+  Tensor<std::uint16_t> bf16_;   // BF16 bits
+  Tensor<std::int8_t> int8_;     // INT8 codes
+  Tensor<float> scale_;          // INT8: absmax / 127 per row; NF4 without double quant: absmax per block
+  Tensor<std::uint8_t> packed_;  // NF4 codes, two a byte
+  Tensor<std::int8_t> qabsmax_;  // NF4 double quant: int8 code of (absmax - offset) per block
+  Tensor<float> absmax2_;        // ... its scale (absmax / 127) per 256 blocks
+  Tensor<float> offset_;         // ... the mean absmax (one value)
+};
+
+}  // namespace remat

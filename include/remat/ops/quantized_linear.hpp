@@ -1,0 +1,121 @@
+#pragma once
+/// @file
+/// linear with a frozen quantized weight: y = x deq(W)^T + b, W a QuantizedWeight (BF16, INT8 or
+/// NF4, core/quantized.hpp). The weight is never dequantized whole: the GEMMs run over panels
+/// of kQuantizedPanel weight values (a block of W's rows), each dequantized once into a small
+/// float scratch (counted by the allocator) and multiplied at once by detail::gemm. Backward
+/// gives the input's gradient (dx = dy deq(W), panel by panel again) and the bias's; the weight
+/// is frozen: no gradient, no optimizer state. Dequantization is deterministic, so a checkpoint
+/// replay reproduces the forward bit for bit.
+
+#include <algorithm>
+#include <memory>
+
+#include "remat/core/quantized.hpp"
+#include "remat/core/record.hpp"
+#include "remat/ops/elementwise.hpp"
+#include "remat/ops/gemm.hpp"
+
+namespace remat {
+
+/// Weight values dequantized at once: 128 rows of a 1024-wide weight (512 KiB of float scratch),
+/// big enough for the GEMM to run at full speed, small enough to stay in L2.
+inline constexpr std::int64_t kQuantizedPanel = std::int64_t(1) << 17;
+
+namespace detail {
+
+template <class T>
+class QuantizedLinearNode final : public Node<T> {
+ public:
+  QuantizedLinearNode(std::shared_ptr<const QuantizedWeight> w, std::int64_t rows, bool bias, Shape out_shape)
+      : w_(std::move(w)), rows_(rows), in_(w_->cols()), out_(w_->rows()), bias_(bias), out_shape_(out_shape) {}
+  const char* op_name() const noexcept override { return "quantized_linear"; }
+
+  // x: (rows, in), W: (out, in) quantized, b: (out) -> (rows, out); one GEMM per panel of W's rows
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    this->save(0, in[0]);
+    Tensor<T> y(out_shape_);
+    if (bias_) {
+      const Tensor<T>& b = in[1];
+      for_rows(rows_, out_, [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) view(y, r * out_, (r + 1) * out_) = view(b, 0, out_);
+      });
+    }
+    Tensor<T> panel = scratch();
+    for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
+      w_->dequantize_rows(o0, o1, panel.data());
+      gemm<T>(false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_, panel.data(), in_, bias_ ? T(1) : T(0),
+              y.data() + o0, out_);
+    });
+    return y;
+  }
+
+  // dx = dy deq(W) = sum over panels of dy[:, o0:o1] W[o0:o1]; db = column sums of dy
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+      Tensor<T> panel = scratch();
+      bool first = true;
+      for_panels([&](std::int64_t o0, std::int64_t o1) {
+        w_->dequantize_rows(o0, o1, panel.data());
+        gemm<T>(false, false, rows_, in_, o1 - o0, T(1), gy.data() + o0, out_, panel.data(), in_,
+                first && overwrite ? T(0) : T(1), gx.data(), in_);
+        first = false;
+      });
+    });
+    if (bias_) {
+      grads.add_with(1, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {
+        sum_rows_into(gb.data(), rows_, out_, overwrite,
+                      [&](std::int64_t r, std::int64_t c0, std::int64_t c1) { return view(gy, r * out_ + c0, r * out_ + c1); });
+      });
+    }
+  }
+
+ private:
+  std::int64_t panel_rows() const noexcept { return std::clamp<std::int64_t>(kQuantizedPanel / in_, 1, out_); }
+  Tensor<T> scratch() const { return Tensor<T>({panel_rows(), in_}); }
+  template <class Fn>
+  void for_panels(Fn&& fn) const {
+    for (std::int64_t o0 = 0; o0 < out_; o0 += panel_rows()) fn(o0, std::min(out_, o0 + panel_rows()));
+  }
+
+  std::shared_ptr<const QuantizedWeight> w_;
+  std::int64_t rows_, in_, out_;
+  bool bias_;
+  Shape out_shape_;
+};
+
+inline void check_quantized_linear(const Shape& x, const QuantizedWeight& w, const Shape* b) {
+  if (x.rank() < 1 || x[-1] != w.cols()) {
+    throw ShapeError(cat("quantized_linear: input ", x, " and ", to_string(w.storage()), " weight ", w.shape(),
+                         " do not fit; the weight must be (out, in) with in equal to the input's last axis"));
+  }
+  if (b && !(b->rank() == 1 && (*b)[0] == w.rows())) {
+    throw ShapeError(cat("quantized_linear: bias ", *b, " does not fit weight ", w.shape(), "; it must be (", w.rows(), ",)"));
+  }
+}
+
+}  // namespace detail
+
+/// x deq(W)^T + b with a frozen quantized weight: x is (..., in), weight (out, in), bias (out).
+/// The node shares `weight` (no copy).
+template <class T>
+Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight, const std::type_identity_t<Var<T>>& bias) {
+  if (!weight) throw UsageError("quantized_linear: null weight");
+  const Shape sb = bias.shape();
+  detail::check_quantized_linear(x.shape(), *weight, &sb);
+  const std::int64_t out = weight->rows();
+  return detail::record_op<detail::QuantizedLinearNode<T>>({&x, &bias}, std::move(weight), x.shape().rows(), true,
+                                                           x.shape().with_last(out));
+}
+
+/// x deq(W)^T without a bias.
+template <class T>
+Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
+  if (!weight) throw UsageError("quantized_linear: null weight");
+  detail::check_quantized_linear(x.shape(), *weight, nullptr);
+  const std::int64_t out = weight->rows();
+  return detail::record_op<detail::QuantizedLinearNode<T>>({&x}, std::move(weight), x.shape().rows(), false,
+                                                           x.shape().with_last(out));
+}
+
+}  // namespace remat
