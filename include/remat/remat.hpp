@@ -66,6 +66,7 @@
 #if __has_include(<nlohmann/json.hpp>)
 #include "remat/io/safetensors.hpp"
 #include "remat/nn/llama_config.hpp"
+#include "remat/nn/lora.hpp"
 #include "remat/train/parameters.hpp"
 #include "remat/train/training_state.hpp"
 #endif

@@ -28,12 +28,11 @@ class Linear : public Module<T> {
     if (with_bias) {
       bias = this->add_parameter("bias", init_std > 0 ? Tensor<T>::zeros({out}) : rng.uniform_tensor<T>({out}, -bound, bound));
     }
+    this->set_kind("Linear", in, out);
   }
 
-  Var<T> operator()(const Var<T>& x) const {
-    if (qweight_) return bias.defined() ? linear(x, qweight_, bias) : linear(x, qweight_);
-    return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
-  }
+  /// The forward hook, if any, sees x and x W^T + b (Note [forward hooks]; LoRA adds to it).
+  Var<T> operator()(const Var<T>& x) const { return this->hooked(x, product(x)); }
 
   /// Freezes the weight and stores it as `storage` (core/quantized.hpp): f32 only freezes it;
   /// bf16, int8 and nf4 replace the float weight, which leaves parameters() and is freed once
@@ -60,6 +59,11 @@ class Linear : public Module<T> {
   Parameter<T> weight, bias;
 
  private:
+  Var<T> product(const Var<T>& x) const {
+    if (qweight_) return bias.defined() ? linear(x, qweight_, bias) : linear(x, qweight_);
+    return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
+  }
+
   std::shared_ptr<const QuantizedWeight> qweight_;
 };
 

@@ -11,8 +11,15 @@
 /// reaches the same child, and a copy of a module is the same module, not a clone. Assigning a
 /// new module to a member after registering it does not re-register it: build children first,
 /// then register them.
+///
+/// Note [forward hooks]: a layer whose forward ends in `return this->hooked(x, y)` lets code
+/// outside it (nn/lora.hpp) change its output: set_forward_hook(f) makes that forward return
+/// f(x, y) instead of y, for every copy of the layer (the hook lives in the shared registry), so
+/// a model that calls its members directly runs the hook without knowing of it. Only layers that
+/// call hooked() can take a hook; they say so with a kind ("Linear") and their sizes.
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -88,6 +95,60 @@ class Module {
   void freeze(const std::string& prefix = "") { set_frozen(prefix, true); }
   void unfreeze(const std::string& prefix = "") { set_frozen(prefix, false); }
 
+  /// Every registered descendant (not this module) with its dotted path, depth first in the
+  /// order children were added; a handle shares the descendant's registry (Note [module handles]).
+  std::vector<std::pair<std::string, Module>> named_modules() const {
+    std::vector<std::pair<std::string, Module>> out;
+    struct Frame {
+      std::shared_ptr<State> state;
+      std::string prefix;
+    };
+    std::vector<Frame> stack{{state_, std::string()}};
+    while (!stack.empty()) {
+      Frame f = std::move(stack.back());
+      stack.pop_back();
+      // Children pushed in reverse so that they pop in the order they were added.
+      for (auto it = f.state->entries.rbegin(); it != f.state->entries.rend(); ++it) {
+        if (!it->child) continue;
+        std::string path = f.prefix + it->name;
+        stack.push_back(Frame{it->child, path + "."});
+      }
+      if (f.state != state_) out.emplace_back(f.prefix.substr(0, f.prefix.size() - 1), Module(f.state));
+    }
+    return out;
+  }
+
+  /// What kind of hookable layer this is ("Linear"), or "" (Note [forward hooks]).
+  const std::string& kind() const noexcept { return state_->kind; }
+  /// A hookable layer's input and output sizes (0 for other modules).
+  std::int64_t in_features() const noexcept { return state_->in_features; }
+  std::int64_t out_features() const noexcept { return state_->out_features; }
+
+  /// The function a hookable layer's forward passes its input and output through (Note
+  /// [forward hooks]); an empty function removes it. Throws for a module that is not hookable.
+  using ForwardHook = std::function<Var<T>(const Var<T>& x, const Var<T>& y)>;
+  void set_forward_hook(ForwardHook hook) {
+    if (state_->kind.empty()) throw UsageError("Module::set_forward_hook: this module's forward does not call hooked()");
+    state_->hook = std::move(hook);
+  }
+  bool has_forward_hook() const noexcept { return static_cast<bool>(state_->hook); }
+
+  /// Registers `child` under `name` from outside (adapters add their layers to the layer they
+  /// wrap); as add_module().
+  void attach(const std::string& name, const Module& child) { add_module(name, child); }
+
+  /// Unregisters the child called `name` (its parameters leave named_parameters()); throws a
+  /// UsageError when there is none.
+  void detach(const std::string& name) {
+    auto& entries = state_->entries;
+    const auto it = std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.child && e.name == name; });
+    if (it == entries.end()) throw UsageError(detail::cat("Module::detach: no child named '", name, "'"));
+    entries.erase(it);
+  }
+
+  /// The same for every handle of one module (Note [module handles]).
+  const void* identity() const noexcept { return state_.get(); }
+
   virtual ~Module() = default;
   // Copies and moves share the registry (Note [module handles]); a moved-from module stays usable.
   Module(const Module&) = default;
@@ -108,6 +169,16 @@ class Module {
 
  protected:
   Module() = default;
+
+  /// Marks this module as a hookable layer of `kind` with its sizes (Note [forward hooks]).
+  void set_kind(std::string kind, std::int64_t in, std::int64_t out) {
+    state_->kind = std::move(kind);
+    state_->in_features = in;
+    state_->out_features = out;
+  }
+
+  /// y, or the forward hook's f(x, y) when one is set.
+  Var<T> hooked(const Var<T>& x, Var<T> y) const { return state_->hook ? state_->hook(x, y) : y; }
 
   /// Adds a parameter named `name` holding `value` and returns its handle.
   Parameter<T> add_parameter(const std::string& name, Tensor<T> value) {
@@ -147,7 +218,12 @@ class Module {
   struct State {
     std::vector<Entry> entries;  // parameters and children, in the order they were added
     bool training = true;
+    std::string kind;  // Note [forward hooks]
+    std::int64_t in_features = 0, out_features = 0;
+    ForwardHook hook;
   };
+
+  explicit Module(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
   /// Calls fn(state) on this module's state and every descendant's, with an explicit stack (no
   /// recursion, however deep the tree).

@@ -24,18 +24,13 @@ template <class T = float>
 class AdamW final : public Optimizer<T> {
  public:
   AdamW(std::vector<Parameter<T>> params, AdamWOptions options = {})
-      : Optimizer<T>(std::move(params), options.lr, "AdamW"),
-        options_(options),
-        m_(this->parameters().size()),
-        v_(this->parameters().size()),
-        updates_(this->parameters().size(), 0) {
-    const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
-                    options.eps > 0 && options.weight_decay >= 0;
-    if (!ok) {
-      throw UsageError(detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
-                                   options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
-                                   ", weight_decay ", options.weight_decay));
-    }
+      : Optimizer<T>(std::move(params), options.lr, "AdamW"), options_(options) {
+    init();
+  }
+  /// Parameters in groups with their own weight decay and lr factor (optim/optimizer.hpp).
+  AdamW(const std::vector<ParamGroup<T>>& groups, AdamWOptions options = {})
+      : Optimizer<T>(groups, options.lr, "AdamW"), options_(options) {
+    init();
   }
 
   const AdamWOptions& options() const noexcept { return options_; }
@@ -49,6 +44,20 @@ class AdamW final : public Optimizer<T> {
   std::vector<std::string> counter_names() const override { return {"updates"}; }
 
  private:
+  void init() {
+    const AdamWOptions& options = options_;
+    const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
+                    options.eps > 0 && options.weight_decay >= 0;
+    if (!ok) {
+      throw UsageError(detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
+                                   options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
+                                   ", weight_decay ", options.weight_decay));
+    }
+    m_.resize(this->parameters().size());
+    v_.resize(this->parameters().size());
+    updates_.assign(this->parameters().size(), 0);
+  }
+
   void save_slot(std::size_t i, std::map<std::string, Tensor<T>>& buffers, std::map<std::string, std::int64_t>& counters) const override {
     if (m_[i].defined()) buffers["m"] = m_[i].clone();
     if (v_[i].defined()) buffers["v"] = v_[i].clone();
@@ -77,11 +86,11 @@ class AdamW final : public Optimizer<T> {
       v_[i] = Tensor<T>::zeros(value.shape());
     }
     const double t = static_cast<double>(++updates_[i]);  // per parameter, as in PyTorch
-    const T lr = T(this->lr());
+    const T lr = T(this->lr_of(i));
     const T b1 = T(options_.beta1), b2 = T(options_.beta2);
     const T c1 = T(1.0 / (1.0 - std::pow(options_.beta1, t)));
     const T c2 = T(1.0 / (1.0 - std::pow(options_.beta2, t)));
-    const T decay = T(1) - lr * T(options_.weight_decay), eps = T(options_.eps);
+    const T decay = T(1) - lr * T(this->weight_decay_of(i, options_.weight_decay)), eps = T(options_.eps);
     // One fused pass per chunk: the update is memory-bound, so each array is read once.
     detail::for_chunks(value.numel(), [&](std::int64_t s, std::int64_t e) {
       if constexpr (std::is_same_v<T, float>) {  // dispatched by instruction set (Note [ISA dispatch])

@@ -4,10 +4,27 @@
 /// (allocated through the counting allocator, like every tensor), checks it is used right, and
 /// hands that state out and takes it back (state() / load_state()) so that a run can be saved and
 /// resumed exactly, whatever the optimizer.
+///
+/// Parameter groups: an optimizer built from ParamGroups gives each group its own weight decay
+/// and learning-rate factor (the group's lr is lr_scale times the optimizer's lr(), so a
+/// schedule's set_lr() moves every group together); param_groups() builds the usual two groups,
+/// "no decay for biases, norms and embeddings", in one line. Groups are configuration, not
+/// state: a resumed run builds the same groups and load_state()s the per-parameter buffers.
+///
+/// Gradient accumulation over micro-batches: backward() adds into the gradients it finds, so k
+/// backward passes between zero_grad() and step() accumulate. With a loss that is a mean over a
+/// micro-batch's rows, scale each micro-batch's loss by 1/k (k micro-batches of equal size):
+/// the accumulated gradient is then the gradient of the mean over all k micro-batches, the
+/// full-batch gradient, to rounding (tests/optim/groups_test.cpp bounds the difference).
+///   opt.zero_grad();
+///   for (int i = 0; i < k; ++i) { Tape tape; tape.backward(model.loss(batch[i]) * (1.0f / k)); }
+///   opt.step();
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -33,11 +50,79 @@ struct OptimizerState {
   std::vector<std::map<std::string, std::int64_t>> counters;
 };
 
+/// Parameters that share a weight decay and a learning-rate factor.
+template <class T = float>
+struct ParamGroup {
+  std::vector<Parameter<T>> params;
+  std::optional<double> weight_decay;  ///< unset: the optimizer's option
+  double lr_scale = 1.0;               ///< the group's lr is lr_scale * the optimizer's lr()
+};
+
+/// The usual rule for parameters that take no weight decay: biases and norm scales (rank < 2)
+/// and embedding tables (a module path ending in "embed_tokens", "wte", "wpe" or "embedding").
+inline bool biases_norms_embeddings(const std::string& name, const Shape& shape) {
+  if (shape.rank() < 2) return true;
+  const std::string module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 ? name.substr(0, name.size() - 7) : name;
+  const std::size_t dot = module.rfind('.');
+  const std::string last = dot == std::string::npos ? module : module.substr(dot + 1);
+  return last == "embed_tokens" || last == "wte" || last == "wpe" || last == "embedding";
+}
+
+struct GroupOptions {
+  double weight_decay = 0.0;  ///< for the parameters no_decay does not pick
+  /// Which parameters take no decay (by dotted name and shape); none when empty.
+  std::function<bool(const std::string& name, const Shape& shape)> no_decay;
+};
+
+/// Two groups from a model's named_parameters(): the parameters `no_decay` picks, with weight
+/// decay 0, then the others, with options.weight_decay; frozen parameters are left out (they
+/// are never updated). Empty groups are dropped.
+///   AdamW opt(optim::param_groups(model.named_parameters(), {.weight_decay = 0.1,
+///                                 .no_decay = optim::biases_norms_embeddings}), {.lr = 3e-4});
+template <class T>
+std::vector<ParamGroup<T>> param_groups(const std::vector<std::pair<std::string, Parameter<T>>>& named, const GroupOptions& options) {
+  if (!(options.weight_decay >= 0.0)) throw UsageError(detail::cat("param_groups: weight_decay must be >= 0, got ", options.weight_decay));
+  ParamGroup<T> plain{{}, 0.0, 1.0}, decayed{{}, options.weight_decay, 1.0};
+  for (const auto& [name, p] : named) {
+    if (p.frozen()) continue;
+    (options.no_decay && options.no_decay(name, p.shape()) ? plain : decayed).params.push_back(p);
+  }
+  std::vector<ParamGroup<T>> out;
+  for (ParamGroup<T>* g : {&plain, &decayed}) {
+    if (!g->params.empty()) out.push_back(std::move(*g));
+  }
+  return out;
+}
+
 template <class T = float>
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Parameter<T>> params, double lr, const char* name)
       : params_(std::move(params)), lr_(lr), name_(name) {
+    check_params();
+    check_lr(lr);
+  }
+
+  /// Parameters in groups, in the groups' order (Note at the top of this file).
+  explicit Optimizer(const std::vector<ParamGroup<T>>& groups, double lr, const char* name) : lr_(lr), name_(name) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const ParamGroup<T>& group = groups[g];
+      if (!(group.lr_scale >= 0.0) || (group.weight_decay && !(*group.weight_decay >= 0.0))) {
+        throw UsageError(detail::cat(name_, ": group ", g, " needs lr_scale >= 0 and weight_decay >= 0, got ", group.lr_scale, " and ",
+                                     group.weight_decay.value_or(0.0)));
+      }
+      for (const Parameter<T>& p : group.params) {
+        params_.push_back(p);
+        decay_.push_back(group.weight_decay);
+        lr_scale_.push_back(group.lr_scale);
+      }
+    }
+    check_params();
+    check_lr(lr);
+  }
+
+ private:
+  void check_params() const {
     std::unordered_set<const void*> seen;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i].defined()) {
@@ -48,8 +133,9 @@ class Optimizer {
                                      ") is listed twice; each parameter must appear once"));
       }
     }
-    check_lr(lr);
   }
+
+ public:
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -154,6 +240,13 @@ class Optimizer {
   }
 
  protected:
+  /// Parameter i's learning rate: lr() times its group's lr_scale.
+  double lr_of(std::size_t i) const noexcept { return lr_scale_.empty() ? lr_ : lr_ * lr_scale_[i]; }
+  /// Parameter i's weight decay: its group's, or `fallback` (the optimizer's option).
+  double weight_decay_of(std::size_t i, double fallback) const noexcept {
+    return decay_.empty() || !decay_[i] ? fallback : *decay_[i];
+  }
+
   /// Updates parameter i in place given its gradient.
   virtual void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) = 0;
 
@@ -174,6 +267,8 @@ class Optimizer {
   }
 
   std::vector<Parameter<T>> params_;
+  std::vector<std::optional<double>> decay_;  // per parameter, from its group (empty without groups)
+  std::vector<double> lr_scale_;              // the same
   double lr_;
   const char* name_;
   std::int64_t steps_ = 0;

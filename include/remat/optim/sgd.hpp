@@ -19,12 +19,24 @@ class SGD final : public Optimizer<T> {
  public:
   SGD(std::vector<Parameter<T>> params, SGDOptions options = {})
       : Optimizer<T>(std::move(params), options.lr, "SGD"), options_(options), velocity_(this->parameters().size()) {
+    check_options();
+  }
+  /// Parameters in groups with their own weight decay and lr factor (optim/optimizer.hpp).
+  SGD(const std::vector<ParamGroup<T>>& groups, SGDOptions options = {})
+      : Optimizer<T>(groups, options.lr, "SGD"), options_(options), velocity_(this->parameters().size()) {
+    check_options();
+  }
+
+ private:
+  void check_options() const {
+    const SGDOptions& options = options_;
     if (!(options.momentum >= 0.0) || !(options.weight_decay >= 0.0)) {
       throw UsageError(detail::cat("SGD: momentum and weight_decay must be >= 0, got ", options.momentum, " and ",
                                    options.weight_decay));
     }
   }
 
+ public:
   const SGDOptions& options() const noexcept { return options_; }
   /// The momentum buffer of parameter i (undefined before its first update, or without momentum).
   Tensor<T>& velocity(std::size_t i) { return velocity_.at(i); }
@@ -47,7 +59,7 @@ class SGD final : public Optimizer<T> {
   }
 
   void update(std::size_t i, Tensor<T>& value, const Tensor<T>& grad) override {
-    const T lr = T(this->lr()), wd = T(options_.weight_decay), mu = T(options_.momentum);
+    const T lr = T(this->lr_of(i)), wd = T(this->weight_decay_of(i, options_.weight_decay)), mu = T(options_.momentum);
     Tensor<T>& v = velocity_[i];
     const bool first = !v.defined();
     if (mu != T(0) && first) v = Tensor<T>(value.shape());
