@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "remat/core/record.hpp"
+#include "remat/core/save_policy.hpp"
 
 namespace remat {
 namespace detail {
@@ -29,11 +30,17 @@ struct ScopeAccess;
 ///
 ///     { remat::CheckpointScope scope; h = block(h); }
 ///
+/// A save policy keeps some ops' outputs from the first forward pass instead of replaying them
+/// (core/save_policy.hpp): `remat::CheckpointScope scope(remat::save_matmuls());`.
+///
 /// Does nothing when no tape is recording (no tape, or under NoGradGuard).
 class CheckpointScope {
  public:
   /// A segment on this thread's current tape.
   CheckpointScope() : CheckpointScope(detail::current_tape_slot()) {}
+
+  /// A segment on this thread's current tape whose ops `policy` keeps are not replayed.
+  explicit CheckpointScope(SavePolicy policy) : CheckpointScope(detail::current_tape_slot(), std::move(policy)) {}
 
   /// A segment on the tape `on` belongs to (or the current tape, if `on` is not on one).
   template <class T>
@@ -61,13 +68,13 @@ class CheckpointScope {
   friend struct detail::ScopeAccess;
 
   /// A segment on `tape` (checkpoint() and checkpoint_sequential() name the tape of their inputs).
-  explicit CheckpointScope(std::shared_ptr<detail::TapeState> tape) {
+  explicit CheckpointScope(std::shared_ptr<detail::TapeState> tape, SavePolicy policy = {}) {
     if (!tape || tape->ended || !grad_enabled()) return;
     if (!tape->on_owner_thread()) {
       throw UsageError("checkpoint: the segment's tape belongs to another thread (the one that created that Tape); "
                        "a tape records on the thread that created it");
     }
-    id_ = tape->open_segment();
+    id_ = tape->open_segment(std::move(policy));
     tape_ = std::move(tape);
     span_.emplace(false, id_);
   }
@@ -81,9 +88,11 @@ namespace detail {
 
 /// How checkpoint() and checkpoint_sequential() open a scope on a given tape.
 struct ScopeAccess {
-  static CheckpointScope make(std::shared_ptr<TapeState> tape) { return CheckpointScope(std::move(tape)); }
-  static std::unique_ptr<CheckpointScope> open(std::shared_ptr<TapeState> tape) {
-    return std::unique_ptr<CheckpointScope>(new CheckpointScope(std::move(tape)));
+  static CheckpointScope make(std::shared_ptr<TapeState> tape, SavePolicy policy = {}) {
+    return CheckpointScope(std::move(tape), std::move(policy));
+  }
+  static std::unique_ptr<CheckpointScope> open(std::shared_ptr<TapeState> tape, SavePolicy policy = {}) {
+    return std::unique_ptr<CheckpointScope>(new CheckpointScope(std::move(tape), std::move(policy)));
   }
 };
 
@@ -148,12 +157,21 @@ void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32
 /// whatever its replay needs. Throws a UsageError when fn takes Vars but its result depends on
 /// none of them (it probably read a different Var).
 template <class Fn, class... Args>
+  requires(!std::is_same_v<std::remove_cvref_t<std::tuple_element_t<0, std::tuple<Args..., void>>>, SavePolicy>)
 auto checkpoint(Fn&& fn, Args&&... inputs) {
+  return checkpoint(std::forward<Fn>(fn), SavePolicy(), std::forward<Args>(inputs)...);
+}
+
+/// checkpoint() whose segment keeps the outputs of the ops `policy` keeps (and what their backward
+/// needs) from the forward pass and replays only the others: checkpoint(block, save_matmuls(), x).
+/// Gradients are the same bits under every policy.
+template <class Fn, class... Args>
+auto checkpoint(Fn&& fn, SavePolicy policy, Args&&... inputs) {
   const std::shared_ptr<detail::TapeState> tape = detail::tape_of_arguments(inputs...);
   const std::uint32_t begin = tape ? tape->size() : 0;
   std::vector<std::uint32_t> sources;
   (detail::collect_node(inputs, tape, sources), ...);
-  CheckpointScope scope = detail::ScopeAccess::make(tape);
+  CheckpointScope scope = detail::ScopeAccess::make(tape, std::move(policy));
   auto result = std::invoke(std::forward<Fn>(fn), std::forward<Args>(inputs)...);
   if (scope.active()) detail::check_depends_on_inputs(tape, begin, result, sources);
   return result;

@@ -41,7 +41,7 @@ Var<T> checkpoint_sequential(Layers&& layers, const plan::Plan& plan, Var<T> x) 
   std::size_t l = 0;
   for (auto&& layer : layers) {
     for (std::size_t i = 0; i < events.opening[l].size(); ++i) {
-      open.push_back(detail::ScopeAccess::open(detail::tape_of_arguments(x)));
+      open.push_back(detail::ScopeAccess::open(detail::tape_of_arguments(x), events.opening[l][i]->policy));
     }
     x = layer(x);
     for (int i = 0; i < events.closing[l]; ++i) open.pop_back();  // closes the innermost first

@@ -86,6 +86,9 @@ class NodeBase {
   bool has_hash = false;
   bool requires_grad = false;
   bool saving = false;                ///< whether save() keeps tensors in this forward run
+  bool kept = false;                  ///< kept by its segment's save policy (Note [kept nodes])
+  bool replay_reads = false;          ///< kept, and a replayed op reads its value slot
+  bool resaved = false;               ///< kept, and its replay re-saves instead of recomputing
 };
 
 }  // namespace detail
@@ -111,6 +114,22 @@ class Node : public detail::NodeBase {
   /// Adds the gradient of each input that needs one into `grads`, given `grad_out` (the
   /// gradient of the output, shaped like it).
   virtual void backward(const Tensor<T>& grad_out, Grads<T>& grads) = 0;
+
+  /// Estimated FLOPs of forward(), for save policies (OpInfo::flops): one per output element
+  /// unless the op says otherwise (GEMMs do).
+  virtual double forward_flops(Inputs in, const Tensor<T>& out) const {
+    (void)in;
+    return static_cast<double>(out.numel());
+  }
+
+  /// Whether resave() can stand in for forward() during a replay (Note [kept nodes]).
+  virtual bool can_resave() const noexcept { return false; }
+  /// save()s what backward() needs from the inputs and the output forward() computed before,
+  /// without computing anything. Ops whose backward needs only those (GEMMs) override it.
+  virtual void resave(Inputs in, const Tensor<T>& out) {
+    (void)in;
+    (void)out;
+  }
 
   // ---- Internals (the tape's) ---------------------------------------------------------------
 
@@ -193,7 +212,11 @@ void Node<T>::replay(detail::NodeTable nodes) {
                               " without a value"));
     }
   }
-  value_ = forward(values);
+  if (resaved) {
+    resave(values, value_);  // the output kept from the first pass (Note [kept nodes])
+  } else {
+    value_ = forward(values);
+  }
 }
 
 }  // namespace remat

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/save_policy.hpp"
 #include "remat/core/trace.hpp"
 #include "remat/core/var.hpp"
 
@@ -172,7 +173,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
     TraceSpan span(TracePhase::forward, node->op_name(), node->id);
     out = node->forward(values);
   }
-  tape->after_forward(*node, out);
+  tape->after_forward(*node, std::span<const Tensor<T>>(values), out);
   const std::uint32_t id = tape->push(std::move(node));
   return VarAccess::on_tape(std::move(tape), id, std::move(out));
 }

@@ -28,6 +28,7 @@
 
 #include "remat/core/hash.hpp"
 #include "remat/core/node.hpp"
+#include "remat/core/save_policy.hpp"
 #include "remat/core/trace.hpp"
 
 namespace remat {
@@ -72,6 +73,7 @@ struct Segment {
   std::uint32_t last_child = kNone;
   bool closed = false;
   bool materialized = false;  // replayed in this backward
+  SavePolicy policy;          // which of its own nodes keep their outputs (Note [kept nodes])
   std::vector<std::uint32_t> captured;  // external nodes whose values this segment keeps
 };
 
@@ -111,11 +113,12 @@ class TapeState {
 
   /// Prepares a node about to run its first forward: whether it saves, what its enclosing
   /// segment must capture, which segment outputs to fingerprint. `values` are its input values.
+  /// A node in a segment whose policy may keep it saves tentatively; after_forward() decides.
   template <class T>
   void before_forward(Node<T>& n, std::span<const Tensor<T>> values) {
     n.segment = open_segment_id();
-    n.saving = n.requires_grad && depth(n.segment) == level_;
-    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]].get()).value_slot() = values[k]; });
+    n.saving = n.requires_grad && (depth(n.segment) == level_ || policy_may_keep(n.segment));
+    if (!policy_may_keep(n.segment)) capture(n, values);
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
       NodeBase& in = *nodes_[n.inputs[k]];
       if (!in.has_hash && in.segment != kNone && segments_[in.segment].closed) {
@@ -126,7 +129,24 @@ class TapeState {
   }
 
   template <class T>
-  void after_forward(Node<T>& n, const Tensor<T>& out) {
+  void after_forward(Node<T>& n, std::span<const Tensor<T>> values, const Tensor<T>& out) {
+    if (policy_may_keep(n.segment)) {
+      // Note [kept nodes]: decided from the output, so the save was tentative
+      n.kept = segments_[n.segment].policy.keeps(OpInfo{n.op_name(), out.shape(), n.forward_flops(values, out)});
+      if (n.kept && n.can_resave() && reads_recomputed(n)) {
+        // replayed like its neighbours, but re-saving from the kept output instead of computing
+        n.kept = false;
+        n.resaved = true;
+        n.replay_reads = true;
+        n.value_slot() = out;
+      }
+      if (!n.kept) {
+        n.release_saved();
+        n.saving = false;
+        capture(n, values);
+      }
+    }
+    if (n.segment != kNone && !n.kept) keep_replay_reads(n, values);
     if (verify_replay && n.segment != kNone) {
       n.hash = hash_tensor(out);
       n.has_hash = true;
@@ -138,9 +158,10 @@ class TapeState {
 
   // ---- checkpoint segments ------------------------------------------------------------------
 
-  std::uint32_t open_segment() {
+  std::uint32_t open_segment(SavePolicy policy = {}) {
     if (sweeping_ || swept_) throw UsageError("checkpoint: cannot open a segment on a tape whose backward pass has run");
     Segment s;
+    s.policy = std::move(policy);
     s.begin = size();
     s.parent = open_segment_id();
     s.depth = depth(s.parent) + 1;
@@ -210,7 +231,7 @@ class TapeState {
     for (std::uint32_t i = root + 1; i-- > 0;) {
       NodeBase& n = *nodes_[i];
       if (n.requires_grad && !n.is_leaf() && n.has_grad()) {
-        materialize(n);
+        if (!n.kept) materialize(n);  // a kept node's backward has what it saved (Note [kept nodes])
         TraceSpan span(TracePhase::backward, n.op_name(), n.id);
         n.run_backward(table());
         if (detect_anomaly) check_input_grads(n);
@@ -248,6 +269,16 @@ class TapeState {
     return segment == kNone ? 0 : segments_[segment].depth;
   }
 
+  bool policy_may_keep(std::uint32_t segment) const noexcept {
+    return segment != kNone && segments_[segment].policy.keeps_anything();
+  }
+
+  /// capture_inputs() in the first forward pass, from the input values the op was given.
+  template <class T>
+  void capture(Node<T>& n, std::span<const Tensor<T>> values) {
+    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]].get()).value_slot() = values[k]; });
+  }
+
   /// The segment at `d` that contains `segment` (which must be at least that deep).
   std::uint32_t ancestor_at(std::uint32_t segment, std::uint32_t d) const noexcept {
     while (segments_[segment].depth > d) segment = segments_[segment].parent;
@@ -257,7 +288,7 @@ class TapeState {
   /// See Note [levels]. `fill(k)` stores input k's value in its node when the node holds none.
   template <class Fill>
   void capture_inputs(NodeBase& n, Fill&& fill) {
-    if (depth(n.segment) <= level_) return;
+    if (n.kept || depth(n.segment) <= level_) return;  // a kept node is never replayed
     const std::uint32_t c = ancestor_at(n.segment, level_ + 1);
     Segment& seg = segments_[c];
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
@@ -305,7 +336,7 @@ class TapeState {
     };
     for (std::uint32_t i = begin; i < stop; ++i) {
       NodeBase& n = *nodes_[i];
-      if (!n.is_leaf()) {
+      if (!n.is_leaf() && !n.kept) {  // a kept node's value is there (Note [kept nodes])
         n.saving = n.requires_grad && depth(n.segment) == level_;
         capture_inputs(n, [&](std::size_t k) { missing(n, k); });
         {
@@ -326,6 +357,9 @@ class TapeState {
     }
     level_ = outer_level;
     segments_[s].materialized = true;
+    for (std::uint32_t i = begin; i < end; ++i) {
+      if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == s) drop_transient(*nodes_[i]);  // no replay reads it any more
+    }
     ++stats_.replays;
     stats_.replay_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
@@ -365,15 +399,44 @@ class TapeState {
     }
   }
 
-  static void drop_transient(NodeBase& n) noexcept {
-    if (!n.is_leaf() && n.keep_count == 0) n.release_value();
+  /// Releases n's value slot when nothing reads it any more. A kept node's value stays while a
+  /// replay still to come reads it: until its own segment has been replayed (Note [kept nodes]).
+  void drop_transient(NodeBase& n) noexcept {
+    if (n.is_leaf() || n.keep_count != 0) return;
+    if ((n.kept || n.resaved) && n.replay_reads && !segments_[n.segment].materialized) return;
+    n.release_value();
   }
 
-  static void release_after_sweep(NodeBase& n) noexcept {
+  /// Whether one of n's inputs will be recomputed by a replay of n's top-level segment: then a
+  /// kept n re-saves that recomputed value rather than holding its first-pass one as well.
+  bool reads_recomputed(const NodeBase& n) const noexcept {
+    const std::uint32_t top = ancestor_at(n.segment, 1);
+    for (std::uint32_t j : n.inputs) {
+      const NodeBase& in = *nodes_[j];
+      if (!in.is_leaf() && !in.kept && in.segment != kNone && ancestor_at(in.segment, 1) == top) return true;
+    }
+    return false;
+  }
+
+  /// n will be replayed: its kept inputs in n's top-level segment keep their values for that
+  /// replay (the others are captured like any input from outside). A kept value nothing
+  /// replayed reads is held only by what saved it, as without a checkpoint.
+  template <class T>
+  void keep_replay_reads(const Node<T>& n, std::span<const Tensor<T>> values) {
+    const std::uint32_t top = ancestor_at(n.segment, 1);
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      Node<T>& in = node_cast<T>(nodes_[n.inputs[k]].get());
+      if (!in.kept || ancestor_at(in.segment, 1) != top) continue;
+      in.replay_reads = true;
+      if (!in.has_value()) in.value_slot() = values[k];
+    }
+  }
+
+  void release_after_sweep(NodeBase& n) noexcept {
     n.release_saved();
     if (n.is_leaf()) return;  // leaves keep their value; an input's gradient is for the user
     n.release_grad();
-    if (n.keep_count == 0) n.release_value();
+    drop_transient(n);  // a kept value a replay still reads stays (a node without a gradient is passed early)
   }
 
   void finish(Segment& seg) noexcept {

@@ -239,4 +239,9 @@ template <class T> Var<T> operator/(const Var<T>& x, std::type_identity_t<T> s) 
 template <class T> Var<T> operator+(const Var<T>& x, std::type_identity_t<T> s) { return add_scalar(x, s); }
 template <class T> Var<T> operator-(const Var<T>& x, std::type_identity_t<T> s) { return add_scalar(x, -s); }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_arithmetic_names_registered = register_op_names({"add", "sub", "mul", "div", "neg", "scale", "add_scalar"});
+}  // namespace detail
+
 }  // namespace remat

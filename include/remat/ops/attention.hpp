@@ -153,4 +153,9 @@ Var<T> causal_self_attention(const Var<T>& qkv, std::int64_t heads, double dropo
                                                            detail::rng_seed_for(qkv));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_attention_names_registered = register_op_names({"causal_self_attention"});
+}  // namespace detail
+
 }  // namespace remat

@@ -102,4 +102,9 @@ Var<T> broadcast_to(const Var<T>& x, const Shape& shape) {
   return detail::record_op<detail::BroadcastToNode<T>>({&x}, x.shape(), shape);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_broadcast_to_names_registered = register_op_names({"broadcast_to"});
+}  // namespace detail
+
 }  // namespace remat

@@ -64,4 +64,9 @@ Var<T> dropout(const Var<T>& x, double p, bool training = true) {
   return detail::record_op<detail::DropoutNode<T>>({&x}, p, detail::rng_seed_for(x));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_dropout_names_registered = register_op_names({"dropout"});
+}  // namespace detail
+
 }  // namespace remat

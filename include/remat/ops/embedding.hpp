@@ -62,4 +62,9 @@ Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   return detail::record_op<detail::EmbeddingNode<T>>({&table}, ids);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_embedding_names_registered = register_op_names({"embedding"});
+}  // namespace detail
+
 }  // namespace remat

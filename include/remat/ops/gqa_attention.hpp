@@ -155,4 +155,9 @@ Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T
   return detail::record_op<detail::GroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_gqa_attention_names_registered = register_op_names({"grouped_query_attention"});
+}  // namespace detail
+
 }  // namespace remat

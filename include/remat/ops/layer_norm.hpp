@@ -97,4 +97,9 @@ Var<T> layer_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& gamma,
   return detail::record_op<detail::LayerNormNode<T>>({&x, &gamma, &beta}, T(eps));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_layer_norm_names_registered = register_op_names({"layer_norm"});
+}  // namespace detail
+
 }  // namespace remat

@@ -237,4 +237,9 @@ Var<T> concat(const std::vector<Var<T>>& parts) {
   return detail::record<T>(std::make_unique<detail::ConcatNode<T>>(std::move(widths), out), inputs);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_layout_names_registered = register_op_names({"reshape", "transpose", "slice", "concat"});
+}  // namespace detail
+
 }  // namespace remat

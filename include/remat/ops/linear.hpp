@@ -18,6 +18,14 @@ class LinearNode final : public Node<T> {
   LinearNode(std::int64_t rows, std::int64_t in, std::int64_t out, bool bias, Shape out_shape)
       : rows_(rows), in_(in), out_(out), bias_(bias), out_shape_(out_shape) {}
   const char* op_name() const noexcept override { return "linear"; }
+  bool can_resave() const noexcept override { return true; }
+  void resave(typename Node<T>::Inputs in, const Tensor<T>&) override {
+    this->save(0, in[0]);
+    this->save(1, in[1]);
+  }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return 2.0 * static_cast<double>(rows_) * static_cast<double>(in_) * static_cast<double>(out_);
+  }
 
   // x: (rows, in), W: (out, in), b: (out) -> (rows, out)
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -93,5 +101,10 @@ Var<T> linear(const Var<T>& x, const std::type_identity_t<Var<T>>& weight) {
   return detail::record_op<detail::LinearNode<T>>({&x, &weight}, x.shape().rows(), x.dim(-1), out, false,
                                                   x.shape().with_last(out));
 }
+
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_linear_names_registered = register_op_names({"linear"});
+}  // namespace detail
 
 }  // namespace remat

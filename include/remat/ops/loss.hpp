@@ -179,4 +179,9 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, std::min(chunk, sh.rows()));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_loss_names_registered = register_op_names({"cross_entropy", "linear_cross_entropy"});
+}  // namespace detail
+
 }  // namespace remat

@@ -54,4 +54,9 @@ Var<T> causal_mask(const Var<T>& scores) {
   return detail::record_op<detail::CausalMaskNode<T>>({&scores});
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_mask_names_registered = register_op_names({"causal_mask"});
+}  // namespace detail
+
 }  // namespace remat

@@ -16,6 +16,14 @@ class MatmulNode final : public Node<T> {
   MatmulNode(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n, bool shared_b, Shape out)
       : batch_(batch), m_(m), k_(k), n_(n), shared_b_(shared_b), out_(out) {}
   const char* op_name() const noexcept override { return "matmul"; }
+  bool can_resave() const noexcept override { return true; }
+  void resave(typename Node<T>::Inputs in, const Tensor<T>&) override {
+    this->save(0, in[0]);
+    this->save(1, in[1]);
+  }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return 2.0 * static_cast<double>(batch_) * static_cast<double>(m_) * static_cast<double>(k_) * static_cast<double>(n_);
+  }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
@@ -79,5 +87,10 @@ Var<T> matmul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
   const std::int64_t batch = sa.dropped_back(2).numel();
   return detail::record_op<detail::MatmulNode<T>>({&a, &b}, batch, m, k, n, shared_b, sa.with_last(n));
 }
+
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_matmul_names_registered = register_op_names({"matmul"});
+}  // namespace detail
 
 }  // namespace remat

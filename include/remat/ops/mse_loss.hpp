@@ -71,4 +71,9 @@ Var<T> mse_loss(const Var<T>& input, const std::type_identity_t<Var<T>>& target,
   return detail::record_op<detail::MseLossNode<T>>({&input, &target}, reduction);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_mse_loss_names_registered = register_op_names({"mse_loss"});
+}  // namespace detail
+
 }  // namespace remat

@@ -30,6 +30,12 @@ class QuantizedLinearNode final : public Node<T> {
   QuantizedLinearNode(std::shared_ptr<const QuantizedWeight> w, std::int64_t rows, bool bias, Shape out_shape)
       : w_(std::move(w)), rows_(rows), in_(w_->cols()), out_(w_->rows()), bias_(bias), out_shape_(out_shape) {}
   const char* op_name() const noexcept override { return "quantized_linear"; }
+  // Backward needs only x: a kept output can be resaved from the replay (Note [kept nodes]).
+  bool can_resave() const noexcept override { return true; }
+  void resave(typename Node<T>::Inputs in, const Tensor<T>&) override { this->save(0, in[0]); }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return 2.0 * static_cast<double>(rows_) * static_cast<double>(in_) * static_cast<double>(out_);
+  }
 
   // x: (rows, in), W: (out, in) quantized, b: (out) -> (rows, out); one GEMM per panel of W's rows
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -117,5 +123,10 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
   return detail::record_op<detail::QuantizedLinearNode<T>>({&x}, std::move(weight), x.shape().rows(), false,
                                                            x.shape().with_last(out));
 }
+
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_quantized_linear_names_registered = register_op_names({"quantized_linear"});
+}  // namespace detail
 
 }  // namespace remat

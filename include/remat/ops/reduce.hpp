@@ -129,4 +129,9 @@ Var<T> sum(const Var<T>& x, int axis, bool keepdim = false) { return detail::red
 template <class T>
 Var<T> mean(const Var<T>& x, int axis, bool keepdim = false) { return detail::reduce_axis("mean", x, axis, keepdim, true); }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_reduce_names_registered = register_op_names({"sum", "mean"});
+}  // namespace detail
+
 }  // namespace remat

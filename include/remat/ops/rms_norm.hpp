@@ -80,4 +80,9 @@ Var<T> rms_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& weight, std
   return detail::record_op<detail::RmsNormNode<T>>({&x, &weight}, T(eps));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_rms_norm_names_registered = register_op_names({"rms_norm"});
+}  // namespace detail
+
 }  // namespace remat

@@ -112,4 +112,9 @@ Var<T> rope(const Var<T>& x, RopeOptions options = {}) {
   return detail::record_op<detail::RopeNode<T>>({&x}, options);
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_rope_names_registered = register_op_names({"rope"});
+}  // namespace detail
+
 }  // namespace remat

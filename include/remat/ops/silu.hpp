@@ -72,4 +72,9 @@ Var<T> swiglu(const Var<T>& gate, const std::type_identity_t<Var<T>>& up) {
   return detail::record_op<detail::SwigluNode<T>>({&gate, &up});
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_silu_names_registered = register_op_names({"swiglu"});
+}  // namespace detail
+
 }  // namespace remat

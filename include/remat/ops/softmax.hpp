@@ -88,4 +88,9 @@ Var<T> log_softmax(const Var<T>& x) {
   return detail::record_op<detail::SoftmaxNode<T, true>>({&x});
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_softmax_names_registered = register_op_names({"softmax", "log_softmax"});
+}  // namespace detail
+
 }  // namespace remat

@@ -169,4 +169,9 @@ template <class T> Var<T> gelu(const Var<T>& x) { return detail::unary<detail::G
 /// GELU with the tanh approximation (GPT-2's; PyTorch's gelu(approximate='tanh')).
 template <class T> Var<T> gelu_tanh(const Var<T>& x) { return detail::unary<detail::GeluTanhOp>(x); }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_unary_names_registered = register_op_names({ExpOp::name, LogOp::name, SqrtOp::name, TanhOp::name, SigmoidOp::name, ReluOp::name, GeluOp::name, GeluTanhOp::name});
+}  // namespace detail
+
 }  // namespace remat

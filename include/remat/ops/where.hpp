@@ -104,4 +104,9 @@ Var<T> masked_fill(const Var<T>& x, const Tensor<bool>& mask, std::type_identity
   return detail::record_op<detail::MaskedFillNode<T>>({&x}, mask.clone(), T(value));
 }
 
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_where_names_registered = register_op_names({"where", "masked_fill"});
+}  // namespace detail
+
 }  // namespace remat

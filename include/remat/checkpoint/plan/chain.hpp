@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "remat/core/error.hpp"
+#include "remat/core/save_policy.hpp"
 
 namespace remat::plan {
 
@@ -131,6 +132,9 @@ struct Segment {
   std::size_t begin = 0;
   std::size_t end = 0;
   std::vector<Segment> children;
+  /// Which ops of this segment (not of its children) keep their outputs instead of being
+  /// replayed (core/save_policy.hpp). Planners leave it save_nothing(); see with_policy().
+  SavePolicy policy;
 
   friend bool operator==(const Segment&, const Segment&) = default;
 };
@@ -205,5 +209,26 @@ struct Plan {
     return c;
   }
 };
+
+/// `p` with `policy` on every segment, nested ones included. The plan's peak and recompute
+/// were predicted for save_nothing(), so the result is marked not predicted (the simulator does
+/// not model kept ops yet) unless the policy is save_nothing().
+inline Plan with_policy(Plan p, const SavePolicy& policy) {
+  struct Set {
+    const SavePolicy& policy;
+    void operator()(std::vector<Segment>& segments) const {
+      for (Segment& s : segments) {
+        s.policy = policy;
+        (*this)(s.children);
+      }
+    }
+  };
+  Set{policy}(p.segments);
+  if (policy.keeps_anything()) {
+    p.predicted = false;
+    p.kind = Kind::custom;
+  }
+  return p;
+}
 
 }  // namespace remat::plan

@@ -1,0 +1,237 @@
+// Save policies (core/save_policy.hpp): on generated blocks (tests/support/random_block.hpp),
+// every policy under every plan gives the plain run's gradients bit for bit, keeping every op
+// costs exactly what no checkpoint costs, and on residual MLP blocks save_matmuls' counted peak
+// lies between save_nothing's and no checkpoint's; unknown op names are a PlanError; every op
+// a model records has a registered name. A failure prints the seed: rerun that case alone with
+// REMAT_BLOCK_SEED=<seed>.
+#include <catch2/catch.hpp>
+#include <remat/remat.hpp>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/random_block.hpp"
+
+namespace {
+
+struct PolicyStep {
+  std::vector<remat::Tensor<float>> grads;  // every parameter's, then the input's
+  std::size_t peak = 0;
+  std::size_t replayed_nodes = 0;
+};
+
+PolicyStep policy_step(remat_test::RandomChain& chain, const remat_test::RandomLoss& loss, const remat::Tensor<float>& x,
+                       const remat::plan::Plan& p) {
+  chain.zero_grad();
+  loss.head.zero_grad();
+  PolicyStep out;
+  remat::memory::Probe probe;
+  {
+    remat::Tape tape(remat::TapeOptions{.seed = 11});
+    const remat::Var<float> in = tape.input(x, true);
+    const remat::Var<float> y = remat::checkpoint_sequential(chain.layers, p, in);
+    tape.backward(loss(y));
+    out.replayed_nodes = tape.state().stats().replayed_nodes;
+    out.grads.push_back(in.grad().clone());
+  }
+  out.peak = probe.peak_above_start();
+  for (auto& layer : chain.params) {
+    for (auto& q : layer) out.grads.push_back(q.grad().defined() ? q.grad().clone() : remat::Tensor<float>());  // unused ops have none
+  }
+  if (loss.kind != 0 && loss.kind != 4) out.grads.push_back(loss.head.grad().clone());  // the losses with a head
+  return out;
+}
+
+bool policy_bitwise_equal(const remat::Tensor<float>& a, const remat::Tensor<float>& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;  // an op whose output nothing reads has no gradient either way
+  if (!(a.shape() == b.shape())) return false;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    if (a.data()[i] != b.data()[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("every save policy gives the plain gradients bit for bit on random blocks", "[checkpoint][policy][random]") {
+  const char* only = std::getenv("REMAT_BLOCK_SEED");
+  const std::uint64_t base = only ? std::stoull(only) : 20261201;
+  const int cases = only ? 1 : 60;
+  const std::vector<remat::SavePolicy> policies{
+      remat::save_nothing(),
+      remat::save_matmuls(),
+      remat::save_ops({"linear", "layer_norm"}),
+      remat::recompute_ops({"tanh", "relu", "gelu", "sigmoid", "dropout"}),
+      remat::recompute_ops({}),  // keeps everything: nothing is replayed
+      remat::save_if("over 500 FLOPs", [](const remat::OpInfo& op) { return op.flops > 500; }),
+      remat::save_if("2-d outputs", [](const remat::OpInfo& op) { return op.shape.rank() == 2 && op.op != "add"; }),
+  };
+  for (int c = 0; c < cases; ++c) {
+    const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
+    remat::Rng rng(seed);
+    const int width = 4 << rng.uniform_int(3);
+    const std::int64_t batch = 3 + rng.uniform_int(6);
+    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(6));
+    const remat_test::RandomBlock block = remat_test::random_block(rng, width);
+    remat_test::RandomChain chain(block, n, batch, seed + 1);
+    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
+    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
+    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch << ", loss: "
+                 << remat_test::RandomLoss::names[loss.kind]);
+    policy_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
+    const PolicyStep plain = policy_step(chain, loss, x, remat::plan::none(n));
+    // one segment per layer, sqrt(n) segments, and nested (binomial) segments
+    const std::vector<remat::plan::Plan> plans{remat::plan::every(n), remat::plan::sqrt(n),
+                                               remat::plan::with_policy(remat::plan::optimal(remat::plan::Chain::uniform(n), 1), {})};
+    for (const remat::plan::Plan& layout : plans) {
+      std::size_t nothing_peak = 0, nothing_replayed = 0;
+      for (const remat::SavePolicy& policy : policies) {
+        const remat::plan::Plan p = remat::plan::with_policy(layout, policy);
+        const PolicyStep run = policy_step(chain, loss, x, p);
+        INFO(layout.describe() << " under " << policy.name() << ": counted peak " << run.peak << ", none " << plain.peak);
+        REQUIRE(run.grads.size() == plain.grads.size());
+        for (std::size_t g = 0; g < run.grads.size(); ++g) {
+          INFO("gradient " << g);
+          CHECK(policy_bitwise_equal(run.grads[g], plain.grads[g]));
+        }
+        if (policy.name() == "save_nothing") {
+          nothing_peak = run.peak;
+          nothing_replayed = run.replayed_nodes;
+          CHECK((nothing_replayed > 0) == (p.segment_count() > 0));
+        } else {
+          CHECK(run.replayed_nodes <= nothing_replayed);  // a kept op is not run again
+        }
+        if (policy.name() == "recompute_ops()") {
+          // keeping every op is running without checkpoints: nothing replayed, the same peak
+          CHECK(run.replayed_nodes == 0);
+          CHECK(run.peak == plain.peak);
+        }
+        if (policy.name() == "save_matmuls") CHECK(run.peak >= nothing_peak);
+      }
+    }
+  }
+}
+
+TEST_CASE("save policies reject unknown op names and accept registered ones", "[checkpoint][policy]") {
+  CHECK_THROWS_AS(remat::save_ops({"linear", "lienar"}), remat::PlanError);
+  CHECK_THROWS_AS(remat::recompute_ops({"gelu", "no such op"}), remat::PlanError);
+  try {
+    remat::save_ops({"lienar"});
+    FAIL("no PlanError");
+  } catch (const remat::PlanError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'lienar'") != std::string::npos);
+    CHECK(what.find("linear") != std::string::npos);
+  }
+  CHECK_THROWS_AS(remat::save_if("empty", {}), remat::PlanError);
+  CHECK_FALSE(remat::is_op_name("policy_test_custom_op"));
+  remat::register_op_name("policy_test_custom_op");
+  CHECK_NOTHROW(remat::save_ops({"policy_test_custom_op"}));
+}
+
+TEST_CASE("every op the models record has a registered name", "[checkpoint][policy]") {
+  // a policy that keeps nothing but writes down what it was asked about: all the ops of the step
+  std::set<std::string> seen;
+  const remat::SavePolicy watch("watch", [&](const remat::OpInfo& op) {
+    seen.emplace(op.op);
+    return false;
+  });
+  remat::Rng rng(5);
+  remat::Tensor<std::int32_t> ids({2, 8}), targets({2, 8});
+  for (auto& t : ids) t = static_cast<std::int32_t>(rng.uniform_int(32));
+  for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(32));
+  {
+    const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 32, .context = 8, .layers = 1, .heads = 2, .width = 16, .dropout = 0.1});
+    remat::Tape tape;
+    remat::CheckpointScope scope(watch);
+    for (const bool chunked : {true, false}) (void)gpt.loss(ids, targets, nullptr, chunked);
+  }
+  {
+    remat::nn::LlamaConfig c;
+    c.vocab_size = 32;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    const remat::nn::Llama<float> llama(c);
+    remat::Tape tape;
+    remat::CheckpointScope scope(watch);
+    (void)llama.loss(ids, targets);
+  }
+  REQUIRE(seen.size() > 8);
+  for (const std::string& name : seen) {
+    INFO(name);
+    CHECK(remat::is_op_name(name));
+  }
+}
+
+TEST_CASE("a kept op's side effects and random draws happen once", "[checkpoint][policy]") {
+  remat::Rng rng(3);
+  remat::Parameter<float> w(rng.uniform_tensor<float>({8, 8}, -0.3, 0.3));
+  const remat::Tensor<float> x = rng.normal_tensor<float>({4, 8});
+  const auto run = [&](const remat::SavePolicy* policy, int& calls) {
+    w.zero_grad();
+    remat::Tape tape(remat::TapeOptions{.seed = 3});
+    const auto block = [&](const remat::Var<float>& h) {
+      ++calls;
+      return remat::dropout(remat::gelu(remat::linear(remat::dropout(h, 0.3), w)), 0.3);
+    };
+    const remat::Var<float> in = tape.input(x);
+    const remat::Var<float> y = policy ? remat::checkpoint(block, *policy, in) : block(in);
+    tape.backward(remat::sum(y * y));
+    return w.grad().clone();
+  };
+  int plain_calls = 0;
+  const remat::Tensor<float> plain = run(nullptr, plain_calls);
+  for (const remat::SavePolicy& policy : {remat::save_matmuls(), remat::save_ops({"dropout"}), remat::recompute_ops({"linear"})}) {
+    INFO(policy.name());
+    int calls = 0;
+    CHECK(policy_bitwise_equal(run(&policy, calls), plain));
+    CHECK(calls == 1);
+  }
+}
+
+TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no checkpoint", "[checkpoint][policy][memory]") {
+  // x + down(relu(up(x))): the minimal block, at a few random sizes
+  remat::Rng rng(8);
+  for (int c = 0; c < 6; ++c) {
+    const std::int64_t width = 16 << rng.uniform_int(3), hidden = 4 * width, batch = 8 + rng.uniform_int(40);
+    const std::size_t n = 2 + static_cast<std::size_t>(rng.uniform_int(6));
+    std::vector<remat::Parameter<float>> up, down;
+    for (std::size_t l = 0; l < n; ++l) {
+      up.emplace_back(rng.uniform_tensor<float>({hidden, width}, -0.2, 0.2));
+      down.emplace_back(rng.uniform_tensor<float>({width, hidden}, -0.1, 0.1));
+    }
+    std::vector<std::function<remat::Var<float>(const remat::Var<float>&)>> layers;
+    for (std::size_t l = 0; l < n; ++l) {
+      layers.push_back([&, l](const remat::Var<float>& x) { return x + remat::linear(remat::gelu(remat::linear(x, up[l])), down[l]); });
+    }
+    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
+    const auto step = [&](const remat::plan::Plan& p, remat::Tensor<float>& grad) {
+      for (auto& q : up) q.zero_grad();
+      for (auto& q : down) q.zero_grad();
+      remat::memory::Probe probe;
+      {
+        remat::Tape tape;
+        const remat::Var<float> y = remat::checkpoint_sequential(layers, p, tape.input(x));
+        tape.backward(remat::mean(y * y));
+      }
+      grad = up[0].grad().clone();
+      return probe.peak_above_start();
+    };
+    remat::Tensor<float> g_none, g_nothing, g_matmuls;
+    step(remat::plan::none(n), g_none);  // warm-up: gradient buffers
+    const std::size_t none = step(remat::plan::none(n), g_none);
+    const std::size_t nothing = step(remat::plan::every(n), g_nothing);
+    const std::size_t matmuls = step(remat::plan::with_policy(remat::plan::every(n), remat::save_matmuls()), g_matmuls);
+    INFO(n << " layers, width " << width << ", batch " << batch << ": none " << none << ", save_nothing " << nothing << ", save_matmuls " << matmuls);
+    CHECK(nothing < matmuls);
+    CHECK(matmuls < none);
+    CHECK(policy_bitwise_equal(g_matmuls, g_none));
+    CHECK(policy_bitwise_equal(g_nothing, g_none));
+  }
+}
