@@ -75,6 +75,29 @@ inline constexpr int kMaxHeaderDepth = 64;
 
 namespace detail {
 
+/// The offset of the first bracket that opens a level deeper than `limit` in JSON `text`
+/// (brackets inside strings do not count), or npos. Nesting is bounded before parsing because
+/// nlohmann's parser recurses once per level.
+inline std::size_t nesting_overflow(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > limit) return i;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 template <class T>
 constexpr const char* dtype_name() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>,
@@ -571,22 +594,11 @@ class File {
     if (header.empty()) fail("the header is empty (its length is 0)");
     if (header.substr(0, 3) == "\xEF\xBB\xBF") fail("the header starts with a UTF-8 byte-order mark; it must start with '{'");
     if (header.front() != '{') fail(remat::detail::cat("the header starts with '", detail::brief(header.substr(0, 1)), "', not '{'"));
-    int depth = 0;
-    bool in_string = false, escaped = false;
-    for (std::size_t i = 0; i < header.size(); ++i) {
-      const char c = header[i];
-      if (c == '\0') fail(remat::detail::cat("the header holds a NUL byte at offset ", i));
-      if (in_string) {
-        if (escaped) escaped = false;
-        else if (c == '\\') escaped = true;
-        else if (c == '"') in_string = false;
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{' || c == '[') {
-        if (++depth > kMaxHeaderDepth) fail(remat::detail::cat("the header nests deeper than ", kMaxHeaderDepth, " levels (at offset ", i, ")"));
-      } else if (c == '}' || c == ']') {
-        --depth;
-      }
+    if (const std::size_t nul = header.find('\0'); nul != std::string_view::npos) {
+      fail(remat::detail::cat("the header holds a NUL byte at offset ", nul));
+    }
+    if (const std::size_t i = detail::nesting_overflow(header, kMaxHeaderDepth); i != std::string_view::npos) {
+      fail(remat::detail::cat("the header nests deeper than ", kMaxHeaderDepth, " levels (at offset ", i, ")"));
     }
   }
 

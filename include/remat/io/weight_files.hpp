@@ -57,21 +57,8 @@ inline bool is_inside_folder(std::string_view shard) {
 inline Index parse_index(std::string_view text, const std::string& source) {
   const auto fail = [&](const std::string& why) -> void { throw IoError(remat::detail::cat("safetensors index ", source, ": ", why)); };
   // Bounded nesting, checked before parsing (nlohmann's parser recurses once per level).
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxHeaderDepth) fail(remat::detail::cat("JSON nests deeper than ", kMaxHeaderDepth, " levels (at byte ", i, ")"));
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (const std::size_t i = detail::nesting_overflow(text, kMaxHeaderDepth); i != std::string_view::npos) {
+    fail(remat::detail::cat("JSON nests deeper than ", kMaxHeaderDepth, " levels (at byte ", i, ")"));
   }
   std::vector<std::set<std::string>> open;
   const auto no_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
