@@ -22,10 +22,12 @@ def rotate_half(x):
 
 
 def rope_cos_sin(time, dim, theta, offset, dtype):
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    positions = torch.arange(offset, offset + time, dtype=torch.float64)
+    """Hugging Face's angles (LlamaRotaryEmbedding): inverse frequencies and position products in
+    float32. Their cos and sin are taken in double (HF takes them in float32, within an ulp)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    positions = torch.arange(offset, offset + time, dtype=torch.int64).float()
     freqs = torch.outer(positions, inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
+    emb = torch.cat((freqs, freqs), dim=-1).double()
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 

@@ -63,7 +63,9 @@ def op_cases():
         new_shape = [n] if len(shape) > 1 else [1, n]
         cases.append(case("reshape", lambda x, s=new_shape: x.reshape(s), {"x": torch.randn(shape)}, {"shape": new_shape}))
     # rope on (B, T, H, D): ref.apply_rope works on (B, H, T, D)
-    for shape, theta, offset in [((1, 4, 1, 2), 10000.0, 0), ((2, 5, 3, 8), 10000.0, 3), ((2, 6, 2, 4), 1e6, 11)]:
+    # the last two at positions past 4,000, where float32 angles (HF's) and double angles differ
+    for shape, theta, offset in [((1, 4, 1, 2), 10000.0, 0), ((2, 5, 3, 8), 10000.0, 3), ((2, 6, 2, 4), 1e6, 11),
+                                 ((1, 3, 2, 8), 10000.0, 4093), ((1, 2, 1, 16), 1e6, 8190)]:
         def rope(x, theta=theta, offset=offset):
             cos, sin = ref.rope_cos_sin(x.shape[1], x.shape[3], theta, offset, x.dtype)
             return ref.apply_rope(x.transpose(1, 2), cos, sin).transpose(1, 2)

@@ -23,15 +23,18 @@ struct RopeOptions {
 
 namespace detail {
 
-/// cos and sin of p f_i for positions offset..offset+time-1 and i < D/2, computed in double
-/// (as the reference does) and rounded once to T. A few KiB; rebuilt on every use.
+/// cos and sin of p f_i for positions offset..offset+time-1 and i < D/2. The angles are those
+/// Hugging Face computes, in float32: f_i = 1 / theta^(2i/D) and p f_i each rounded to float
+/// (a checkpoint was trained with these; at position 4,000 a double angle is 2e-4 rad away).
+/// Their cos and sin are taken in double and rounded once to T. A few KiB; rebuilt on every use.
 template <class T>
 struct RopeTable {
   RopeTable(std::int64_t time, std::int64_t dim, const RopeOptions& o) : half(dim / 2), cos(time * half), sin(time * half) {
     for (std::int64_t i = 0; i < half; ++i) {
-      const double freq = 1.0 / std::pow(o.theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+      const float freq = 1.0f / std::pow(static_cast<float>(o.theta), exponent);
       for (std::int64_t t = 0; t < time; ++t) {
-        const double angle = static_cast<double>(t + o.offset) * freq;
+        const double angle = static_cast<float>(t + o.offset) * freq;  // a float product, as HF's
         cos[t * half + i] = static_cast<T>(std::cos(angle));
         sin[t * half + i] = static_cast<T>(std::sin(angle));
       }
