@@ -39,6 +39,15 @@ void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
   parallel_for(rows, grain, std::forward<Fn>(fn));
 }
 
+/// Copies the vector b (cols) into every row of the row-major (rows x cols) tensor y: a bias a
+/// GEMM then accumulates onto (beta = 1).
+template <class T>
+void fill_rows(Tensor<T>& y, const Tensor<T>& b, std::int64_t rows, std::int64_t cols) {
+  for_rows(rows, cols, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) view(y, r * cols, (r + 1) * cols) = view(b, 0, cols);
+  });
+}
+
 /// out[c] = sum over rows r of m[r * cols + c] for a row-major (rows x cols) buffer, summing
 /// rows in order (deterministic for any thread count); columns are split between threads.
 template <class T, class RowExpr>

@@ -32,12 +32,7 @@ class LinearNode final : public Node<T> {
     this->save(0, in[0]);
     this->save(1, in[1]);
     Tensor<T> y(out_shape_);
-    if (bias_) {
-      const Tensor<T>& b = in[2];
-      for_rows(rows_, out_, [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r) view(y, r * out_, (r + 1) * out_) = view(b, 0, out_);
-      });
-    }
+    if (bias_) fill_rows(y, in[2], rows_, out_);
     gemm<T>(false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(), in_, bias_ ? T(1) : T(0),
             y.data(), out_);
     return y;

@@ -41,12 +41,7 @@ class QuantizedLinearNode final : public Node<T> {
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
     Tensor<T> y(out_shape_);
-    if (bias_) {
-      const Tensor<T>& b = in[1];
-      for_rows(rows_, out_, [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r) view(y, r * out_, (r + 1) * out_) = view(b, 0, out_);
-      });
-    }
+    if (bias_) fill_rows(y, in[1], rows_, out_);
     Tensor<T> panel = scratch();
     for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
       w_->dequantize_rows(o0, o1, panel.data());
