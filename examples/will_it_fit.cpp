@@ -298,8 +298,14 @@ void print_seed_2b(const Options& given) {
   row("adapters", [&](std::size_t i) { return plain[i].adapters; });
   row("gradients", [&](std::size_t i) { return plain[i].gradients; });
   row("optimizer state (AdamW)", [&](std::size_t i) { return plain[i].optimizer_state; });
-  row("activations, all kept (plain loss)", [&](std::size_t i) { return plain[i].activations(none) - plain[i].chain.loss_bytes; });
-  row("activations, a checkpoint per layer", [&](std::size_t i) { return plain[i].activations(every) - plain[i].chain.loss_bytes; });
+  // the layers' own peak: the chain without the loss (which keeps and makes the logits)
+  const auto layers_peak = [&](std::size_t i, const plan::Plan& p) {
+    plan::Chain c = plain[i].chain;
+    c.loss_bytes = c.loss_forward_transient_bytes = c.loss_backward_transient_bytes = 0;
+    return plan::predict(c, p.segments).peak_bytes;
+  };
+  row("layers' activations, all kept", [&](std::size_t i) { return layers_peak(i, none); });
+  row("layers' activations, checkpoint per layer", [&](std::size_t i) { return layers_peak(i, every); });
   row("logits (B T x V; their gradient as much)", [&](std::size_t i) { return plain[i].logits; });
   row("chunked loss: logits held at a time", [&](std::size_t i) { return chunked[i].loss_chunk; });
   row("step total: no checkpoint, plain loss", [&](std::size_t i) { return plain[i].total(none); });
@@ -317,8 +323,8 @@ void print_seed_2b(const Options& given) {
     }
     std::printf("\n");
   }
-  std::printf("\n(activations exclude the loss's; \"all kept\" and \"checkpointed\" are the seed's 4.0 GB and 0.23 + 0.14 GB, which count\n"
-              "16-bit activations)\n");
+  std::printf("\n(the layers' activations are their peak without the loss; the seed counts 16-bit activations: 4.0 GB all kept,\n"
+              "0.23 + 0.14 GB checkpointed; these are float. Totals include the loss: with the plain loss its logits and their gradient.)\n");
 }
 
 void print_json(const Options& o, const MemoryEstimate& e, const std::vector<plan::Plan>& ps) {
