@@ -4,7 +4,9 @@
 /// batch shape alone, before anything is allocated. Parameters, gradients and optimizer state
 /// come from the layer sizes; the blocks' activations come from a plan::Chain written from what
 /// each op keeps for backward (the same figures plan::profile measures on a real model), so every
-/// checkpoint plan can be priced with plan::predict; the logits from the loss's shape.
+/// checkpoint plan can be priced with plan::predict; the logits from the loss's shape. For
+/// fine-tuning, StepShape adds the blocks' weight storage (f32, bf16, int8, nf4) and LoRA
+/// adapters (rank, targets): see detail::price_finetune.
 
 #include <algorithm>
 #include <cmath>
@@ -170,7 +172,7 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 /// adapters every base parameter is frozen, so the first block's ops before its first adapted
 /// linear read nothing that needs a gradient and keep nothing (the tape records no node that
 /// needs none).
-/// The first block does not keep its input either.
+/// Nor does the first block keep its input (but see below for a GPT).
 /// - Each adapter keeps A's output (N r) for B's backward (A's input is the base layer's, kept
 ///   already). When its hook adds, the base output, B's output, its scaled copy and the sum are
 ///   alive (4 N out), of which the block keeps only what its later ops save: the forward
