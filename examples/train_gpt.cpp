@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "corpus.hpp"
 #include "flags.hpp"
 
 #ifndef REMAT_EXAMPLE_DATA
@@ -97,106 +98,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-/// The text as token ids over its sorted set of characters.
-struct Corpus {
-  std::string vocab;               // character of each id
-  std::vector<std::int32_t> train, val;
-
-  static Corpus load(const std::string& path, const std::string& known_vocab) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw remat::IoError("train_gpt: cannot read " + path);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    Corpus c;
-    if (known_vocab.empty()) {
-      bool seen[256] = {};
-      for (unsigned char ch : text) seen[ch] = true;
-      for (int ch = 0; ch < 256; ++ch) {
-        if (seen[ch]) c.vocab.push_back(static_cast<char>(ch));
-      }
-    } else {
-      c.vocab = known_vocab;
-    }
-    std::int32_t index[256];
-    std::fill(std::begin(index), std::end(index), -1);
-    for (std::size_t i = 0; i < c.vocab.size(); ++i) index[static_cast<unsigned char>(c.vocab[i])] = static_cast<std::int32_t>(i);
-    std::vector<std::int32_t> ids;
-    for (unsigned char ch : text) {
-      if (index[ch] < 0) throw remat::IoError("train_gpt: " + path + " has characters the resumed model does not know");
-      ids.push_back(index[ch]);
-    }
-    const std::size_t cut = ids.size() * 9 / 10;  // the last tenth is for validation
-    c.train.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut));
-    c.val.assign(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
-    return c;
-  }
-};
-
-/// A batch of `batch` windows of `time` tokens at random offsets, with next-token targets.
-void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time, remat::Rng& rng,
-                remat::Tensor<std::int32_t>& x, remat::Tensor<std::int32_t>& y) {
-  x = remat::Tensor<std::int32_t>({batch, time});
-  y = remat::Tensor<std::int32_t>({batch, time});
-  const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
-  if (span < 1) throw remat::UsageError("train_gpt: the text is shorter than one context window");
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t at = rng.uniform_int(span);
-    for (std::int64_t t = 0; t < time; ++t) {
-      x.at({b, t}) = ids[static_cast<std::size_t>(at + t)];
-      y.at({b, t}) = ids[static_cast<std::size_t>(at + t + 1)];
-    }
-  }
-}
-
-remat::plan::Plan make_plan(const std::string& mode, const remat::nn::GPT<float>& gpt, const Options& o,
-                            const remat::Tensor<std::int32_t>& x, const remat::Tensor<std::int32_t>& y) {
-  namespace plan = remat::plan;
-  const auto n = static_cast<std::size_t>(o.layers);
-  if (mode == "none") return plan::none(n);
-  if (mode == "every") return plan::every(n);
-  if (mode == "sqrt") return plan::sqrt(n);
-  if (mode.rfind("budget:", 0) == 0) {
-    const plan::Chain chain = gpt.profile(x, y);
-    for (auto p : gpt.parameters()) p.zero_grad();
-    return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
-  }
-  throw remat::UsageError("train_gpt: --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
-}
-
-std::string format_duration(double seconds) {
-  const auto s = static_cast<long>(std::max(0.0, seconds));
-  char out[32];
-  std::snprintf(out, sizeof out, "%ld:%02ld", s / 60, s % 60);
-  return out;
-}
-
-/// Generates `count` characters after `prompt`, sampling at temperature 0.8.
-std::string generate(const remat::nn::GPT<float>& gpt, const Corpus& corpus, std::vector<std::int32_t> tokens,
-                     std::int64_t count, remat::Rng& rng) {
-  remat::NoGradGuard no_grad;
-  std::string out;
-  const std::int64_t context = gpt.config().context, vocab = gpt.config().vocab;
-  for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t time = std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
-    remat::Tensor<std::int32_t> ids({1, time});
-    for (std::int64_t t = 0; t < time; ++t) ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
-    const remat::Tensor<float> logits = gpt.logits(ids).value();
-    std::vector<double> p(static_cast<std::size_t>(vocab));
-    double m = -1e300, total = 0;
-    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
-    for (std::int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
-    double u = rng.uniform() * total;
-    std::int32_t next = static_cast<std::int32_t>(vocab - 1);
-    for (std::int64_t v = 0; v < vocab; ++v) {
-      if ((u -= p[v]) < 0) {
-        next = static_cast<std::int32_t>(v);
-        break;
-      }
-    }
-    tokens.push_back(next);
-    out.push_back(corpus.vocab[next]);
-  }
-  return out;
-}
+using corpus::Corpus;
+constexpr const char* kProgram = "train_gpt";
 
 }  // namespace
 
@@ -224,7 +127,7 @@ int main(int argc, char** argv) {
       o.layers = std::stoll(resumed["layers"]), o.width = std::stoll(resumed["width"]);
       o.heads = std::stoll(resumed["heads"]), o.context = std::stoll(resumed["context"]);
     }
-    const Corpus corpus = Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "");
+    const Corpus corpus = Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);
     remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(corpus.vocab.size()), .context = o.context, .layers = o.layers,
                                .heads = o.heads, .width = o.width, .dropout = o.dropout, .seed = o.seed});
     remat::optim::AdamW<float> optimizer(gpt.parameters(), {.lr = o.lr, .weight_decay = 0.1});
@@ -249,21 +152,14 @@ int main(int argc, char** argv) {
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
-    std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>> val(static_cast<std::size_t>(o.eval_batches));
-    for (auto& [vx, vy] : val) fill_batch(corpus.val, o.batch * ranks, o.context, val_rng, vx, vy);  // the job's batch
-    const auto validation_loss = [&] {
-      remat::NoGradGuard no_grad;
-      gpt.eval();
-      double total = 0;
-      for (const auto& [vx, vy] : val) total += gpt.loss(vx, vy).item();
-      gpt.train();
-      return total / double(val.size());
-    };
+    // the job's batch
+    const corpus::Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch * ranks, o.context, val_rng, kProgram);
+    const auto validation_loss = [&] { return corpus::mean_loss(gpt, val); };
 
     remat::Tensor<std::int32_t> x, y;
     remat::Rng plan_rng(o.seed);
-    fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y);
-    const remat::plan::Plan plan = make_plan(o.checkpoint, gpt, o, x, y);
+    corpus::fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y, kProgram);
+    const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, gpt, o.layers, x, y, kProgram);
 
     std::FILE* log = nullptr;
     if (!o.log.empty() && root) {
@@ -282,7 +178,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t step = start; step < end; ++step) {
       // the job's batch, the same on every rank; this rank trains on its slice of it
-      fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y);
+      corpus::fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y, kProgram);
       x = x.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
       y = y.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
       optimizer.set_lr(schedule(step));
@@ -331,11 +227,11 @@ int main(int argc, char** argv) {
       const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
       if (tty) {
         std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
-                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, format_duration(eta).c_str());
+                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
         if (evaluate) std::printf("  val loss %.4f\n", last_val);
       } else if (evaluate) {
         std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n", static_cast<long long>(step + 1),
-                    loss, last_val, tokens_per_s, peak_mb, format_duration(eta).c_str());
+                    loss, last_val, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
       }
       std::fflush(stdout);
     }
@@ -356,7 +252,8 @@ int main(int argc, char** argv) {
       const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
       std::string text;
       for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
-      std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), generate(gpt, corpus, prompt, o.sample, sample_rng).c_str());
+      const std::string sample = corpus::generate(gpt, corpus, prompt, o.sample, gpt.config().context, gpt.config().vocab, sample_rng);
+      std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), sample.c_str());
     }
     if (!root) return 0;
     if (o.json) {

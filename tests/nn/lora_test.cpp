@@ -7,6 +7,7 @@
 #include <remat/nn/gpt.hpp>
 #include <remat/nn/llama.hpp>
 #include <remat/nn/lora.hpp>
+#include <remat/nn/quantize_blocks.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -272,4 +273,48 @@ TEST_CASE("lora: save_adapters writes PEFT's files; load_adapters round trips an
   CHECK_THROWS_AS(lora::apply(m6, {.rank = 2, .dropout = 1.0, .targets = {"q_proj"}}), remat::UsageError);
   lora::apply(m6, {.rank = 2, .targets = {"q_proj"}});
   CHECK_THAT(remat::test::error_message([&] { lora::apply(m6, {.rank = 2, .targets = {"q_proj"}}); }), Contains("twice"));
+}
+
+TEST_CASE("lora over a quantized base: adapter gradients under plans with save policies == plain ones, chunked and plain loss",
+          "[nn][lora][checkpoint][quantized]") {
+  const remat::WeightStorage storages[] = {remat::WeightStorage::f32, remat::WeightStorage::bf16, remat::WeightStorage::int8,
+                                           remat::WeightStorage::nf4};
+  for (std::uint64_t seed = 11; seed <= 14; ++seed) {
+    remat::nn::Llama<float> model(lora_llama_config(seed));
+    remat::Rng rng(seed);
+    const remat::WeightStorage storage = storages[rng.uniform_int(4)];
+    remat::nn::quantize_blocks(model, storage, rng.uniform() < 0.5);
+    const std::vector<std::string> targets = lora_random_targets(kLlamaLinears, seed);
+    const double dropout = rng.uniform() < 0.5 ? 0.2 : 0.0;
+    const auto adapters = lora::apply(model, {.rank = 1 + rng.uniform_int(4), .alpha = 4, .dropout = dropout, .targets = targets,
+                                              .seed = seed});
+    lora_randomize_b(adapters, seed);
+    const auto ids = remat::test::ids({2, 9}, 29, seed), next = remat::test::ids({2, 9}, 29, seed + 3);
+    const remat::plan::Chain chain = remat::plan::Chain::uniform(4);
+    const std::vector<remat::SavePolicy> policies{remat::save_nothing(), remat::save_matmuls(), remat::save_ops({"quantized_linear"}),
+                                                  remat::recompute_ops({"linear", "quantized_linear"})};
+    for (const bool chunked : {true, false}) {
+      std::vector<std::vector<float>> plain;
+      {
+        remat::Tape tape(remat::TapeOptions{.seed = 5});
+        tape.backward(model.loss(ids, next, nullptr, chunked));
+        for (const auto& p : adapters.parameters()) plain.push_back(p.grad().to_vector());
+      }
+      for (auto& p : adapters.parameters()) p.zero_grad();
+      for (const remat::SavePolicy& policy : policies) {
+        for (const remat::plan::Plan& layout : {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 1)}) {
+          const remat::plan::Plan plan = remat::plan::with_policy(layout, policy);
+          remat::Tape tape(remat::TapeOptions{.seed = 5});
+          tape.backward(model.loss(ids, next, &plan, chunked));
+          const auto params = adapters.parameters();
+          for (std::size_t i = 0; i < params.size(); ++i) {
+            INFO(remat::to_string(storage) << ", dropout " << dropout << ", " << plan.describe() << (chunked ? ", chunked" : ", plain")
+                                           << " loss, adapter tensor " << i);
+            CHECK(params[i].grad().to_vector() == plain[i]);
+          }
+          for (auto& p : adapters.parameters()) p.zero_grad();
+        }
+      }
+    }
+  }
 }

@@ -151,6 +151,21 @@ class QuantizedWeight {
   WeightStorage storage() const noexcept { return storage_; }
   bool double_quant() const noexcept { return qabsmax_.defined(); }
 
+  /// Bytes a (rows, cols) weight stored as `storage` holds, without quantizing anything (what
+  /// bytes() returns once it is; nn::estimate_memory prices weights with it). f32: 4 a value.
+  static double bytes_for(std::int64_t rows, std::int64_t cols, WeightStorage storage, bool double_quant = true) noexcept {
+    const double n = static_cast<double>(rows) * static_cast<double>(cols);
+    switch (storage) {
+      case WeightStorage::f32: return 4 * n;
+      case WeightStorage::bf16: return 2 * n;
+      case WeightStorage::int8: return n + 4 * static_cast<double>(rows);
+      case WeightStorage::nf4: break;
+    }
+    const double blocks = std::ceil(n / kNf4Block), packed = std::ceil(n / 2);
+    if (!double_quant) return packed + 4 * blocks;
+    return packed + blocks + 4 * std::ceil(blocks / kNf4ScaleBlock) + 4;  // int8 codes, a scale per 256, the offset
+  }
+
   /// Bytes held (every buffer, as the allocator counts them).
   std::size_t bytes() const noexcept {
     const auto b = [](const auto& t) { return t.defined() ? t.bytes() : std::size_t(0); };

@@ -4,15 +4,19 @@
 /// batch shape alone, before anything is allocated. Parameters, gradients and optimizer state
 /// come from the layer sizes; the blocks' activations come from a plan::Chain written from what
 /// each op keeps for backward (the same figures plan::profile measures on a real model), so every
-/// checkpoint plan can be priced with plan::predict; the logits from the loss's shape.
+/// checkpoint plan can be priced with plan::predict; the logits from the loss's shape. For
+/// fine-tuning, StepShape adds the blocks' weight storage (f32, bf16, int8, nf4) and LoRA
+/// adapters (rank, targets): see detail::price_finetune.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "remat/checkpoint/plan.hpp"
+#include "remat/core/quantized.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
 
@@ -22,20 +26,41 @@ namespace remat::nn {
 /// parameter, AdamW two.
 enum class OptimizerKind { sgd, sgd_momentum, adamw };
 
+/// LoRA adapters as nn::lora::apply() adds them: rank and target names (the last component of
+/// a module path: "q_proj", or "qkv", "proj", "fc" on a GPT). Rank 0: no adapters.
+struct LoraShape {
+  std::int64_t rank = 0;
+  std::vector<std::string> targets;
+};
+
 /// One training step's shape: what estimate_memory() prices besides the model.
 struct StepShape {
-  std::int64_t batch = 8;                         ///< sequences per step
+  std::int64_t batch = 8;                         ///< sequences per micro-batch (per backward pass)
   std::int64_t time = 0;                          ///< tokens per sequence (0: the config's context)
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool chunked_loss = true;                       ///< GPT::loss's default; false: the full logits
+  /// Micro-batches per optimizer step. Memory does not depend on it (backward adds into the
+  /// gradient buffers in place); the step trains on batch x accumulation sequences.
+  std::int64_t accumulation = 1;
+  /// How the blocks' linear weights are stored (nn::Linear::quantize): f32 trains them unless
+  /// adapters are added; bf16, int8 and nf4 freeze them. Embeddings, norms, biases and the head
+  /// stay float.
+  WeightStorage storage = WeightStorage::f32;
+  bool double_quant = true;  ///< NF4's second-level scales (QuantizedWeight::quantize's default)
+  /// Adapters: with a rank > 0 every base parameter is frozen (lora::apply) and only the
+  /// adapters get gradients and optimizer state.
+  LoraShape lora;
 };
 
 /// Bytes a training step needs, as the library's allocator counts them.
 struct MemoryEstimate {
-  std::int64_t parameter_count = 0;
-  double parameters = 0;       ///< the weights
-  double gradients = 0;        ///< one buffer per parameter, reused from step to step
-  double optimizer_state = 0;  ///< SGD momentum's velocity, AdamW's two moments
+  std::int64_t parameter_count = 0;    ///< the model's, adapters excluded
+  std::int64_t trainable_count = 0;    ///< parameters that get a gradient (adapters included)
+  std::int64_t adapter_count = 0;      ///< LoRA's A and B values
+  double parameters = 0;       ///< the weights, as stored (quantized linears in their format)
+  double adapters = 0;         ///< LoRA's A and B
+  double gradients = 0;        ///< one buffer per trainable parameter, reused from step to step
+  double optimizer_state = 0;  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
   double data = 0;             ///< token ids and targets
   double logits = 0;           ///< the (B T x V) logits of the plain loss (its gradient is as large)
   double loss_chunk = 0;       ///< the logits chunk the chunked loss holds instead
@@ -43,7 +68,7 @@ struct MemoryEstimate {
   plan::Chain chain;
 
   /// Bytes held between steps.
-  double persistent() const noexcept { return parameters + gradients + optimizer_state + data; }
+  double persistent() const noexcept { return parameters + adapters + gradients + optimizer_state + data; }
   /// Peak bytes a step allocates on top of persistent() when its blocks run under `segments`
   /// (empty: no checkpointing); throws a PlanError if they do not fit the chain.
   double activations(const std::vector<plan::Segment>& segments = {}) const {
@@ -123,26 +148,139 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   return chain;
 }
 
-/// The parts of a MemoryEstimate every model shares: parameters, gradients, optimizer state,
-/// token ids and targets, the logits (plain or chunked), given the parameter count and the chain.
+/// One of a block's linear layers, for pricing its storage and its adapters: the last component
+/// of its path (what LoRA targets match), its sizes, its bias, and the stage of the block whose
+/// kept elements start with its input (see price_finetune).
+struct BlockLinear {
+  const char* name;
+  double in, out;
+  bool bias;
+  std::size_t stage;
+  /// Output width of a linear that reads the same input and may run first (gate_proj and
+  /// up_proj: the order a compiler evaluates call arguments in is unspecified).
+  double sibling = 0;
+};
+
+/// Whether `name` is one of the adapters' targets.
+inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
+  return lora.rank > 0 && std::find(lora.targets.begin(), lora.targets.end(), name) != lora.targets.end();
+}
+
+/// What a fine-tune changes in an estimate made for full training in T: the blocks' linear
+/// weights in their storage, the adapters and what they keep, and which parameters train.
+/// `stages` are the elements a block keeps for backward split where its linears start: with
+/// adapters every base parameter is frozen, so the first block's ops before its first adapted
+/// linear read nothing that needs a gradient and keep nothing (the tape records no node that
+/// needs none).
+/// Nor does the first block keep its input (but see below for a GPT).
+/// - Each adapter keeps A's output (N r) for B's backward (A's input is the base layer's, kept
+///   already). When its hook adds, the base output, B's output, its scaled copy and the sum are
+///   alive (4 N out), of which the block keeps only what its later ops save: the forward
+///   temporaries are at least 4 N out less what the block keeps after the linear, less the
+///   block's output.
+/// - A quantized linear dequantizes panels of at most kQuantizedPanel values into a float
+///   scratch: the forward temporaries are at least the largest panel; backward, the panel sits
+///   beside the input gradient it makes (N in).
+/// (Figures checked against plan::profile and counted steps: tests/nn/finetune_estimate_test.cpp.)
 template <class T>
-nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step, std::int64_t time, plan::Chain chain) {
+void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers, const std::vector<BlockLinear>& linears,
+                    const std::vector<double>& stages, double rows, const nn::StepShape& step, bool first_input_freed) {
+  const double e = sizeof(T), n_layers = static_cast<double>(layers);
+  const nn::LoraShape& lora = step.lora;
+  for (const std::string& t : lora.targets) {
+    const bool known = std::any_of(linears.begin(), linears.end(), [&](const BlockLinear& l) { return t == l.name; });
+    if (!known) {
+      std::string names;
+      for (const BlockLinear& l : linears) names += std::string(names.empty() ? "" : ", ") + l.name;
+      throw UsageError(cat("nn::estimate_memory: LoRA target '", t, "' names no linear layer of the model (", names, ")"));
+    }
+  }
+  double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0, backward = 0;
+  const double width = linears.back().out;  // the block's output
+  std::size_t first_stage = stages.size();
+  for (const BlockLinear& l : linears) {
+    linear_values += l.in * l.out;
+    stored += step.storage == WeightStorage::f32
+                  ? l.in * l.out * e
+                  : QuantizedWeight::bytes_for(static_cast<std::int64_t>(l.out), static_cast<std::int64_t>(l.in), step.storage,
+                                               step.double_quant);
+    if (step.storage != WeightStorage::f32) {
+      const double panel = std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in * e;
+      forward = std::max(forward, panel);
+      backward = std::max(backward, rows * l.in * e + panel);
+    }
+    if (lora_targeted(lora, l.name)) {
+      const double r = static_cast<double>(lora.rank);
+      adapter_values += r * (l.in + l.out);
+      adapter_kept += rows * r * e;
+      // kept from the linear's output on: its stage less its input (and a sibling's output, which
+      // may exist already), and the later stages
+      double after = -rows * (l.in + l.sibling);
+      for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
+      forward = std::max(forward, (4 * rows * l.out - after - rows * width) * e);
+      first_stage = std::min(first_stage, l.stage);
+    }
+  }
+  m.parameters = (count - n_layers * linear_values) * e + n_layers * stored;
+  m.adapter_count = static_cast<std::int64_t>(n_layers * adapter_values);
+  m.adapters = n_layers * adapter_values * e;
+  double trainable = count;
+  if (lora.rank > 0) trainable = n_layers * adapter_values;
+  else if (step.storage != WeightStorage::f32) trainable = count - n_layers * linear_values;
+  m.trainable_count = static_cast<std::int64_t>(trainable);
+  m.gradients = trainable * e;
+  m.optimizer_state = step.optimizer == nn::OptimizerKind::adamw ? 2 * m.gradients
+                      : step.optimizer == nn::OptimizerKind::sgd_momentum ? m.gradients
+                                                                          : 0;
+  plan::Chain& c = m.chain;
+  for (std::size_t l = 0; l < c.layers(); ++l) {
+    c.activation_bytes[l] += adapter_kept;
+    c.forward_transient_bytes[l] = std::max(c.forward_transient_bytes[l], forward);
+    c.backward_transient_bytes[l] = std::max(c.backward_transient_bytes[l], backward);
+  }
+  if (lora.rank > 0 && !c.activation_bytes.empty()) {
+    // Its ops before the first adapter keep nothing but still make their values: bounded by
+    // what the block would hold if it kept everything (what it does keep is a_0)
+    const double whole = c.activation_bytes[0] + c.forward_transient_bytes[0];
+    for (std::size_t s = 0; s < first_stage && s < stages.size(); ++s) c.activation_bytes[0] -= stages[s] * e;
+    if (first_stage >= 2) c.forward_transient_bytes[0] = std::max(c.forward_transient_bytes[0], whole - c.activation_bytes[0]);
+    // nor does it keep its input, the frozen embedding's output. Except (measured on counted
+    // steps; plan::profile misses it) in a GPT whose first adapter is in the MLP: a (N, C)
+    // tensor stays alive through the block's backward all the same, priced as its input.
+    if (first_input_freed || first_stage <= 2) {
+      c.saves_input.assign(c.layers(), true);
+      c.saves_input[0] = false;
+    }
+  }
+}
+
+/// The parts of a MemoryEstimate every model shares: parameters, gradients, optimizer state,
+/// token ids and targets, the logits (plain or chunked), given the parameter count and the
+/// chain; then the fine-tune's storage and adapters (price_finetune).
+template <class T>
+nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step, std::int64_t time, plan::Chain chain,
+                                 std::int64_t layers, const std::vector<BlockLinear>& linears, const std::vector<double>& stages,
+                                 bool first_input_freed) {
+  if (step.accumulation < 1 || step.lora.rank < 0) {
+    throw UsageError(cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ", step.accumulation,
+                         ", rank ", step.lora.rank));
+  }
+  if (step.lora.rank > 0 && step.lora.targets.empty()) throw UsageError("nn::estimate_memory: LoRA rank > 0 but no target names");
+  switch (step.optimizer) {
+    case nn::OptimizerKind::sgd:
+    case nn::OptimizerKind::sgd_momentum:
+    case nn::OptimizerKind::adamw: break;
+    default: throw UsageError(cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+  }
   const double e = sizeof(T);
   nn::MemoryEstimate m;
   m.parameter_count = static_cast<std::int64_t>(count);
-  m.parameters = count * e;
-  m.gradients = m.parameters;
-  switch (step.optimizer) {
-    case nn::OptimizerKind::sgd: m.optimizer_state = 0; break;
-    case nn::OptimizerKind::sgd_momentum: m.optimizer_state = m.parameters; break;
-    case nn::OptimizerKind::adamw: m.optimizer_state = 2 * m.parameters; break;
-    default: throw UsageError(cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
-  }
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.data = 2 * tokens * sizeof(std::int32_t);
   m.logits = tokens * static_cast<double>(vocab) * e;
   m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
   m.chain = std::move(chain);
+  price_finetune<T>(m, count, layers, linears, stages, tokens, step, first_input_freed);
   return m;
 }
 
@@ -173,8 +311,16 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
                                         ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
                                         " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
+  const double n = static_cast<double>(step.batch) * static_cast<double>(time), w = static_cast<double>(config.width);
+  const double probs = static_cast<double>(step.batch) * static_cast<double>(config.heads) * static_cast<double>(time) * static_cast<double>(time);
+  // gpt_chain's kept elements by stage: ln1 | qkv's input, attention | proj's input, the residual,
+  // ln2 | fc's input, GELU's input | GELU's output (the MLP's proj)
+  const std::vector<double> stages{2 * n, 4 * n * w + probs, 2 * n * w + 2 * n, 5 * n * w, 4 * n * w};
+  const std::vector<remat::detail::BlockLinear> linears{
+      {"qkv", w, 3 * w, true, 1}, {"proj", w, w, true, 2}, {"fc", w, 4 * w, true, 3}, {"proj", 4 * w, w, true, 4}};
   return remat::detail::step_estimate<T>(count, config.vocab, step, time,
-                                         remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss));
+                                         remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
+                                         linears, stages, false);
 }
 
 }  // namespace remat::nn
@@ -261,8 +407,20 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
                                         config.hidden_size, ", vocabulary ", config.vocab_size, " with batch ", step.batch, " x ",
                                         time, " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
+  const double w = static_cast<double>(config.hidden_size), f = static_cast<double>(config.intermediate_size);
+  const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim());
+  const double probs = tokens * static_cast<double>(config.num_attention_heads) * static_cast<double>(time);
+  // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention | o_proj's
+  // input, the residual, the second norm | gate/up's input, swiglu's | down_proj's input
+  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + probs, 2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
+                                   tokens * f};
+  const bool b = config.attention_bias;
+  const std::vector<remat::detail::BlockLinear> linears{{"q_proj", w, w, b, 1},    {"k_proj", w, kv, b, 1},   {"v_proj", w, kv, b, 1},
+                                                        {"o_proj", w, w, false, 2}, {"gate_proj", w, f, false, 3, f},
+                                                        {"up_proj", w, f, false, 3, f}, {"down_proj", f, w, false, 4}};
   return remat::detail::step_estimate<T>(count, config.vocab_size, step, time,
-                                         remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss));
+                                         remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
+                                         config.num_hidden_layers, linears, stages, true);
 }
 
 }  // namespace remat::nn

@@ -1,0 +1,153 @@
+#pragma once
+// What the character-level examples (train_gpt, train_llama, finetune) share: a text read as
+// token ids over its characters, random batches of windows with next-token targets, fixed
+// validation batches and their mean loss, the checkpoint plan named by --checkpoint, sampling.
+#include <remat/remat.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace corpus {
+
+/// The text as token ids over a vocabulary of characters: its own sorted set of characters, or
+/// a given one (a resumed or fine-tuned model's), which must then hold every character of the
+/// text. The last tenth is for validation.
+struct Corpus {
+  std::string vocab;  // character of each id
+  std::vector<std::int32_t> train, val;
+
+  /// `program` prefixes the error messages ("train_gpt: cannot read ...").
+  static Corpus load(const std::string& path, const std::string& known_vocab, const char* program) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw remat::IoError(std::string(program) + ": cannot read " + path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Corpus c;
+    if (known_vocab.empty()) {
+      bool seen[256] = {};
+      for (unsigned char ch : text) seen[ch] = true;
+      for (int ch = 0; ch < 256; ++ch) {
+        if (seen[ch]) c.vocab.push_back(static_cast<char>(ch));
+      }
+    } else {
+      c.vocab = known_vocab;
+    }
+    std::int32_t index[256];
+    std::fill(std::begin(index), std::end(index), -1);
+    for (std::size_t i = 0; i < c.vocab.size(); ++i) index[static_cast<unsigned char>(c.vocab[i])] = static_cast<std::int32_t>(i);
+    std::vector<std::int32_t> ids;
+    ids.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const unsigned char ch = static_cast<unsigned char>(text[i]);
+      if (index[ch] < 0) {
+        throw remat::IoError(remat::detail::cat(program, ": ", path, " has the character ", int(ch), " ('", text[i], "') at byte ", i,
+                                                ", which the model's vocabulary of ", c.vocab.size(), " characters does not hold"));
+      }
+      ids.push_back(index[ch]);
+    }
+    const std::size_t cut = ids.size() * 9 / 10;  // the last tenth is for validation
+    c.train.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut));
+    c.val.assign(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
+    return c;
+  }
+};
+
+/// A batch of `batch` windows of `time` tokens at random offsets, with next-token targets.
+inline void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time, remat::Rng& rng,
+                       remat::Tensor<std::int32_t>& x, remat::Tensor<std::int32_t>& y, const char* program) {
+  x = remat::Tensor<std::int32_t>({batch, time});
+  y = remat::Tensor<std::int32_t>({batch, time});
+  const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
+  if (span < 1) throw remat::UsageError(std::string(program) + ": the text is shorter than one context window");
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t at = rng.uniform_int(span);
+    for (std::int64_t t = 0; t < time; ++t) {
+      x.at({b, t}) = ids[static_cast<std::size_t>(at + t)];
+      y.at({b, t}) = ids[static_cast<std::size_t>(at + t + 1)];
+    }
+  }
+}
+
+using Batches = std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>>;
+
+/// `count` validation batches drawn from `ids` with `rng`: the same for every run with its seed.
+inline Batches validation_batches(const std::vector<std::int32_t>& ids, std::int64_t count, std::int64_t batch, std::int64_t time,
+                                  remat::Rng& rng, const char* program) {
+  Batches val(static_cast<std::size_t>(count));
+  for (auto& [vx, vy] : val) fill_batch(ids, batch, time, rng, vx, vy, program);
+  return val;
+}
+
+/// The mean loss over `val`, in evaluation mode (no dropout) and without a tape.
+template <class Model>
+double mean_loss(Model& model, const Batches& val) {
+  remat::NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (const auto& [vx, vy] : val) total += model.loss(vx, vy).item();
+  model.train();
+  return total / double(val.size());
+}
+
+/// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y;
+/// the profile's gradients are zeroed).
+template <class Model>
+remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers, const remat::Tensor<std::int32_t>& x,
+                            const remat::Tensor<std::int32_t>& y, const char* program) {
+  namespace plan = remat::plan;
+  const auto n = static_cast<std::size_t>(layers);
+  if (mode == "none") return plan::none(n);
+  if (mode == "every") return plan::every(n);
+  if (mode == "sqrt") return plan::sqrt(n);
+  if (mode.rfind("budget:", 0) == 0) {
+    const plan::Chain chain = model.profile(x, y);
+    for (auto p : model.parameters()) p.zero_grad();
+    return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
+  }
+  throw remat::UsageError(std::string(program) + ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+}
+
+/// m:ss
+inline std::string format_duration(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  char out[32];
+  std::snprintf(out, sizeof out, "%ld:%02ld", s / 60, s % 60);
+  return out;
+}
+
+/// Generates `count` characters after `tokens`, sampling at temperature 0.8 from the last
+/// `context` tokens' logits over `vocab` ids.
+template <class Model>
+std::string generate(const Model& model, const Corpus& corpus, std::vector<std::int32_t> tokens, std::int64_t count,
+                     std::int64_t context, std::int64_t vocab, remat::Rng& rng) {
+  remat::NoGradGuard no_grad;
+  std::string out;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t time = std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
+    remat::Tensor<std::int32_t> ids({1, time});
+    for (std::int64_t t = 0; t < time; ++t) ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
+    const remat::Tensor<float> logits = model.logits(ids).value();
+    std::vector<double> p(static_cast<std::size_t>(vocab));
+    double m = -1e300, total = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
+    for (std::int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
+    double u = rng.uniform() * total;
+    std::int32_t next = static_cast<std::int32_t>(vocab - 1);
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      if ((u -= p[v]) < 0) {
+        next = static_cast<std::int32_t>(v);
+        break;
+      }
+    }
+    tokens.push_back(next);
+    out.push_back(corpus.vocab[next]);
+  }
+  return out;
+}
+
+}  // namespace corpus
