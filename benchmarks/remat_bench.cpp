@@ -122,7 +122,10 @@ struct GptModel {
     m.name = "gpt";
     m.chain = gpt->block_layers();
     m.parameters = gpt->parameters();
-    m.profile = [this] { return gpt->profile(ids, targets); };
+    // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole
+    m.profile = [this] {
+      return gpt->profile(ids, targets, true, {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"})}});
+    };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) { return gpt->loss(ids, targets, &p); };
     const double tokens = double(kBatch * kContext);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
@@ -146,10 +149,16 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
     const bool number = !text.empty() && *end == '\0' && std::isfinite(value) && value >= 0;
+    // budget: per layer, plain, a save policy, or save_nothing segments; budget_layers: no policies
     if (number && kind == "budget") return plan::budget(chain, value * 1024 * 1024);
+    if (number && kind == "budget_layers") {
+      plan::Chain layers = chain;
+      layers.policies.clear();
+      return plan::budget(layers, value * 1024 * 1024);
+    }
     if (number && kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
   }
-  throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB> or optimal:<slots>, got " + mode);
+  throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or optimal:<slots>, got " + mode);
 }
 
 struct Result {
@@ -288,7 +297,7 @@ int main(int argc, char** argv) {
   double gemm_peak = 0;
   CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
   app.add_option("--model", model_name, "model: mlp, deep or gpt")->check(CLI::IsMember({"mlp", "deep", "gpt"}))->capture_default_str();
-  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> or optimal:<slots>")->capture_default_str();
+  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> (op-level), budget_layers:<MiB> or optimal:<slots>")->capture_default_str();
   app.add_option("--sweep", sweep, "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
       ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
   app.add_option("--out", out_dir, "directory of --sweep's CSV")->capture_default_str();
