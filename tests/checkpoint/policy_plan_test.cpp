@@ -338,3 +338,35 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
     CHECK(op_level > 0);
   }
 }
+
+TEST_CASE("plan::frontier with policies: no enumerated plan beats a point", "[checkpoint][plan][policy][bruteforce]") {
+  const std::vector<remat::SavePolicy> policies{remat::save_matmuls(),
+                                                remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
+  remat::Rng rng(77);
+  int op_level_points = 0;
+  for (int c = 0; c < 30; ++c) {
+    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(5));
+    const remat::plan::Chain chain = policy_plan_chain(n, rng, policies);
+    const std::vector<remat::plan::Plan> f = remat::plan::frontier(chain);
+    INFO("case " << c << ", " << n << " layers");
+    REQUIRE(!f.empty());
+    for (std::size_t i = 1; i < f.size(); ++i) {
+      CHECK(f[i].peak_bytes < f[i - 1].peak_bytes);
+      CHECK(f[i].recompute > f[i - 1].recompute);
+    }
+    for (const remat::plan::Plan& p : f) {
+      CHECK(remat::plan::predict(chain, p.segments).peak_bytes == p.peak_bytes);
+      for (const remat::plan::Segment& s : p.segments) op_level_points += s.policy.keeps_anything() ? 1 : 0;
+    }
+    std::vector<std::vector<remat::plan::Segment>> plans;
+    std::vector<remat::plan::Segment> cur;
+    enumerate_policy_plans(0, n, policies, cur, plans);
+    for (const auto& segments : plans) {
+      const remat::plan::Prediction q = remat::plan::predict(chain, segments);
+      for (const remat::plan::Plan& p : f) {
+        if (q.peak_bytes <= p.peak_bytes) CHECK(q.recompute >= p.recompute);
+      }
+    }
+  }
+  CHECK(op_level_points > 0);
+}
