@@ -1,6 +1,6 @@
 // The memory/time trade-off of checkpointing, measured.
 //
-//   remat_bench --model {mlp,deep} --mode {none,every,sqrt,budget:<MiB>,optimal:<slots>}
+//   remat_bench --model {mlp,deep,gpt} --mode {none,every,sqrt,budget:<MiB>,budget_layers:<MiB>,optimal:<slots>}[,...]
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
 //               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}] [--trace FILE]
 //   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
@@ -16,6 +16,10 @@
 // --trace FILE writes the memory timeline of one step of --mode (remat::Trace, Chrome trace event
 // format) and prints to stderr the median step time with and without the trace. `--help` lists
 // every flag with its default.
+// budget:<MiB> chooses per block among keeping it, a save policy (the gpt is profiled with
+// save_matmuls, save_ops(linear, causal_self_attention) and recompute_ops(causal_self_attention),
+// which replays only the attention core as Korthikanti et al. (2022) do) and save_nothing segments;
+// budget_layers:<MiB> only among keeping and save_nothing segments (the layer-level planner).
 // --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
 // --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
 // and writes DIR/sweep_MODEL.csv (measured and predicted step time and peak of each plan; default
@@ -122,7 +126,12 @@ struct GptModel {
     m.name = "gpt";
     m.chain = gpt->block_layers();
     m.parameters = gpt->parameters();
-    m.profile = [this] { return gpt->profile(ids, targets); };
+    // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole
+    m.profile = [this] {
+      return gpt->profile(ids, targets, true,
+                          {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"}),
+                                        remat::recompute_ops({"causal_self_attention"})}});
+    };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) { return gpt->loss(ids, targets, &p); };
     const double tokens = double(kBatch * kContext);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
@@ -146,10 +155,16 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
     const bool number = !text.empty() && *end == '\0' && std::isfinite(value) && value >= 0;
+    // budget: per layer, plain, a save policy, or save_nothing segments; budget_layers: no policies
     if (number && kind == "budget") return plan::budget(chain, value * 1024 * 1024);
+    if (number && kind == "budget_layers") {
+      plan::Chain layers = chain;
+      layers.policies.clear();
+      return plan::budget(layers, value * 1024 * 1024);
+    }
     if (number && kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
   }
-  throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB> or optimal:<slots>, got " + mode);
+  throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or optimal:<slots>, got " + mode);
 }
 
 struct Result {
@@ -288,7 +303,8 @@ int main(int argc, char** argv) {
   double gemm_peak = 0;
   CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
   app.add_option("--model", model_name, "model: mlp, deep or gpt")->check(CLI::IsMember({"mlp", "deep", "gpt"}))->capture_default_str();
-  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> or optimal:<slots>")->capture_default_str();
+  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> (op-level), budget_layers:<MiB> or optimal:<slots>; "
+                                 "a comma-separated list runs each on one profile")->capture_default_str();
   app.add_option("--sweep", sweep, "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
       ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
   app.add_option("--out", out_dir, "directory of --sweep's CSV")->capture_default_str();
@@ -330,6 +346,15 @@ int main(int argc, char** argv) {
         print_json(model, results.back(), threads, steps, gemm_peak);
       }
       write_sweep(model, results, out_dir, results.front().step_s);
+      return 0;
+    }
+    if (mode.find(',') != std::string::npos) {  // several modes, one profile: one JSON line each
+      for (std::size_t at = 0; at <= mode.size();) {
+        const std::size_t comma = std::min(mode.find(',', at), mode.size());
+        const std::string one = mode.substr(at, comma - at);
+        print_json(model, bench_.measure(one, make_plan(one, bench_.chain())), threads, steps, gemm_peak);
+        at = comma + 1;
+      }
       return 0;
     }
     const remat::plan::Plan p = make_plan(mode, bench_.chain());

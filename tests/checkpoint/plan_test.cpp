@@ -275,7 +275,8 @@ TEST_CASE("Plan::describe names the planner and prints sizes in B, KiB and MiB",
   const Plan p = every(Chain::uniform(4, 1 << 20, 3 << 20));
   CHECK(p.kind == Kind::every);
   // x_1, x_2 captured, layer 3 kept (3 MiB, x_3, x_4), the loss gradient: 8 MiB
-  CHECK(p.describe() == "every: 3 segments over 4 layers, depth 1, predicted peak 8.00 MiB, recompute 75.0 % of a forward");
+  CHECK(p.summary() == "every: 3 segments over 4 layers, depth 1, predicted peak 8.00 MiB, recompute 75.0 % of a forward");
+  CHECK(p.describe().find(p.summary() + "\n  layer 0: replayed in segment [0, 1) at depth 1, recomputes 3.00 MiB") == 0);
   CHECK(optimal(std::size_t{6}, 2).describe().find("optimal: ") == 0);
   CHECK(optimal(std::size_t{6}, 2).describe().find("predicted peak") == std::string::npos);  // made from a count
   CHECK(custom(Chain::uniform(2), {Segment{0, 1, {}}}).kind == Kind::custom);

@@ -55,6 +55,30 @@ class ForwardMarker final : public Node<T> {
   bool start_;
 };
 
+/// Identity op that, when the backward sweep passes it, reads the allocator as MemoryMarker does
+/// and the tape's replay clock: the replay time spent since the previous marker.
+template <class T>
+class ReplayMarker final : public Node<T> {
+ public:
+  ReplayMarker(const remat::detail::TapeState* tape, double* live, double* peak, double* replay)
+      : tape_(tape), live_(live), peak_(peak), replay_(replay) {}
+  const char* op_name() const noexcept override { return "profile_marker"; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
+    *peak_ = static_cast<double>(memory::peak_bytes());
+    *live_ = static_cast<double>(memory::live_bytes());
+    *replay_ = tape_->stats().replay_seconds;
+    memory::reset_peak();
+    grads.add(0, gy);
+  }
+
+ private:
+  const remat::detail::TapeState* tape_;
+  double* live_;
+  double* peak_;
+  double* replay_;
+};
+
 /// A copy of its input, in a buffer of its own.
 template <class T>
 class CopyNode final : public Node<T> {
@@ -104,6 +128,103 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
   tape.backward(value, Tensor<T>::ones(value.shape()));
 }
 
+/// The costs of every layer of `layers` run under `policy` in a segment of its own (Note [policy
+/// layers] in plan/simulator.hpp), measured as profile() measures plain layers: `repeats` steps
+/// (the last one measures memory; the replay time is the median), one forward pass (whether each
+/// layer keeps its input), and the last layer's backward once more when it keeps its output.
+/// `boundary` holds the chain's boundary sizes.
+template <class Layers, class T, class Loss>
+PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy, int repeats,
+                           const std::vector<double>& boundary) {
+  const std::size_t n = boundary.size() - 1;
+  PolicyCosts q;
+  q.policy = policy;
+  q.activation_bytes.assign(n, 0);
+  q.forward_transient_bytes.assign(n, 0);
+  q.backward_transient_bytes.assign(n, 0);
+  q.saves_output.assign(n, true);
+  q.saves_input.assign(n, true);
+  std::vector<std::vector<double>> times(n);
+  std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
+  const auto segment = [&](const Var<T>& on) { return remat::detail::ScopeAccess::make(on.tape_state(), policy); };
+  for (int run = 0; run < repeats; ++run) {
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]), {x});
+      const Var<T> held = x;  // keeps x_l alive while layer l is measured
+      const double before = static_cast<double>(memory::live_bytes());
+      memory::reset_peak();
+      {
+        const CheckpointScope scope = segment(x);
+        x = layer(x);
+      }
+      const double after = static_cast<double>(memory::live_bytes());
+      q.activation_bytes[l] = std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
+      q.forward_transient_bytes[l] = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
+      q.saves_output[l] = !x.value().is_unique();
+      ++l;
+    }
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]), {x});
+    const Var<T> value = loss(x);
+    tape.backward(value, Tensor<T>::ones(value.shape()));
+    // the marker on the input never runs (no gradient): layer 0's readings are the last ones
+    peak[0] = static_cast<double>(memory::peak_bytes());
+    clock[0] = tape.state().stats().replay_seconds;
+    for (std::size_t i = 0; i < n; ++i) {
+      q.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+      times[i].push_back(clock[i] - clock[i + 1]);
+    }
+  }
+  q.replay_cost.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    q.replay_cost[i] = times[i][times[i].size() / 2];
+  }
+  Tensor<T> last_input;
+  {
+    // whether each layer keeps its input: fed a copy nothing else holds, does the copy outlive it?
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      Var<T> y;
+      double with_copy = 0;
+      {
+        const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
+        const CheckpointScope scope = segment(copy);
+        y = layer(copy);
+        with_copy = static_cast<double>(memory::live_bytes());
+      }
+      q.saves_input[l] = with_copy - static_cast<double>(memory::live_bytes()) < boundary[l];
+      if (l + 1 == n) last_input = x.value().clone();
+      x = y;
+      ++l;
+    }
+  }
+  if (q.saves_output[n - 1]) {
+    // the last layer's backward when nothing else holds the output it keeps (as in profile())
+    Tape last_tape;
+    const Var<T> in = last_tape.input(last_input, n > 1);
+    double marker_live = 0, marker_peak = 0;
+    Var<T> value;
+    {
+      auto last = std::begin(layers);
+      std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
+      Var<T> out;
+      {
+        const CheckpointScope scope = segment(in);
+        out = (*last)(in);
+      }
+      value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak), {out}));
+    }
+    last_tape.backward(value, Tensor<T>::ones(value.shape()));
+    q.last_unheld_backward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+  }
+  return q;
+}
+
 }  // namespace detail
 
 struct ProfileOptions {
@@ -113,6 +234,11 @@ struct ProfileOptions {
   /// [four ways a layer runs] in plan/simulator.hpp). Off: predictions of plans with segments
   /// become upper bounds (the plain first pass's figures), not exact.
   bool replays = true;
+  /// Save policies to measure every layer under, each in a segment of its own (Chain::policies,
+  /// Note [policy layers] in plan/simulator.hpp): the choices plan::budget() and plan::frontier()
+  /// then have per layer besides plain layers and save_nothing segments. Policies that keep
+  /// nothing are skipped. Each costs `repeats` + 2 more steps.
+  std::vector<SavePolicy> policies = {save_matmuls()};
 };
 
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
@@ -254,6 +380,10 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   for (std::size_t i = 0; i < n; ++i) {
     std::sort(times[i].begin(), times[i].end());
     c.forward_cost[i] = times[i][times[i].size() / 2];
+  }
+  for (const SavePolicy& policy : options.policies) {
+    if (!policy.keeps_anything() || c.policy_index(policy) >= 0) continue;
+    c.policies.push_back(detail::profile_policy(layers, input, loss, policy, options.repeats, c.boundary_bytes));
   }
   return c;
 }

@@ -445,6 +445,15 @@ class TapeState {
       if (--in.keep_count == 0) drop_transient(in);
     }
     seg.captured.clear();
+    // The sweep has passed the segment: no replay reads its kept values any more, even when none
+    // ran (its replayed ops needed no gradient). Without this they would live to the step's end.
+    if (!seg.materialized && seg.policy.keeps_anything()) {
+      seg.materialized = true;
+      const auto id = static_cast<std::uint32_t>(&seg - segments_.data());
+      for (std::uint32_t i = seg.begin; i < seg.end; ++i) {
+        if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == id) drop_transient(*nodes_[i]);
+      }
+    }
   }
 
   std::vector<std::unique_ptr<NodeBase>> nodes_;

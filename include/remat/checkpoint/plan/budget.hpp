@@ -19,27 +19,36 @@ namespace detail {
 /// the blocks before s, whether those pin x_s); a block's peak is that plus a local term that
 /// only depends on the block and on that flag (the closed form of the Simulator for one level,
 /// derived in docs/design.md).
+///
+/// A plain layer may also run under any policy of Chain::policies in a segment of its own
+/// (Note [policy layers]): the same closed form over that policy's figures (Chain::under_policy),
+/// its replay added to the recompute. The flag of the next cut then depends on the choice; the
+/// states stay those of the plain DP, so it remains exact over this larger set of plans.
 class OneLevelPlanner {
  public:
-  explicit OneLevelPlanner(const Chain& c) : c_(c), n_(c.layers()) {}
+  explicit OneLevelPlanner(const Chain& c) : c_(c), n_(c.layers()) {
+    for (std::size_t p = 0; p < c.policies.size(); ++p) variants_.push_back(c.under_policy(p));
+  }
 
   /// Local peak of layer s run plainly, x_s pinned before it or not:
   ///   a_s + max([not pinned] b_s + b_{s+1} + tau_s, [not pinned, i_s] b_s + [o_s] b_{s+1} + b_{s+1} + beta_s + L)
   /// (o_s: the layer keeps its output, unless that output is x_n and the caller holds it; i_s: it
   /// keeps its input; the second b_{s+1} is the incoming gradient; L = after_loss()).
-  double plain_peak(std::size_t s, bool input_pinned) const {
-    const double out = c_.boundary(s + 1);
+  double plain_peak(std::size_t s, bool input_pinned) const { return plain_peak(c_, s, input_pinned); }
+  double plain_peak(const Chain& c, std::size_t s, bool input_pinned) const {
+    const double out = c.boundary(s + 1);
     // the last layer's saved output is the copy the caller holds (counted in after_loss())
-    const double kept_out = c_.keeps_output(s) && !(s + 1 == n_ && c_.output_held) ? out : 0.0;
-    const double in = input_pinned ? 0.0 : c_.boundary(s);
-    const double in_kept = input_pinned || !c_.keeps_input(s) ? 0.0 : c_.boundary(s);
-    return c_.activation(s) + std::max(in + out + c_.tau(s), in_kept + kept_out + out + c_.beta(s, !c_.output_held) + after_loss());
+    const double kept_out = c.keeps_output(s) && !(s + 1 == n_ && c.output_held) ? out : 0.0;
+    const double in = input_pinned ? 0.0 : c.boundary(s);
+    const double in_kept = input_pinned || !c.keeps_input(s) ? 0.0 : c.boundary(s);
+    return c.activation(s) + std::max(in + out + c.tau(s), in_kept + kept_out + out + c.beta(s, !c.output_held) + after_loss());
   }
 
   /// What a plain layer s adds to the bytes pinned for the blocks after it.
-  double plain_pins(std::size_t s, bool input_pinned) const {
-    return c_.activation(s) + (!input_pinned && c_.keeps_input(s) ? c_.boundary(s) : 0.0) +
-           (c_.keeps_output(s) ? c_.boundary(s + 1) : 0.0);
+  double plain_pins(std::size_t s, bool input_pinned) const { return plain_pins(c_, s, input_pinned); }
+  static double plain_pins(const Chain& c, std::size_t s, bool input_pinned) {
+    return c.activation(s) + (!input_pinned && c.keeps_input(s) ? c.boundary(s) : 0.0) +
+           (c.keeps_output(s) ? c.boundary(s + 1) : 0.0);
   }
 
   /// What stays alive from the loss to the end of the backward pass: the loss value and its
@@ -82,7 +91,7 @@ class OneLevelPlanner {
     // frontier[2 s + f]: the states at cut s whose blocks pin x_s (f = 1) or not (f = 0)
     std::vector<std::vector<State>> frontier(2 * (n_ + 1));
     std::vector<std::size_t> pruned_size(2 * (n_ + 1), 0);
-    frontier[0].push_back(State{0, 0, 0, 0, 0, false});
+    frontier[0].push_back(State{0, 0, 0, 0, 0, false, -1});
     const auto push = [&](std::size_t at, bool pinned, const State& st) {
       const std::size_t k = 2 * at + (pinned ? 1 : 0);
       frontier[k].push_back(st);
@@ -99,10 +108,15 @@ class OneLevelPlanner {
         prune(frontier[k]);
         const std::vector<State>& from = frontier[k];
         if (from.empty()) continue;
-        const double plain = plain_peak(s, pinned), pins = plain_pins(s, pinned);
-        for (std::size_t i = 0; i < from.size(); ++i) {
-          if (from[i].pre + plain <= budget) {
-            push(s + 1, c_.keeps_output(s), State{from[i].cost, from[i].pre + pins, std::max(from[i].peak, from[i].pre + plain), k, i, false});
+        for (int v = -1; v < static_cast<int>(variants_.size()); ++v) {  // plain, or under a policy
+          const Chain& c = v < 0 ? c_ : variants_[static_cast<std::size_t>(v)];
+          const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
+          const double replay = v < 0 ? 0.0 : c_.policies[static_cast<std::size_t>(v)].replay_cost[s];
+          for (std::size_t i = 0; i < from.size(); ++i) {
+            if (from[i].pre + plain <= budget) {
+              push(s + 1, c.keeps_output(s),
+                   State{from[i].cost + replay, from[i].pre + pins, std::max(from[i].peak, from[i].pre + plain), k, i, false, v});
+            }
           }
         }
         const double in = pinned ? 0.0 : c_.boundary(s);  // a segment captures its input
@@ -116,7 +130,7 @@ class OneLevelPlanner {
           seg_cost += c_.cost(e - 1);
           // from is sorted by recompute up, pinned bytes down: the states that fit are a suffix
           for (std::size_t i = from.size(); i-- > 0 && from[i].pre + in + seg[e] <= budget;) {
-            push(e, false, State{from[i].cost + seg_cost, from[i].pre + in, std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true});
+            push(e, false, State{from[i].cost + seg_cost, from[i].pre + in, std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
           }
         }
       }
@@ -145,6 +159,7 @@ class OneLevelPlanner {
     for (std::size_t k = pick_k, i = pick; k / 2 > 0;) {
       const State& st = frontier[k][i];
       if (st.segment) best.segments.push_back(Segment{st.from / 2, k / 2, {}});
+      if (st.variant >= 0) best.segments.push_back(Segment{st.from / 2, k / 2, {}, c_.policies[static_cast<std::size_t>(st.variant)].policy});
       i = st.index;
       k = st.from;
     }
@@ -160,6 +175,7 @@ class OneLevelPlanner {
     std::size_t from;   // the previous cut's frontier (2 cut + flag)
     std::size_t index;  // the previous state, in frontier[from]
     bool segment;       // whether [from, here) is a segment (else one plain layer)
+    int variant;        // a plain layer's policy (index into Chain::policies), or -1
   };
 
   /// Keeps the states no other state beats on both recompute and pinned bytes, sorted by
@@ -183,6 +199,7 @@ class OneLevelPlanner {
 
   const Chain& c_;
   std::size_t n_;
+  std::vector<Chain> variants_;  // c_ under each of its policies
 };
 }  // namespace detail
 

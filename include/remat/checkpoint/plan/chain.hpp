@@ -16,6 +16,40 @@
 
 namespace remat::plan {
 
+/// How the layers of a chain run under one save policy, each in a checkpoint segment of its own
+/// (Note [policy layers] in plan/simulator.hpp): measured by plan::profile, n values each. Such a
+/// layer behaves, seen from the rest of the chain, like a plain layer that keeps less and whose
+/// backward replays part of its forward first; these are that layer's figures.
+struct PolicyCosts {
+  SavePolicy policy;                            ///< the policy (matched to plans by name)
+  std::vector<double> activation_bytes;         ///< what layer l keeps from its first pass besides x_l, x_{l+1}
+  std::vector<double> forward_transient_bytes;  ///< above x_l, a_l and x_{l+1} while it runs forward
+  std::vector<double> backward_transient_bytes; ///< above what is live when its backward starts, replay included
+  std::optional<double> last_unheld_backward_transient_bytes;  ///< as Chain's, for the last layer
+  std::vector<bool> saves_input;                ///< x_l stays alive until its backward (captured or saved)
+  std::vector<bool> saves_output;               ///< x_{l+1} stays alive until its backward
+  std::vector<double> replay_cost;              ///< its backward's replay, in the chain's cost unit
+
+  /// Throws a PlanError naming the policy and the first inconsistency.
+  void validate(std::size_t n, const char* who) const {
+    const auto fail = [&](const std::string& what) {
+      throw PlanError(remat::detail::cat(who, ": the chain's costs for policy '", policy.name(), "' ", what));
+    };
+    if (!policy.keeps_anything()) fail("keep nothing: a layer under save_nothing is a segment of the chain itself");
+    for (const auto* v : {&activation_bytes, &forward_transient_bytes, &backward_transient_bytes, &replay_cost}) {
+      if (v->size() != n) fail(remat::detail::cat("have ", v->size(), " values where the chain has ", n, " layers"));
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!((*v)[i] >= 0) || !std::isfinite((*v)[i])) fail(remat::detail::cat("have the value ", (*v)[i], " for layer ", i, "; values must be finite and >= 0"));
+      }
+    }
+    if (saves_input.size() != n || saves_output.size() != n) {
+      fail(remat::detail::cat("have ", saves_input.size(), " saves_input and ", saves_output.size(), " saves_output flags for ", n, " layers"));
+    }
+    const double last = last_unheld_backward_transient_bytes.value_or(0);
+    if (!(last >= 0) || !std::isfinite(last)) fail(remat::detail::cat("have a last-layer backward size of ", last));
+  }
+};
+
 /// What the planners know about a chain of n layers. Bytes are per step; costs are in any unit
 /// (seconds, FLOPs, or 1 per layer).
 struct Chain {
@@ -50,6 +84,9 @@ struct Chain {
   /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
   /// of it (GPT::loss: ln_f saves it); an upper bound when the loss does not save it.
   bool output_held = true;
+  /// Each layer under each of these save policies in a segment of its own (plan::profile
+  /// measures them); empty: the planners choose among plain layers and save_nothing segments.
+  std::vector<PolicyCosts> policies;
 
   std::size_t layers() const noexcept { return activation_bytes.size(); }
 
@@ -124,6 +161,35 @@ struct Chain {
                      last_unheld_backward_transient_bytes.value_or(0)}) {
       if (!(v >= 0) || !std::isfinite(v)) fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
     }
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      policies[i].validate(n, who);
+      for (std::size_t j = 0; j < i; ++j) {
+        if (policies[j].policy == policies[i].policy) fail(remat::detail::cat("has two entries for policy '", policies[i].policy.name(), "'"));
+      }
+    }
+  }
+
+  /// The index in `policies` of the costs measured for `policy`, or -1.
+  int policy_index(const SavePolicy& policy) const noexcept {
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      if (policies[i].policy == policy) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  /// This chain with every layer as it runs under policies[p] in a segment of its own: a plain
+  /// layer that keeps and replays what the policy says (Note [policy layers]).
+  Chain under_policy(std::size_t p) const {
+    const PolicyCosts& q = policies[p];
+    Chain c = *this;
+    c.policies.clear();
+    c.activation_bytes = q.activation_bytes;
+    c.forward_transient_bytes = q.forward_transient_bytes;
+    c.backward_transient_bytes = q.backward_transient_bytes;
+    c.last_unheld_backward_transient_bytes = q.last_unheld_backward_transient_bytes;
+    c.saves_input = q.saves_input;
+    c.saves_output = q.saves_output;
+    return c;
   }
 };
 
@@ -180,6 +246,10 @@ struct Plan {
   double recompute_fraction = 0;  ///< recompute / the cost of one forward pass
   int slots = -1;                 ///< for binomial plans: checkpoints alive at once; -1 otherwise
   bool predicted = true;          ///< false for plans made from a layer count, not measured sizes
+  /// Per layer, how it runs and what it keeps and replays, from the chain it was planned on
+  /// (empty for plans made from a layer count): "layer 2: save_matmuls, keeps 1.00 MiB, replays
+  /// 512.00 KiB (31 % of its forward time)".
+  std::vector<std::string> layer_notes;
 
   /// Depth of the deepest segment (0 when there is none).
   int depth() const noexcept { return depth_of(segments); }
@@ -187,8 +257,18 @@ struct Plan {
   std::size_t segment_count() const noexcept { return count(segments); }
 
   /// One line: planner, segments, depth, predicted peak (in B, KiB or MiB) and recompute, e.g.
-  /// "budget: 3 segments over 12 layers, depth 1, predicted peak 1.50 MiB, recompute 25.0 % of a forward".
+  /// "budget: 3 segments over 12 layers, depth 1, predicted peak 1.50 MiB, recompute 25.0 % of a forward",
+  /// then one indented line per layer (layer_notes) when the plan was made from measured sizes.
   std::string describe() const {
+    std::string out = summary();
+    if (predicted) {
+      for (const std::string& note : layer_notes) out += "\n  " + note;
+    }
+    return out;
+  }
+
+  /// The first line of describe().
+  std::string summary() const {
     std::ostringstream out;
     out << to_string(kind) << ": " << segment_count() << " segments over " << layers << " layers, depth " << depth();
     if (predicted) out << ", predicted peak " << format_bytes(peak_bytes);
@@ -211,8 +291,9 @@ struct Plan {
 };
 
 /// `p` with `policy` on every segment, nested ones included. The plan's peak and recompute
-/// were predicted for save_nothing(), so the result is marked not predicted (the simulator does
-/// not model kept ops yet) unless the policy is save_nothing().
+/// were predicted for save_nothing(), so the result is marked not predicted unless the policy is
+/// save_nothing(). (Predicted plans with policies: one-layer segments from plan::budget() or
+/// plan::custom() over a chain profiled with the policy, Note [policy layers].)
 inline Plan with_policy(Plan p, const SavePolicy& policy) {
   struct Set {
     const SavePolicy& policy;
@@ -227,6 +308,7 @@ inline Plan with_policy(Plan p, const SavePolicy& policy) {
   if (policy.keeps_anything()) {
     p.predicted = false;
     p.kind = Kind::custom;
+    p.layer_notes.clear();
   }
   return p;
 }

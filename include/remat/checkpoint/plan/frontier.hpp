@@ -16,8 +16,12 @@ namespace remat::plan {
 /// The plans no other plan found here beats on both predicted peak and predicted recompute,
 /// sorted by peak (falling) and so by recompute (rising). The candidates: none(), every(),
 /// sqrt(), optimal() with up to kFrontierSlots slots, and the budget() plan at each of their
-/// peaks. Each point is a plan a step can run (checkpoint_sequential), not an interpolation.
+/// peaks and at kFrontierBudgets budgets spaced evenly between the least of those peaks and
+/// none()'s. budget() chooses among the chain's save policies too (Chain::policies), so the
+/// points include plans that keep some ops of a layer and replay the others. Each point is a
+/// plan a step can run (checkpoint_sequential), not an interpolation.
 inline constexpr std::size_t kFrontierSlots = 32;
+inline constexpr std::size_t kFrontierBudgets = 32;
 
 inline std::vector<Plan> frontier(const Chain& chain) {
   chain.validate("plan::frontier");
@@ -26,6 +30,12 @@ inline std::vector<Plan> frontier(const Chain& chain) {
   std::vector<double> peaks;
   for (const Plan& p : candidates) peaks.push_back(p.peak_bytes);
   std::sort(peaks.begin(), peaks.end());
+  if (!chain.policies.empty() && peaks.size() > 1) {
+    // policy layers reach peaks between the layer-level plans'
+    const double low = peaks.front(), high = peaks.back();
+    for (std::size_t i = 1; i < kFrontierBudgets; ++i) peaks.push_back(low + (high - low) * static_cast<double>(i) / kFrontierBudgets);
+    std::sort(peaks.begin(), peaks.end());
+  }
   peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
   for (double peak : peaks) {
     // a peak only a nested plan reaches may be missed by budget()'s search over slot counts,

@@ -40,10 +40,22 @@
 ///   dropped_free_peak_bytes).
 /// plan::profile measures all four (checkpoint/profile.hpp); a Chain without them falls back to
 /// the first pass's figures, an upper bound for the others.
+///
+/// Note [policy layers]: a segment whose save policy keeps some ops (core/save_policy.hpp) is
+/// predicted when it spans one layer at the top level. Seen from the rest of the chain, that
+/// layer is a plain layer with other figures: it keeps what its kept ops saved (and the kept
+/// values its replay reads), pins x_l when its segment captures x_l or a kept op saved it, and its
+/// backward first replays the ops not kept, inside the layer's own backward. plan::profile
+/// measures those figures per policy (Chain::policies, PolicyCosts) by running every layer under
+/// the policy in a segment of its own, exactly as it measures plain layers; predict() then runs
+/// the same simulation on the chain with those layers' figures swapped in (Chain::under_policy)
+/// and adds their replay cost. A policy segment over several layers or inside another segment is
+/// not modelled: predict() raises a PlanError for it rather than guess.
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "remat/checkpoint/plan/chain.hpp"
@@ -231,17 +243,149 @@ class Simulator {
 
 }  // namespace detail
 
-/// Predicted peak bytes and recompute of running `chain` with `segments` (Note [memory model]).
+namespace detail {
+
+/// The layers of `segments` that run under a policy keeping something (Note [policy layers]):
+/// per layer, the index into chain.policies, or -1. Throws a PlanError for a policy segment the
+/// simulator does not model or whose policy the chain has no costs for.
+inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segment>& segments, const char* who) {
+  std::vector<int> out(chain.layers(), -1);
+  struct Walk {
+    const Chain& chain;
+    std::vector<int>& out;
+    const char* who;
+    void operator()(const std::vector<Segment>& list, bool top) const {
+      for (const Segment& s : list) {
+        if (s.policy.keeps_anything()) {
+          if (!top || s.end != s.begin + 1 || !s.children.empty()) {
+            throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ")", top ? "" : " (nested)", " carries the policy '",
+                                               s.policy.name(), "'; predictions model a policy segment over one layer at the top level "
+                                               "(Note [policy layers]): split it, or use plan::with_policy() for an unpredicted plan"));
+          }
+          const int p = chain.policy_index(s.policy);
+          if (p < 0) {
+            std::string known;
+            for (const PolicyCosts& q : chain.policies) known += (known.empty() ? "" : ", ") + q.policy.name();
+            throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") carries the policy '", s.policy.name(),
+                                               "', which the chain has no costs for (it has: ", known.empty() ? "none" : known,
+                                               "); profile the chain with that policy (ProfileOptions::policies)"));
+          }
+          out[s.begin] = p;
+        }
+        (*this)(s.children, false);
+      }
+    }
+  };
+  Walk{chain, out, who}(segments, true);
+  return out;
+}
+
+/// `segments` without the policy segments, over `chain` with those layers' figures swapped in,
+/// and their replay cost (Note [policy layers]).
+struct Resolved {
+  Chain chain;
+  std::vector<Segment> segments;
+  double replay_cost = 0;
+};
+
+inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>& segments, const std::vector<int>& layer_policy) {
+  Resolved r{chain, {}, 0};
+  r.chain.policies.clear();
+  for (const Segment& s : segments) {
+    if (!s.policy.keeps_anything()) r.segments.push_back(s);
+  }
+  for (std::size_t l = 0; l < layer_policy.size(); ++l) {
+    if (layer_policy[l] < 0) continue;
+    const PolicyCosts& q = chain.policies[static_cast<std::size_t>(layer_policy[l])];
+    Chain& c = r.chain;
+    const std::size_t n = c.layers();
+    c.activation_bytes[l] = q.activation_bytes[l];
+    if (c.forward_transient_bytes.empty()) c.forward_transient_bytes.assign(n, 0);
+    c.forward_transient_bytes[l] = q.forward_transient_bytes[l];
+    if (c.backward_transient_bytes.empty()) c.backward_transient_bytes.assign(n, 0);
+    c.backward_transient_bytes[l] = q.backward_transient_bytes[l];
+    if (c.saves_input.empty()) c.saves_input.assign(n, true);
+    c.saves_input[l] = q.saves_input[l];
+    if (c.saves_output.empty()) c.saves_output.assign(n, true);
+    c.saves_output[l] = q.saves_output[l];
+    if (l + 1 == n) c.last_unheld_backward_transient_bytes = q.last_unheld_backward_transient_bytes;
+    r.replay_cost += q.replay_cost[l];
+  }
+  return r;
+}
+
+}  // namespace detail
+
+/// Predicted peak bytes and recompute of running `chain` with `segments` (Note [memory model];
+/// segments with save policies: Note [policy layers]).
 inline Prediction predict(const Chain& chain, const std::vector<Segment>& segments) {
   chain.validate("plan::predict");
   detail::check_segments(segments, 0, chain.layers(), chain.layers(), "plan::predict");
-  return detail::Simulator(chain, segments).run();
+  const std::vector<int> layer_policy = detail::policy_layers(chain, segments, "plan::predict");
+  if (std::all_of(layer_policy.begin(), layer_policy.end(), [](int p) { return p < 0; })) return detail::Simulator(chain, segments).run();
+  const detail::Resolved r = detail::resolve_policies(chain, segments, layer_policy);
+  Prediction p = detail::Simulator(r.chain, r.segments).run();
+  p.recompute += r.replay_cost;
+  return p;
 }
+
+namespace detail {
+
+/// Plan::layer_notes: per layer, how it runs under `segments` and what it keeps and replays.
+inline std::vector<std::string> layer_notes(const Chain& chain, const std::vector<Segment>& segments) {
+  const std::size_t n = chain.layers();
+  std::vector<const Segment*> innermost(n, nullptr);
+  std::vector<int> depth(n, 0);
+  struct Walk {
+    std::vector<const Segment*>& innermost;
+    std::vector<int>& depth;
+    void operator()(const std::vector<Segment>& list, int d) const {
+      for (const Segment& s : list) {
+        for (std::size_t l = s.begin; l < s.end; ++l) {
+          innermost[l] = &s;
+          depth[l] = d;
+        }
+        (*this)(s.children, d + 1);
+      }
+    }
+  };
+  Walk{innermost, depth}(segments, 1);
+  const auto percent = [](double part, double whole) {
+    return whole > 0 ? remat::detail::cat(std::llround(100 * part / whole), " % of its forward time") : std::string("no forward time");
+  };
+  std::vector<std::string> notes;
+  for (std::size_t l = 0; l < n; ++l) {
+    const Segment* s = innermost[l];
+    std::string note = remat::detail::cat("layer ", l, ": ");
+    if (!s) {
+      note += "kept, " + format_bytes(chain.activation(l));
+    } else if (s->policy.keeps_anything()) {
+      const int p = chain.policy_index(s->policy);
+      if (p < 0) {
+        note += s->policy.name() + " (no costs measured for it)";
+      } else {
+        const PolicyCosts& q = chain.policies[static_cast<std::size_t>(p)];
+        note += remat::detail::cat(s->policy.name(), ", keeps ", format_bytes(q.activation_bytes[l]), ", replays the rest (",
+                                   format_bytes(std::max(0.0, chain.activation(l) - q.activation_bytes[l])), ", ",
+                                   percent(q.replay_cost[l], chain.cost(l)), ")");
+      }
+    } else {
+      note += remat::detail::cat("replayed in segment [", s->begin, ", ", s->end, ") at depth ", depth[l], ", recomputes ",
+                                 format_bytes(chain.activation(l)));
+      if (l == s->begin) note += ", the segment keeps its input (" + format_bytes(chain.boundary(l)) + ")";
+    }
+    notes.push_back(std::move(note));
+  }
+  return notes;
+}
+
+}  // namespace detail
 
 /// A plan from explicit segments, with its predictions filled in.
 inline Plan custom(const Chain& chain, std::vector<Segment> segments, Kind kind = Kind::custom) {
   const Prediction p = predict(chain, segments);
   Plan plan;
+  plan.layer_notes = detail::layer_notes(chain, segments);
   plan.kind = kind;
   plan.layers = chain.layers();
   plan.segments = std::move(segments);
