@@ -37,6 +37,7 @@
 #include "remat/ops/broadcast_to.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/embedding.hpp"
+#include "remat/ops/flash_attention.hpp"
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/layer_norm.hpp"
