@@ -32,10 +32,12 @@ const Case kCases[] = {
 // kCases with the fused attention, then with the flash one, plus flash cases whose length is not a
 // multiple of its block of query rows (kFlashBlockRows), with and without dropout.
 std::vector<Case> with_flash_cases() {
-  std::vector<Case> out(std::begin(kCases), std::end(kCases));
-  for (const Case& c : kCases) {
-    out.push_back(c);
-    out.back().config.attention = nn::Attention::flash;
+  std::vector<Case> out;
+  for (const nn::Attention attention : {nn::Attention::fused, nn::Attention::flash}) {
+    for (const Case& c : kCases) {
+      out.push_back(c);
+      out.back().config.attention = attention;
+    }
   }
   out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 2, .width = 8, .seed = 8, .attention = nn::Attention::flash}, 1, 150, true});
   out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 1, .width = 8, .dropout = 0.2, .seed = 9,
