@@ -3,6 +3,7 @@
 /// The transformer pieces: an MLP block, multi-head causal self-attention, and a pre-LN block
 /// x + attn(ln1(x)), then + mlp(ln2(x)).
 
+#include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/attention.hpp"
@@ -10,16 +11,6 @@
 #include "remat/ops/unary.hpp"
 
 namespace remat::nn {
-
-/// Which attention op a CausalSelfAttention runs: both compute the same function (to rounding)
-/// with the same dropout draws.
-/// - fused: causal_self_attention (ops/attention.hpp), keeping the (B, H, T, T) probabilities;
-/// - flash: flash_causal_self_attention (ops/flash_attention.hpp), keeping one log-sum-exp per
-///   query row and recomputing the probabilities by blocks in backward.
-enum class Attention { fused, flash };
-
-/// "fused" or "flash".
-inline const char* to_string(Attention a) noexcept { return a == Attention::flash ? "flash" : "fused"; }
 
 /// Linear(d, hidden) -> GELU (tanh approximation, GPT-2's) -> Linear(hidden, d) -> dropout.
 template <class T = float>
