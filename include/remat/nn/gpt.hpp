@@ -26,9 +26,10 @@ struct GPTConfig {
   bool tied = false;           ///< the head reuses the token embedding's weight
   std::uint64_t seed = 1;      ///< initialization
   /// The blocks' attention op (nn::Attention): the same function either way; flash keeps no
-  /// (T x T) probabilities between forward and backward. Flash is the default: at context 256 it
-  /// is also faster (docs/benchmarks.md, "Attention without the T x T").
-  Attention attention = Attention::flash;
+  /// (T x T) probabilities between forward and backward (a fifth less activation memory at
+  /// context 256, half at 1024). Fused stays the default: at context 256 flash measured 1 to 4 %
+  /// slower a step (docs/benchmarks.md, "Op-level rematerialization").
+  Attention attention = Attention::fused;
 
   void validate() const {
     const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 && width % heads == 0 &&
