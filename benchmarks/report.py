@@ -29,7 +29,7 @@ MODELS = {
     # model: (full description, budget MiB, binomial slots)
     "mlp": ("32 x (Linear 1024->1024 + GELU), batch 256", 24, 4),
     "deep": ("1000 x (Linear 256->256 + tanh), batch 64", 8, 8),
-    "gpt": ("8 blocks, width 256, 4 heads, context 256, batch 8, vocabulary 256, flash attention", 96, 2),
+    "gpt": ("8 blocks, width 256, 4 heads, context 256, batch 8, vocabulary 256", 96, 2),
 }
 TORCH_MODES = ["none", "every", "sqrt", "budget"]  # budget: remat's plan, applied by torch_reference
 
