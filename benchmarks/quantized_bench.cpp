@@ -6,6 +6,7 @@
 //
 // Prints one JSON object per line: {"bench": "quantized_linear", "storage": ..., "lora": ...,
 // "ms": median, "ratio_to_float": ..., "bytes_per_param": ...}.
+#include "../examples/flags.hpp"
 #include "bench_util.hpp"
 
 namespace {
@@ -43,10 +44,17 @@ double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora, dou
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Setup c{std::stoll(bench::arg(argc, argv, "--in", "1024")), std::stoll(bench::arg(argc, argv, "--out", "1024")),
-                std::stoll(bench::arg(argc, argv, "--batch", "256")), std::stoll(bench::arg(argc, argv, "--rank", "16")),
-                std::stoi(bench::arg(argc, argv, "--repeat", "21"))};
-  remat::set_num_threads(std::stoi(bench::arg(argc, argv, "--threads", "1")));
+  Setup c{1024, 1024, 256, 16, 21};
+  int threads = 1;
+  CLI::App app("Forward + backward time and counted bytes per parameter of a Linear stored as float, BF16, INT8 or NF4, alone and under LoRA.");
+  app.add_option("--in", c.in, "input features")->check(flags::positive)->capture_default_str();
+  app.add_option("--out", c.out, "output features")->check(flags::positive)->capture_default_str();
+  app.add_option("--batch", c.batch, "rows of the input")->check(flags::positive)->capture_default_str();
+  app.add_option("--rank", c.rank, "LoRA rank")->check(flags::positive)->capture_default_str();
+  app.add_option("--repeat", c.repeat, "runs per configuration (medians)")->check(flags::positive)->capture_default_str();
+  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
+  flags::parse(app, argc, argv);
+  remat::set_num_threads(threads);
   for (bool lora : {false, true}) {
     double bytes = 0;
     const double trainable = time_step(c, WeightStorage::f32, true, lora, &bytes);

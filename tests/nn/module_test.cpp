@@ -30,7 +30,9 @@ void grow(TreeModule& m, const std::string& prefix, int depth, remat::Rng& rng, 
   want.modules.push_back(&m);
   const std::int64_t entries = rng.uniform_int(5);
   for (std::int64_t i = 0; i < entries; ++i) {
-    const std::string name = (rng.uniform_int(2) == 0 ? "p" : "c") + std::to_string(i);
+    // Appended rather than `const char* + std::string`, which GCC 12 flags with a false -Wrestrict.
+    std::string name(rng.uniform_int(2) == 0 ? "p" : "c");
+    name += std::to_string(i);
     const std::int64_t kind = depth >= 4 ? rng.uniform_int(4) : rng.uniform_int(5);
     if (kind == 0) {  // a parameter of its own
       const std::int64_t n = 1 + rng.uniform_int(3);
