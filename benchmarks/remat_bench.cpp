@@ -1,17 +1,27 @@
 // The memory/time trade-off of checkpointing, measured.
 //
 //   remat_bench --model {mlp,deep,gpt} --mode {none,every,sqrt,budget:<MiB>,budget_layers:<MiB>,optimal:<slots>}[,...]
+//               [--policy {save_nothing,save_matmuls,save_ops:<op,...>,recompute_ops:<op,...>}]
+//               [--attention {fused,flash}] [--context T] [--batch B]
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
 //               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}] [--trace FILE]
 //   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
 //
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
 // 256->256 + tanh), batch 64; gpt = 8 blocks, width 256, 4 heads, context 256, batch 8,
-// vocabulary 256 (the planners see its blocks). Loss: cross-entropy against random integer
-// targets (the GPT's is chunked, ops/loss.hpp). One training
-// step = forward, loss, backward, AdamW update. After one warm-up step (which allocates the
-// gradient and optimizer buffers that every later step reuses), the chain is profiled and the
-// plan made; then N steps are timed.
+// vocabulary 256 (the planners see its blocks); --context and --batch change its sequence length
+// and batch, --attention its attention op (nn::Attention). Loss: cross-entropy against random
+// integer targets (the GPT's is chunked, ops/loss.hpp). One training step = forward, loss,
+// backward, AdamW update. --policy puts a save policy (core/save_policy.hpp) on every segment of
+// the plan (plan::with_policy).
+//
+// Only the plan asked for runs before the timed steps, so that the process's peak resident
+// memory (process_peak_mb) is that plan's: for none, every and sqrt (whose segments depend on
+// the layer count alone) the warm-up step (which allocates the gradient and optimizer buffers
+// every later step reuses) and the timed steps run the plan, the process's peak is read, and
+// only then is the chain profiled (plan::profile runs it without checkpoints) for the predicted
+// figures. budget and optimal plans need the profile first; their process_peak_mb includes it
+// ("profiled_first": true). N steps are timed after one untimed step of the plan.
 //
 // --trace FILE writes the memory timeline of one step of --mode (remat::Trace, Chrome trace event
 // format) and prints to stderr the median step time with and without the trace. `--help` lists
@@ -30,9 +40,14 @@
 //   step_s            median wall time of a training step (forward + backward + AdamW)
 //   fwd_bwd_s         median wall time of forward + backward alone
 //   act_peak_mb       counted peak during forward + backward minus live bytes before it (MiB)
-//   predicted_peak_mb the plan's predicted peak (MiB)
+//   predicted_peak_mb the plan's predicted peak (MiB); null when a policy keeps ops (the
+//                     simulator does not model kept ops)
 //   recompute         the plan's extra forward work, as a fraction of one forward pass
-//   replay_s          measured time spent replaying segments in one step
+//   recompute_s       measured time spent replaying segments during one step's backward pass
+//                     (median; the tape's replay clock, TapeState::stats().replay_seconds)
+//   policy            the save policy on the plan's segments (--policy)
+//   attention         gpt only: the attention op; context and batch: the gpt's T and B
+//   process_peak_mb   the process's peak resident memory so far (getrusage ru_maxrss, MiB)
 //   loss              the loss of the last step (equal across modes: gradients are exact)
 //   cpu, isa          the CPU's name and the instruction set remat's dispatched kernels ran
 //                     (the CPU's widest unless --isa forces a narrower one)
@@ -43,6 +58,8 @@
 #include "bench_util.hpp"
 
 #include <remat/optim/adamw.hpp>
+
+#include <sys/resource.h>
 
 #include <cstring>
 #include <functional>
@@ -110,16 +127,16 @@ struct ChainModel {
 
 /// GPT: 8 blocks, width 256, 4 heads, context 256, batch 8, vocabulary 256; random tokens.
 struct GptModel {
-  static constexpr std::int64_t kBatch = 8, kContext = 256, kVocab = 256, kWidth = 256, kLayers = 8;
+  static constexpr std::int64_t kVocab = 256, kWidth = 256, kLayers = 8;
   std::unique_ptr<remat::nn::GPT<float>> gpt;
   Tensor<std::int32_t> ids, targets;
 
-  Model make() {
-    gpt = std::make_unique<remat::nn::GPT<float>>(
-        remat::nn::GPTConfig{.vocab = kVocab, .context = kContext, .layers = kLayers, .heads = 4, .width = kWidth, .seed = 1});
+  Model make(std::int64_t context, std::int64_t batch, remat::nn::Attention attention) {
+    gpt = std::make_unique<remat::nn::GPT<float>>(remat::nn::GPTConfig{
+        .vocab = kVocab, .context = context, .layers = kLayers, .heads = 4, .width = kWidth, .seed = 1, .attention = attention});
     remat::Rng data(2);
-    ids = Tensor<std::int32_t>({kBatch, kContext});
-    targets = Tensor<std::int32_t>({kBatch, kContext});
+    ids = Tensor<std::int32_t>({batch, context});
+    targets = Tensor<std::int32_t>({batch, context});
     for (auto& t : ids) t = static_cast<std::int32_t>(data.uniform_int(kVocab));
     for (auto& t : targets) t = static_cast<std::int32_t>(data.uniform_int(kVocab));
     Model m;
@@ -133,10 +150,10 @@ struct GptModel {
                                         remat::recompute_ops({"causal_self_attention"})}});
     };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) { return gpt->loss(ids, targets, &p); };
-    const double tokens = double(kBatch * kContext);
+    const double tokens = double(batch * context);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
     // attention scores and weighted values over the whole context (2 T C); plus the head.
-    const double blocks = 2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * kContext * kWidth);
+    const double blocks = 2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * context * kWidth);
     const double head = 2.0 * tokens * kWidth * kVocab;  // chunked: 1 GEMM forward, 3 backward
     m.flops = [blocks, head](double recompute) { return (3 + recompute) * blocks + 4 * head; };
     return m;
@@ -167,21 +184,74 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
   throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or optimal:<slots>, got " + mode);
 }
 
+/// Whether `mode`'s segments follow from the layer count alone (no profile needed to plan).
+bool planned_from_layer_count(const std::string& mode) { return mode == "none" || mode == "every" || mode == "sqrt"; }
+
+/// `mode`'s plan from the layer count alone (planned_from_layer_count()).
+remat::plan::Plan make_unmeasured_plan(const std::string& mode, std::size_t layers) {
+  namespace plan = remat::plan;
+  if (mode == "none") return plan::none(layers);
+  if (mode == "every") return plan::every(layers);
+  return plan::sqrt(layers);
+}
+
+/// The save policy named on the command line.
+remat::SavePolicy make_policy(const std::string& name) {
+  if (name == "save_nothing") return remat::save_nothing();
+  if (name == "save_matmuls") return remat::save_matmuls();
+  const auto colon = name.find(':');
+  if (colon != std::string::npos) {
+    std::vector<std::string> ops;
+    std::string rest = name.substr(colon + 1);
+    for (std::size_t at = 0; at <= rest.size();) {
+      const std::size_t comma = std::min(rest.find(',', at), rest.size());
+      if (comma > at) ops.push_back(rest.substr(at, comma - at));
+      at = comma + 1;
+    }
+    const std::string kind = name.substr(0, colon);
+    if (kind == "save_ops" && !ops.empty()) return remat::save_ops(ops);
+    if (kind == "recompute_ops" && !ops.empty()) return remat::recompute_ops(ops);
+  }
+  throw remat::UsageError("remat_bench: --policy must be save_nothing, save_matmuls, save_ops:<op,...> or recompute_ops:<op,...>, got " +
+                          name);
+}
+
+/// The process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB).
+double process_peak_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+/// `p` with the --policy asked for on every segment; without one (save_nothing), `p` as planned,
+/// so that the per-layer policies of an op-level budget plan stay.
+remat::plan::Plan apply_policy(const remat::plan::Plan& p, const remat::SavePolicy& policy) {
+  return policy.keeps_anything() ? remat::plan::with_policy(p, policy) : p;
+}
+
 struct Result {
   remat::plan::Plan plan;
   std::string mode;
-  double step_s = 0, fwd_s = 0, fwd_bwd_s = 0, replay_s = 0, peak = 0;
+  double step_s = 0, fwd_s = 0, fwd_bwd_s = 0, recompute_s = 0, peak = 0;
+  double process_peak_mb = 0;  // the process's peak resident memory after the timed steps
+  bool profiled_first = false;  // the profile ran before the timed steps (it counts in process_peak_mb)
   float loss = 0;
 };
 
 /// Trains `steps` steps under each plan and returns the medians (and the worst peak).
 class Bench {
  public:
-  Bench(Model& model, int steps) : model_(model), steps_(steps), optimizer_(model.parameters, {.lr = 1e-4, .weight_decay = 0.0}) {
-    step(remat::plan::none(model.chain.size()));  // warm-up: gradient and AdamW buffers
-    chain_ = model.profile();
+  Bench(Model& model, int steps) : model_(model), steps_(steps), optimizer_(model.parameters, {.lr = 1e-4, .weight_decay = 0.0}) {}
+
+  /// One warm-up step of `p` (it allocates the gradient and AdamW buffers), then the chain
+  /// profiled; chain() before this is empty.
+  void profile(const remat::plan::Plan& warm_up) {
+    step(warm_up);
+    chain_ = model_.profile();
     optimizer_.zero_grad();
+    profiled_ = true;
   }
+  bool profiled() const noexcept { return profiled_; }
 
   const remat::plan::Chain& chain() const noexcept { return chain_; }
 
@@ -201,18 +271,20 @@ class Bench {
   Result measure(const std::string& mode, const remat::plan::Plan& p) {
     step(p);  // not counted: the first step of a plan fills the allocator's cache with its sizes
     Result r{p, mode};
-    std::vector<double> step_s, fwd_s, fwd_bwd_s, replay_s;
+    r.profiled_first = profiled_;
+    std::vector<double> step_s, fwd_s, fwd_bwd_s, recompute_s;
     for (int i = 0; i < steps_; ++i) {
       const Result one = step(p);
       step_s.push_back(one.step_s);
       fwd_s.push_back(one.fwd_s);
       fwd_bwd_s.push_back(one.fwd_bwd_s);
-      replay_s.push_back(one.replay_s);
+      recompute_s.push_back(one.recompute_s);
       r.peak = std::max(r.peak, one.peak);
       r.loss = one.loss;
     }
     r.step_s = bench::median(step_s), r.fwd_s = bench::median(fwd_s), r.fwd_bwd_s = bench::median(fwd_bwd_s);
-    r.replay_s = bench::median(replay_s);
+    r.recompute_s = bench::median(recompute_s);
+    r.process_peak_mb = process_peak_mib();
     return r;
   }
 
@@ -227,7 +299,7 @@ class Bench {
       t.fwd_s = bench::now_seconds() - t0;
       tape.backward(loss);
       t.peak = static_cast<double>(probe.peak_above_start());
-      t.replay_s = tape.state().stats().replay_seconds;
+      t.recompute_s = tape.state().stats().replay_seconds;
       t.loss = loss.item();
     }
     t.fwd_bwd_s = bench::now_seconds() - t0;
@@ -241,18 +313,31 @@ class Bench {
   int steps_;
   remat::optim::AdamW<float> optimizer_;
   remat::plan::Chain chain_;
+  bool profiled_ = false;
 };
 
-void print_json(const Model& model, const Result& r, int threads, int steps, double gemm_peak) {
+/// What print_json() says about the run besides the result.
+struct RunInfo {
+  int threads = 1, steps = 5;
+  double gemm_peak = 0;
+  std::string policy = "save_nothing";
+  std::string gpt_fields;  // ", \"attention\": ..., \"context\": ..., \"batch\": ..." for gpt
+};
+
+void print_json(const Model& model, const Result& r, const RunInfo& run) {
   const double mib = 1024.0 * 1024.0;
   const double gflops = model.flops(r.plan.recompute_fraction) / r.fwd_bwd_s / 1e9;
+  char predicted[32] = "null";
+  if (r.plan.predicted) std::snprintf(predicted, sizeof predicted, "%.2f", r.plan.peak_bytes / mib);
   std::printf(
-      "{\"model\": \"%s\", \"mode\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, \"fwd_s\": %.4f, "
-      "\"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %.2f, \"recompute\": %.3f, \"replay_s\": %.4f, "
+      "{\"model\": \"%s\", \"mode\": \"%s\", \"policy\": \"%s\"%s, \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, "
+      "\"fwd_s\": %.4f, \"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %s, \"recompute\": %.3f, "
+      "\"recompute_s\": %.4f, \"process_peak_mb\": %.1f, \"profiled_first\": %s, "
       "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"gemm_peak_gflops\": %.1f, \"peak_share\": %.3f, \"loss\": %.6f, "
       "\"cpu\": \"%s\", \"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_reason\": \"%s\", \"flush_denormals\": %s}\n",
-      model.name.c_str(), r.mode.c_str(), threads, steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib, r.plan.peak_bytes / mib,
-      r.plan.recompute_fraction, r.replay_s, r.plan.segment_count(), r.plan.depth(), gflops, gemm_peak, gflops / gemm_peak,
+      model.name.c_str(), r.mode.c_str(), run.policy.c_str(), run.gpt_fields.c_str(), run.threads, run.steps, r.step_s, r.fwd_s,
+      r.fwd_bwd_s, r.peak / mib, predicted, r.plan.recompute_fraction, r.recompute_s, r.process_peak_mb,
+      r.profiled_first ? "true" : "false", r.plan.segment_count(), r.plan.depth(), gflops, run.gemm_peak, gflops / run.gemm_peak,
       r.loss, remat::cpu_name().c_str(), remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(),
       remat::gemm_backend().reason.c_str(), remat::flush_denormals() ? "true" : "false");
   std::fflush(stdout);
@@ -299,12 +384,19 @@ void write_sweep(const Model& model, const std::vector<Result>& results, const s
 
 int main(int argc, char** argv) {
   std::string model_name = "mlp", mode = "none", sweep, flush = "on", isa, out_dir = "docs/figures", print_plan, trace_file;
+  std::string policy_name = "save_nothing", attention = "fused";
   int steps = 5, threads = 1;
+  std::int64_t context = 256, batch = 8;
   double gemm_peak = 0;
   CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
   app.add_option("--model", model_name, "model: mlp, deep or gpt")->check(CLI::IsMember({"mlp", "deep", "gpt"}))->capture_default_str();
   app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> (op-level), budget_layers:<MiB> or optimal:<slots>; "
                                  "a comma-separated list runs each on one profile")->capture_default_str();
+  app.add_option("--policy", policy_name, "save policy on every segment: save_nothing, save_matmuls, save_ops:<op,...> or recompute_ops:<op,...>")
+      ->capture_default_str();
+  app.add_option("--attention", attention, "gpt's attention op")->check(CLI::IsMember({"fused", "flash"}))->capture_default_str();
+  app.add_option("--context", context, "gpt's sequence length (and context)")->check(flags::positive)->capture_default_str();
+  app.add_option("--batch", batch, "gpt's batch (sequences per step)")->check(flags::positive)->capture_default_str();
   app.add_option("--sweep", sweep, "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
       ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
   app.add_option("--out", out_dir, "directory of --sweep's CSV")->capture_default_str();
@@ -334,30 +426,42 @@ int main(int argc, char** argv) {
     ChainModel chain_model;
     GptModel gpt_model;
     Model model;
+    const remat::nn::Attention attention_kind = attention == "flash" ? remat::nn::Attention::flash : remat::nn::Attention::fused;
     if (model_name == "mlp") model = chain_model.make("mlp", 32, 1024, 256, true);
     else if (model_name == "deep") model = chain_model.make("deep", 1000, 256, 64, false);
-    else model = gpt_model.make();
+    else model = gpt_model.make(context, batch, attention_kind);
+    const remat::SavePolicy policy = make_policy(policy_name);
+    RunInfo run{threads, steps, gemm_peak, policy.name(), ""};
+    if (model_name == "gpt") {
+      run.gpt_fields = remat::detail::cat(", \"attention\": \"", attention, "\", \"context\": ", context, ", \"batch\": ", batch);
+    }
     Bench bench_(model, steps);
 
     if (!sweep.empty()) {
+      bench_.profile(remat::plan::none(model.chain.size()));
       std::vector<Result> results;
       for (const auto& [name, p] : sweep_plans(bench_.chain())) {
-        results.push_back(bench_.measure(name, p));
-        print_json(model, results.back(), threads, steps, gemm_peak);
+        results.push_back(bench_.measure(name, apply_policy(p, policy)));
+        print_json(model, results.back(), run);
       }
       write_sweep(model, results, out_dir, results.front().step_s);
       return 0;
     }
     if (mode.find(',') != std::string::npos) {  // several modes, one profile: one JSON line each
+      bench_.profile(apply_policy(make_unmeasured_plan("none", model.chain.size()), policy));
       for (std::size_t at = 0; at <= mode.size();) {
         const std::size_t comma = std::min(mode.find(',', at), mode.size());
         const std::string one = mode.substr(at, comma - at);
-        print_json(model, bench_.measure(one, make_plan(one, bench_.chain())), threads, steps, gemm_peak);
+        print_json(model, bench_.measure(one, apply_policy(make_plan(one, bench_.chain()), policy)), run);
         at = comma + 1;
       }
       return 0;
     }
-    const remat::plan::Plan p = make_plan(mode, bench_.chain());
+    // Only the plan asked for runs before the timed steps (see the file comment).
+    const bool early = planned_from_layer_count(mode);
+    if (!early) bench_.profile(apply_policy(make_unmeasured_plan("none", model.chain.size()), policy));
+    const remat::plan::Plan p = apply_policy(
+        early ? make_unmeasured_plan(mode, model.chain.size()) : make_plan(mode, bench_.chain()), policy);
     if (!print_plan.empty()) {
       std::FILE* out = std::fopen(print_plan.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + print_plan);
@@ -368,8 +472,14 @@ int main(int argc, char** argv) {
       std::fprintf(out, "], \"depth\": %d}\n", p.depth());
       std::fclose(out);
     }
-    const Result r = bench_.measure(mode, p);
-    print_json(model, r, threads, steps, gemm_peak);
+    Result r = bench_.measure(mode, p);
+    if (early) {
+      // the prediction, now that the process's peak is read: the same segments priced on the profile
+      bench_.profile(p);
+      r.plan = apply_policy(make_plan(mode, bench_.chain()), policy);
+      if (r.plan.segments.size() != p.segments.size()) throw remat::Error("remat_bench: internal error: the profiled plan differs");
+    }
+    print_json(model, r, run);
     if (!trace_file.empty()) {
       // as many traced steps as timed ones: the overhead of tracing is the difference of medians
       const double traced_s = bench_.traced(p, steps, trace_file);

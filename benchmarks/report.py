@@ -302,11 +302,15 @@ made one right after the other). No environment variable set. GEMMs: {backend}; 
 
 ## How a step is measured
 
-`remat_bench --model M --mode P` builds the model, runs one warm-up training step (it allocates the
-gradient and AdamW buffers every later step reuses), profiles the chain of layers with
-`plan::profile` (the GPT's chain is its blocks), makes the plan, runs one more uncounted step and
-times the next ones. A **step** is forward, cross-entropy loss, backward and an AdamW update;
-**fwd+bwd** is the step without the update.
+`remat_bench --model M --mode P` builds the model and runs only plan P before the timed steps:
+a warm-up step (it allocates the gradient and AdamW buffers every later step reuses) and one more
+uncounted step of P, then the timed ones; the process's peak resident memory (`process_peak_mb`,
+getrusage) is read there, and only then is the chain of layers profiled with `plan::profile` (the
+GPT's chain is its blocks; the profile runs it without checkpoints) for the plan's predictions.
+Budget and binomial plans need the profile first (their JSON says `"profiled_first": true`).
+`--sweep` profiles first and runs every plan in one process. A **step** is forward, cross-entropy
+loss, backward and an AdamW update; **fwd+bwd** is the step without the update;
+**recompute_s** is the time the backward pass spent replaying segments, measured by the tape.
 
 - **act peak** is the allocator's counted peak during forward and backward minus the bytes live
   before the step: activations, gradient temporaries, the loss. Weights, their gradients and the

@@ -29,6 +29,22 @@ const Case kCases[] = {
     {{.vocab = 16, .context = 16, .layers = 2, .heads = 2, .width = 64, .seed = 7}, 2, 16, false},
 };
 
+// kCases with the fused attention, then with the flash one, plus flash cases whose length is not a
+// multiple of its block of query rows (kFlashBlockRows), with and without dropout.
+std::vector<Case> with_flash_cases() {
+  std::vector<Case> out;
+  for (const nn::Attention attention : {nn::Attention::fused, nn::Attention::flash}) {
+    for (const Case& c : kCases) {
+      out.push_back(c);
+      out.back().config.attention = attention;
+    }
+  }
+  out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 2, .width = 8, .seed = 8, .attention = nn::Attention::flash}, 1, 150, true});
+  out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 1, .width = 8, .dropout = 0.2, .seed = 9,
+                  .attention = nn::Attention::flash}, 2, 97, false});
+  return out;
+}
+
 template <class T>
 plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
   const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
@@ -100,12 +116,13 @@ TEST_CASE("estimate_memory's gradients and optimizer state are what a real step 
 }
 
 TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on the model", "[nn][estimate]", float, double) {
-  for (const Case& c : kCases) {
+  for (const Case& c : with_flash_cases()) {
     const nn::GPT<TestType> gpt(c.config);
     const plan::Chain measured = profiled(gpt, c);
     const plan::Chain& predicted =
         nn::estimate_memory<TestType>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}).chain;
-    INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked);
+    INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked
+                  << ", attention " << nn::to_string(c.config.attention));
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
     CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
@@ -125,13 +142,13 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
 }
 
 TEST_CASE("estimate_memory predicts a whole training step's counted peak within 10 %", "[nn][estimate]") {
-  for (const Case& c : kCases) {
+  for (const Case& c : with_flash_cases()) {
     const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
     for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain), plan::optimal(e.chain, 1)}) {
       const std::size_t base = memory::live_bytes();
       double between_steps = 0;
       const double counted = counted_step_peak(c, &p, base, &between_steps);
-      INFO("vocab " << c.config.vocab << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
+      INFO("vocab " << c.config.vocab << ", attention " << nn::to_string(c.config.attention) << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
       // what persists between steps is exactly the weights, their gradients, AdamW's moments and the data
       CHECK(e.persistent() == between_steps);
       CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);  // the bound docs/guide.md states

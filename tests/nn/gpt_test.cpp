@@ -119,3 +119,83 @@ TEST_CASE("GPT parameter names are exactly those saved files use", "[nn][gpt]") 
     CHECK(names == want);
   }
 }
+
+namespace {
+
+nn::GPTConfig flash_config(double dropout) {
+  return nn::GPTConfig{.vocab = 13, .context = 80, .layers = 3, .heads = 2, .width = 8, .dropout = dropout, .seed = 5,
+                       .attention = nn::Attention::flash};
+}
+
+// The counted peak above the start of one GPT step under `p`.
+std::size_t gpt_step_peak(const nn::GPT<float>& gpt, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+                          const plan::Plan& p) {
+  for (auto param : gpt.parameters()) param.zero_grad();
+  memory::Probe probe;
+  {
+    Tape tape(TapeOptions{.seed = 7});
+    tape.backward(gpt.loss(ids, targets, &p));
+  }
+  return probe.peak_above_start();
+}
+
+}  // namespace
+
+TEST_CASE("GPT with flash attention: the fused model's loss and gradients to rounding, every plan's gradients exactly",
+          "[nn][gpt][flash]") {
+  for (const double dropout : {0.0, 0.1}) {
+    INFO("dropout " << dropout);
+    nn::GPTConfig fused_config = flash_config(dropout);
+    fused_config.attention = nn::Attention::fused;
+    nn::GPT<float> flash(flash_config(dropout)), fused(fused_config);
+    const auto ids = remat::test::ids({2, 70}, 13, 1);  // 70 rows: a block of 64 query rows and one of 6
+    const auto targets = remat::test::ids({2, 70}, 13, 2);
+    const auto run = [&](nn::GPT<float>& gpt, const plan::Plan* p) {
+      return remat::test::step(gpt.parameters(), [&](Tape&) { return gpt.loss(ids, targets, p); });
+    };
+    const auto reference = run(fused, nullptr);
+    const auto plain = run(flash, nullptr);
+    CHECK(std::abs(plain.loss - reference.loss) <= 1e-5f * reference.loss);
+    REQUIRE(plain.grads.size() == reference.grads.size());
+    for (std::size_t k = 0; k < plain.grads.size(); ++k) {
+      float scale = 0, worst = 0;
+      for (std::size_t i = 0; i < plain.grads[k].size(); ++i) {
+        scale = std::max(scale, std::abs(reference.grads[k][i]));
+        worst = std::max(worst, std::abs(plain.grads[k][i] - reference.grads[k][i]));
+      }
+      INFO("parameter " << k << ": largest gradient " << scale << ", largest difference " << worst);
+      CHECK(worst <= 1e-4f * scale);
+    }
+    const plan::Chain chain = plan::Chain::uniform(3, 1, 4);
+    for (const plan::Plan& p : {plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1)}) {
+      INFO(p.describe());
+      const auto r = run(flash, &p);
+      CHECK(r.loss == plain.loss);
+      CHECK(r.grads == plain.grads);
+    }
+  }
+}
+
+TEST_CASE("GPT with flash or fused attention: predicted peaks equal counted peaks under every planner", "[nn][gpt][flash][memory]") {
+  // The blocks' chain does not see the embedding's position ids (T int32), alive through the step.
+  const std::int64_t time = 77;
+  const double positions = 4.0 * time;
+  for (const nn::Attention attention : {nn::Attention::flash, nn::Attention::fused}) {
+    for (const double dropout : {0.0, 0.2}) {
+      nn::GPTConfig config = flash_config(dropout);
+      config.attention = attention;
+      const nn::GPT<float> gpt(config);
+      const auto ids = remat::test::ids({2, time}, 13, 3);
+      const auto targets = remat::test::ids({2, time}, 13, 4);
+      gpt_step_peak(gpt, ids, targets, plan::none(std::size_t(3)));  // allocates the gradient buffers
+      const plan::Chain chain = gpt.profile(ids, targets);
+      std::vector<plan::Plan> plans{plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1)};
+      for (const double f : {0.3, 0.7}) plans.push_back(plan::budget(chain, plans[3].peak_bytes + f * (plans[0].peak_bytes - plans[3].peak_bytes)));
+      for (const plan::Plan& p : plans) {
+        const std::size_t counted = gpt_step_peak(gpt, ids, targets, p);
+        INFO(nn::to_string(attention) << ", dropout " << dropout << ", " << p.describe() << ", counted " << counted);
+        CHECK(p.peak_bytes + positions == static_cast<double>(counted));
+      }
+    }
+  }
+}

@@ -32,6 +32,26 @@ const LlamaEstimateCase kLlamaCases[] = {
       .num_key_value_heads = 1, .max_position_embeddings = 64, .seed = 6}, 2, 64, true},
 };
 
+// kLlamaCases with the fused attention, then with the flash one, plus flash cases whose length is
+// not a multiple of its block of query rows and where its (rows x T) blocks are the largest
+// temporaries.
+std::vector<LlamaEstimateCase> llama_flash_cases() {
+  std::vector<LlamaEstimateCase> out;
+  for (const remat::nn::Attention attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+    for (const LlamaEstimateCase& c : kLlamaCases) {
+      out.push_back(c);
+      out.back().config.attention = attention;
+    }
+  }
+  out.push_back({{.vocab_size = 12, .hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 2, .num_attention_heads = 2,
+                  .num_key_value_heads = 1, .max_position_embeddings = 200, .seed = 7, .attention = remat::nn::Attention::flash},
+                 1, 150, true});
+  out.push_back({{.vocab_size = 12, .hidden_size = 8, .intermediate_size = 4, .num_hidden_layers = 2, .num_attention_heads = 1,
+                  .num_key_value_heads = 1, .max_position_embeddings = 200, .seed = 8, .attention = remat::nn::Attention::flash},
+                 2, 197, false});
+  return out;
+}
+
 template <class T>
 remat::plan::Chain llama_profiled(const remat::nn::Llama<T>& model, const LlamaEstimateCase& c) {
   const auto ids = remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
@@ -58,7 +78,7 @@ double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Pl
 }  // namespace
 
 TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate][llama]") {
-  for (const LlamaEstimateCase& c : kLlamaCases) {
+  for (const LlamaEstimateCase& c : llama_flash_cases()) {
     const remat::nn::Llama<float> model(c.config);
     const auto e = remat::nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
     CHECK(e.parameter_count == model.parameter_count());
@@ -69,12 +89,12 @@ TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate]
 
 TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measures on the model", "[nn][estimate][llama]", float,
                    double) {
-  for (const LlamaEstimateCase& c : kLlamaCases) {
+  for (const LlamaEstimateCase& c : llama_flash_cases()) {
     const remat::nn::Llama<TestType> model(c.config);
     const remat::plan::Chain measured = llama_profiled(model, c);
     const remat::plan::Chain& predicted =
         remat::nn::estimate_memory<TestType>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}).chain;
-    INFO("hidden " << c.config.hidden_size << ", intermediate " << c.config.intermediate_size << ", batch " << c.batch << ", time "
+    INFO(remat::nn::to_string(c.config.attention) << ", hidden " << c.config.hidden_size << ", intermediate " << c.config.intermediate_size << ", batch " << c.batch << ", time "
                    << c.time << ", chunked " << c.chunked);
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
@@ -95,13 +115,13 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
 }
 
 TEST_CASE("estimate_memory predicts a Llama training step's counted peak", "[nn][estimate][llama]") {
-  for (const LlamaEstimateCase& c : kLlamaCases) {
+  for (const LlamaEstimateCase& c : llama_flash_cases()) {
     const auto e = remat::nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
     for (const remat::plan::Plan& p : {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
                                        remat::plan::optimal(e.chain, 1)}) {
       const std::size_t base = remat::memory::live_bytes();
       const double counted = llama_counted_step_peak(c, &p, base);
-      INFO("hidden " << c.config.hidden_size << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted
+      INFO(remat::nn::to_string(c.config.attention) << ", hidden " << c.config.hidden_size << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted
                      << " B");
       CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);
       CHECK(std::abs(e.activations(p) - (counted - e.persistent())) <= 0.01 * e.activations(p));

@@ -16,8 +16,11 @@ namespace {
 using remat::Tensor;
 
 /// The model a reference case describes, holding the case's weights.
-std::unique_ptr<remat::nn::Llama<double>> llama_from_reference(const nlohmann::json& c) {
-  auto model = std::make_unique<remat::nn::Llama<double>>(remat::nn::llama_config_from_json(c.at("config"), "llama.json"));
+std::unique_ptr<remat::nn::Llama<double>> llama_from_reference(const nlohmann::json& c,
+                                                               remat::nn::Attention attention = remat::nn::Attention::fused) {
+  remat::nn::LlamaConfig config = remat::nn::llama_config_from_json(c.at("config"), "llama.json");
+  config.attention = attention;
+  auto model = std::make_unique<remat::nn::Llama<double>>(config);
   for (const auto& [name, p] : model->named_parameters()) {
     const Tensor<double> w = remat::test::json_tensor<double>(c.at("params").at(name));
     REQUIRE(w.shape() == p.shape());
@@ -71,12 +74,30 @@ TEST_CASE("nn::Llama matches the PyTorch reference in logits and every gradient 
   }
 }
 
+TEST_CASE("nn::Llama with flash attention matches the PyTorch reference in logits, loss and gradients to 1e-12",
+          "[nn][llama][reference][flash]") {
+  for (const nlohmann::json& c : remat::test::reference("llama.json").at("cases")) {
+    const auto model = llama_from_reference(c, remat::nn::Attention::flash);
+    INFO("config " << c.at("config").dump());
+    const auto ids = remat::test::json_tensor<std::int32_t>(c.at("ids"));
+    const auto targets = remat::test::json_tensor<std::int32_t>(c.at("targets"));
+    CHECK(remat::test::relative_difference(model->logits(ids).value(), remat::test::json_tensor<double>(c.at("logits"))) <= 1e-12);
+    double loss = 0;
+    const auto grads = llama_grads(*model, ids, targets, nullptr, true, &loss);
+    CHECK(std::abs(loss - c.at("loss").get<double>()) <= 1e-12 * std::abs(loss));
+    for (const auto& [name, g] : grads) {
+      INFO("gradient of " << name);
+      CHECK(remat::test::relative_difference(g, remat::test::json_tensor<double>(c.at("grads").at(name))) <= 1e-12);
+    }
+  }
+}
+
 TEST_CASE("nn::Llama: checkpointed gradients equal plain ones under every plan", "[nn][llama][checkpoint]") {
   for (const bool tied : {false, true}) {
     const remat::nn::LlamaConfig config{.vocab_size = 23, .hidden_size = 16, .intermediate_size = 40, .num_hidden_layers = 5,
                                         .num_attention_heads = 4, .num_key_value_heads = 2, .rms_norm_eps = 1e-5,
                                         .tie_word_embeddings = tied, .attention_bias = tied, .max_position_embeddings = 16,
-                                        .seed = 9};
+                                        .seed = 9, .attention = tied ? remat::nn::Attention::flash : remat::nn::Attention::fused};
     const remat::nn::Llama<float> model(config);
     const auto ids = remat::test::ids({3, 9}, 23, 1), targets = remat::test::ids({3, 9}, 23, 2);
     std::map<std::string, Tensor<float>> plain;
@@ -91,7 +112,7 @@ TEST_CASE("nn::Llama: checkpointed gradients equal plain ones under every plan",
       remat::Tape tape;
       tape.backward(model.loss(ids, targets, &p));
       for (const auto& [name, param] : model.named_parameters()) {
-        INFO(p.describe() << ": " << name);
+        INFO(remat::nn::to_string(config.attention) << ", " << p.describe() << ": " << name);
         CHECK(param.grad().to_vector() == plain[name].to_vector());
       }
     }

@@ -113,6 +113,10 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
 /// - backward temporaries: a (N, 4C) gradient inside the MLP (with dropout one (N, C) mask
 ///   product more), or attention's one or two (T x T) scratch blocks less what the sweep has freed
 ///   by then (7 NC + 2N);
+/// - with Attention::flash, attention keeps one log-sum-exp per query row (B H T) instead of the
+///   probabilities, and its scratch is (R x T) blocks, R = min(kFlashBlockRows, T) query rows:
+///   the scores and, with dropout, the dropped weights in forward; the probabilities, their
+///   gradient and, with dropout, the dropped weights in backward;
 /// - the loss keeps ln_f's two numbers a row and output (NC + 2N) and the log-sum-exp of each row
 ///   (N), chunked; the plain loss keeps the logits (N V) instead of the chunk, and its backward
 ///   holds their gradient or, when the vocabulary is narrower than the model, ln_f's input
@@ -122,16 +126,28 @@ template <class T>
 plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
-  const double probs = b * static_cast<double>(c.heads) * t * t;
+  const bool flash = c.attention == nn::Attention::flash;
+  const double dropout = c.dropout > 0 ? 1 : 0;
+  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs
+  // its GEMMs multiply (the flash op skips the keys a block of queries cannot see)
+  double kept = b * static_cast<double>(c.heads) * t * t, forward_scratch = dropout * t * t, backward_scratch = (1 + dropout) * t * t;
+  double pairs = t * t;
+  if (flash) {
+    const std::int64_t rows = std::min(kFlashBlockRows, time);
+    kept = b * static_cast<double>(c.heads) * t;
+    forward_scratch = (1 + dropout) * static_cast<double>(rows) * t;
+    backward_scratch = (2 + dropout) * static_cast<double>(rows) * t;
+    pairs = 0;
+    for (std::int64_t i0 = 0; i0 < time; i0 += rows) pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+  }
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
-  chain.activation_bytes.assign(layers, (15 * n * w + 4 * n + probs) * e);
-  const double dropout = c.dropout > 0 ? 1 : 0;
-  chain.forward_transient_bytes.assign(layers, std::max(n * w, dropout * t * t - 11 * n * w - 2 * n) * e);
-  chain.backward_transient_bytes.assign(layers, std::max((4 + dropout) * n * w, (1 + dropout) * t * t - 7 * n * w - 2 * n) * e);
-  // forward FLOPs: the four projections (24 N C^2) and attention's two (T x T) GEMMs per head
-  chain.forward_cost.assign(layers, 24 * n * w * w + 4 * b * t * t * w);
+  chain.activation_bytes.assign(layers, (15 * n * w + 4 * n + kept) * e);
+  chain.forward_transient_bytes.assign(layers, std::max(n * w, forward_scratch - 11 * n * w - 2 * n) * e);
+  chain.backward_transient_bytes.assign(layers, std::max((4 + dropout) * n * w, backward_scratch - 7 * n * w - 2 * n) * e);
+  // forward FLOPs: the four projections (24 N C^2) and attention's two (queries x keys) GEMMs per head
+  chain.forward_cost.assign(layers, 24 * n * w * w + 4 * b * pairs * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
   chain.output_held = false;  // GPT::loss keeps no Var of the blocks' output; ln_f saves it
@@ -348,22 +364,38 @@ inline double llama_parameter_count(const nn::LlamaConfig& c) {
 /// - backward temporaries, the largest of: swiglu's two input gradients beside down_proj's
 ///   input gradient (2 NF, net of what is freed), the norm's input gradient once the MLP's
 ///   activations are gone (NC - NF), and attention's (T x T) scratch beside its q/k/v
-///   gradients, less what the sweep has freed by then (T^2 + 2 NK - NC - 3 NF - N).
+///   gradients, less what the sweep has freed by then (T^2 + 2 NK - NC - 3 NF - N);
+/// - with Attention::flash, attention keeps one log-sum-exp per query row (B H T) instead of the
+///   probabilities; its scratch is (R x T) blocks, R = min(kFlashBlockRows, T): the scores in
+///   forward, beside the q and k projections (NC + NK, freed once attention has rotated them),
+///   less what the rest of the layer keeps after it (3 NC + 3 NF + N); and the probabilities and
+///   their gradient in backward, in place of the (T x T) scratch.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
 plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()), f = static_cast<double>(c.intermediate_size);
-  const double probs = b * static_cast<double>(c.num_attention_heads) * t * t;
+  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs its
+  // GEMMs multiply, as for GPT (gpt_chain)
+  double kept = b * static_cast<double>(c.num_attention_heads) * t * t, forward_scratch = 0, backward_scratch = t * t;
+  double pairs = t * t;
+  if (c.attention == nn::Attention::flash) {
+    const std::int64_t rows = std::min(kFlashBlockRows, time);
+    kept = b * static_cast<double>(c.num_attention_heads) * t;
+    forward_scratch = static_cast<double>(rows) * t;
+    backward_scratch = 2 * static_cast<double>(rows) * t;
+    pairs = 0;
+    for (std::int64_t i0 = 0; i0 < time; i0 += rows) pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+  }
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
-  chain.activation_bytes.assign(layers, (5 * n * w + 2 * n * kv + 3 * n * f + 2 * n + probs) * e);
-  chain.forward_transient_bytes.assign(layers, n * w * e);
-  chain.backward_transient_bytes.assign(layers, std::max({2 * n * f, n * w - n * f, t * t + 2 * n * kv - n * w - 3 * n * f - n}) * e);
-  // forward FLOPs: the seven projections and attention's two (T x T) GEMMs per head
-  chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * t * t * w);
+  chain.activation_bytes.assign(layers, (5 * n * w + 2 * n * kv + 3 * n * f + 2 * n + kept) * e);
+  chain.forward_transient_bytes.assign(layers, std::max(n * w, forward_scratch - 2 * n * w - 3 * n * f - n + n * kv) * e);
+  chain.backward_transient_bytes.assign(layers, std::max({2 * n * f, n * w - n * f, backward_scratch + 2 * n * kv - n * w - 3 * n * f - n}) * e);
+  // forward FLOPs: the seven projections and attention's two (queries x keys) GEMMs per head
+  chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * pairs * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
   chain.output_held = false;  // Llama::loss keeps no Var of the layers' output; the final norm saves it

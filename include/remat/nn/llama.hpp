@@ -14,8 +14,10 @@
 
 #include "remat/checkpoint/profile.hpp"
 #include "remat/checkpoint/sequential.hpp"
+#include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
+#include "remat/ops/flash_gqa_attention.hpp"
 #include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/layout.hpp"
 #include "remat/ops/loss.hpp"
@@ -40,6 +42,9 @@ struct LlamaConfig {
   std::int64_t max_position_embeddings = 2048;
   double initializer_range = 0.02;        ///< normal(0, this) initialization of every matrix
   std::uint64_t seed = 1;                 ///< initialization (not a Hugging Face field)
+  /// The attention op (nn::Attention; not a Hugging Face field): flash keeps no (T x T)
+  /// probabilities between forward and backward.
+  Attention attention = Attention::fused;
 
   std::int64_t head_dim() const noexcept { return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0; }
 
@@ -90,7 +95,8 @@ class LlamaAttention : public Module<T> {
         o_proj(c.hidden_size, c.hidden_size, rng, false, c.initializer_range),
         heads_(c.num_attention_heads),
         kv_heads_(c.num_key_value_heads),
-        rope_{.theta = c.rope_theta} {
+        rope_{.theta = c.rope_theta},
+        kind_(c.attention) {
     this->add_module("q_proj", q_proj);
     this->add_module("k_proj", k_proj);
     this->add_module("v_proj", v_proj);
@@ -99,7 +105,9 @@ class LlamaAttention : public Module<T> {
 
   /// x: (B, T, C) -> (B, T, C)
   Var<T> operator()(const Var<T>& x) const {
-    return o_proj(grouped_query_attention(q_proj(x), k_proj(x), v_proj(x), heads_, kv_heads_, rope_));
+    const Var<T> q = q_proj(x), k = k_proj(x), v = v_proj(x);
+    return o_proj(kind_ == Attention::flash ? flash_grouped_query_attention(q, k, v, heads_, kv_heads_, rope_)
+                                            : grouped_query_attention(q, k, v, heads_, kv_heads_, rope_));
   }
 
   Linear<T> q_proj, k_proj, v_proj, o_proj;
@@ -107,6 +115,7 @@ class LlamaAttention : public Module<T> {
  private:
   std::int64_t heads_, kv_heads_;
   RopeOptions rope_;
+  Attention kind_;
 };
 
 /// The SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.

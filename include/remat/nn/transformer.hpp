@@ -3,9 +3,11 @@
 /// The transformer pieces: an MLP block, multi-head causal self-attention, and a pre-LN block
 /// x + attn(ln1(x)), then + mlp(ln2(x)).
 
+#include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/attention.hpp"
+#include "remat/ops/flash_attention.hpp"
 #include "remat/ops/unary.hpp"
 
 namespace remat::nn {
@@ -32,8 +34,10 @@ class MLP : public Module<T> {
 template <class T = float>
 class CausalSelfAttention : public Module<T> {
  public:
-  CausalSelfAttention(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0)
-      : qkv(d, 3 * d, rng, true, init_std), proj(d, d, rng, true, out_std), drop(dropout), heads_(heads), p_(dropout) {
+  CausalSelfAttention(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0,
+                      Attention kind = Attention::fused)
+      : qkv(d, 3 * d, rng, true, init_std), proj(d, d, rng, true, out_std), drop(dropout), heads_(heads), p_(dropout),
+        kind_(kind) {
     if (heads < 1 || d % heads != 0) {
       throw ShapeError(detail::cat("nn::CausalSelfAttention: width ", d, " is not divisible by ", heads, " heads"));
     }
@@ -44,8 +48,14 @@ class CausalSelfAttention : public Module<T> {
 
   /// x: (B, T, C) -> (B, T, C)
   Var<T> operator()(const Var<T>& x) const {
-    return drop(proj(causal_self_attention(qkv(x), heads_, this->training() ? p_ : 0.0)));
+    const double p = this->training() ? p_ : 0.0;
+    const Var<T> packed = qkv(x);
+    return drop(proj(kind_ == Attention::flash ? flash_causal_self_attention(packed, heads_, p)
+                                               : causal_self_attention(packed, heads_, p)));
   }
+
+  /// Which attention op runs.
+  Attention kind() const noexcept { return kind_; }
 
   Linear<T> qkv, proj;
   Dropout<T> drop;
@@ -53,6 +63,7 @@ class CausalSelfAttention : public Module<T> {
  private:
   std::int64_t heads_;
   double p_;
+  Attention kind_;
 };
 
 /// Pre-LN transformer block: h = x + attn(ln1(x)); h + mlp(ln2(h)).
@@ -61,8 +72,10 @@ class TransformerBlock : public Module<T> {
  public:
   /// init_std and out_std: normal initialization of the projections (0: PyTorch's default);
   /// GPT-2 scales the two residual projections' out_std by 1/sqrt(2 layers).
-  TransformerBlock(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0)
-      : ln1(d), attn(d, heads, dropout, rng, init_std, out_std), ln2(d), mlp(d, 4 * d, dropout, rng, init_std, out_std) {
+  TransformerBlock(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0,
+                   Attention attention = Attention::fused)
+      : ln1(d), attn(d, heads, dropout, rng, init_std, out_std, attention), ln2(d),
+        mlp(d, 4 * d, dropout, rng, init_std, out_std) {
     this->add_module("ln1", ln1);
     this->add_module("attn", attn);
     this->add_module("ln2", ln2);

@@ -1,0 +1,163 @@
+#pragma once
+/// @file
+/// flash_grouped_query_attention: the causal grouped-query attention with RoPE of
+/// grouped_query_attention (ops/gqa_attention.hpp), same inputs and output to rounding, without
+/// keeping the (B, H, T, T) probabilities: the node saves the rotated queries and keys, the
+/// values and one log-sum-exp per query row (B, H, T), and its backward pass recomputes the
+/// probabilities by blocks of query rows (Note [attention by query blocks] in
+/// ops/flash_attention.hpp).
+
+#include <algorithm>
+#include <cmath>
+
+#include "remat/core/record.hpp"
+#include "remat/ops/flash_attention.hpp"
+#include "remat/ops/gemm.hpp"
+#include "remat/ops/rope.hpp"
+
+namespace remat {
+namespace detail {
+
+template <class T>
+class FlashGroupedQueryAttentionNode final : public Node<T> {
+ public:
+  FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads,
+                                 std::int64_t dim, RopeOptions rope, std::int64_t block_rows)
+      : b_(batch), t_(time), h_(heads), g_(kv_heads), d_(dim), rep_(heads / kv_heads), rope_(rope),
+        rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
+  const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
+
+  // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
+  // block of query rows [i0, i1): S = rope(Q)[i0:i1] rope(K_g)[0:i1]^T / sqrt(D),
+  // P = softmax(causal(S)), lse = log-sum-exp of each row, y[i0:i1] = P V_g[0:i1].
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    const Tensor<T>& v = in[2];
+    const RopeTable<T> table(t_, d_, rope_);
+    Tensor<T> qr(in[0].shape()), kr(in[1].shape());
+    table.apply(in[0].data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, false);
+    table.apply(in[1].data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, false);
+    Tensor<T> y(in[0].shape());
+    Tensor<T> lse(Shape{b_, h_, t_});
+    Tensor<T> scores(Shape{rows_, t_});
+    const T scale = T(1) / std::sqrt(T(d_));
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
+          const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
+          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(), kv_at(kr.data(), b, h), ckv(), T(0),
+                  scores.data(), t_);
+          flash_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(), T(0),
+                  q_at(y.data(), b, h) + i0 * cq(), cq());
+        }
+      }
+    }
+    this->save(0, qr);
+    this->save(1, kr);
+    this->save(2, v);
+    this->save(3, lse);
+    return y;
+  }
+
+  // Per block, P = exp(S - lse) recomputed; dV_g[0:i1] += P^T dY[i0:i1]; dP = dY V_g^T;
+  // dS = P (dP - rowsum(dP P)) / sqrt(D); dQr[i0:i1] = dS Kr_g[0:i1]; dKr_g[0:i1] += dS^T Qr[i0:i1];
+  // dQ, dK = inverse rotations of dQr, dKr. Blocks run last first: the last block of the first
+  // head of a group sees every key, so it writes all of the group's dK and dV.
+  void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    const Tensor<T>& qr = this->saved(0);
+    const Tensor<T>& kr = this->saved(1);
+    const Tensor<T>& v = this->saved(2);
+    const Tensor<T>& lse = this->saved(3);
+    const T scale = T(1) / std::sqrt(T(d_));
+    const bool need_qk = grads.needs(0) || grads.needs(1);
+    Tensor<T> dq, dk, probs, dp;
+    if (need_qk) {
+      dq = Tensor<T>(qr.shape());
+      dk = Tensor<T>(kr.shape());
+    }
+    const typename Grads<T>::Target dv = grads.target(2, v.shape());
+    if (need_qk || dv.dst) probs = Tensor<T>(Shape{rows_, t_});
+    if (need_qk) dp = Tensor<T>(Shape{rows_, t_});
+    const std::int64_t last = flash_last_block(t_, rows_);
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        const T* dy = q_at(gy.data(), b, h);
+        const bool first_of_group = h % rep_ == 0;
+        if (!need_qk && !dv.dst) continue;
+        for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
+          const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
+          const bool first_write = first_of_group && i0 == last;
+          T* p = probs.data();
+          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(), kv_at(kr.data(), b, h), ckv(), T(0), p,
+                  t_);
+          flash_recompute_probs(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          if (dv.dst) {
+            const T beta = dv.overwrite && first_write ? T(0) : T(1);
+            gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta, kv_at(dv.dst->data(), b, h), ckv());
+          }
+          if (!need_qk) continue;
+          gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h), ckv(), T(0), dp.data(), t_);
+          flash_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
+          gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
+                  q_at(dq.data(), b, h) + i0 * cq(), cq());
+          gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(), cq(), first_write ? T(0) : T(1),
+                  kv_at(dk.data(), b, h), ckv());
+        }
+      }
+    }
+    if (!need_qk) return;
+    probs.reset();
+    dp.reset();
+    const RopeTable<T> table(t_, d_, rope_);
+    table.apply(dq.data(), cq(), dq.data(), cq(), b_ * t_, t_, h_, true);
+    table.apply(dk.data(), ckv(), dk.data(), ckv(), b_ * t_, t_, g_, true);
+    grads.add(0, std::move(dq));
+    grads.add(1, std::move(dk));
+  }
+
+ private:
+  std::int64_t cq() const noexcept { return h_ * d_; }
+  std::int64_t ckv() const noexcept { return g_ * d_; }
+  /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
+  template <class P>
+  P* q_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * cq() + h * d_; }
+  template <class P>
+  P* kv_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * ckv() + (h / rep_) * d_; }
+
+  std::int64_t b_, t_, h_, g_, d_, rep_;
+  RopeOptions rope_;
+  std::int64_t rows_;
+};
+
+}  // namespace detail
+
+/// grouped_query_attention() (same arguments, same output to rounding), keeping the rotated
+/// queries and keys, the values and a log-sum-exp per query row for backward instead of the
+/// (B, H, T, T) probabilities, which backward recomputes `block_rows` query rows at a time.
+template <class T>
+Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k, const std::type_identity_t<Var<T>>& v,
+                                     std::int64_t heads, std::int64_t kv_heads, RopeOptions rope = {},
+                                     std::int64_t block_rows = kFlashBlockRows) {
+  const Shape& sq = q.shape();
+  const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
+  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 && sq[1] >= 1 &&
+                  k.shape() == sq.with_last(sq[2] / heads * kv_heads) && v.shape() == k.shape();
+  if (!ok) {
+    throw ShapeError(detail::cat("flash_grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v ",
+                                 "(B, T, kv_heads x D), kv_heads dividing heads; got q ", sq, ", k ", k.shape(), ", v ", v.shape(),
+                                 ", heads ", heads, ", kv_heads ", kv_heads));
+  }
+  if (block_rows < 1) {
+    throw UsageError(detail::cat("flash_grouped_query_attention: block_rows must be at least 1, got ", block_rows, " (q ", sq, ")"));
+  }
+  detail::check_rope_options("flash_grouped_query_attention", rope);
+  return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads,
+                                                                      rope, block_rows);
+}
+
+namespace detail {
+/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
+inline const bool k_flash_gqa_attention_names_registered = register_op_names({"flash_grouped_query_attention"});
+}  // namespace detail
+
+}  // namespace remat
