@@ -44,7 +44,8 @@ inline double gemm_gflops(std::int64_t n, int repeat = 7) {
   const auto b = rng.normal_tensor<float>({n, n});
   remat::Tensor<float> c({n, n});
   const double s = time_median(repeat, [&] {
-    remat::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    remat::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                               c.data(), n);
   });
   return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
 }

@@ -32,39 +32,61 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   remat::dist::Environment mpi(argc, argv);
   const auto comm = remat::dist::Communicator::world();
-  std::map<std::string, double> o = {{"--layers", 4},  {"--width", 128}, {"--heads", 4},     {"--context", 64},
-                                     {"--vocab", 96},  {"--batch", 16},  {"--steps", 20},    {"--bucket-mb", 25},
-                                     {"--first-bucket-mb", 1}, {"--threads", 1}};
+  std::map<std::string, double> o = {
+      {"--layers", 4},          {"--width", 128}, {"--heads", 4},  {"--context", 64},
+      {"--vocab", 96},          {"--batch", 16},  {"--steps", 20}, {"--bucket-mb", 25},
+      {"--first-bucket-mb", 1}, {"--threads", 1}};
   const std::map<std::string, const char*> help = {
-      {"--layers", "transformer blocks"}, {"--width", "hidden size"}, {"--heads", "attention heads"},
-      {"--context", "tokens per sequence"}, {"--vocab", "vocabulary size"}, {"--batch", "sequences per step and rank"},
-      {"--steps", "steps timed (medians over those after the first two)"}, {"--bucket-mb", "gradient bucket size (MiB)"},
-      {"--first-bucket-mb", "size of the first (last-reduced) bucket (MiB)"}, {"--threads", "worker threads per rank"}};
+      {"--layers", "transformer blocks"},
+      {"--width", "hidden size"},
+      {"--heads", "attention heads"},
+      {"--context", "tokens per sequence"},
+      {"--vocab", "vocabulary size"},
+      {"--batch", "sequences per step and rank"},
+      {"--steps", "steps timed (medians over those after the first two)"},
+      {"--bucket-mb", "gradient bucket size (MiB)"},
+      {"--first-bucket-mb", "size of the first (last-reduced) bucket (MiB)"},
+      {"--threads", "worker threads per rank"}};
   std::string checkpoint = "none";
-  CLI::App app("Data-parallel step timing (run under mpirun): backward, wait for reductions, reductions alone.");
+  CLI::App app(
+      "Data-parallel step timing (run under mpirun): backward, wait for reductions, reductions "
+      "alone.");
   for (auto& [name, value] : o) {
     // a bucket of 0 MiB is allowed (one gradient per bucket); the sizes of the model are not
     const bool mb = name.size() > 3 && name.compare(name.size() - 3, 3, "-mb") == 0;
-    app.add_option(name, value, help.at(name))->check(mb ? flags::non_negative : flags::positive)->capture_default_str();
+    app.add_option(name, value, help.at(name))
+        ->check(mb ? flags::non_negative : flags::positive)
+        ->capture_default_str();
   }
-  app.add_option("--checkpoint", checkpoint, "checkpoint plan")->check(CLI::IsMember({"none", "every"}))->capture_default_str();
-  if (const int code = flags::parse_or_exit_code(app, argc, argv, comm.rank() == 0); code >= 0) return code;
+  app.add_option("--checkpoint", checkpoint, "checkpoint plan")
+      ->check(CLI::IsMember({"none", "every"}))
+      ->capture_default_str();
+  if (const int code = flags::parse_or_exit_code(app, argc, argv, comm.rank() == 0); code >= 0)
+    return code;
   try {
     remat::set_num_threads(int(o["--threads"]));
     const auto n = [&](const char* k) { return static_cast<std::int64_t>(o[k]); };
-    remat::nn::GPT<float> gpt({.vocab = n("--vocab"), .context = n("--context"), .layers = n("--layers"), .heads = n("--heads"),
+    remat::nn::GPT<float> gpt({.vocab = n("--vocab"),
+                               .context = n("--context"),
+                               .layers = n("--layers"),
+                               .heads = n("--heads"),
                                .width = n("--width")});
     remat::dist::DataParallel<float> dp(
         comm, gpt.parameters(),
-        {.bucket_bytes = std::size_t(o["--bucket-mb"] * 1048576), .first_bucket_bytes = std::size_t(o["--first-bucket-mb"] * 1048576)});
+        {.bucket_bytes = std::size_t(o["--bucket-mb"] * 1048576),
+         .first_bucket_bytes = std::size_t(o["--first-bucket-mb"] * 1048576)});
     remat::optim::AdamW<float> opt(dp.optimizer_parameters());
     const auto layers = static_cast<std::size_t>(n("--layers"));
-    const remat::plan::Plan plan = checkpoint == "every" ? remat::plan::every(layers) : remat::plan::none(layers);
+    const remat::plan::Plan plan =
+        checkpoint == "every" ? remat::plan::every(layers) : remat::plan::none(layers);
     remat::Rng rng(1234 + std::uint64_t(comm.rank()));
     std::vector<double> step_s, forward_s, backward_s, wait_s, max_wait_s, update_s;
     for (int step = 0; step < n("--steps"); ++step) {
-      remat::Tensor<std::int32_t> x({n("--batch"), n("--context")}), y({n("--batch"), n("--context")});
-      for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = std::int32_t(rng.uniform_int(n("--vocab"))), y[i] = std::int32_t(rng.uniform_int(n("--vocab")));
+      remat::Tensor<std::int32_t> x({n("--batch"), n("--context")}),
+          y({n("--batch"), n("--context")});
+      for (std::int64_t i = 0; i < x.numel(); ++i)
+        x[i] = std::int32_t(rng.uniform_int(n("--vocab"))),
+        y[i] = std::int32_t(rng.uniform_int(n("--vocab")));
       const auto t0 = std::chrono::steady_clock::now();
       double forward = 0;
       {
@@ -90,12 +112,16 @@ int main(int argc, char** argv) {
     const double alone = dp.time_reduction_alone(9);
     const double step = median(step_s);
     if (comm.rank() == 0) {
-      std::printf("{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
-                  "\"started_during_backward\": %zu, \"step_s\": %.5f, \"forward_s\": %.5f, \"backward_s\": %.5f, \"update_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
-                  "\"reduce_alone_s\": %.6f, \"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
-                  comm.size(), static_cast<long long>(gpt.parameter_count()), double(dp.stats().bytes) / 1048576.0,
-                  dp.stats().buckets, dp.stats().started_during_backward, step, median(forward_s), median(backward_s), median(update_s), median(wait_s), median(max_wait_s), alone,
-                  double(n("--batch") * n("--context") * comm.size()) / step, checkpoint.c_str());
+      std::printf(
+          "{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
+          "\"started_during_backward\": %zu, \"step_s\": %.5f, \"forward_s\": %.5f, "
+          "\"backward_s\": %.5f, \"update_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
+          "\"reduce_alone_s\": %.6f, \"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
+          comm.size(), static_cast<long long>(gpt.parameter_count()),
+          double(dp.stats().bytes) / 1048576.0, dp.stats().buckets,
+          dp.stats().started_during_backward, step, median(forward_s), median(backward_s),
+          median(update_s), median(wait_s), median(max_wait_s), alone,
+          double(n("--batch") * n("--context") * comm.size()) / step, checkpoint.c_str());
     }
   } catch (const remat::Error& e) {
     std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());

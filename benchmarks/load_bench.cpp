@@ -5,7 +5,8 @@
 //   load_bench make PATH [GiB]   writes a BF16 file of GiB gibibytes (default 1): 8 tensors
 //   load_bench load PATH         loads it into float tensors; prints seconds, the floats' size and
 //                                this process's peak resident memory (getrusage)
-//   load_bench read2 PATH        reads the file twice, each time into a buffer of its size; prints seconds
+//   load_bench read2 PATH        reads the file twice, each time into a buffer of its size; prints
+//   seconds
 //
 // Run `load` under /usr/bin/time -v for the kernel's own "Maximum resident set size".
 #include <remat/core/rng.hpp>
@@ -37,7 +38,8 @@ void make(const std::string& path, double gib) {
   const auto per = static_cast<std::int64_t>(gib * double(1ull << 30) / 2 / tensors / 1024) * 1024;
   std::vector<remat::io::detail::HeaderEntry> entries;
   for (int i = 0; i < tensors; ++i) {
-    entries.push_back({"model.layers." + std::to_string(i) + ".weight", "BF16", remat::Shape{per / 1024, 1024}, std::size_t(per) * 2});
+    entries.push_back({"model.layers." + std::to_string(i) + ".weight", "BF16",
+                       remat::Shape{per / 1024, 1024}, std::size_t(per) * 2});
   }
   std::ofstream out(path, std::ios::binary);
   out << remat::io::detail::encode_header(path, entries, {{"format", "pt"}});
@@ -45,10 +47,12 @@ void make(const std::string& path, double gib) {
   std::vector<std::uint16_t> chunk(1 << 20);
   for (std::int64_t left = per * tensors; left > 0; left -= std::int64_t(chunk.size())) {
     for (auto& h : chunk) h = remat::io::float_to_bf16(static_cast<float>(rng.normal() * 0.02));
-    out.write(reinterpret_cast<const char*>(chunk.data()), std::streamsize(std::min<std::int64_t>(left, std::int64_t(chunk.size())) * 2));
+    out.write(reinterpret_cast<const char*>(chunk.data()),
+              std::streamsize(std::min<std::int64_t>(left, std::int64_t(chunk.size())) * 2));
   }
   if (!out) throw remat::IoError("load_bench: cannot write " + path);
-  std::printf("wrote %s: %d BF16 tensors, %.3f GiB of data\n", path.c_str(), tensors, double(per * tensors * 2) / double(1ull << 30));
+  std::printf("wrote %s: %d BF16 tensors, %.3f GiB of data\n", path.c_str(), tensors,
+              double(per * tensors * 2) / double(1ull << 30));
 }
 
 void load(const std::string& path) {
@@ -64,14 +68,18 @@ void load(const std::string& path) {
   const double s = seconds_since(t0);
   double check = 0;  // use the values, so that nothing is optimized away
   for (const auto& [name, t] : targets) check += double(t.data()[t.numel() - 1]);
-  std::printf("loaded %zu tensors, %.1f MiB of floats, in %.3f s; peak resident %.1f MiB = %.3fx the floats (check %g)\n",
-              targets.size(), double(bytes) / 1048576.0, s, peak_rss_mib(), peak_rss_mib() / (double(bytes) / 1048576.0), check);
+  std::printf(
+      "loaded %zu tensors, %.1f MiB of floats, in %.3f s; peak resident %.1f MiB = %.3fx the "
+      "floats (check %g)\n",
+      targets.size(), double(bytes) / 1048576.0, s, peak_rss_mib(),
+      peak_rss_mib() / (double(bytes) / 1048576.0), check);
 }
 
 void read_twice(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t total = 0;
-  for (int pass = 0; pass < 2; ++pass) {  // as a reader that holds the file does: into a buffer of its size
+  for (int pass = 0; pass < 2;
+       ++pass) {  // as a reader that holds the file does: into a buffer of its size
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw remat::IoError("load_bench: cannot read " + path);
     std::fseek(f, 0, SEEK_END);
@@ -80,7 +88,8 @@ void read_twice(const std::string& path) {
     total += std::fread(buffer.data(), 1, buffer.size(), f);
     std::fclose(f);
   }
-  std::printf("read %s twice (%.1f MiB) in %.3f s\n", path.c_str(), double(total) / 1048576.0, seconds_since(t0));
+  std::printf("read %s twice (%.1f MiB) in %.3f s\n", path.c_str(), double(total) / 1048576.0,
+              seconds_since(t0));
 }
 
 }  // namespace
@@ -88,9 +97,12 @@ void read_twice(const std::string& path) {
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (argc >= 3 && mode == "make") make(argv[2], argc > 3 ? std::atof(argv[3]) : 1.0);
-    else if (argc == 3 && mode == "load") load(argv[2]);
-    else if (argc == 3 && mode == "read2") read_twice(argv[2]);
+    if (argc >= 3 && mode == "make")
+      make(argv[2], argc > 3 ? std::atof(argv[3]) : 1.0);
+    else if (argc == 3 && mode == "load")
+      load(argv[2]);
+    else if (argc == 3 && mode == "read2")
+      read_twice(argv[2]);
     else {
       std::fprintf(stderr, "usage: load_bench make PATH [GiB] | load PATH | read2 PATH\n");
       return 2;

@@ -38,8 +38,10 @@ void bench_op(const char* name, const std::vector<Shape>& shapes, const Op& op, 
   std::ostringstream shape_list;
   for (std::size_t i = 0; i < shapes.size(); ++i) shape_list << (i ? " " : "") << shapes[i];
   const std::string shape_text = shape_list.str();
-  std::printf("{\"bench\": \"op\", \"op\": \"%s\", \"shapes\": \"%s\", \"forward_ms\": %.4f, \"backward_ms\": %.4f}\n", name,
-              shape_text.c_str(), bench::median(forward) * 1e3, bench::median(backward) * 1e3);
+  std::printf(
+      "{\"bench\": \"op\", \"op\": \"%s\", \"shapes\": \"%s\", \"forward_ms\": %.4f, "
+      "\"backward_ms\": %.4f}\n",
+      name, shape_text.c_str(), bench::median(forward) * 1e3, bench::median(backward) * 1e3);
   std::fflush(stdout);
 }
 
@@ -47,34 +49,56 @@ void bench_op(const char* name, const std::vector<Shape>& shapes, const Op& op, 
 
 int main(int argc, char** argv) {
   int threads = 1, repeat = 20;
-  CLI::App app("Micro-benchmark of remat's core ops (forward and backward) and this machine's GEMM rate.");
-  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
-  app.add_option("--repeat", repeat, "runs per op (medians)")->check(flags::positive)->capture_default_str();
+  CLI::App app(
+      "Micro-benchmark of remat's core ops (forward and backward) and this machine's GEMM rate.");
+  app.add_option("--threads", threads, "worker threads")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--repeat", repeat, "runs per op (medians)")
+      ->check(flags::positive)
+      ->capture_default_str();
   flags::parse(app, argc, argv);
   remat::set_num_threads(threads);
   for (std::int64_t n : {256, 1024}) {
-    std::printf("{\"bench\": \"gemm\", \"n\": %ld, \"threads\": %d, \"gflops\": %.1f}\n", static_cast<long>(n), threads,
-                bench::gemm_gflops(n));
+    std::printf("{\"bench\": \"gemm\", \"n\": %ld, \"threads\": %d, \"gflops\": %.1f}\n",
+                static_cast<long>(n), threads, bench::gemm_gflops(n));
   }
   using V = std::vector<Var<float>>;
-  bench_op("linear", {{256, 1024}, {1024, 1024}, {1024}}, [](const V& v) { return remat::linear(v[0], v[1], v[2]); }, repeat);
-  bench_op("matmul", {{32, 256, 64}, {32, 64, 256}}, [](const V& v) { return remat::matmul(v[0], v[1]); }, repeat);
-  bench_op("gelu", {{256, 1024}}, [](const V& v) { return remat::gelu_tanh(v[0]); }, repeat);
-  bench_op("tanh", {{64, 256}}, [](const V& v) { return remat::tanh(v[0]); }, repeat);
-  bench_op("add", {{2048, 256}, {256}}, [](const V& v) { return remat::add(v[0], v[1]); }, repeat);
-  bench_op("mul", {{2048, 256}, {2048, 256}}, [](const V& v) { return remat::mul(v[0], v[1]); }, repeat);
-  bench_op("softmax", {{32, 256, 256}}, [](const V& v) { return remat::softmax(v[0]); }, repeat);
-  bench_op("causal_mask", {{32, 256, 256}}, [](const V& v) { return remat::causal_mask(v[0]); }, repeat);
-  bench_op("layer_norm", {{2048, 256}, {256}, {256}}, [](const V& v) { return remat::layer_norm(v[0], v[1], v[2]); }, repeat);
-  bench_op("transpose", {{32, 256, 64}}, [](const V& v) { return remat::transpose(v[0]); }, repeat);
-  bench_op("dropout", {{2048, 256}}, [](const V& v) { return remat::dropout(v[0], 0.1); }, repeat);
-  bench_op("cross_entropy", {{2048, 256}}, [](const V& v) {
-    static const auto targets = [] {
-      Tensor<std::int32_t> t({2048});
-      for (std::int64_t i = 0; i < 2048; ++i) t[i] = static_cast<std::int32_t>(i * 7 % 256);
-      return t;
-    }();
-    return remat::cross_entropy(v[0], targets);
-  }, repeat);
+  bench_op(
+      "linear", {{256, 1024}, {1024, 1024}, {1024}},
+      [](const V& v) { return remat::linear(v[0], v[1], v[2]); }, repeat);
+  bench_op(
+      "matmul", {{32, 256, 64}, {32, 64, 256}},
+      [](const V& v) { return remat::matmul(v[0], v[1]); }, repeat);
+  bench_op(
+      "gelu", {{256, 1024}}, [](const V& v) { return remat::gelu_tanh(v[0]); }, repeat);
+  bench_op(
+      "tanh", {{64, 256}}, [](const V& v) { return remat::tanh(v[0]); }, repeat);
+  bench_op(
+      "add", {{2048, 256}, {256}}, [](const V& v) { return remat::add(v[0], v[1]); }, repeat);
+  bench_op(
+      "mul", {{2048, 256}, {2048, 256}}, [](const V& v) { return remat::mul(v[0], v[1]); }, repeat);
+  bench_op(
+      "softmax", {{32, 256, 256}}, [](const V& v) { return remat::softmax(v[0]); }, repeat);
+  bench_op(
+      "causal_mask", {{32, 256, 256}}, [](const V& v) { return remat::causal_mask(v[0]); }, repeat);
+  bench_op(
+      "layer_norm", {{2048, 256}, {256}, {256}},
+      [](const V& v) { return remat::layer_norm(v[0], v[1], v[2]); }, repeat);
+  bench_op(
+      "transpose", {{32, 256, 64}}, [](const V& v) { return remat::transpose(v[0]); }, repeat);
+  bench_op(
+      "dropout", {{2048, 256}}, [](const V& v) { return remat::dropout(v[0], 0.1); }, repeat);
+  bench_op(
+      "cross_entropy", {{2048, 256}},
+      [](const V& v) {
+        static const auto targets = [] {
+          Tensor<std::int32_t> t({2048});
+          for (std::int64_t i = 0; i < 2048; ++i) t[i] = static_cast<std::int32_t>(i * 7 % 256);
+          return t;
+        }();
+        return remat::cross_entropy(v[0], targets);
+      },
+      repeat);
   return 0;
 }

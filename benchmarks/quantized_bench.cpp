@@ -21,12 +21,14 @@ struct Setup {
 };
 
 // The median forward + backward seconds of a Linear stored as `s` (f32 frozen unless trainable).
-double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora, double* bytes_per_param) {
+double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora,
+                 double* bytes_per_param) {
   remat::Rng rng(1);
   remat::nn::Linear<float> base(c.in, c.out, rng);
   const double live0 = double(remat::memory::live_bytes());
   if (!trainable) base.quantize(s);
-  *bytes_per_param = (double(remat::memory::live_bytes()) - live0 + 4.0 * double(c.in * c.out)) / double(c.in * c.out);
+  *bytes_per_param = (double(remat::memory::live_bytes()) - live0 + 4.0 * double(c.in * c.out)) /
+                     double(c.in * c.out);
   if (s == WeightStorage::f32) *bytes_per_param = 4.0;
   remat::Parameter<float> a(rng.normal_tensor<float>({c.rank, c.in}, 0.0, 0.01));
   remat::Parameter<float> b(Tensor<float>::zeros({c.out, c.rank}));
@@ -34,7 +36,8 @@ double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora, dou
   const Tensor<float> gy = rng.normal_tensor<float>({c.batch, c.out});
   return bench::time_median(c.repeat, [&] {
     remat::Tape tape;
-    const Var<float> in = tape.input(x, true);  // a layer inside a model: its input needs a gradient
+    const Var<float> in =
+        tape.input(x, true);  // a layer inside a model: its input needs a gradient
     Var<float> y = base(in);
     if (lora) y = y + remat::linear(remat::linear(in, a), b);
     tape.backward(y, gy);
@@ -46,28 +49,41 @@ double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora, dou
 int main(int argc, char** argv) {
   Setup c{1024, 1024, 256, 16, 21};
   int threads = 1;
-  CLI::App app("Forward + backward time and counted bytes per parameter of a Linear stored as float, BF16, INT8 or NF4, alone and under LoRA.");
+  CLI::App app(
+      "Forward + backward time and counted bytes per parameter of a Linear stored as float, BF16, "
+      "INT8 or NF4, alone and under LoRA.");
   app.add_option("--in", c.in, "input features")->check(flags::positive)->capture_default_str();
   app.add_option("--out", c.out, "output features")->check(flags::positive)->capture_default_str();
-  app.add_option("--batch", c.batch, "rows of the input")->check(flags::positive)->capture_default_str();
+  app.add_option("--batch", c.batch, "rows of the input")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--rank", c.rank, "LoRA rank")->check(flags::positive)->capture_default_str();
-  app.add_option("--repeat", c.repeat, "runs per configuration (medians)")->check(flags::positive)->capture_default_str();
-  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
+  app.add_option("--repeat", c.repeat, "runs per configuration (medians)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--threads", threads, "worker threads")
+      ->check(flags::positive)
+      ->capture_default_str();
   flags::parse(app, argc, argv);
   remat::set_num_threads(threads);
   for (bool lora : {false, true}) {
     double bytes = 0;
     const double trainable = time_step(c, WeightStorage::f32, true, lora, &bytes);
     const double frozen = time_step(c, WeightStorage::f32, false, lora, &bytes);
-    std::printf("{\"bench\": \"quantized_linear\", \"storage\": \"f32 trainable\", \"lora\": %s, \"ms\": %.3f, \"bytes_per_param\": 4}\n",
-                lora ? "true" : "false", trainable * 1e3);
-    for (WeightStorage s : {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
+    std::printf(
+        "{\"bench\": \"quantized_linear\", \"storage\": \"f32 trainable\", \"lora\": %s, \"ms\": "
+        "%.3f, \"bytes_per_param\": 4}\n",
+        lora ? "true" : "false", trainable * 1e3);
+    for (WeightStorage s :
+         {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
       const double t = s == WeightStorage::f32 ? frozen : time_step(c, s, false, lora, &bytes);
       if (s == WeightStorage::f32) bytes = 4.0;
-      std::printf("{\"bench\": \"quantized_linear\", \"storage\": \"%s\", \"lora\": %s, \"in\": %ld, \"out\": %ld, "
-                  "\"batch\": %ld, \"ms\": %.3f, \"ratio_to_float\": %.3f, \"bytes_per_param\": %.4f}\n",
-                  remat::to_string(s), lora ? "true" : "false", long(c.in), long(c.out), long(c.batch), t * 1e3,
-                  t / frozen, bytes);
+      std::printf(
+          "{\"bench\": \"quantized_linear\", \"storage\": \"%s\", \"lora\": %s, \"in\": %ld, "
+          "\"out\": %ld, "
+          "\"batch\": %ld, \"ms\": %.3f, \"ratio_to_float\": %.3f, \"bytes_per_param\": %.4f}\n",
+          remat::to_string(s), lora ? "true" : "false", long(c.in), long(c.out), long(c.batch),
+          t * 1e3, t / frozen, bytes);
     }
   }
 }

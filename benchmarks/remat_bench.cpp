@@ -1,6 +1,7 @@
 // The memory/time trade-off of checkpointing, measured.
 //
-//   remat_bench --model {mlp,deep,gpt} --mode {none,every,sqrt,budget:<MiB>,budget_layers:<MiB>,optimal:<slots>}[,...]
+//   remat_bench --model {mlp,deep,gpt} --mode
+//   {none,every,sqrt,budget:<MiB>,budget_layers:<MiB>,optimal:<slots>}[,...]
 //               [--policy {save_nothing,save_matmuls,save_ops:<op,...>,recompute_ops:<op,...>}]
 //               [--attention {fused,flash}] [--context T] [--batch B]
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
@@ -77,12 +78,13 @@ struct Model {
   std::string name;
   std::vector<Layer> chain;
   std::vector<Parameter<float>> parameters;
-  std::function<remat::plan::Chain()> profile;                  // measures the chain
+  std::function<remat::plan::Chain()> profile;                             // measures the chain
   std::function<Var<float>(remat::Tape&, const remat::plan::Plan&)> loss;  // one step's loss
-  std::function<double(double)> flops;                          // GEMM FLOPs of forward + backward + recompute
+  std::function<double(double)> flops;  // GEMM FLOPs of forward + backward + recompute
 };
 
-/// n x (Linear width->width + activation) on a (batch, width) input, cross-entropy over width classes.
+/// n x (Linear width->width + activation) on a (batch, width) input, cross-entropy over width
+/// classes.
 struct ChainModel {
   std::vector<Parameter<float>> weights, biases;
   Tensor<float> x;
@@ -120,7 +122,9 @@ struct ChainModel {
     };
     // forward F = 2 L B W^2; backward dW (F) and dx (F, minus layer 0's: its input needs none)
     const double forward = 2.0 * layers * double(batch) * width * width;
-    m.flops = [forward, per_layer = forward / layers](double recompute) { return (3 + recompute) * forward - per_layer; };
+    m.flops = [forward, per_layer = forward / layers](double recompute) {
+      return (3 + recompute) * forward - per_layer;
+    };
     return m;
   }
 };
@@ -132,8 +136,13 @@ struct GptModel {
   Tensor<std::int32_t> ids, targets;
 
   Model make(std::int64_t context, std::int64_t batch, remat::nn::Attention attention) {
-    gpt = std::make_unique<remat::nn::GPT<float>>(remat::nn::GPTConfig{
-        .vocab = kVocab, .context = context, .layers = kLayers, .heads = 4, .width = kWidth, .seed = 1, .attention = attention});
+    gpt = std::make_unique<remat::nn::GPT<float>>(remat::nn::GPTConfig{.vocab = kVocab,
+                                                                       .context = context,
+                                                                       .layers = kLayers,
+                                                                       .heads = 4,
+                                                                       .width = kWidth,
+                                                                       .seed = 1,
+                                                                       .attention = attention});
     remat::Rng data(2);
     ids = Tensor<std::int32_t>({batch, context});
     targets = Tensor<std::int32_t>({batch, context});
@@ -145,15 +154,19 @@ struct GptModel {
     m.parameters = gpt->parameters();
     // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole
     m.profile = [this] {
-      return gpt->profile(ids, targets, true,
-                          {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"}),
-                                        remat::recompute_ops({"causal_self_attention"})}});
+      return gpt->profile(
+          ids, targets, true,
+          {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"}),
+                        remat::recompute_ops({"causal_self_attention"})}});
     };
-    m.loss = [this](remat::Tape&, const remat::plan::Plan& p) { return gpt->loss(ids, targets, &p); };
+    m.loss = [this](remat::Tape&, const remat::plan::Plan& p) {
+      return gpt->loss(ids, targets, &p);
+    };
     const double tokens = double(batch * context);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
     // attention scores and weighted values over the whole context (2 T C); plus the head.
-    const double blocks = 2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * context * kWidth);
+    const double blocks =
+        2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * context * kWidth);
     const double head = 2.0 * tokens * kWidth * kVocab;  // chunked: 1 GEMM forward, 3 backward
     m.flops = [blocks, head](double recompute) { return (3 + recompute) * blocks + 4 * head; };
     return m;
@@ -181,11 +194,16 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
     }
     if (number && kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
   }
-  throw remat::UsageError("remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or optimal:<slots>, got " + mode);
+  throw remat::UsageError(
+      "remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or "
+      "optimal:<slots>, got " +
+      mode);
 }
 
 /// Whether `mode`'s segments follow from the layer count alone (no profile needed to plan).
-bool planned_from_layer_count(const std::string& mode) { return mode == "none" || mode == "every" || mode == "sqrt"; }
+bool planned_from_layer_count(const std::string& mode) {
+  return mode == "none" || mode == "every" || mode == "sqrt";
+}
 
 /// `mode`'s plan from the layer count alone (planned_from_layer_count()).
 remat::plan::Plan make_unmeasured_plan(const std::string& mode, std::size_t layers) {
@@ -212,8 +230,10 @@ remat::SavePolicy make_policy(const std::string& name) {
     if (kind == "save_ops" && !ops.empty()) return remat::save_ops(ops);
     if (kind == "recompute_ops" && !ops.empty()) return remat::recompute_ops(ops);
   }
-  throw remat::UsageError("remat_bench: --policy must be save_nothing, save_matmuls, save_ops:<op,...> or recompute_ops:<op,...>, got " +
-                          name);
+  throw remat::UsageError(
+      "remat_bench: --policy must be save_nothing, save_matmuls, save_ops:<op,...> or "
+      "recompute_ops:<op,...>, got " +
+      name);
 }
 
 /// The process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB).
@@ -234,14 +254,18 @@ struct Result {
   std::string mode;
   double step_s = 0, fwd_s = 0, fwd_bwd_s = 0, recompute_s = 0, peak = 0;
   double process_peak_mb = 0;  // the process's peak resident memory after the timed steps
-  bool profiled_first = false;  // the profile ran before the timed steps (it counts in process_peak_mb)
+  bool profiled_first =
+      false;  // the profile ran before the timed steps (it counts in process_peak_mb)
   float loss = 0;
 };
 
 /// Trains `steps` steps under each plan and returns the medians (and the worst peak).
 class Bench {
  public:
-  Bench(Model& model, int steps) : model_(model), steps_(steps), optimizer_(model.parameters, {.lr = 1e-4, .weight_decay = 0.0}) {}
+  Bench(Model& model, int steps)
+      : model_(model),
+        steps_(steps),
+        optimizer_(model.parameters, {.lr = 1e-4, .weight_decay = 0.0}) {}
 
   /// One warm-up step of `p` (it allocates the gradient and AdamW buffers), then the chain
   /// profiled; chain() before this is empty.
@@ -282,7 +306,8 @@ class Bench {
       r.peak = std::max(r.peak, one.peak);
       r.loss = one.loss;
     }
-    r.step_s = bench::median(step_s), r.fwd_s = bench::median(fwd_s), r.fwd_bwd_s = bench::median(fwd_bwd_s);
+    r.step_s = bench::median(step_s), r.fwd_s = bench::median(fwd_s),
+    r.fwd_bwd_s = bench::median(fwd_bwd_s);
     r.recompute_s = bench::median(recompute_s);
     r.process_peak_mb = process_peak_mib();
     return r;
@@ -330,24 +355,32 @@ void print_json(const Model& model, const Result& r, const RunInfo& run) {
   char predicted[32] = "null";
   if (r.plan.predicted) std::snprintf(predicted, sizeof predicted, "%.2f", r.plan.peak_bytes / mib);
   std::printf(
-      "{\"model\": \"%s\", \"mode\": \"%s\", \"policy\": \"%s\"%s, \"threads\": %d, \"steps\": %d, \"step_s\": %.4f, "
-      "\"fwd_s\": %.4f, \"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %s, \"recompute\": %.3f, "
+      "{\"model\": \"%s\", \"mode\": \"%s\", \"policy\": \"%s\"%s, \"threads\": %d, \"steps\": %d, "
+      "\"step_s\": %.4f, "
+      "\"fwd_s\": %.4f, \"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %s, "
+      "\"recompute\": %.3f, "
       "\"recompute_s\": %.4f, \"process_peak_mb\": %.1f, \"profiled_first\": %s, "
-      "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"gemm_peak_gflops\": %.1f, \"peak_share\": %.3f, \"loss\": %.6f, "
-      "\"cpu\": \"%s\", \"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_reason\": \"%s\", \"flush_denormals\": %s}\n",
-      model.name.c_str(), r.mode.c_str(), run.policy.c_str(), run.gpt_fields.c_str(), run.threads, run.steps, r.step_s, r.fwd_s,
-      r.fwd_bwd_s, r.peak / mib, predicted, r.plan.recompute_fraction, r.recompute_s, r.process_peak_mb,
-      r.profiled_first ? "true" : "false", r.plan.segment_count(), r.plan.depth(), gflops, run.gemm_peak, gflops / run.gemm_peak,
-      r.loss, remat::cpu_name().c_str(), remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(),
-      remat::gemm_backend().reason.c_str(), remat::flush_denormals() ? "true" : "false");
+      "\"segments\": %zu, \"depth\": %d, \"gflops\": %.1f, \"gemm_peak_gflops\": %.1f, "
+      "\"peak_share\": %.3f, \"loss\": %.6f, "
+      "\"cpu\": \"%s\", \"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_reason\": \"%s\", "
+      "\"flush_denormals\": %s}\n",
+      model.name.c_str(), r.mode.c_str(), run.policy.c_str(), run.gpt_fields.c_str(), run.threads,
+      run.steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib, predicted, r.plan.recompute_fraction,
+      r.recompute_s, r.process_peak_mb, r.profiled_first ? "true" : "false", r.plan.segment_count(),
+      r.plan.depth(), gflops, run.gemm_peak, gflops / run.gemm_peak, r.loss,
+      remat::cpu_name().c_str(), remat::to_string(remat::active_isa()),
+      remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
+      remat::flush_denormals() ? "true" : "false");
   std::fflush(stdout);
 }
 
 /// The plans of a sweep: none, every, sqrt, budgets between sqrt's and none's peaks and below,
 /// and binomial plans with a few checkpoint counts; each once.
-std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(const remat::plan::Chain& chain) {
+std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(
+    const remat::plan::Chain& chain) {
   namespace plan = remat::plan;
-  std::vector<std::pair<std::string, plan::Plan>> out = {{"none", plan::none(chain)}, {"every", plan::every(chain)}, {"sqrt", plan::sqrt(chain)}};
+  std::vector<std::pair<std::string, plan::Plan>> out = {
+      {"none", plan::none(chain)}, {"every", plan::every(chain)}, {"sqrt", plan::sqrt(chain)}};
   const double none_peak = plan::none(chain).peak_bytes, least = plan::optimal(chain, 0).peak_bytes;
   for (double fraction : {0.75, 0.5, 0.3, 0.2, 0.1, 0.05}) {
     const double bytes = fraction * none_peak;
@@ -366,16 +399,19 @@ std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(const remat::
   return out;
 }
 
-void write_sweep(const Model& model, const std::vector<Result>& results, const std::string& dir, double none_step) {
+void write_sweep(const Model& model, const std::vector<Result>& results, const std::string& dir,
+                 double none_step) {
   const std::string csv = dir + "/sweep_" + model.name + ".csv";
   std::FILE* f = std::fopen(csv.c_str(), "w");
   if (!f) throw remat::IoError("remat_bench: cannot write " + csv);
-  std::fprintf(f, "mode,step_s,predicted_step_s,act_peak_mb,predicted_peak_mb,recompute,segments,depth\n");
+  std::fprintf(
+      f, "mode,step_s,predicted_step_s,act_peak_mb,predicted_peak_mb,recompute,segments,depth\n");
   for (const Result& r : results) {
     // predicted step: the none step plus the profiled seconds of forward work the plan replays
     const double predicted_step = none_step + r.plan.recompute;
-    std::fprintf(f, "%s,%.4f,%.4f,%.3f,%.3f,%.4f,%zu,%d\n", r.mode.c_str(), r.step_s, predicted_step, r.peak / 1048576.0,
-                 r.plan.peak_bytes / 1048576.0, r.plan.recompute_fraction, r.plan.segment_count(), r.plan.depth());
+    std::fprintf(f, "%s,%.4f,%.4f,%.3f,%.3f,%.4f,%zu,%d\n", r.mode.c_str(), r.step_s,
+                 predicted_step, r.peak / 1048576.0, r.plan.peak_bytes / 1048576.0,
+                 r.plan.recompute_fraction, r.plan.segment_count(), r.plan.depth());
   }
   std::fclose(f);
 }
@@ -383,42 +419,72 @@ void write_sweep(const Model& model, const std::vector<Result>& results, const s
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp", mode = "none", sweep, flush = "on", isa, out_dir = "docs/figures", print_plan, trace_file;
+  std::string model_name = "mlp", mode = "none", sweep, flush = "on", isa, out_dir = "docs/figures",
+              print_plan, trace_file;
   std::string policy_name = "save_nothing", attention = "fused";
   int steps = 5, threads = 1;
   std::int64_t context = 256, batch = 8;
   double gemm_peak = 0;
   CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
-  app.add_option("--model", model_name, "model: mlp, deep or gpt")->check(CLI::IsMember({"mlp", "deep", "gpt"}))->capture_default_str();
-  app.add_option("--mode", mode, "plan: none, every, sqrt, budget:<MiB> (op-level), budget_layers:<MiB> or optimal:<slots>; "
-                                 "a comma-separated list runs each on one profile")->capture_default_str();
-  app.add_option("--policy", policy_name, "save policy on every segment: save_nothing, save_matmuls, save_ops:<op,...> or recompute_ops:<op,...>")
+  app.add_option("--model", model_name, "model: mlp, deep or gpt")
+      ->check(CLI::IsMember({"mlp", "deep", "gpt"}))
       ->capture_default_str();
-  app.add_option("--attention", attention, "gpt's attention op")->check(CLI::IsMember({"fused", "flash"}))->capture_default_str();
-  app.add_option("--context", context, "gpt's sequence length (and context)")->check(flags::positive)->capture_default_str();
-  app.add_option("--batch", batch, "gpt's batch (sequences per step)")->check(flags::positive)->capture_default_str();
-  app.add_option("--sweep", sweep, "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
+  app.add_option("--mode", mode,
+                 "plan: none, every, sqrt, budget:<MiB> (op-level), budget_layers:<MiB> or "
+                 "optimal:<slots>; "
+                 "a comma-separated list runs each on one profile")
+      ->capture_default_str();
+  app.add_option("--policy", policy_name,
+                 "save policy on every segment: save_nothing, save_matmuls, save_ops:<op,...> or "
+                 "recompute_ops:<op,...>")
+      ->capture_default_str();
+  app.add_option("--attention", attention, "gpt's attention op")
+      ->check(CLI::IsMember({"fused", "flash"}))
+      ->capture_default_str();
+  app.add_option("--context", context, "gpt's sequence length (and context)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--batch", batch, "gpt's batch (sequences per step)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--sweep", sweep,
+                 "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
       ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
   app.add_option("--out", out_dir, "directory of --sweep's CSV")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps per plan (medians)")->check(flags::positive)->capture_default_str();
-  app.add_option("--threads", threads, "worker threads")->check(flags::positive)->capture_default_str();
-  app.add_option("--print-plan", print_plan, "write the plan's top-level segments as JSON to this file");
-  app.add_option("--gemm-peak", gemm_peak, "this machine's GEMM GFLOP/s (default: measured at start)")->check(flags::positive);
-  app.add_option("--flush-denormals", flush, "flush subnormal numbers in kernels")->check(CLI::IsMember({"on", "off"}))
+  app.add_option("--steps", steps, "timed steps per plan (medians)")
+      ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--isa", isa, "force the dispatched kernels' instruction set")->check(CLI::IsMember({"baseline", "avx2", "avx512"}));
-  app.add_option("--trace", trace_file, "write the memory timeline of one step of --mode (Chrome trace JSON) to this file");
+  app.add_option("--threads", threads, "worker threads")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--print-plan", print_plan,
+                 "write the plan's top-level segments as JSON to this file");
+  app.add_option("--gemm-peak", gemm_peak,
+                 "this machine's GEMM GFLOP/s (default: measured at start)")
+      ->check(flags::positive);
+  app.add_option("--flush-denormals", flush, "flush subnormal numbers in kernels")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--isa", isa, "force the dispatched kernels' instruction set")
+      ->check(CLI::IsMember({"baseline", "avx2", "avx512"}));
+  app.add_option(
+      "--trace", trace_file,
+      "write the memory timeline of one step of --mode (Chrome trace JSON) to this file");
   flags::parse(app, argc, argv);
   try {
     if (!sweep.empty()) model_name = sweep;
     remat::set_num_threads(threads);
     remat::set_flush_denormals(flush == "on");
-    if (isa == "baseline") remat::set_isa(remat::Isa::baseline);
-    else if (isa == "avx2") remat::set_isa(remat::Isa::avx2);
-    else if (isa == "avx512") remat::set_isa(remat::Isa::avx512);
+    if (isa == "baseline")
+      remat::set_isa(remat::Isa::baseline);
+    else if (isa == "avx2")
+      remat::set_isa(remat::Isa::avx2);
+    else if (isa == "avx512")
+      remat::set_isa(remat::Isa::avx512);
     // the machine and what remat chose on it, for a reader of the terminal (JSON carries the same)
-    std::fprintf(stderr, "remat_bench: %s (%s); GEMM: %s: %s; flush denormals: %s\n", remat::cpu_name().c_str(),
-                 remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
+    std::fprintf(stderr, "remat_bench: %s (%s); GEMM: %s: %s; flush denormals: %s\n",
+                 remat::cpu_name().c_str(), remat::to_string(remat::active_isa()),
+                 remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
                  flush.c_str());
     remat::manual_seed(1);
     if (gemm_peak == 0) gemm_peak = bench::gemm_gflops(1024, 5);
@@ -426,14 +492,19 @@ int main(int argc, char** argv) {
     ChainModel chain_model;
     GptModel gpt_model;
     Model model;
-    const remat::nn::Attention attention_kind = attention == "flash" ? remat::nn::Attention::flash : remat::nn::Attention::fused;
-    if (model_name == "mlp") model = chain_model.make("mlp", 32, 1024, 256, true);
-    else if (model_name == "deep") model = chain_model.make("deep", 1000, 256, 64, false);
-    else model = gpt_model.make(context, batch, attention_kind);
+    const remat::nn::Attention attention_kind =
+        attention == "flash" ? remat::nn::Attention::flash : remat::nn::Attention::fused;
+    if (model_name == "mlp")
+      model = chain_model.make("mlp", 32, 1024, 256, true);
+    else if (model_name == "deep")
+      model = chain_model.make("deep", 1000, 256, 64, false);
+    else
+      model = gpt_model.make(context, batch, attention_kind);
     const remat::SavePolicy policy = make_policy(policy_name);
     RunInfo run{threads, steps, gemm_peak, policy.name(), ""};
     if (model_name == "gpt") {
-      run.gpt_fields = remat::detail::cat(", \"attention\": \"", attention, "\", \"context\": ", context, ", \"batch\": ", batch);
+      run.gpt_fields = remat::detail::cat(", \"attention\": \"", attention,
+                                          "\", \"context\": ", context, ", \"batch\": ", batch);
     }
     Bench bench_(model, steps);
 
@@ -452,16 +523,19 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at <= mode.size();) {
         const std::size_t comma = std::min(mode.find(',', at), mode.size());
         const std::string one = mode.substr(at, comma - at);
-        print_json(model, bench_.measure(one, apply_policy(make_plan(one, bench_.chain()), policy)), run);
+        print_json(model, bench_.measure(one, apply_policy(make_plan(one, bench_.chain()), policy)),
+                   run);
         at = comma + 1;
       }
       return 0;
     }
     // Only the plan asked for runs before the timed steps (see the file comment).
     const bool early = planned_from_layer_count(mode);
-    if (!early) bench_.profile(apply_policy(make_unmeasured_plan("none", model.chain.size()), policy));
+    if (!early)
+      bench_.profile(apply_policy(make_unmeasured_plan("none", model.chain.size()), policy));
     const remat::plan::Plan p = apply_policy(
-        early ? make_unmeasured_plan(mode, model.chain.size()) : make_plan(mode, bench_.chain()), policy);
+        early ? make_unmeasured_plan(mode, model.chain.size()) : make_plan(mode, bench_.chain()),
+        policy);
     if (!print_plan.empty()) {
       std::FILE* out = std::fopen(print_plan.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + print_plan);
@@ -474,16 +548,20 @@ int main(int argc, char** argv) {
     }
     Result r = bench_.measure(mode, p);
     if (early) {
-      // the prediction, now that the process's peak is read: the same segments priced on the profile
+      // the prediction, now that the process's peak is read: the same segments priced on the
+      // profile
       bench_.profile(p);
       r.plan = apply_policy(make_plan(mode, bench_.chain()), policy);
-      if (r.plan.segments.size() != p.segments.size()) throw remat::Error("remat_bench: internal error: the profiled plan differs");
+      if (r.plan.segments.size() != p.segments.size())
+        throw remat::Error("remat_bench: internal error: the profiled plan differs");
     }
     print_json(model, r, run);
     if (!trace_file.empty()) {
       // as many traced steps as timed ones: the overhead of tracing is the difference of medians
       const double traced_s = bench_.traced(p, steps, trace_file);
-      std::fprintf(stderr, "remat_bench: trace of one %s step in %s; step %.4f s traced, %.4f s untraced (medians of %d)\n",
+      std::fprintf(stderr,
+                   "remat_bench: trace of one %s step in %s; step %.4f s traced, %.4f s untraced "
+                   "(medians of %d)\n",
                    mode.c_str(), trace_file.c_str(), traced_s, r.step_s, steps);
     }
     return 0;

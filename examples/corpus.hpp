@@ -39,14 +39,16 @@ struct Corpus {
     }
     std::int32_t index[256];
     std::fill(std::begin(index), std::end(index), -1);
-    for (std::size_t i = 0; i < c.vocab.size(); ++i) index[static_cast<unsigned char>(c.vocab[i])] = static_cast<std::int32_t>(i);
+    for (std::size_t i = 0; i < c.vocab.size(); ++i)
+      index[static_cast<unsigned char>(c.vocab[i])] = static_cast<std::int32_t>(i);
     std::vector<std::int32_t> ids;
     ids.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
       const unsigned char ch = static_cast<unsigned char>(text[i]);
       if (index[ch] < 0) {
-        throw remat::IoError(remat::detail::cat(program, ": ", path, " has the character ", int(ch), " ('", text[i], "') at byte ", i,
-                                                ", which the model's vocabulary of ", c.vocab.size(), " characters does not hold"));
+        throw remat::IoError(remat::detail::cat(
+            program, ": ", path, " has the character ", int(ch), " ('", text[i], "') at byte ", i,
+            ", which the model's vocabulary of ", c.vocab.size(), " characters does not hold"));
       }
       ids.push_back(index[ch]);
     }
@@ -58,12 +60,14 @@ struct Corpus {
 };
 
 /// A batch of `batch` windows of `time` tokens at random offsets, with next-token targets.
-inline void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time, remat::Rng& rng,
-                       remat::Tensor<std::int32_t>& x, remat::Tensor<std::int32_t>& y, const char* program) {
+inline void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch, std::int64_t time,
+                       remat::Rng& rng, remat::Tensor<std::int32_t>& x,
+                       remat::Tensor<std::int32_t>& y, const char* program) {
   x = remat::Tensor<std::int32_t>({batch, time});
   y = remat::Tensor<std::int32_t>({batch, time});
   const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
-  if (span < 1) throw remat::UsageError(std::string(program) + ": the text is shorter than one context window");
+  if (span < 1)
+    throw remat::UsageError(std::string(program) + ": the text is shorter than one context window");
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t at = rng.uniform_int(span);
     for (std::int64_t t = 0; t < time; ++t) {
@@ -76,8 +80,9 @@ inline void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch,
 using Batches = std::vector<std::pair<remat::Tensor<std::int32_t>, remat::Tensor<std::int32_t>>>;
 
 /// `count` validation batches drawn from `ids` with `rng`: the same for every run with its seed.
-inline Batches validation_batches(const std::vector<std::int32_t>& ids, std::int64_t count, std::int64_t batch, std::int64_t time,
-                                  remat::Rng& rng, const char* program) {
+inline Batches validation_batches(const std::vector<std::int32_t>& ids, std::int64_t count,
+                                  std::int64_t batch, std::int64_t time, remat::Rng& rng,
+                                  const char* program) {
   Batches val(static_cast<std::size_t>(count));
   for (auto& [vx, vy] : val) fill_batch(ids, batch, time, rng, vx, vy, program);
   return val;
@@ -97,7 +102,8 @@ double mean_loss(Model& model, const Batches& val) {
 /// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y;
 /// the profile's gradients are zeroed).
 template <class Model>
-remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers, const remat::Tensor<std::int32_t>& x,
+remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers,
+                            const remat::Tensor<std::int32_t>& x,
                             const remat::Tensor<std::int32_t>& y, const char* program) {
   namespace plan = remat::plan;
   const auto n = static_cast<std::size_t>(layers);
@@ -109,7 +115,8 @@ remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::in
     for (auto p : model.parameters()) p.zero_grad();
     return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
   }
-  throw remat::UsageError(std::string(program) + ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+  throw remat::UsageError(std::string(program) +
+                          ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
 }
 
 /// m:ss
@@ -123,19 +130,24 @@ inline std::string format_duration(double seconds) {
 /// Generates `count` characters after `tokens`, sampling at temperature 0.8 from the last
 /// `context` tokens' logits over `vocab` ids.
 template <class Model>
-std::string generate(const Model& model, const Corpus& corpus, std::vector<std::int32_t> tokens, std::int64_t count,
-                     std::int64_t context, std::int64_t vocab, remat::Rng& rng) {
+std::string generate(const Model& model, const Corpus& corpus, std::vector<std::int32_t> tokens,
+                     std::int64_t count, std::int64_t context, std::int64_t vocab,
+                     remat::Rng& rng) {
   remat::NoGradGuard no_grad;
   std::string out;
   for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t time = std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
+    const std::int64_t time =
+        std::min<std::int64_t>(context, static_cast<std::int64_t>(tokens.size()));
     remat::Tensor<std::int32_t> ids({1, time});
-    for (std::int64_t t = 0; t < time; ++t) ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
+    for (std::int64_t t = 0; t < time; ++t)
+      ids[t] = tokens[tokens.size() - static_cast<std::size_t>(time - t)];
     const remat::Tensor<float> logits = model.logits(ids).value();
     std::vector<double> p(static_cast<std::size_t>(vocab));
     double m = -1e300, total = 0;
-    for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
-    for (std::int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
+    for (std::int64_t v = 0; v < vocab; ++v)
+      m = std::max(m, double(logits[(time - 1) * vocab + v]) / 0.8);
+    for (std::int64_t v = 0; v < vocab; ++v)
+      total += p[v] = std::exp(double(logits[(time - 1) * vocab + v]) / 0.8 - m);
     double u = rng.uniform() * total;
     std::int32_t next = static_cast<std::int32_t>(vocab - 1);
     for (std::int64_t v = 0; v < vocab; ++v) {

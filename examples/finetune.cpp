@@ -76,37 +76,74 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  CLI::App app("Fine-tunes a model saved by train_llama or train_gpt with LoRA over a frozen quantized base, and prints where\n"
-               "the memory went, counted next to the estimate.");
+  CLI::App app(
+      "Fine-tunes a model saved by train_llama or train_gpt with LoRA over a frozen quantized "
+      "base, and prints where\n"
+      "the memory went, counted next to the estimate.");
   // checked after parsing rather than ->required(), so that an unknown flag is what gets reported
-  app.add_option("--base", o.base, "train_llama --save-hf folder, or train_gpt --save file (required)");
-  app.add_option("--data", o.data, "text to fine-tune on (the last tenth is for validation)")->capture_default_str();
-  app.add_option("--storage", o.storage, "the frozen blocks' linear weights: nf4, bf16, int8 or f32")
+  app.add_option("--base", o.base,
+                 "train_llama --save-hf folder, or train_gpt --save file (required)");
+  app.add_option("--data", o.data, "text to fine-tune on (the last tenth is for validation)")
+      ->capture_default_str();
+  app.add_option("--storage", o.storage,
+                 "the frozen blocks' linear weights: nf4, bf16, int8 or f32")
       ->check(CLI::IsMember({"nf4", "bf16", "int8", "f32"}))
       ->capture_default_str();
-  app.add_flag("--no-double-quant", o.no_double_quant, "NF4 without the second quantization of its scales");
+  app.add_flag("--no-double-quant", o.no_double_quant,
+               "NF4 without the second quantization of its scales");
   app.add_option("--rank", o.rank, "LoRA rank r")->check(flags::positive)->capture_default_str();
-  app.add_option("--alpha", o.alpha, "LoRA alpha (the adapters' output is scaled by alpha / r)")->check(flags::positive)->capture_default_str();
-  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input")->check(CLI::Range(0.0, 0.99))->capture_default_str();
-  app.add_option("--targets", o.targets, "comma-separated linear names to adapt (default: every linear of a block)");
-  app.add_option("--context", o.context, "tokens per sequence (0: the base model's context)")->check(flags::non_negative)->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per micro-batch")->check(flags::positive)->capture_default_str();
-  app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")->check(flags::positive)->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps")->check(flags::positive)->capture_default_str();
-  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")->check(flags::positive)->capture_default_str();
+  app.add_option("--alpha", o.alpha, "LoRA alpha (the adapters' output is scaled by alpha / r)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--targets", o.targets,
+                 "comma-separated linear names to adapt (default: every linear of a block)");
+  app.add_option("--context", o.context, "tokens per sequence (0: the base model's context)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per micro-batch")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--accumulate", o.accumulate, "micro-batches per optimizer step")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the adapters and the batches")->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")->check(flags::non_negative)->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB> (--full: none)")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->check(flags::positive)->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
-  app.add_option("--save-adapters", o.save_adapters, "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)");
-  app.add_flag("--full", o.full, "full fine-tuning in float without checkpointing instead (the baseline)");
-  app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
-  app.add_flag("--json", o.json, "end with one JSON object: losses, seconds, counted_mb and estimated_mb");
-  app.add_option("--trace", o.trace, "write a memory timeline (Chrome trace JSON) of the second step");
+  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint,
+                 "checkpoint plan: none, every, sqrt or budget:<MiB> (--full: none)")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--save-adapters", o.save_adapters,
+                 "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)");
+  app.add_flag("--full", o.full,
+               "full fine-tuning in float without checkpointing instead (the baseline)");
+  app.add_option("--sample", o.sample, "characters to generate at the end")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_flag("--json", o.json,
+               "end with one JSON object: losses, seconds, counted_mb and estimated_mb");
+  app.add_option("--trace", o.trace,
+                 "write a memory timeline (Chrome trace JSON) of the second step");
   flags::parse(app, argc, argv);
   if (o.base.empty()) {
-    std::fprintf(stderr, "finetune: --base is required (a train_llama --save-hf folder or a train_gpt --save file); see --help\n");
+    std::fprintf(stderr,
+                 "finetune: --base is required (a train_llama --save-hf folder or a train_gpt "
+                 "--save file); see --help\n");
     std::exit(2);
   }
   if (o.full) o.checkpoint = "none";
@@ -136,17 +173,23 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
   remat::io::Metadata meta = file.metadata();
   for (const char* key : {"layers", "width", "heads", "context", "vocab"}) {
     if (!meta.count(key)) {
-      throw remat::IoError(remat::detail::cat(kProgram, ": ", path, " has no '", key, "' metadata (is it a train_gpt --save file?)"));
+      throw remat::IoError(remat::detail::cat(kProgram, ": ", path, " has no '", key,
+                                              "' metadata (is it a train_gpt --save file?)"));
     }
   }
   vocab = meta["vocab"];
-  remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(vocab.size()), .context = std::stoll(meta["context"]),
-                             .layers = std::stoll(meta["layers"]), .heads = std::stoll(meta["heads"]), .width = std::stoll(meta["width"])});
+  remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(vocab.size()),
+                             .context = std::stoll(meta["context"]),
+                             .layers = std::stoll(meta["layers"]),
+                             .heads = std::stoll(meta["heads"]),
+                             .width = std::stoll(meta["width"])});
   for (const auto& [name, p] : gpt.named_parameters()) {
     const std::string key = "model." + name;
-    if (!file.contains(key)) throw remat::IoError(remat::detail::cat(kProgram, ": ", path, " has no tensor '", key, "'"));
+    if (!file.contains(key))
+      throw remat::IoError(remat::detail::cat(kProgram, ": ", path, " has no tensor '", key, "'"));
     if (!(file.entry(key).shape == p.shape())) {
-      throw remat::IoError(remat::detail::cat(kProgram, ": tensor '", key, "' in ", path, " has shape ", file.entry(key).shape,
+      throw remat::IoError(remat::detail::cat(kProgram, ": tensor '", key, "' in ", path,
+                                              " has shape ", file.entry(key).shape,
                                               " but the model expects ", p.shape()));
     }
     remat::Parameter<float>(p).data() = file.tensor<float>(key);
@@ -158,26 +201,33 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
 remat::nn::Llama<float> load_llama(const std::string& dir, std::string& vocab) {
   const std::string eval_path = dir + "/remat_eval.json";
   std::ifstream in(eval_path);
-  if (!in) throw remat::IoError(remat::detail::cat(kProgram, ": cannot read ", eval_path, " (the vocabulary train_llama --save-hf writes)"));
+  if (!in)
+    throw remat::IoError(remat::detail::cat(kProgram, ": cannot read ", eval_path,
+                                            " (the vocabulary train_llama --save-hf writes)"));
   nlohmann::json eval;
   try {
     eval = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw remat::IoError(remat::detail::cat(kProgram, ": ", eval_path, " is not valid JSON (", e.what(), ")"));
+    throw remat::IoError(
+        remat::detail::cat(kProgram, ": ", eval_path, " is not valid JSON (", e.what(), ")"));
   }
-  if (!eval.contains("vocab") || !eval["vocab"].is_array()) throw remat::IoError(remat::detail::cat(kProgram, ": ", eval_path, " has no 'vocab' list"));
+  if (!eval.contains("vocab") || !eval["vocab"].is_array())
+    throw remat::IoError(remat::detail::cat(kProgram, ": ", eval_path, " has no 'vocab' list"));
   vocab.clear();
   for (const auto& ch : eval["vocab"]) vocab.push_back(static_cast<char>(ch.get<int>()));
   remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
   if (model.config().vocab_size != static_cast<std::int64_t>(vocab.size())) {
-    throw remat::IoError(remat::detail::cat(kProgram, ": ", dir, "/config.json has vocab_size ", model.config().vocab_size, " but ",
-                                            eval_path, " lists ", vocab.size(), " characters"));
+    throw remat::IoError(remat::detail::cat(kProgram, ": ", dir, "/config.json has vocab_size ",
+                                            model.config().vocab_size, " but ", eval_path,
+                                            " lists ", vocab.size(), " characters"));
   }
   return model;
 }
 
 std::int64_t context_of(const remat::nn::GPT<float>& m) { return m.config().context; }
-std::int64_t context_of(const remat::nn::Llama<float>& m) { return m.config().max_position_embeddings; }
+std::int64_t context_of(const remat::nn::Llama<float>& m) {
+  return m.config().max_position_embeddings;
+}
 std::int64_t layers_of(const remat::nn::GPT<float>& m) { return m.config().layers; }
 std::int64_t layers_of(const remat::nn::Llama<float>& m) { return m.config().num_hidden_layers; }
 std::int64_t vocab_of(const remat::nn::GPT<float>& m) { return m.config().vocab; }
@@ -193,13 +243,15 @@ const remat::nn::LlamaConfig& config_of(const remat::nn::Llama<float>& m) { retu
 
 /// The memory split, in bytes.
 struct Split {
-  double weights = 0, adapters = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0, total = 0;
+  double weights = 0, adapters = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0,
+         total = 0;
 };
 
 /// The counted peak of the loss head alone (logits, or the chunked loss's chunk, and their
 /// gradients) on a (B T, C) input, above that input.
 template <class Model>
-double head_peak(const Model& model, std::int64_t rows, const remat::Tensor<std::int32_t>& targets) {
+double head_peak(const Model& model, std::int64_t rows,
+                 const remat::Tensor<std::int32_t>& targets) {
   const remat::Tensor<float> h = remat::Tensor<float>::zeros({rows, width_of(model)});
   const remat::Tensor<std::int32_t> flat = targets.reshape(remat::Shape{targets.numel()});
   remat::Tape tape;
@@ -213,9 +265,11 @@ std::string split_json(const Split& s) {
   const auto mb = [](double b) { return b / (1024.0 * 1024.0); };
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"weights\": %.4f, \"adapters\": %.4f, \"gradients\": %.4f, \"optimizer\": %.4f, \"activations\": %.4f, "
+                "{\"weights\": %.4f, \"adapters\": %.4f, \"gradients\": %.4f, \"optimizer\": %.4f, "
+                "\"activations\": %.4f, "
                 "\"logits\": %.4f, \"total\": %.4f}",
-                mb(s.weights), mb(s.adapters), mb(s.gradients), mb(s.optimizer), mb(s.activations), mb(s.logits), mb(s.total));
+                mb(s.weights), mb(s.adapters), mb(s.gradients), mb(s.optimizer), mb(s.activations),
+                mb(s.logits), mb(s.total));
   return buf;
 }
 
@@ -224,7 +278,8 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
   const Corpus corpus = Corpus::load(o.data, vocab, kProgram);
   if (o.context == 0) o.context = context_of(model);
   if (o.context < 2 || o.context > context_of(model)) {
-    throw remat::UsageError(remat::detail::cat(kProgram, ": --context ", o.context, " must be in [2, ", context_of(model),
+    throw remat::UsageError(remat::detail::cat(kProgram, ": --context ", o.context,
+                                               " must be in [2, ", context_of(model),
                                                "], the base model's context"));
   }
   const remat::WeightStorage storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage);
@@ -235,40 +290,57 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
   counted.weights = double(remat::memory::live_bytes() - live0);
   std::optional<remat::nn::lora::Adapters<float>> adapters;
   if (!o.full) {
-    adapters.emplace(remat::nn::lora::apply(model, {.rank = o.rank, .alpha = o.alpha, .dropout = o.lora_dropout, .targets = targets,
-                                                    .seed = o.seed, .base_model_name_or_path = o.base}));
+    adapters.emplace(remat::nn::lora::apply(model, {.rank = o.rank,
+                                                    .alpha = o.alpha,
+                                                    .dropout = o.lora_dropout,
+                                                    .targets = targets,
+                                                    .seed = o.seed,
+                                                    .base_model_name_or_path = o.base}));
   }
   counted.adapters = double(remat::memory::live_bytes() - live0) - counted.weights;
 
   remat::optim::AdamW<float> optimizer =
-      o.full ? remat::optim::AdamW<float>(remat::optim::param_groups(model.named_parameters(),
-                                                                     {.weight_decay = 0.1, .no_decay = remat::optim::biases_norms_embeddings}),
-                                          {.lr = o.lr})
+      o.full ? remat::optim::AdamW<float>(
+                   remat::optim::param_groups(
+                       model.named_parameters(),
+                       {.weight_decay = 0.1, .no_decay = remat::optim::biases_norms_embeddings}),
+                   {.lr = o.lr})
              : remat::optim::AdamW<float>(adapters->parameters(), {.lr = o.lr, .weight_decay = 0});
-  const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
+  const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
+                                              o.steps, o.lr / 10);
 
   // The estimate, from the configuration alone.
-  remat::nn::StepShape shape{.batch = o.batch, .time = o.context, .accumulation = o.accumulate, .storage = storage,
+  remat::nn::StepShape shape{.batch = o.batch,
+                             .time = o.context,
+                             .accumulation = o.accumulate,
+                             .storage = storage,
                              .double_quant = !o.no_double_quant};
   if (!o.full) shape.lora = {.rank = o.rank, .targets = targets};
   const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config_of(model), shape);
 
   remat::Rng data_rng(o.seed * 7919 + 1), val_rng(o.seed * 104729 + 3), plan_rng(o.seed);
-  const corpus::Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context, val_rng, kProgram);
+  const corpus::Batches val =
+      corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context, val_rng, kProgram);
   double val_bytes = 0;  // held through the run, but no part of a training step
   for (const auto& [vx, vy] : val) val_bytes += double(vx.bytes() + vy.bytes());
   remat::Tensor<std::int32_t> x, y;
   corpus::fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y, kProgram);
-  const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, model, layers_of(model), x, y, kProgram);
+  const remat::plan::Plan plan =
+      corpus::make_plan(o.checkpoint, model, layers_of(model), x, y, kProgram);
 
   const double first_val = corpus::mean_loss(model, val);
   double last_val = first_val;
   if (!o.json) {
-    std::printf("%zu characters of text; base: %lld parameters, blocks' linears stored as %s; %s; checkpoint %s (%s)\n",
-                corpus.train.size() + corpus.val.size(), static_cast<long long>(e.parameter_count), remat::to_string(storage),
-                o.full ? "full fine-tuning" : remat::detail::cat("LoRA rank ", o.rank, " on ", targets.size(), " linear names, ",
-                                                                   adapters->parameter_count(), " adapter parameters").c_str(),
-                o.checkpoint.c_str(), plan.describe().c_str());
+    std::printf(
+        "%zu characters of text; base: %lld parameters, blocks' linears stored as %s; %s; "
+        "checkpoint %s (%s)\n",
+        corpus.train.size() + corpus.val.size(), static_cast<long long>(e.parameter_count),
+        remat::to_string(storage),
+        o.full ? "full fine-tuning"
+               : remat::detail::cat("LoRA rank ", o.rank, " on ", targets.size(), " linear names, ",
+                                    adapters->parameter_count(), " adapter parameters")
+                     .c_str(),
+        o.checkpoint.c_str(), plan.describe().c_str());
     std::printf("step %5d  val loss %.4f\n", 0, first_val);
   }
 
@@ -282,7 +354,9 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
     float loss = 0;
     for (std::int64_t micro = 0; micro < o.accumulate; ++micro) {
       corpus::fill_batch(corpus.train, o.batch, o.context, data_rng, x, y, kProgram);
-      remat::Tape tape(remat::TapeOptions{.seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate + micro)))});
+      remat::Tape tape(remat::TapeOptions{
+          .seed = remat::detail::mix64(
+              o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate + micro)))});
       const remat::Var<float> l = model.loss(x, y, &plan);
       // a mean over the micro-batches: each one's loss scaled by 1/k (equal sizes)
       tape.backward(o.accumulate > 1 ? l * (1.0f / float(o.accumulate)) : l);
@@ -298,7 +372,8 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
     optimizer.step();
     if (step == 0) counted.optimizer = double(remat::memory::live_bytes()) - before_step;
     optimizer.zero_grad();
-    if (step > 0 || o.steps == 1) step_peak = std::max(step_peak, double(remat::memory::peak_bytes() - live0) - val_bytes);
+    if (step > 0 || o.steps == 1)
+      step_peak = std::max(step_peak, double(remat::memory::peak_bytes() - live0) - val_bytes);
     if (trace) {
       trace->stop();
       trace->save_chrome_json(o.trace);
@@ -306,25 +381,30 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
     const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
     if (evaluate) last_val = corpus::mean_loss(model, val);
     if (!o.json && evaluate) {
-      std::printf("step %5lld  loss %.4f  val loss %.4f\n", static_cast<long long>(step + 1), loss, last_val);
+      std::printf("step %5lld  loss %.4f  val loss %.4f\n", static_cast<long long>(step + 1), loss,
+                  last_val);
       std::fflush(stdout);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // The split: bytes live before the model was loaded and the validation batches are left out.
   counted.total = step_peak;
   counted.logits = head_peak(model, o.batch * o.context, y);
-  counted.activations = counted.total - counted.weights - counted.adapters - counted.gradients - counted.optimizer - counted.logits;
+  counted.activations = counted.total - counted.weights - counted.adapters - counted.gradients -
+                        counted.optimizer - counted.logits;
   Split estimated;
   estimated.weights = e.parameters;
   estimated.adapters = e.adapters;
   estimated.gradients = e.gradients;
   estimated.optimizer = e.optimizer_state;
   // the head alone: a log-sum-exp a row, the chunk and the input's gradient
-  estimated.logits = double(o.batch * o.context) * sizeof(float) + e.chain.loss_backward_transient_bytes;
+  estimated.logits =
+      double(o.batch * o.context) * sizeof(float) + e.chain.loss_backward_transient_bytes;
   estimated.total = e.total(plan);
-  estimated.activations = estimated.total - estimated.weights - estimated.adapters - estimated.gradients - estimated.optimizer - estimated.logits;
+  estimated.activations = estimated.total - estimated.weights - estimated.adapters -
+                          estimated.gradients - estimated.optimizer - estimated.logits;
 
   if (!o.save_adapters.empty() && adapters) adapters->save_adapters(o.save_adapters);
   if (o.sample > 0 && !o.json) {
@@ -332,22 +412,32 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
     const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
     std::string text;
     for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
-    const std::string sample = corpus::generate(model, corpus, prompt, o.sample, context_of(model), vocab_of(model), sample_rng);
+    const std::string sample = corpus::generate(model, corpus, prompt, o.sample, context_of(model),
+                                                vocab_of(model), sample_rng);
     std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), sample.c_str());
   }
   if (o.json) {
-    std::printf("{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, \"counted_mb\": %s, \"estimated_mb\": %s}\n",
-                first_val, last_val, seconds, split_json(counted).c_str(), split_json(estimated).c_str());
+    std::printf(
+        "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, \"counted_mb\": "
+        "%s, \"estimated_mb\": %s}\n",
+        first_val, last_val, seconds, split_json(counted).c_str(), split_json(estimated).c_str());
     return 0;
   }
   const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
-  std::printf("\nvalidation loss %.4f -> %.4f in %.1f s\n\nmemory of a step (MiB)   counted   estimated\n", first_val, last_val, seconds);
-  const std::pair<const char*, double Split::*> rows[] = {{"weights", &Split::weights},         {"adapters", &Split::adapters},
-                                                          {"gradients", &Split::gradients},     {"optimizer state", &Split::optimizer},
-                                                          {"activations", &Split::activations}, {"logits", &Split::logits},
+  std::printf(
+      "\nvalidation loss %.4f -> %.4f in %.1f s\n\nmemory of a step (MiB)   counted   estimated\n",
+      first_val, last_val, seconds);
+  const std::pair<const char*, double Split::*> rows[] = {{"weights", &Split::weights},
+                                                          {"adapters", &Split::adapters},
+                                                          {"gradients", &Split::gradients},
+                                                          {"optimizer state", &Split::optimizer},
+                                                          {"activations", &Split::activations},
+                                                          {"logits", &Split::logits},
                                                           {"total", &Split::total}};
-  for (const auto& [name, field] : rows) std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
-  if (!o.save_adapters.empty() && adapters) std::printf("adapters saved in %s\n", o.save_adapters.c_str());
+  for (const auto& [name, field] : rows)
+    std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
+  if (!o.save_adapters.empty() && adapters)
+    std::printf("adapters saved in %s\n", o.save_adapters.c_str());
   return 0;
 }
 

@@ -18,9 +18,11 @@ inline CLI::Validator number_check(bool allow_zero, const char* name) {
       [allow_zero](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        const bool ok = !text.empty() && *end == '\0' && std::isfinite(v) && (allow_zero ? v >= 0 : v > 0);
+        const bool ok =
+            !text.empty() && *end == '\0' && std::isfinite(v) && (allow_zero ? v >= 0 : v > 0);
         if (ok) return {};
-        return "'" + text + "' is not " + (allow_zero ? "a finite number >= 0" : "a finite number > 0");
+        return "'" + text + "' is not " +
+               (allow_zero ? "a finite number >= 0" : "a finite number > 0");
       },
       name);
 }

@@ -68,32 +68,62 @@ Options parse(int argc, char** argv) {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const long long v = std::strtoll(text.c_str(), &end, 10);
-        return !text.empty() && *end == '\0' && v >= 2 ? "" : "'" + text + "' is not an integer >= 2";
+        return !text.empty() && *end == '\0' && v >= 2 ? ""
+                                                       : "'" + text + "' is not an integer >= 2";
       },
       ">=2");
   CLI::App app("Trains a character-level GPT on a text file, with any checkpoint plan.");
   app.add_option("--data", o.data, "UTF-8 text to train on")->capture_default_str();
-  app.add_option("--layers", o.layers, "transformer blocks")->check(flags::positive)->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
-  app.add_option("--heads", o.heads, "attention heads (must divide --width)")->check(flags::positive)->capture_default_str();
-  app.add_option("--context", o.context, "tokens per sequence (>= 2)")->check(at_least_two)->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")->check(flags::positive)->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps of the run")->check(flags::positive)->capture_default_str();
-  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")->check(flags::positive)->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the weights, batches and dropout")->capture_default_str();
-  app.add_option("--dropout", o.dropout, "dropout probability")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")->check(flags::non_negative)->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->check(flags::positive)->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads (must divide --width)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--context", o.context, "tokens per sequence (>= 2)")
+      ->check(at_least_two)
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps of the run")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the weights, batches and dropout")
+      ->capture_default_str();
+  app.add_option("--dropout", o.dropout, "dropout probability")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--log", o.log, "CSV file for the loss curve");
-  app.add_option("--save", o.save, "file for the weights and optimizer state at the end ('' for none)")->capture_default_str();
+  app.add_option("--save", o.save,
+                 "file for the weights and optimizer state at the end ('' for none)")
+      ->capture_default_str();
   app.add_option("--resume", o.resume, "continue from a file written by --save");
-  app.add_option("--stop-after", o.stop_after, "stop (and save) after this step of the run (0: run all --steps)")
-      ->check(flags::non_negative)->capture_default_str();
-  app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
+  app.add_option("--stop-after", o.stop_after,
+                 "stop (and save) after this step of the run (0: run all --steps)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--sample", o.sample, "characters to generate at the end")
+      ->check(flags::non_negative)
+      ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object at the end instead of progress");
-  app.add_option("--trace", o.trace, "write a memory timeline (Chrome trace JSON) of the first step after warm-up");
+  app.add_option("--trace", o.trace,
+                 "write a memory timeline (Chrome trace JSON) of the first step after warm-up");
   flags::parse(app, argc, argv);
   return o;
 }
@@ -121,18 +151,28 @@ int main(int argc, char** argv) {
     remat::io::Metadata resumed;
     if (!o.resume.empty()) {
       resumed = remat::io::File::read(o.resume).metadata();
-      for (const char* key : {"layers", "width", "heads", "context", "vocab", "step", "seed", "steps", "data_position"}) {
-        if (!resumed.count(key)) throw remat::IoError(std::string("train_gpt: ") + o.resume + " has no '" + key + "' metadata");
+      for (const char* key : {"layers", "width", "heads", "context", "vocab", "step", "seed",
+                              "steps", "data_position"}) {
+        if (!resumed.count(key))
+          throw remat::IoError(std::string("train_gpt: ") + o.resume + " has no '" + key +
+                               "' metadata");
       }
       o.layers = std::stoll(resumed["layers"]), o.width = std::stoll(resumed["width"]);
       o.heads = std::stoll(resumed["heads"]), o.context = std::stoll(resumed["context"]);
     }
-    const Corpus corpus = Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);
-    remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(corpus.vocab.size()), .context = o.context, .layers = o.layers,
-                               .heads = o.heads, .width = o.width, .dropout = o.dropout, .seed = o.seed});
+    const Corpus corpus =
+        Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);
+    remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(corpus.vocab.size()),
+                               .context = o.context,
+                               .layers = o.layers,
+                               .heads = o.heads,
+                               .width = o.width,
+                               .dropout = o.dropout,
+                               .seed = o.seed});
     remat::optim::AdamW<float> optimizer(gpt.parameters(), {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
-    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
+    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
+                                                o.steps, o.lr / 10);
     remat::Rng data_rng(o.seed * 7919 + 1);
     std::int64_t start = 0;
     if (!o.resume.empty()) {
@@ -140,8 +180,9 @@ int main(int argc, char** argv) {
       start = std::stoll(resumed["step"]);
       data_rng.seek(std::stoull(resumed["data_position"]));
       if (std::stoll(resumed["steps"]) != o.steps || std::stoull(resumed["seed"]) != o.seed) {
-        throw remat::UsageError("train_gpt: resume with the --steps and --seed the run was started with (" + resumed["steps"] +
-                                ", " + resumed["seed"] + ")");
+        throw remat::UsageError(
+            "train_gpt: resume with the --steps and --seed the run was started with (" +
+            resumed["steps"] + ", " + resumed["seed"] + ")");
       }
     }
 #ifdef REMAT_WITH_MPI
@@ -153,7 +194,8 @@ int main(int argc, char** argv) {
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
     // the job's batch
-    const corpus::Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch * ranks, o.context, val_rng, kProgram);
+    const corpus::Batches val = corpus::validation_batches(
+        corpus.val, o.eval_batches, o.batch * ranks, o.context, val_rng, kProgram);
     const auto validation_loss = [&] { return corpus::mean_loss(gpt, val); };
 
     remat::Tensor<std::int32_t> x, y;
@@ -167,11 +209,16 @@ int main(int argc, char** argv) {
       if (!log) throw remat::IoError("train_gpt: cannot write " + o.log);
       if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
     }
-    const double first_val = start == 0 && root ? validation_loss() : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
+    const double first_val =
+        start == 0 && root
+            ? validation_loss()
+            : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
-    if (!o.json && root) std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
-                             corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
-                             static_cast<long long>(gpt.parameter_count()), o.checkpoint.c_str(), plan.describe().c_str());
+    if (!o.json && root)
+      std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
+                  corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
+                  static_cast<long long>(gpt.parameter_count()), o.checkpoint.c_str(),
+                  plan.describe().c_str());
     if (!o.json && root && start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
 
     const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
@@ -191,11 +238,14 @@ int main(int argc, char** argv) {
       if (traced) trace.emplace();
       {
         remat::memory::Probe probe;
-        remat::Tape tape(remat::TapeOptions{.seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
+        remat::Tape tape(remat::TapeOptions{
+            .seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
         const remat::Var<float> l = gpt.loss(x, y, &plan);
 #ifdef REMAT_WITH_MPI
-        if (dp) dp->backward(tape, l);
-        else tape.backward(l);
+        if (dp)
+          dp->backward(tape, l);
+        else
+          tape.backward(l);
 #else
         tape.backward(l);
 #endif
@@ -207,44 +257,55 @@ int main(int argc, char** argv) {
         trace->save_chrome_json(o.trace);
         trace.reset();
       }
-      remat::optim::clip_grad_norm(gpt.parameters(), 1.0);  // the averaged gradients: equal on every rank
+      remat::optim::clip_grad_norm(gpt.parameters(),
+                                   1.0);  // the averaged gradients: equal on every rank
       optimizer.step();
       optimizer.zero_grad();
 #ifdef REMAT_WITH_MPI
       if (dp) loss = float(comm.all_reduce(double(loss)) / ranks);  // the job's batch's loss
 #endif
-      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double step_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens_per_s = double((step - start + 1) * o.batch * ranks * o.context) / elapsed;
       const bool evaluate = root && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
       if (evaluate) last_val = validation_loss();
       if (log) {
         std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
-                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * ranks * o.context) / step_s,
-                     peak_mb);
+                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step),
+                     double(o.batch * ranks * o.context) / step_s, peak_mb);
       }
       if (o.json || !root) continue;
       const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
       if (tty) {
-        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
-                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
+        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s",
+                    static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss,
+                    tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
         if (evaluate) std::printf("  val loss %.4f\n", last_val);
       } else if (evaluate) {
-        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n", static_cast<long long>(step + 1),
-                    loss, last_val, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
+        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n",
+                    static_cast<long long>(step + 1), loss, last_val, tokens_per_s, peak_mb,
+                    corpus::format_duration(eta).c_str());
       }
       std::fflush(stdout);
     }
     if (log) std::fclose(log);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (!o.save.empty() && root) {
       remat::train::save_training_state(o.save, gpt, optimizer,
-                                     {{"layers", std::to_string(o.layers)}, {"width", std::to_string(o.width)},
-                                      {"heads", std::to_string(o.heads)}, {"context", std::to_string(o.context)},
-                                      {"vocab", corpus.vocab}, {"step", std::to_string(end)}, {"steps", std::to_string(o.steps)},
-                                      {"seed", std::to_string(o.seed)}, {"data_position", std::to_string(data_rng.position())},
-                                      {"first_val_loss", std::to_string(first_val)}});
+                                        {{"layers", std::to_string(o.layers)},
+                                         {"width", std::to_string(o.width)},
+                                         {"heads", std::to_string(o.heads)},
+                                         {"context", std::to_string(o.context)},
+                                         {"vocab", corpus.vocab},
+                                         {"step", std::to_string(end)},
+                                         {"steps", std::to_string(o.steps)},
+                                         {"seed", std::to_string(o.seed)},
+                                         {"data_position", std::to_string(data_rng.position())},
+                                         {"first_val_loss", std::to_string(first_val)}});
     }
     if (o.sample > 0 && !o.json && root) {
       remat::Rng sample_rng(o.seed + 99);
@@ -252,17 +313,21 @@ int main(int argc, char** argv) {
       const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
       std::string text;
       for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
-      const std::string sample = corpus::generate(gpt, corpus, prompt, o.sample, gpt.config().context, gpt.config().vocab, sample_rng);
+      const std::string sample = corpus::generate(
+          gpt, corpus, prompt, o.sample, gpt.config().context, gpt.config().vocab, sample_rng);
       std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), sample.c_str());
     }
     if (!root) return 0;
     if (o.json) {
-      std::printf("{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
-                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %d}\n",
-                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end), o.checkpoint.c_str(), ranks);
+      std::printf(
+          "{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, "
+          "\"act_peak_mb\": %.2f, "
+          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %d}\n",
+          first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end),
+          o.checkpoint.c_str(), ranks);
     } else {
-      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s), weights in %s\n", first_val, last_val, seconds,
-                  tokens_per_s, o.save.c_str());
+      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s), weights in %s\n",
+                  first_val, last_val, seconds, tokens_per_s, o.save.c_str());
     }
     return 0;
   } catch (const remat::Error& e) {

@@ -44,7 +44,8 @@ namespace {
 
 struct Options {
   std::string data = REMAT_EXAMPLE_DATA;
-  std::int64_t layers = 6, width = 256, heads = 4, kv_heads = 2, mlp = 512, context = 64, batch = 16, steps = 300;
+  std::int64_t layers = 6, width = 256, heads = 4, kv_heads = 2, mlp = 512, context = 64,
+               batch = 16, steps = 300;
   double lr = 3e-3;
   std::uint64_t seed = 1;
   int threads = 0;
@@ -56,27 +57,61 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  CLI::App app("Trains a small character-level Llama-style model (GQA, RoPE, RMSNorm, SwiGLU) with any checkpoint plan.");
-  app.add_option("--data", o.data, "text file to train on (the last tenth is for validation)")->capture_default_str();
-  app.add_option("--layers", o.layers, "decoder layers")->check(flags::positive)->capture_default_str();
+  CLI::App app(
+      "Trains a small character-level Llama-style model (GQA, RoPE, RMSNorm, SwiGLU) with any "
+      "checkpoint plan.");
+  app.add_option("--data", o.data, "text file to train on (the last tenth is for validation)")
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "decoder layers")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads (must divide --width into an even head size)")->check(flags::positive)->capture_default_str();
-  app.add_option("--kv-heads", o.kv_heads, "key/value heads (must divide --heads)")->check(flags::positive)->capture_default_str();
-  app.add_option("--mlp", o.mlp, "intermediate size of the SwiGLU MLP")->check(flags::positive)->capture_default_str();
-  app.add_option("--context", o.context, "tokens per sequence")->check(flags::positive)->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step")->check(flags::positive)->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps")->check(flags::positive)->capture_default_str();
-  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")->check(flags::positive)->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the initialization and the batches")->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")->check(flags::non_negative)->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "none, every, sqrt or budget:<MiB>")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->check(flags::positive)->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")->check(flags::positive)->capture_default_str();
+  app.add_option("--heads", o.heads, "query heads (must divide --width into an even head size)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (must divide --heads)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--mlp", o.mlp, "intermediate size of the SwiGLU MLP")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--context", o.context, "tokens per sequence")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initialization and the batches")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "none, every, sqrt or budget:<MiB>")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches")
+      ->check(flags::positive)
+      ->capture_default_str();
   app.add_option("--log", o.log, "CSV file for the loss curve");
-  app.add_option("--save-hf", o.save_hf, "folder to write config.json, model.safetensors and remat_eval.json to");
-  app.add_option("--init-from", o.init_from, "Hugging Face folder to start from (config.json + weights; sets the model's shape)");
-  app.add_option("--sample", o.sample, "characters to generate at the end")->check(flags::non_negative)->capture_default_str();
-  app.add_flag("--json", o.json, "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, act_peak_mb, seconds, steps, checkpoint");
+  app.add_option("--save-hf", o.save_hf,
+                 "folder to write config.json, model.safetensors and remat_eval.json to");
+  app.add_option(
+      "--init-from", o.init_from,
+      "Hugging Face folder to start from (config.json + weights; sets the model's shape)");
+  app.add_option("--sample", o.sample, "characters to generate at the end")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_flag("--json", o.json,
+               "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, "
+               "act_peak_mb, seconds, steps, checkpoint");
   flags::parse(app, argc, argv);
   if (o.context < 2) {
     std::fprintf(stderr, "train_llama: --context must be at least 2\n");
@@ -90,8 +125,8 @@ using corpus::Corpus;
 constexpr const char* kProgram = "train_llama";
 
 /// Writes config.json, model.safetensors and remat_eval.json (see the file comment) into `dir`.
-void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model, const Corpus& corpus, const Batches& val,
-                    double val_loss) {
+void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model,
+                    const Corpus& corpus, const Batches& val, double val_loss) {
   std::filesystem::create_directories(dir);
   {
     std::ofstream out(dir + "/config.json");
@@ -105,7 +140,8 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
   eval["vocab"] = std::vector<int>(corpus.vocab.begin(), corpus.vocab.end());
   eval["loss"] = val_loss;
   for (const auto& [vx, vy] : val) {
-    eval["batches"].push_back({{"shape", {vx.dim(0), vx.dim(1)}}, {"ids", vx.to_vector()}, {"targets", vy.to_vector()}});
+    eval["batches"].push_back(
+        {{"shape", {vx.dim(0), vx.dim(1)}}, {"ids", vx.to_vector()}, {"targets", vy.to_vector()}});
   }
   std::ofstream out(dir + "/remat_eval.json");
   out << eval.dump() << "\n";
@@ -117,8 +153,9 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
 remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus) {
   remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
   if (model.config().vocab_size != static_cast<std::int64_t>(corpus.vocab.size())) {
-    throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/config.json has vocab_size ", model.config().vocab_size,
-                                            " but the corpus has ", corpus.vocab.size(), " characters"));
+    throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/config.json has vocab_size ",
+                                            model.config().vocab_size, " but the corpus has ",
+                                            corpus.vocab.size(), " characters"));
   }
   std::ifstream in(dir + "/remat_eval.json");
   if (in) {
@@ -126,11 +163,13 @@ remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus
     try {
       eval = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
-      throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/remat_eval.json is not valid JSON (", e.what(), ")"));
+      throw remat::IoError(remat::detail::cat(
+          "train_llama: ", dir, "/remat_eval.json is not valid JSON (", e.what(), ")"));
     }
     const std::vector<int> vocab(corpus.vocab.begin(), corpus.vocab.end());
     if (!eval.contains("vocab") || eval["vocab"] != nlohmann::json(vocab)) {
-      throw remat::IoError(remat::detail::cat("train_llama: the vocabulary in ", dir, "/remat_eval.json is not this corpus' vocabulary"));
+      throw remat::IoError(remat::detail::cat("train_llama: the vocabulary in ", dir,
+                                              "/remat_eval.json is not this corpus' vocabulary"));
     }
   }
   return model;
@@ -144,33 +183,39 @@ int main(int argc, char** argv) {
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = ::isatty(STDOUT_FILENO);
     const Corpus corpus = Corpus::load(o.data, "", kProgram);
-    const remat::nn::LlamaConfig config{.vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
-                                        .hidden_size = o.width,
-                                        .intermediate_size = o.mlp,
-                                        .num_hidden_layers = o.layers,
-                                        .num_attention_heads = o.heads,
-                                        .num_key_value_heads = o.kv_heads,
-                                        .rms_norm_eps = 1e-5,
-                                        .max_position_embeddings = o.context,
-                                        .seed = o.seed};
-    remat::nn::Llama<float> model = o.init_from.empty() ? remat::nn::Llama<float>(config) : load_folder(o.init_from, corpus);
+    const remat::nn::LlamaConfig config{
+        .vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
+        .hidden_size = o.width,
+        .intermediate_size = o.mlp,
+        .num_hidden_layers = o.layers,
+        .num_attention_heads = o.heads,
+        .num_key_value_heads = o.kv_heads,
+        .rms_norm_eps = 1e-5,
+        .max_position_embeddings = o.context,
+        .seed = o.seed};
+    remat::nn::Llama<float> model =
+        o.init_from.empty() ? remat::nn::Llama<float>(config) : load_folder(o.init_from, corpus);
     if (!o.init_from.empty()) {  // the folder's shape, for the plan and the messages
       const remat::nn::LlamaConfig& c = model.config();
-      o.layers = c.num_hidden_layers, o.width = c.hidden_size, o.heads = c.num_attention_heads, o.kv_heads = c.num_key_value_heads;
+      o.layers = c.num_hidden_layers, o.width = c.hidden_size, o.heads = c.num_attention_heads,
+      o.kv_heads = c.num_key_value_heads;
       o.mlp = c.intermediate_size;
       if (o.context > c.max_position_embeddings) {
-        throw remat::UsageError(remat::detail::cat("train_llama: --context ", o.context, " exceeds the max_position_embeddings ",
-                                                   c.max_position_embeddings, " of ", o.init_from, "/config.json"));
+        throw remat::UsageError(remat::detail::cat(
+            "train_llama: --context ", o.context, " exceeds the max_position_embeddings ",
+            c.max_position_embeddings, " of ", o.init_from, "/config.json"));
       }
     }
     remat::optim::AdamW<float> optimizer(model.parameters(), {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
-    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20), o.steps, o.lr / 10);
+    const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
+                                                o.steps, o.lr / 10);
     remat::Rng data_rng(o.seed * 7919 + 1);
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
-    const Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context, val_rng, kProgram);
+    const Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context,
+                                                   val_rng, kProgram);
     const auto validation_loss = [&] { return corpus::mean_loss(model, val); };
 
     remat::Tensor<std::int32_t> x, y;
@@ -187,9 +232,12 @@ int main(int argc, char** argv) {
     const double first_val = validation_loss();
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
     if (!o.json) {
-      std::printf("%zu characters of text, vocabulary %zu, %lld parameters (%lld query heads, %lld key/value heads), checkpoint %s (%s)\n",
-                  corpus.train.size() + corpus.val.size(), corpus.vocab.size(), static_cast<long long>(model.parameter_count()),
-                  static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads), o.checkpoint.c_str(), plan.describe().c_str());
+      std::printf(
+          "%zu characters of text, vocabulary %zu, %lld parameters (%lld query heads, %lld "
+          "key/value heads), checkpoint %s (%s)\n",
+          corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
+          static_cast<long long>(model.parameter_count()), static_cast<long long>(o.heads),
+          static_cast<long long>(o.kv_heads), o.checkpoint.c_str(), plan.describe().c_str());
       std::printf("step %5d  val loss %.4f\n", 0, first_val);
     }
 
@@ -210,30 +258,35 @@ int main(int argc, char** argv) {
       remat::optim::clip_grad_norm(model.parameters(), 1.0);
       optimizer.step();
       optimizer.zero_grad();
-      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double step_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens_per_s = double((step + 1) * o.batch * o.context) / elapsed;
       const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
       if (evaluate) last_val = validation_loss();
       if (log) {
         std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
-                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step), double(o.batch * o.context) / step_s,
-                     peak_mb);
+                     evaluate ? std::to_string(last_val).c_str() : "", schedule(step),
+                     double(o.batch * o.context) / step_s, peak_mb);
       }
       if (o.json) continue;
       const double eta = elapsed / double(step + 1) * double(o.steps - step - 1);
       if (tty) {
-        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s", static_cast<long long>(step + 1),
-                    static_cast<long long>(o.steps), loss, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
+        std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s",
+                    static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss,
+                    tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
         if (evaluate) std::printf("  val loss %.4f\n", last_val);
       } else if (evaluate) {
-        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n", static_cast<long long>(step + 1),
-                    loss, last_val, tokens_per_s, peak_mb, corpus::format_duration(eta).c_str());
+        std::printf("step %5lld  loss %.4f  val loss %.4f  %.0f tok/s  peak %.1f MiB  ETA %s\n",
+                    static_cast<long long>(step + 1), loss, last_val, tokens_per_s, peak_mb,
+                    corpus::format_duration(eta).c_str());
       }
       std::fflush(stdout);
     }
     if (log) std::fclose(log);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (!o.save_hf.empty()) save_hf_folder(o.save_hf, model, corpus, val, last_val);
     if (o.sample > 0 && !o.json) {
@@ -241,17 +294,22 @@ int main(int argc, char** argv) {
       const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
       std::string text;
       for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
-      const std::string sample = corpus::generate(model, corpus, prompt, o.sample, model.config().max_position_embeddings,
-                                                  model.config().vocab_size, sample_rng);
+      const std::string sample =
+          corpus::generate(model, corpus, prompt, o.sample, model.config().max_position_embeddings,
+                           model.config().vocab_size, sample_rng);
       std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), sample.c_str());
     }
     if (o.json) {
-      std::printf("{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, \"act_peak_mb\": %.2f, "
-                  "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
-                  first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps), o.checkpoint.c_str());
+      std::printf(
+          "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, "
+          "\"act_peak_mb\": %.2f, "
+          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
+          first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps),
+          o.checkpoint.c_str());
     } else {
-      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val, last_val, seconds, tokens_per_s,
-                  o.save_hf.empty() ? "" : ", saved in ", o.save_hf.c_str());
+      std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val,
+                  last_val, seconds, tokens_per_s, o.save_hf.empty() ? "" : ", saved in ",
+                  o.save_hf.c_str());
     }
     return 0;
   } catch (const remat::Error& e) {

@@ -33,11 +33,20 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   CLI::App app("Trains a small MLP (2 -> H -> H -> 2, tanh) to separate two interleaved spirals.");
-  app.add_option("--epochs", o.epochs, "passes over the 2,000 training points")->check(flags::positive)->capture_default_str();
-  app.add_option("--hidden", o.hidden, "width of the two hidden layers")->check(flags::positive)->capture_default_str();
-  app.add_option("--batch", o.batch, "points per step")->check(flags::positive)->capture_default_str();
-  app.add_option("--lr", o.lr, "AdamW learning rate")->check(flags::positive)->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the data, the initialization and the shuffles")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "passes over the 2,000 training points")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--hidden", o.hidden, "width of the two hidden layers")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "points per step")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "AdamW learning rate")
+      ->check(flags::positive)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the data, the initialization and the shuffles")
+      ->capture_default_str();
   app.add_flag("--json", o.json, "end with one JSON object: accuracy, final_loss, seconds");
   flags::parse(app, argc, argv);
   return o;
@@ -45,8 +54,8 @@ Options parse(int argc, char** argv) {
 
 // Two spirals of `per_class` points each: class c winds from the centre outwards, offset by c*pi.
 struct Dataset {
-  remat::Tensor<float> x;            // (n, 2)
-  remat::Tensor<std::int32_t> y;     // (n)
+  remat::Tensor<float> x;         // (n, 2)
+  remat::Tensor<std::int32_t> y;  // (n)
 };
 
 Dataset spirals(int per_class, remat::Rng& rng) {
@@ -95,7 +104,8 @@ double accuracy(const Mlp& model, const Dataset& d) {
   remat::NoGradGuard no_grad;
   const remat::Tensor<float> logits = model(remat::Var<float>(d.x)).value();
   int correct = 0;
-  for (std::int64_t i = 0; i < d.y.numel(); ++i) correct += (logits[2 * i + 1] > logits[2 * i]) == (d.y[i] == 1);
+  for (std::int64_t i = 0; i < d.y.numel(); ++i)
+    correct += (logits[2 * i + 1] > logits[2 * i]) == (d.y[i] == 1);
   return static_cast<double>(correct) / static_cast<double>(d.y.numel());
 }
 
@@ -140,10 +150,12 @@ int main(int argc, char** argv) {
                 accuracy(model, train), accuracy(model, test));
     std::fflush(stdout);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double acc = accuracy(model, test);
   if (opt.json) {
-    std::printf("{\"accuracy\": %.4f, \"final_loss\": %.6f, \"seconds\": %.3f}\n", acc, loss_sum, seconds);
+    std::printf("{\"accuracy\": %.4f, \"final_loss\": %.6f, \"seconds\": %.3f}\n", acc, loss_sum,
+                seconds);
   } else {
     std::printf("test accuracy %.3f after %d epochs in %.2f s\n", acc, opt.epochs, seconds);
   }

@@ -62,20 +62,23 @@ std::vector<std::string> block_linears(bool llama) {
 }
 
 double physical_memory_gib() {
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 30);
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+         (1 << 30);
 }
 
 /// The flags; `will_it_fit --help` lists them with their defaults, and an unknown flag or a
 /// value out of range is an error that prints that list.
 Options parse(int argc, char** argv) {
   Options o;
-  std::string dtype = "float", optimizer = "adamw", model = "gpt", config_path, storage = "f32", targets;
+  std::string dtype = "float", optimizer = "adamw", model = "gpt", config_path, storage = "f32",
+              targets;
   std::int64_t kv_heads = 0, mlp = 0, lora_rank = 0;
   bool no_double_quant = false;
   bool plain_loss = false;
-  CLI::App app("Will it fit? Predicts the memory of one GPT training step before allocating anything:\n"
-               "parameters, gradients, optimizer state, activations under each checkpoint plan, logits,\n"
-               "and the largest batch each plan allows in --memory.");
+  CLI::App app(
+      "Will it fit? Predicts the memory of one GPT training step before allocating anything:\n"
+      "parameters, gradients, optimizer state, activations under each checkpoint plan, logits,\n"
+      "and the largest batch each plan allows in --memory.");
   const auto count = [&](const char* flag, std::int64_t& v, const char* what) {
     app.add_option(flag, v, what)->check(flags::non_negative)->capture_default_str();
   };
@@ -88,26 +91,39 @@ Options parse(int argc, char** argv) {
   count("--mlp", mlp, "Llama: intermediate size of the SwiGLU MLP (0: 4 x --width)");
   count("--batch", o.step.batch, "sequences per micro-batch B");
   count("--time", o.step.time, "tokens per sequence T (0: the context length)");
-  app.add_option("--accumulate", o.step.accumulation, "micro-batches per optimizer step (memory does not depend on it)")
+  app.add_option("--accumulate", o.step.accumulation,
+                 "micro-batches per optimizer step (memory does not depend on it)")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--model", model, "architecture")->check(CLI::IsMember({"gpt", "llama"}))->capture_default_str();
-  app.add_option("--config", config_path, "a Hugging Face Llama/Qwen2 config.json (sets the Llama's shape)");
-  app.add_flag("--seed-2b", o.seed_2b, "print the seed article's table for its 2B Qwen-class example and exit");
-  app.add_option("--storage", storage, "the blocks' linear weights: f32 (trained unless LoRA), or frozen bf16, int8, nf4")
+  app.add_option("--model", model, "architecture")
+      ->check(CLI::IsMember({"gpt", "llama"}))
+      ->capture_default_str();
+  app.add_option("--config", config_path,
+                 "a Hugging Face Llama/Qwen2 config.json (sets the Llama's shape)");
+  app.add_flag("--seed-2b", o.seed_2b,
+               "print the seed article's table for its 2B Qwen-class example and exit");
+  app.add_option("--storage", storage,
+                 "the blocks' linear weights: f32 (trained unless LoRA), or frozen bf16, int8, nf4")
       ->check(CLI::IsMember({"f32", "bf16", "int8", "nf4"}))
       ->capture_default_str();
-  app.add_flag("--no-double-quant", no_double_quant, "NF4 without the second quantization of its scales");
+  app.add_flag("--no-double-quant", no_double_quant,
+               "NF4 without the second quantization of its scales");
   count("--lora-rank", lora_rank, "LoRA rank (0: no adapters)");
-  app.add_option("--lora-targets", targets, "comma-separated linear names to adapt (default: every linear of a block)");
-  app.add_option("--dtype", dtype, "parameter and activation type")->check(CLI::IsMember({"float", "double"}))->capture_default_str();
+  app.add_option("--lora-targets", targets,
+                 "comma-separated linear names to adapt (default: every linear of a block)");
+  app.add_option("--dtype", dtype, "parameter and activation type")
+      ->check(CLI::IsMember({"float", "double"}))
+      ->capture_default_str();
   app.add_option("--optimizer", optimizer, "optimizer whose state is priced")
       ->check(CLI::IsMember({"adamw", "momentum", "sgd"}))
       ->capture_default_str();
   app.add_flag("--tied", o.config.tied, "the head shares the token embedding");
-  app.add_flag("--plain-loss", plain_loss, "price the plain loss (full logits) instead of the chunked one");
-  app.add_option("--memory", o.memory_gib, "memory you have, GiB (default: this machine's)")->check(flags::positive);
-  app.add_option("--budget", o.budget_mib, "also price the least-recompute plan under this many MiB of activations")
+  app.add_flag("--plain-loss", plain_loss,
+               "price the plain loss (full logits) instead of the chunked one");
+  app.add_option("--memory", o.memory_gib, "memory you have, GiB (default: this machine's)")
+      ->check(flags::positive);
+  app.add_option("--budget", o.budget_mib,
+                 "also price the least-recompute plan under this many MiB of activations")
       ->check(flags::positive);
   app.add_flag("--json", o.json, "print one JSON object instead of the table");
   flags::parse(app, argc, argv);
@@ -116,10 +132,10 @@ Options parse(int argc, char** argv) {
                      : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
                                                : remat::nn::OptimizerKind::sgd;
   o.step.chunked_loss = !plain_loss;
-  o.step.storage = storage == "bf16" ? remat::WeightStorage::bf16
+  o.step.storage = storage == "bf16"   ? remat::WeightStorage::bf16
                    : storage == "int8" ? remat::WeightStorage::int8
-                   : storage == "nf4" ? remat::WeightStorage::nf4
-                                      : remat::WeightStorage::f32;
+                   : storage == "nf4"  ? remat::WeightStorage::nf4
+                                       : remat::WeightStorage::f32;
   o.step.double_quant = !no_double_quant;
   o.is_llama = model == "llama" || !config_path.empty();
   if (lora_rank > 0) {
@@ -134,9 +150,13 @@ Options parse(int argc, char** argv) {
     if (!config_path.empty()) {
       o.llama = remat::nn::load_llama_config(config_path);  // throws an IoError naming the file
     } else {
-      o.llama = {.vocab_size = o.config.vocab, .hidden_size = o.config.width, .intermediate_size = mlp ? mlp : 4 * o.config.width,
-                 .num_hidden_layers = o.config.layers, .num_attention_heads = o.config.heads,
-                 .num_key_value_heads = kv_heads ? kv_heads : o.config.heads, .tie_word_embeddings = o.config.tied,
+      o.llama = {.vocab_size = o.config.vocab,
+                 .hidden_size = o.config.width,
+                 .intermediate_size = mlp ? mlp : 4 * o.config.width,
+                 .num_hidden_layers = o.config.layers,
+                 .num_attention_heads = o.config.heads,
+                 .num_key_value_heads = kv_heads ? kv_heads : o.config.heads,
+                 .tie_word_embeddings = o.config.tied,
                  .max_position_embeddings = o.config.context};
     }
   }
@@ -148,7 +168,8 @@ MemoryEstimate estimate(const Options& o, std::int64_t batch) {
   StepShape step = o.step;
   step.batch = batch;
   if (o.is_llama) {
-    return o.double_precision ? remat::nn::estimate_memory<double>(o.llama, step) : remat::nn::estimate_memory<float>(o.llama, step);
+    return o.double_precision ? remat::nn::estimate_memory<double>(o.llama, step)
+                              : remat::nn::estimate_memory<float>(o.llama, step);
   }
   return o.double_precision ? remat::nn::estimate_memory<double>(o.config, step)
                             : remat::nn::estimate_memory<float>(o.config, step);
@@ -156,8 +177,8 @@ MemoryEstimate estimate(const Options& o, std::int64_t batch) {
 
 /// The plans priced: none, every, sqrt, two- and one-slot optimal, and --budget's.
 std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
-  std::vector<plan::Plan> out = {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain), plan::optimal(e.chain, 2),
-                                 plan::optimal(e.chain, 1)};
+  std::vector<plan::Plan> out = {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
+                                 plan::optimal(e.chain, 2), plan::optimal(e.chain, 1)};
   if (o.budget_mib > 0) out.push_back(plan::budget(e.chain, o.budget_mib * (1 << 20)));
   return out;
 }
@@ -165,9 +186,12 @@ std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
 /// The name a plan goes by on remat_bench's --mode (train_gpt's --checkpoint takes the first four).
 std::string name(const plan::Plan& p, const Options& o) {
   char buf[64];
-  if (p.kind == remat::plan::Kind::budget) std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
-  else if (p.kind == remat::plan::Kind::optimal) std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
-  else return remat::plan::to_string(p.kind);
+  if (p.kind == remat::plan::Kind::budget)
+    std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
+  else if (p.kind == remat::plan::Kind::optimal)
+    std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
+  else
+    return remat::plan::to_string(p.kind);
   return buf;
 }
 
@@ -202,12 +226,16 @@ std::string training_line(const Options& o, const MemoryEstimate& e) {
   if (o.step.lora.rank > 0) {
     std::string targets;
     for (const std::string& t : o.step.lora.targets) targets += (targets.empty() ? "" : ",") + t;
-    std::snprintf(buf, sizeof buf, "LoRA rank %lld on %s (%.2f M adapter parameters), blocks' linears stored as %s%s",
-                  static_cast<long long>(o.step.lora.rank), targets.c_str(), static_cast<double>(e.adapter_count) / 1e6,
-                  remat::to_string(o.step.storage), o.step.storage == remat::WeightStorage::nf4 && !o.step.double_quant ? " (no double quant)" : "");
+    std::snprintf(
+        buf, sizeof buf,
+        "LoRA rank %lld on %s (%.2f M adapter parameters), blocks' linears stored as %s%s",
+        static_cast<long long>(o.step.lora.rank), targets.c_str(),
+        static_cast<double>(e.adapter_count) / 1e6, remat::to_string(o.step.storage),
+        o.step.storage == remat::WeightStorage::nf4 && !o.step.double_quant ? " (no double quant)"
+                                                                            : "");
   } else if (o.step.storage != remat::WeightStorage::f32) {
-    std::snprintf(buf, sizeof buf, "blocks' linears frozen as %s, %.1f M parameters trained", remat::to_string(o.step.storage),
-                  static_cast<double>(e.trainable_count) / 1e6);
+    std::snprintf(buf, sizeof buf, "blocks' linears frozen as %s, %.1f M parameters trained",
+                  remat::to_string(o.step.storage), static_cast<double>(e.trainable_count) / 1e6);
   } else {
     std::snprintf(buf, sizeof buf, "every parameter trained");
   }
@@ -217,42 +245,59 @@ std::string training_line(const Options& o, const MemoryEstimate& e) {
 void print_table(const Options& o, const MemoryEstimate& e, const std::vector<plan::Plan>& ps) {
   const GPTConfig& c = o.config;
   const remat::nn::LlamaConfig& l = o.llama;
-  const std::int64_t time = o.step.time != 0 ? o.step.time : o.is_llama ? l.max_position_embeddings : c.context;
+  const std::int64_t time = o.step.time != 0 ? o.step.time
+                            : o.is_llama     ? l.max_position_embeddings
+                                             : c.context;
   const double memory = o.memory_gib * (1 << 30);
   if (o.is_llama) {
-    std::printf("Llama: %lld layers, hidden %lld, %lld/%lld query/key-value heads, MLP %lld, context %lld, vocabulary %lld%s (%s): "
-                "%.1f M parameters\n",
-                static_cast<long long>(l.num_hidden_layers), static_cast<long long>(l.hidden_size),
-                static_cast<long long>(l.num_attention_heads), static_cast<long long>(l.num_key_value_heads),
-                static_cast<long long>(l.intermediate_size), static_cast<long long>(l.max_position_embeddings),
-                static_cast<long long>(l.vocab_size), l.tie_word_embeddings ? ", tied head" : "", o.double_precision ? "double" : "float",
-                static_cast<double>(e.parameter_count) / 1e6);
+    std::printf(
+        "Llama: %lld layers, hidden %lld, %lld/%lld query/key-value heads, MLP %lld, context %lld, "
+        "vocabulary %lld%s (%s): "
+        "%.1f M parameters\n",
+        static_cast<long long>(l.num_hidden_layers), static_cast<long long>(l.hidden_size),
+        static_cast<long long>(l.num_attention_heads),
+        static_cast<long long>(l.num_key_value_heads), static_cast<long long>(l.intermediate_size),
+        static_cast<long long>(l.max_position_embeddings), static_cast<long long>(l.vocab_size),
+        l.tie_word_embeddings ? ", tied head" : "", o.double_precision ? "double" : "float",
+        static_cast<double>(e.parameter_count) / 1e6);
   } else {
-    std::printf("GPT: %lld layers, width %lld, %lld heads, context %lld, vocabulary %lld%s (%s): %.1f M parameters\n",
-                static_cast<long long>(c.layers), static_cast<long long>(c.width), static_cast<long long>(c.heads),
-                static_cast<long long>(c.context), static_cast<long long>(c.vocab), c.tied ? ", tied head" : "",
-                o.double_precision ? "double" : "float", static_cast<double>(e.parameter_count) / 1e6);
+    std::printf(
+        "GPT: %lld layers, width %lld, %lld heads, context %lld, vocabulary %lld%s (%s): %.1f M "
+        "parameters\n",
+        static_cast<long long>(c.layers), static_cast<long long>(c.width),
+        static_cast<long long>(c.heads), static_cast<long long>(c.context),
+        static_cast<long long>(c.vocab), c.tied ? ", tied head" : "",
+        o.double_precision ? "double" : "float", static_cast<double>(e.parameter_count) / 1e6);
   }
-  std::printf("step: micro-batch %lld x %lld tokens%s, %s loss; %s\n\n", static_cast<long long>(o.step.batch),
-              static_cast<long long>(time),
-              o.step.accumulation > 1 ? remat::detail::cat(", accumulated over ", o.step.accumulation, " micro-batches").c_str() : "",
-              o.step.chunked_loss ? "chunked" : "plain", training_line(o, e).c_str());
+  std::printf(
+      "step: micro-batch %lld x %lld tokens%s, %s loss; %s\n\n",
+      static_cast<long long>(o.step.batch), static_cast<long long>(time),
+      o.step.accumulation > 1
+          ? remat::detail::cat(", accumulated over ", o.step.accumulation, " micro-batches").c_str()
+          : "",
+      o.step.chunked_loss ? "chunked" : "plain", training_line(o, e).c_str());
   std::printf("held between steps\n");
   std::printf("  %-28s %12s\n", "weights", human(e.parameters).c_str());
   if (o.step.lora.rank > 0) std::printf("  %-28s %12s\n", "adapters", human(e.adapters).c_str());
   std::printf("  %-28s %12s\n", "gradients", human(e.gradients).c_str());
   std::printf("  %-28s %12s\n", "optimizer state", human(e.optimizer_state).c_str());
   std::printf("  %-28s %12s\n", "token ids and targets", human(e.data).c_str());
-  std::printf("logits (B T x V): %s, and as much again for their gradient; the chunked loss holds %s at a time\n\n",
-              human(e.logits).c_str(), human(e.loss_chunk).c_str());
-  std::printf("  %-14s %14s %14s %11s %10s %12s\n", "plan", "activations", "step total", "recompute", "fits?", "max batch");
+  std::printf(
+      "logits (B T x V): %s, and as much again for their gradient; the chunked loss holds %s at a "
+      "time\n\n",
+      human(e.logits).c_str(), human(e.loss_chunk).c_str());
+  std::printf("  %-14s %14s %14s %11s %10s %12s\n", "plan", "activations", "step total",
+              "recompute", "fits?", "max batch");
   for (const plan::Plan& p : ps) {
     const double total = e.total(p);
-    std::printf("  %-14s %14s %14s %10.0f%% %10s %12lld\n", name(p, o).c_str(), human(e.activations(p)).c_str(),
-                human(total).c_str(), 100 * p.recompute_fraction, total <= memory ? "yes" : "no",
+    std::printf("  %-14s %14s %14s %10.0f%% %10s %12lld\n", name(p, o).c_str(),
+                human(e.activations(p)).c_str(), human(total).c_str(), 100 * p.recompute_fraction,
+                total <= memory ? "yes" : "no",
                 static_cast<long long>(largest_batch(o, p, memory)));
   }
-  std::printf("\n(fits? and max batch: within %s; max batch is the largest micro-batch, --time fixed)\n", human(memory).c_str());
+  std::printf(
+      "\n(fits? and max batch: within %s; max batch is the largest micro-batch, --time fixed)\n",
+      human(memory).c_str());
 }
 
 /// The seed article's 2B example: a Qwen-class Llama (hidden 2,048, 28 layers, 16/8 heads, MLP
@@ -262,8 +307,14 @@ void print_table(const Options& o, const MemoryEstimate& e, const std::vector<pl
 void print_seed_2b(const Options& given) {
   Options o = given;
   o.is_llama = true;
-  o.llama = {.vocab_size = 248000, .hidden_size = 2048, .intermediate_size = 6144, .num_hidden_layers = 28, .num_attention_heads = 16,
-             .num_key_value_heads = 8, .tie_word_embeddings = true, .max_position_embeddings = 1024};
+  o.llama = {.vocab_size = 248000,
+             .hidden_size = 2048,
+             .intermediate_size = 6144,
+             .num_hidden_layers = 28,
+             .num_attention_heads = 16,
+             .num_key_value_heads = 8,
+             .tie_word_embeddings = true,
+             .max_position_embeddings = 1024};
   o.step.batch = 2;
   o.step.time = 1024;
   const double memory = o.memory_gib * (1 << 30);
@@ -278,16 +329,21 @@ void print_seed_2b(const Options& given) {
   std::vector<MemoryEstimate> plain, chunked;
   for (const Scenario& s : scenarios) {
     o.step.storage = s.storage;
-    o.step.lora = {.rank = s.rank, .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
+    o.step.lora = {.rank = s.rank,
+                   .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
     o.step.chunked_loss = false;
     plain.push_back(estimate(o, 2));
     o.step.chunked_loss = true;
     chunked.push_back(estimate(o, 2));
   }
-  std::printf("The seed's 2B example: Qwen-class Llama, hidden 2,048, 28 layers, 16/8 heads, MLP 6,144, vocabulary 248,000,\n"
-              "tied head (%.2f B parameters); batch 2 x 1,024 tokens; AdamW; activations in float; LoRA rank 16 on all seven linears\n\n",
-              static_cast<double>(plain[0].parameter_count) / 1e9);
-  std::printf("  %-40s %14s %14s %14s\n", "", scenarios[0].name, scenarios[1].name, scenarios[2].name);
+  std::printf(
+      "The seed's 2B example: Qwen-class Llama, hidden 2,048, 28 layers, 16/8 heads, MLP 6,144, "
+      "vocabulary 248,000,\n"
+      "tied head (%.2f B parameters); batch 2 x 1,024 tokens; AdamW; activations in float; LoRA "
+      "rank 16 on all seven linears\n\n",
+      static_cast<double>(plain[0].parameter_count) / 1e9);
+  std::printf("  %-40s %14s %14s %14s\n", "", scenarios[0].name, scenarios[1].name,
+              scenarios[2].name);
   const auto row = [&](const char* label, auto&& value) {
     std::printf("  %-40s", label);
     for (std::size_t i = 0; i < 3; ++i) std::printf(" %14s", human(value(i)).c_str());
@@ -305,39 +361,52 @@ void print_seed_2b(const Options& given) {
     return plan::predict(c, p.segments).peak_bytes;
   };
   row("layers' activations, all kept", [&](std::size_t i) { return layers_peak(i, none); });
-  row("layers' activations, checkpoint per layer", [&](std::size_t i) { return layers_peak(i, every); });
+  row("layers' activations, checkpoint per layer",
+      [&](std::size_t i) { return layers_peak(i, every); });
   row("logits (B T x V; their gradient as much)", [&](std::size_t i) { return plain[i].logits; });
   row("chunked loss: logits held at a time", [&](std::size_t i) { return chunked[i].loss_chunk; });
   row("step total: no checkpoint, plain loss", [&](std::size_t i) { return plain[i].total(none); });
   row("step total: every layer, plain loss", [&](std::size_t i) { return plain[i].total(every); });
-  row("step total: every layer, chunked loss", [&](std::size_t i) { return chunked[i].total(every); });
+  row("step total: every layer, chunked loss",
+      [&](std::size_t i) { return chunked[i].total(every); });
   std::printf("\n  largest micro-batch (x 1,024 tokens) within %s:\n", human(memory).c_str());
-  for (const auto& [label, p, loss] : {std::tuple{"no checkpoint, plain loss", none, false}, std::tuple{"every layer, plain loss", every, false},
+  for (const auto& [label, p, loss] : {std::tuple{"no checkpoint, plain loss", none, false},
+                                       std::tuple{"every layer, plain loss", every, false},
                                        std::tuple{"every layer, chunked loss", every, true}}) {
     std::printf("  %-40s", label);
     for (const Scenario& s : scenarios) {
       o.step.storage = s.storage;
-      o.step.lora = {.rank = s.rank, .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
+      o.step.lora = {.rank = s.rank,
+                     .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
       o.step.chunked_loss = loss;
       std::printf(" %14lld", static_cast<long long>(largest_batch(o, p, memory)));
     }
     std::printf("\n");
   }
-  std::printf("\n(the layers' activations are their peak without the loss; the seed counts 16-bit activations: 4.0 GB all kept,\n"
-              "0.23 + 0.14 GB checkpointed; these are float. Totals include the loss: with the plain loss its logits and their gradient.)\n");
+  std::printf(
+      "\n(the layers' activations are their peak without the loss; the seed counts 16-bit "
+      "activations: 4.0 GB all kept,\n"
+      "0.23 + 0.14 GB checkpointed; these are float. Totals include the loss: with the plain loss "
+      "its logits and their gradient.)\n");
 }
 
 void print_json(const Options& o, const MemoryEstimate& e, const std::vector<plan::Plan>& ps) {
-  std::printf("{\"parameter_count\": %lld, \"parameters\": %.0f, \"gradients\": %.0f, \"optimizer_state\": %.0f, "
-              "\"data\": %.0f, \"logits\": %.0f, \"loss_chunk\": %.0f, \"memory\": %.0f, \"adapters\": %.0f, "
-              "\"trainable_count\": %lld, \"accumulation\": %lld, \"plans\": [",
-              static_cast<long long>(e.parameter_count), e.parameters, e.gradients, e.optimizer_state, e.data, e.logits,
-              e.loss_chunk, o.memory_gib * (1 << 30), e.adapters, static_cast<long long>(e.trainable_count),
-              static_cast<long long>(o.step.accumulation));
+  std::printf(
+      "{\"parameter_count\": %lld, \"parameters\": %.0f, \"gradients\": %.0f, \"optimizer_state\": "
+      "%.0f, "
+      "\"data\": %.0f, \"logits\": %.0f, \"loss_chunk\": %.0f, \"memory\": %.0f, \"adapters\": "
+      "%.0f, "
+      "\"trainable_count\": %lld, \"accumulation\": %lld, \"plans\": [",
+      static_cast<long long>(e.parameter_count), e.parameters, e.gradients, e.optimizer_state,
+      e.data, e.logits, e.loss_chunk, o.memory_gib * (1 << 30), e.adapters,
+      static_cast<long long>(e.trainable_count), static_cast<long long>(o.step.accumulation));
   for (std::size_t i = 0; i < ps.size(); ++i) {
-    std::printf("%s{\"plan\": \"%s\", \"activations\": %.0f, \"total\": %.0f, \"recompute\": %.4f, \"max_batch\": %lld}",
-                i ? ", " : "", name(ps[i], o).c_str(), e.activations(ps[i]), e.total(ps[i]), ps[i].recompute_fraction,
-                static_cast<long long>(largest_batch(o, ps[i], o.memory_gib * (1 << 30))));
+    std::printf(
+        "%s{\"plan\": \"%s\", \"activations\": %.0f, \"total\": %.0f, \"recompute\": %.4f, "
+        "\"max_batch\": %lld}",
+        i ? ", " : "", name(ps[i], o).c_str(), e.activations(ps[i]), e.total(ps[i]),
+        ps[i].recompute_fraction,
+        static_cast<long long>(largest_batch(o, ps[i], o.memory_gib * (1 << 30))));
   }
   std::printf("]}\n");
 }
@@ -354,7 +423,8 @@ int main(int argc, char** argv) {
     const MemoryEstimate e = estimate(o, o.step.batch);
     const std::vector<plan::Plan> ps = plans(o, e);  // before printing: a budget too small throws
     o.json ? print_json(o, e, ps) : print_table(o, e, ps);
-  } catch (const std::exception& err) {  // remat::Error for what it rejects; bad_alloc, say, for the rest
+  } catch (const std::exception&
+               err) {  // remat::Error for what it rejects; bad_alloc, say, for the rest
     std::fprintf(stderr, "will_it_fit: %s\n", err.what());
     return 1;
   }

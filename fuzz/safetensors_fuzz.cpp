@@ -30,7 +30,8 @@ std::vector<char> rewrite(const remat::io::File& file) {
     const auto bytes = file.bytes(name);
     data.append(bytes.data(), bytes.size());
   }
-  const std::string out = remat::io::detail::encode_header("fuzz output", entries, file.metadata()) + data;
+  const std::string out =
+      remat::io::detail::encode_header("fuzz output", entries, file.metadata()) + data;
   return {out.begin(), out.end()};
 }
 

@@ -78,7 +78,9 @@ class Drifting final : public remat::Node<double> {
     y[0] += 1e-3 * static_cast<double>(calls_++);
     return y;
   }
-  void backward(const remat::Tensor<double>& gy, remat::Grads<double>& grads) override { grads.add(0, gy); }
+  void backward(const remat::Tensor<double>& gy, remat::Grads<double>& grads) override {
+    grads.add(0, gy);
+  }
 
  private:
   int calls_ = 0;
@@ -92,14 +94,17 @@ class SavesTooMuch final : public remat::Node<double> {
     this->save(kMaxSaved, in[0]);
     return in[0].clone();
   }
-  void backward(const remat::Tensor<double>& gy, remat::Grads<double>& grads) override { grads.add(0, gy); }
+  void backward(const remat::Tensor<double>& gy, remat::Grads<double>& grads) override {
+    grads.add(0, gy);
+  }
 };
 
 }  // namespace
 
 TEST_CASE("gradcheck passes custom ops whose backward is right", "[check][gradcheck]") {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    const remat::Tensor<double> x = remat::test::randn({2 + static_cast<std::int64_t>(seed), 3}, seed);
+    const remat::Tensor<double> x =
+        remat::test::randn({2 + static_cast<std::int64_t>(seed), 3}, seed);
     const auto result = remat::check::gradcheck(
         [](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5); }, {x});
     INFO(result.message());
@@ -107,30 +112,40 @@ TEST_CASE("gradcheck passes custom ops whose backward is right", "[check][gradch
     CHECK(result.checked == static_cast<std::size_t>(x.numel()));
     CHECK(result.message().empty());
     // composed with built-in ops, and with two inputs
-    remat::test::gradcheck([](const auto& v) { return remat::tanh(remat::apply<Product<double>>({v[0] * 2.0, v[1]})); },
-                           {x, remat::test::randn(x.shape(), seed + 10)});
+    remat::test::gradcheck(
+        [](const auto& v) {
+          return remat::tanh(remat::apply<Product<double>>({v[0] * 2.0, v[1]}));
+        },
+        {x, remat::test::randn(x.shape(), seed + 10)});
   }
   // the same op in float, recorded on a tape, with a parameter as its input
   remat::Parameter<float> w(remat::Tensor<float>::from({2}, {0.5f, -1}));
   remat::Tape tape;
   tape.backward(remat::sum(remat::apply<Bump<float>>({w}, 2.0f)));
   CHECK(w.grad()[0] == Approx(2 * (1 - 2 * 0.25) * std::exp(-0.25)));
-  CHECK_NOTHROW(remat::check::require_gradients([](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.0); },
-                                                {remat::test::randn({4}, 3)}));
+  CHECK_NOTHROW(remat::check::require_gradients(
+      [](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.0); },
+      {remat::test::randn({4}, 3)}));
 }
 
-TEST_CASE("gradcheck fails custom ops whose backward is wrong, naming the elements", "[check][gradcheck][errors]") {
+TEST_CASE("gradcheck fails custom ops whose backward is wrong, naming the elements",
+          "[check][gradcheck][errors]") {
   const remat::Tensor<double> x = remat::test::randn({3, 4}, 5);
   SECTION("a wrong derivative: every element that matters differs") {
-    const auto result = remat::check::gradcheck([](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 1); }, {x});
+    const auto result = remat::check::gradcheck(
+        [](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 1); }, {x});
     CHECK_FALSE(result.ok());
     CHECK(result.mismatches.size() == static_cast<std::size_t>(x.numel()));
-    CHECK_THAT(result.message(), Catch::Contains("12 of 12 gradient elements differ") && Catch::Contains("input 0 element 0"));
-    CHECK_THROWS_AS(remat::check::require_gradients([](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 1); }, {x}),
-                    remat::GradcheckError);
+    CHECK_THAT(result.message(), Catch::Contains("12 of 12 gradient elements differ") &&
+                                     Catch::Contains("input 0 element 0"));
+    CHECK_THROWS_AS(
+        remat::check::require_gradients(
+            [](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 1); }, {x}),
+        remat::GradcheckError);
   }
   SECTION("one element forgotten: exactly it is named") {
-    const auto result = remat::check::gradcheck([](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 2); }, {x});
+    const auto result = remat::check::gradcheck(
+        [](const auto& v) { return remat::apply<Bump<double>>({v[0]}, 1.5, 2); }, {x});
     REQUIRE(result.mismatches.size() == 1);
     CHECK(result.mismatches[0].input == 0);
     CHECK(result.mismatches[0].element == 11);
@@ -138,8 +153,11 @@ TEST_CASE("gradcheck fails custom ops whose backward is wrong, naming the elemen
     CHECK(result.mismatches[0].numeric != 0);
   }
   SECTION("a gradient sent to the wrong input") {
-    const auto result = remat::check::gradcheck([](const auto& v) { return remat::apply<Product<double>>({v[0], v[1]}, 1); },
-                                                {x, remat::test::randn(x.shape(), 6)});
+    const auto result = remat::check::gradcheck(
+        [](const auto& v) {
+          return remat::apply<Product<double>>({v[0], v[1]}, 1);
+        },
+        {x, remat::test::randn(x.shape(), 6)});
     CHECK_FALSE(result.ok());
     bool both_inputs = false, seen0 = false, seen1 = false;
     for (const auto& m : result.mismatches) (m.input == 0 ? seen0 : seen1) = true;
@@ -147,7 +165,8 @@ TEST_CASE("gradcheck fails custom ops whose backward is wrong, naming the elemen
     CHECK(both_inputs);  // input 0 got an extra term, input 1 got nothing
   }
   SECTION("a forward that is not deterministic fails inside a checkpoint, naming the op") {
-    const auto result = remat::check::gradcheck([](const auto& v) { return remat::apply<Drifting>({v[0]}); }, {x});
+    const auto result =
+        remat::check::gradcheck([](const auto& v) { return remat::apply<Drifting>({v[0]}); }, {x});
     CHECK(result.mismatches.empty());  // its gradient is right
     CHECK_FALSE(result.ok());
     CHECK_THAT(result.problem, Catch::Contains("replay differed") && Catch::Contains("'drifting'"));
@@ -157,10 +176,11 @@ TEST_CASE("gradcheck fails custom ops whose backward is wrong, naming the elemen
 TEST_CASE("custom ops are checked at the interface", "[check][errors]") {
   remat::Tape tape;
   const remat::Var<double> x = tape.input(remat::Tensor<double>::ones({2}), true);
-  CHECK_THAT(remat::test::error_message([&] { remat::apply<double>(nullptr, {x}); }), Catch::Contains("apply: the op is null"));
+  CHECK_THAT(remat::test::error_message([&] { remat::apply<double>(nullptr, {x}); }),
+             Catch::Contains("apply: the op is null"));
   CHECK_THAT(remat::test::error_message([&] { remat::apply<SavesTooMuch>({x}); }),
              Catch::Contains("saves_too_much: save() slot 4 is out of range [0, 4)"));
-  CHECK_THROWS_AS(remat::check::gradcheck([](const auto& v) { return v[0]; }, {remat::Tensor<double>::ones({1})},
-                                          {.eps = 0}),
+  CHECK_THROWS_AS(remat::check::gradcheck([](const auto& v) { return v[0]; },
+                                          {remat::Tensor<double>::ones({1})}, {.eps = 0}),
                   remat::UsageError);
 }

@@ -7,7 +7,8 @@
 
 using namespace remat;
 
-TEST_CASE("a 10,000-layer chain trains with a nested plan inside a 2 MiB activation budget", "[checkpoint][depth]") {
+TEST_CASE("a 10,000-layer chain trains with a nested plan inside a 2 MiB activation budget",
+          "[checkpoint][depth]") {
   constexpr int kLayers = 10000, kWidth = 64, kBatch = 64;
   constexpr double kBudget = 2.0 * 1024 * 1024;
   remat::test::ChainModel model(kLayers, kWidth, "tanh", 1);
@@ -33,7 +34,8 @@ TEST_CASE("a 10,000-layer chain trains with a nested plan inside a 2 MiB activat
 
   step(plan::none(std::size_t{kLayers}), nullptr);  // warm-up: gradient buffers
   for (auto q : params) q.zero_grad();
-  const plan::Chain chain = plan::profile(model.layers, x, loss_of, plan::ProfileOptions{.repeats = 1});
+  const plan::Chain chain =
+      plan::profile(model.layers, x, loss_of, plan::ProfileOptions{.repeats = 1});
   for (auto q : params) q.zero_grad();
   CHECK(plan::sqrt(chain).peak_bytes > kBudget);  // sqrt(n) does not fit
   const plan::Plan p = plan::budget(chain, kBudget);
@@ -50,7 +52,8 @@ TEST_CASE("a 10,000-layer chain trains with a nested plan inside a 2 MiB activat
   step(p, &peak);
   CHECK(peak <= kBudget);
   bool equal = true;
-  for (std::size_t i = 0; i < params.size(); ++i) equal = equal && params[i].grad().to_vector() == plain[i];
+  for (std::size_t i = 0; i < params.size(); ++i)
+    equal = equal && params[i].grad().to_vector() == plain[i];
   CHECK(equal);
 
   // and a few training steps stay within the budget while the loss goes down

@@ -47,7 +47,8 @@ Chain uniform_chain(std::size_t n) {
 }
 
 // Every one-level plan: each layer plain, or part of a segment of any length.
-void enumerate_one_level(std::size_t s, std::size_t n, std::vector<Segment>& cur, std::vector<std::vector<Segment>>& out) {
+void enumerate_one_level(std::size_t s, std::size_t n, std::vector<Segment>& cur,
+                         std::vector<std::vector<Segment>>& out) {
   if (s == n) {
     out.push_back(cur);
     return;
@@ -64,7 +65,8 @@ void enumerate_one_level(std::size_t s, std::size_t n, std::vector<Segment>& cur
 // snapshots besides the input (Griewank's model, one taped step at a time).
 double dijkstra_schedules(const Chain& c, std::size_t slots) {
   const int n = static_cast<int>(c.layers());
-  using State = std::tuple<int, int, unsigned>;  // steps left, current position (-1: none), snapshots
+  using State =
+      std::tuple<int, int, unsigned>;  // steps left, current position (-1: none), snapshots
   std::map<State, double> dist;
   using Item = std::pair<double, State>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
@@ -83,11 +85,12 @@ double dijkstra_schedules(const Chain& c, std::size_t slots) {
     const auto [left, cur, snaps] = st;
     if (left == 0) return d;
     if (cur >= 0 && cur + 1 <= left - 1) relax({left, cur + 1, snaps}, d + c.cost(cur));  // advance
-    if (cur >= 1 && !(snaps >> cur & 1u) && static_cast<std::size_t>(__builtin_popcount(snaps)) < slots) {
+    if (cur >= 1 && !(snaps >> cur & 1u) &&
+        static_cast<std::size_t>(__builtin_popcount(snaps)) < slots) {
       relax({left, cur, snaps | 1u << cur}, d);  // store a snapshot
     }
     for (int p = 0; p < left; ++p) {
-      if (p == 0 || (snaps >> p & 1u)) relax({left, p, snaps}, d);  // restore
+      if (p == 0 || (snaps >> p & 1u)) relax({left, p, snaps}, d);     // restore
       if (snaps >> p & 1u) relax({left, cur, snaps & ~(1u << p)}, d);  // drop
     }
     if (cur == left - 1) {  // reverse the last step: its taped forward, then its backward
@@ -100,10 +103,12 @@ double dijkstra_schedules(const Chain& c, std::size_t slots) {
 
 }  // namespace
 
-TEST_CASE("plan::predict: no checkpointing keeps every layer; one segment per layer keeps boundaries",
-          "[checkpoint][plan]") {
+TEST_CASE(
+    "plan::predict: no checkpointing keeps every layer; one segment per layer keeps boundaries",
+    "[checkpoint][plan]") {
   const Chain c = Chain::uniform(5, 10, 100);
-  // none: peak at the start of backward: all five layers' activations, boundaries x_1..x_5, the loss gradient
+  // none: peak at the start of backward: all five layers' activations, boundaries x_1..x_5, the
+  // loss gradient
   CHECK(none(c).peak_bytes == 5 * 100 + 5 * 10 + 10);
   CHECK(none(c).recompute == 0);
   const Plan e = every(c);
@@ -117,7 +122,8 @@ TEST_CASE("plan::predict: no checkpointing keeps every layer; one segment per la
   CHECK(p.max_materialized == 1);
 }
 
-TEST_CASE("plan: sqrt cuts ceil(sqrt(n)) runs of near-equal length, all but the last checkpointed", "[checkpoint][plan]") {
+TEST_CASE("plan: sqrt cuts ceil(sqrt(n)) runs of near-equal length, all but the last checkpointed",
+          "[checkpoint][plan]") {
   const Plan p = sqrt(std::size_t{10});
   REQUIRE(p.segments.size() == 3);  // runs [0,2) [2,5) [5,7) checkpointed, [7,10) plain
   CHECK(p.segments[0].begin == 0);
@@ -126,7 +132,8 @@ TEST_CASE("plan: sqrt cuts ceil(sqrt(n)) runs of near-equal length, all but the 
   CHECK(p.recompute_fraction == 0.7);
 }
 
-TEST_CASE("plan::budget's dynamic program is optimal over every one-level plan", "[checkpoint][plan][bruteforce]") {
+TEST_CASE("plan::budget's dynamic program is optimal over every one-level plan",
+          "[checkpoint][plan][bruteforce]") {
   for (std::size_t n = 1; n <= 10; ++n) {
     for (int variant = 0; variant < 3; ++variant) {
       const Chain c = variant == 0 ? uniform_chain(n) : random_chain(n, 100 * n + variant);
@@ -160,7 +167,8 @@ TEST_CASE("plan::budget's dynamic program is optimal over every one-level plan",
   }
 }
 
-TEST_CASE("plan::optimal matches the best schedule of Griewank's model", "[checkpoint][plan][bruteforce]") {
+TEST_CASE("plan::optimal matches the best schedule of Griewank's model",
+          "[checkpoint][plan][bruteforce]") {
   for (std::size_t n = 1; n <= 10; ++n) {
     for (int variant = 0; variant < 2; ++variant) {
       const Chain c = variant == 0 ? uniform_chain(n) : random_chain(n, 7 * n + variant);
@@ -208,10 +216,12 @@ TEST_CASE("plan::optimal: the uniform recursion's bisection finds the same minim
   // a plain memoized full scan of the same recursion.
   const std::size_t n = 150;
   std::map<std::tuple<std::size_t, std::size_t, bool>, double> memo;
-  std::function<double(std::size_t, std::size_t, bool)> full = [&](std::size_t len, std::size_t k, bool root) -> double {
+  std::function<double(std::size_t, std::size_t, bool)> full = [&](std::size_t len, std::size_t k,
+                                                                   bool root) -> double {
     const auto key = std::make_tuple(len, k, root);
     if (auto it = memo.find(key); it != memo.end()) return it->second;
-    double best = root ? full(len, k, false) : double(len) + (len > 1 ? full(len - 1, k, false) : 0.0);
+    double best =
+        root ? full(len, k, false) : double(len) + (len > 1 ? full(len - 1, k, false) : 0.0);
     if (k > 0 && len >= 2) {
       for (std::size_t m = 1; m <= (root ? len - 1 : len - 2); ++m) {
         const double c = root ? full(len - m, k - 1, true) + full(m, k, false)
@@ -230,8 +240,9 @@ TEST_CASE("plan::optimal: the uniform recursion's bisection finds the same minim
   }
 }
 
-TEST_CASE("plan::budget gives the least recompute that fits, and names the smallest feasible budget",
-          "[checkpoint][plan]") {
+TEST_CASE(
+    "plan::budget gives the least recompute that fits, and names the smallest feasible budget",
+    "[checkpoint][plan]") {
   const Chain c = uniform_chain(64);
   const Plan loose = budget(c, none(c).peak_bytes);
   CHECK(loose.recompute == 0);
@@ -248,7 +259,8 @@ TEST_CASE("plan::budget gives the least recompute that fits, and names the small
     budget(c, least - 1);
     FAIL("expected a PlanError");
   } catch (const remat::PlanError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("smallest feasible budget") && Catch::Contains(std::to_string(int(least))));
+    CHECK_THAT(e.what(), Catch::Contains("smallest feasible budget") &&
+                             Catch::Contains(std::to_string(int(least))));
   }
   CHECK_THROWS_AS(budget(c, -5), remat::PlanError);
 }
@@ -256,16 +268,20 @@ TEST_CASE("plan::budget gives the least recompute that fits, and names the small
 TEST_CASE("planners reject malformed chains and plans", "[checkpoint][plan][errors]") {
   Chain c = Chain::uniform(3);
   c.boundary_bytes.pop_back();
-  CHECK_THROWS_WITH(every(c), Catch::Contains("plan::every: chain has 3 layers but 3 boundary sizes (needs 4)"));
+  CHECK_THROWS_WITH(
+      every(c), Catch::Contains("plan::every: chain has 3 layers but 3 boundary sizes (needs 4)"));
   Chain d = Chain::uniform(3);
   d.activation_bytes[1] = -1;
   CHECK_THROWS_AS(sqrt(d), remat::PlanError);
-  CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 2, {}}, Segment{1, 3, {}}}), remat::PlanError);
+  CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 2, {}}, Segment{1, 3, {}}}),
+                  remat::PlanError);
   CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 4, {}}}), remat::PlanError);
-  CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 3, {Segment{0, 3, {}}}}}), remat::PlanError);
+  CHECK_THROWS_AS(predict(Chain::uniform(3), {Segment{0, 3, {Segment{0, 3, {}}}}}),
+                  remat::PlanError);
 }
 
-TEST_CASE("Plan::describe names the planner and prints sizes in B, KiB and MiB", "[checkpoint][plan]") {
+TEST_CASE("Plan::describe names the planner and prints sizes in B, KiB and MiB",
+          "[checkpoint][plan]") {
   CHECK(std::string(to_string(Kind::budget)) == "budget");
   CHECK(std::string(to_string(Kind::custom)) == "custom");
   CHECK(format_bytes(812) == "812 B");
@@ -275,14 +291,20 @@ TEST_CASE("Plan::describe names the planner and prints sizes in B, KiB and MiB",
   const Plan p = every(Chain::uniform(4, 1 << 20, 3 << 20));
   CHECK(p.kind == Kind::every);
   // x_1, x_2 captured, layer 3 kept (3 MiB, x_3, x_4), the loss gradient: 8 MiB
-  CHECK(p.summary() == "every: 3 segments over 4 layers, depth 1, predicted peak 8.00 MiB, recompute 75.0 % of a forward");
-  CHECK(p.describe().find(p.summary() + "\n  layer 0: replayed in segment [0, 1) at depth 1, recomputes 3.00 MiB") == 0);
+  CHECK(p.summary() ==
+        "every: 3 segments over 4 layers, depth 1, predicted peak 8.00 MiB, recompute 75.0 % of a "
+        "forward");
+  CHECK(p.describe().find(
+            p.summary() +
+            "\n  layer 0: replayed in segment [0, 1) at depth 1, recomputes 3.00 MiB") == 0);
   CHECK(optimal(std::size_t{6}, 2).describe().find("optimal: ") == 0);
-  CHECK(optimal(std::size_t{6}, 2).describe().find("predicted peak") == std::string::npos);  // made from a count
+  CHECK(optimal(std::size_t{6}, 2).describe().find("predicted peak") ==
+        std::string::npos);  // made from a count
   CHECK(custom(Chain::uniform(2), {Segment{0, 1, {}}}).kind == Kind::custom);
 }
 
-TEST_CASE("plan::frontier: Pareto points no one-level or binomial plan beats", "[checkpoint][plan][bruteforce]") {
+TEST_CASE("plan::frontier: Pareto points no one-level or binomial plan beats",
+          "[checkpoint][plan][bruteforce]") {
   for (std::size_t n = 1; n <= 8; ++n) {
     for (int variant = 0; variant < 3; ++variant) {
       const Chain c = variant == 0 ? uniform_chain(n) : random_chain(n, 31 * n + variant);

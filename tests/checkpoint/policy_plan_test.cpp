@@ -16,8 +16,9 @@
 
 namespace {
 
-std::size_t policy_plan_step(remat_test::RandomChain& chain, const remat_test::RandomLoss& loss, const remat::Tensor<float>& x,
-                             const remat::plan::Plan& p, std::vector<remat::Tensor<float>>* grads = nullptr) {
+std::size_t policy_plan_step(remat_test::RandomChain& chain, const remat_test::RandomLoss& loss,
+                             const remat::Tensor<float>& x, const remat::plan::Plan& p,
+                             std::vector<remat::Tensor<float>>* grads = nullptr) {
   chain.zero_grad();
   loss.head.zero_grad();
   remat::memory::Probe probe;
@@ -30,13 +31,15 @@ std::size_t policy_plan_step(remat_test::RandomChain& chain, const remat_test::R
   if (grads) {
     grads->clear();
     for (auto& layer : chain.params) {
-      for (auto& q : layer) grads->push_back(q.grad().defined() ? q.grad().clone() : remat::Tensor<float>());
+      for (auto& q : layer)
+        grads->push_back(q.grad().defined() ? q.grad().clone() : remat::Tensor<float>());
     }
   }
   return peak;
 }
 
-bool policy_plan_equal(const std::vector<remat::Tensor<float>>& a, const std::vector<remat::Tensor<float>>& b) {
+bool policy_plan_equal(const std::vector<remat::Tensor<float>>& a,
+                       const std::vector<remat::Tensor<float>>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].defined() != b[i].defined()) return false;
@@ -55,17 +58,23 @@ std::vector<remat::SavePolicy> policy_plan_policies() {
 }
 
 /// A random one-level plan mixing plain layers, policy layers and save_nothing segments.
-std::vector<remat::plan::Segment> random_mixed_segments(remat::Rng& rng, std::size_t n, const std::vector<remat::SavePolicy>& policies) {
+std::vector<remat::plan::Segment> random_mixed_segments(
+    remat::Rng& rng, std::size_t n, const std::vector<remat::SavePolicy>& policies) {
   std::vector<remat::plan::Segment> out;
   for (std::size_t l = 0; l < n;) {
     const auto pick = rng.uniform_int(3);
     if (pick == 0) {
       ++l;  // plain
     } else if (pick == 1) {
-      out.push_back(remat::plan::Segment{l, l + 1, {}, policies[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(policies.size())))]});
+      out.push_back(remat::plan::Segment{l,
+                                         l + 1,
+                                         {},
+                                         policies[static_cast<std::size_t>(rng.uniform_int(
+                                             static_cast<std::int64_t>(policies.size())))]});
       ++l;
     } else {
-      const std::size_t e = l + 1 + static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(n - l)));
+      const std::size_t e =
+          l + 1 + static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(n - l)));
       out.push_back(remat::plan::Segment{l, e, {}});
       l = e;
     }
@@ -75,7 +84,8 @@ std::vector<remat::plan::Segment> random_mixed_segments(remat::Rng& rng, std::si
 
 }  // namespace
 
-TEST_CASE("plans mixing save policies are predicted to the byte on random blocks", "[checkpoint][policy][profile][random]") {
+TEST_CASE("plans mixing save policies are predicted to the byte on random blocks",
+          "[checkpoint][policy][profile][random]") {
   const char* only = std::getenv("REMAT_BLOCK_SEED");
   const std::uint64_t base = only ? std::stoull(only) : 20261202;
   const int cases = only ? 1 : 120;
@@ -90,22 +100,28 @@ TEST_CASE("plans mixing save policies are predicted to the byte on random blocks
     remat_test::RandomChain chain(block, n, batch, seed + 1);
     const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
     const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch << ", loss: "
-                 << remat_test::RandomLoss::names[loss.kind]);
+    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
+                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
     std::vector<remat::Tensor<float>> plain_grads, grads;
     policy_plan_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
     policy_plan_step(chain, loss, x, remat::plan::none(n), &plain_grads);
-    remat::plan::Chain profiled = remat::plan::profile(chain.layers, x, loss, remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
+    remat::plan::Chain profiled = remat::plan::profile(
+        chain.layers, x, loss, remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
     REQUIRE(profiled.policies.size() == policies.size());
     // costs from the seed, not the clock, so that the plans (and a failure) reproduce
     for (std::size_t l = 0; l < n; ++l) {
       profiled.forward_cost[l] = static_cast<double>(2 + rng.uniform_int(9));
-      for (auto& q : profiled.policies) q.replay_cost[l] = static_cast<double>(rng.uniform_int(static_cast<std::int64_t>(profiled.forward_cost[l])));
+      for (auto& q : profiled.policies)
+        q.replay_cost[l] = static_cast<double>(
+            rng.uniform_int(static_cast<std::int64_t>(profiled.forward_cost[l])));
     }
     std::vector<remat::plan::Plan> plans;
-    for (int k = 0; k < 6; ++k) plans.push_back(remat::plan::custom(profiled, random_mixed_segments(rng, n, policies)));
-    const double high = remat::plan::none(profiled).peak_bytes, low = remat::plan::optimal(profiled, 0).peak_bytes;
-    for (double f : {0.1, 0.3, 0.5, 0.7, 0.9}) plans.push_back(remat::plan::budget(profiled, low + f * (high - low)));
+    for (int k = 0; k < 6; ++k)
+      plans.push_back(remat::plan::custom(profiled, random_mixed_segments(rng, n, policies)));
+    const double high = remat::plan::none(profiled).peak_bytes,
+                 low = remat::plan::optimal(profiled, 0).peak_bytes;
+    for (double f : {0.1, 0.3, 0.5, 0.7, 0.9})
+      plans.push_back(remat::plan::budget(profiled, low + f * (high - low)));
     for (remat::plan::Plan& p : remat::plan::frontier(profiled)) plans.push_back(std::move(p));
     for (std::size_t i = 0; i < plans.size(); ++i) {
       const remat::plan::Plan& p = plans[i];
@@ -125,7 +141,8 @@ namespace {
 
 /// A generated chain with random sizes and costs for every layer plain, in segments, and under
 /// each of `policies` (integers, so that sums of costs compare exactly).
-remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng, const std::vector<remat::SavePolicy>& policies) {
+remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
+                                     const std::vector<remat::SavePolicy>& policies) {
   const auto u = [&](double lo, double hi) { return std::floor(rng.uniform(lo, hi)); };
   remat::plan::Chain c;
   for (std::size_t i = 0; i <= n; ++i) c.boundary_bytes.push_back(u(1, 20));
@@ -153,7 +170,8 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng, const std::
     remat::plan::PolicyCosts q;
     q.policy = policy;
     for (std::size_t i = 0; i < n; ++i) {
-      q.activation_bytes.push_back(u(0, c.activation_bytes[i] + 1));  // keeps part of what the layer keeps
+      q.activation_bytes.push_back(
+          u(0, c.activation_bytes[i] + 1));  // keeps part of what the layer keeps
       q.forward_transient_bytes.push_back(u(0, 20));
       q.backward_transient_bytes.push_back(u(0, 40));
       q.saves_input.push_back(rng.uniform() < 0.7);
@@ -168,8 +186,10 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng, const std::
 
 /// Every one-level plan with policy layers: each layer plain, under one of `policies` in a
 /// segment of its own, or part of a save_nothing segment of any length.
-void enumerate_policy_plans(std::size_t s, std::size_t n, const std::vector<remat::SavePolicy>& policies,
-                            std::vector<remat::plan::Segment>& cur, std::vector<std::vector<remat::plan::Segment>>& out) {
+void enumerate_policy_plans(std::size_t s, std::size_t n,
+                            const std::vector<remat::SavePolicy>& policies,
+                            std::vector<remat::plan::Segment>& cur,
+                            std::vector<std::vector<remat::plan::Segment>>& out) {
   if (s == n) {
     out.push_back(cur);
     return;
@@ -189,9 +209,12 @@ void enumerate_policy_plans(std::size_t s, std::size_t n, const std::vector<rema
 
 }  // namespace
 
-TEST_CASE("plan::budget's dynamic program over policy layers equals a brute force over every assignment", "[checkpoint][plan][policy][bruteforce]") {
-  const std::vector<remat::SavePolicy> policies{remat::save_matmuls(),
-                                                remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
+TEST_CASE(
+    "plan::budget's dynamic program over policy layers equals a brute force over every assignment",
+    "[checkpoint][plan][policy][bruteforce]") {
+  const std::vector<remat::SavePolicy> policies{
+      remat::save_matmuls(),
+      remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
   remat::Rng rng(20261130);
   int compared = 0, with_policies = 0;
   for (int c = 0; c < 60; ++c) {
@@ -213,11 +236,13 @@ TEST_CASE("plan::budget's dynamic program over policy layers equals a brute forc
       for (const remat::plan::Prediction& p : predicted) {
         if (p.peak_bytes <= budget) best = std::min(best, p.recompute);
       }
-      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak " << low << ", most " << high << ")");
+      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak " << low
+                   << ", most " << high << ")");
       REQUIRE(std::isfinite(best));
       const auto dp = remat::plan::detail::OneLevelPlanner(chain).best(budget);
       CHECK(dp.recompute == best);
-      for (const remat::plan::Segment& s : dp.segments) with_policies += s.policy.keeps_anything() ? 1 : 0;
+      for (const remat::plan::Segment& s : dp.segments)
+        with_policies += s.policy.keeps_anything() ? 1 : 0;
       // the program's own peak is the simulator's
       const remat::plan::Prediction again = remat::plan::predict(chain, dp.segments);
       CHECK(again.peak_bytes == dp.peak);
@@ -235,7 +260,8 @@ TEST_CASE("plan::budget's dynamic program over policy layers equals a brute forc
   CHECK(with_policies > 100);  // the optimum often runs layers under policies
 }
 
-TEST_CASE("policy plans: bad input is a PlanError naming the segment or the policy", "[checkpoint][plan][policy]") {
+TEST_CASE("policy plans: bad input is a PlanError naming the segment or the policy",
+          "[checkpoint][plan][policy]") {
   remat::Rng rng(4);
   const remat::plan::Chain chain = policy_plan_chain(4, rng, {remat::save_matmuls()});
   const auto message = [&](const std::vector<remat::plan::Segment>& segments) {
@@ -247,28 +273,36 @@ TEST_CASE("policy plans: bad input is a PlanError naming the segment or the poli
     return std::string("no PlanError");
   };
   // over two layers, nested, a policy the chain has no costs for
-  CHECK(message({remat::plan::Segment{1, 3, {}, remat::save_matmuls()}}).find("segment [1, 3) carries the policy 'save_matmuls'") != std::string::npos);
-  CHECK(message({remat::plan::Segment{0, 3, {remat::plan::Segment{1, 2, {}, remat::save_matmuls()}}}}).find("[1, 2) (nested)") != std::string::npos);
-  const std::string unknown = message({remat::plan::Segment{2, 3, {}, remat::save_if("mine", [](const remat::OpInfo&) { return true; })}});
+  CHECK(message({remat::plan::Segment{1, 3, {}, remat::save_matmuls()}})
+            .find("segment [1, 3) carries the policy 'save_matmuls'") != std::string::npos);
+  CHECK(
+      message({remat::plan::Segment{0, 3, {remat::plan::Segment{1, 2, {}, remat::save_matmuls()}}}})
+          .find("[1, 2) (nested)") != std::string::npos);
+  const std::string unknown = message({remat::plan::Segment{
+      2, 3, {}, remat::save_if("mine", [](const remat::OpInfo&) { return true; })}});
   CHECK(unknown.find("'mine'") != std::string::npos);
   CHECK(unknown.find("it has: save_matmuls") != std::string::npos);
   CHECK(message({remat::plan::Segment{2, 3, {}, remat::save_matmuls()}}) == "no PlanError");
   // inconsistent costs
   remat::plan::Chain c = chain;
   c.policies[0].replay_cost.pop_back();
-  CHECK_THROWS_WITH(remat::plan::none(c), Catch::Contains("policy 'save_matmuls'") && Catch::Contains("3 values where the chain has 4 layers"));
+  CHECK_THROWS_WITH(remat::plan::none(c),
+                    Catch::Contains("policy 'save_matmuls'") &&
+                        Catch::Contains("3 values where the chain has 4 layers"));
   c = chain;
   c.policies[0].activation_bytes[2] = -1;
   CHECK_THROWS_WITH(remat::plan::budget(c, 1e9), Catch::Contains("-1 for layer 2"));
   c = chain;
   c.policies.push_back(c.policies[0]);
-  CHECK_THROWS_WITH(remat::plan::frontier(c), Catch::Contains("two entries for policy 'save_matmuls'"));
+  CHECK_THROWS_WITH(remat::plan::frontier(c),
+                    Catch::Contains("two entries for policy 'save_matmuls'"));
   c = chain;
   c.policies[0].policy = remat::save_nothing();
   CHECK_THROWS_AS(remat::plan::every(c), remat::PlanError);
 }
 
-TEST_CASE("Plan::describe says per layer what is kept and what is replayed", "[checkpoint][plan][policy]") {
+TEST_CASE("Plan::describe says per layer what is kept and what is replayed",
+          "[checkpoint][plan][policy]") {
   remat::plan::Chain c = remat::plan::Chain::uniform(3, 1 << 20, 3 << 20);
   remat::plan::PolicyCosts q;
   q.policy = remat::save_matmuls();
@@ -278,20 +312,30 @@ TEST_CASE("Plan::describe says per layer what is kept and what is replayed", "[c
   q.saves_output = {false, false, false};
   q.replay_cost = {0.25, 0.25, 0.25};
   c.policies.push_back(q);
-  const remat::plan::Plan p = remat::plan::custom(c, {remat::plan::Segment{0, 1, {}, remat::save_matmuls()}, remat::plan::Segment{1, 2, {}}});
+  const remat::plan::Plan p = remat::plan::custom(
+      c, {remat::plan::Segment{0, 1, {}, remat::save_matmuls()}, remat::plan::Segment{1, 2, {}}});
   const std::string d = p.describe();
   INFO(d);
   CHECK(d.find(p.summary() + "\n") == 0);
-  CHECK(d.find("\n  layer 0: save_matmuls, keeps 2.00 MiB, replays the rest (1.00 MiB, 25 % of its forward time)") != std::string::npos);
-  CHECK(d.find("\n  layer 1: replayed in segment [1, 2) at depth 1, recomputes 3.00 MiB, the segment keeps its input (1.00 MiB)") != std::string::npos);
+  CHECK(d.find("\n  layer 0: save_matmuls, keeps 2.00 MiB, replays the rest (1.00 MiB, 25 % of its "
+               "forward time)") != std::string::npos);
+  CHECK(d.find("\n  layer 1: replayed in segment [1, 2) at depth 1, recomputes 3.00 MiB, the "
+               "segment keeps its input (1.00 MiB)") != std::string::npos);
   CHECK(d.find("\n  layer 2: kept, 3.00 MiB") != std::string::npos);
   CHECK(p.recompute == 1.25);  // layer 0's replay and layer 1's forward
 }
 
-TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain gradients", "[checkpoint][policy][nn][gpt]") {
+TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain gradients",
+          "[checkpoint][policy][nn][gpt]") {
   remat::Rng rng(12);
   for (const bool chunked : {true, false}) {
-    remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 13, .context = 12, .layers = 4, .heads = 2, .width = 16, .dropout = 0.1, .seed = 5});
+    remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 13,
+                                                   .context = 12,
+                                                   .layers = 4,
+                                                   .heads = 2,
+                                                   .width = 16,
+                                                   .dropout = 0.1,
+                                                   .seed = 5});
     remat::Tensor<std::int32_t> ids({3, 12}), targets({3, 12});
     for (auto& t : ids) t = static_cast<std::int32_t>(rng.uniform_int(13));
     for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(13));
@@ -309,10 +353,13 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
     std::vector<remat::Tensor<float>> plain, grads;
     step(nullptr, plain);  // warm-up: gradient buffers
     step(nullptr, plain);
-    const std::vector<remat::SavePolicy> policies{remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"})};
-    remat::plan::Chain chain = gpt.profile(ids, targets, chunked, remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
+    const std::vector<remat::SavePolicy> policies{
+        remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"})};
+    remat::plan::Chain chain = gpt.profile(
+        ids, targets, chunked, remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
     for (auto q : gpt.parameters()) q.zero_grad();
-    for (std::size_t l = 0; l < chain.layers(); ++l) {  // reproducible costs: replaying a policy layer costs less
+    for (std::size_t l = 0; l < chain.layers();
+         ++l) {  // reproducible costs: replaying a policy layer costs less
       chain.forward_cost[l] = 10;
       chain.policies[0].replay_cost[l] = 6;
       chain.policies[1].replay_cost[l] = 2;
@@ -329,19 +376,23 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
       const double budget = low + f * (high - low);
       const remat::plan::Plan p = remat::plan::budget(chain, budget);
       const std::size_t counted = step(&p, grads);
-      INFO((chunked ? "chunked: " : "plain loss: ") << p.describe() << "\nbudget " << budget << ", counted " << counted);
+      INFO((chunked ? "chunked: " : "plain loss: ")
+           << p.describe() << "\nbudget " << budget << ", counted " << counted);
       CHECK(p.peak_bytes + offset == static_cast<double>(counted));
       CHECK(static_cast<double>(counted) <= budget);
       CHECK(policy_plan_equal(grads, plain));
-      for (const remat::plan::Segment& s : p.segments) op_level += s.policy.keeps_anything() ? 1 : 0;
+      for (const remat::plan::Segment& s : p.segments)
+        op_level += s.policy.keeps_anything() ? 1 : 0;
     }
     CHECK(op_level > 0);
   }
 }
 
-TEST_CASE("plan::frontier with policies: no enumerated plan beats a point", "[checkpoint][plan][policy][bruteforce]") {
-  const std::vector<remat::SavePolicy> policies{remat::save_matmuls(),
-                                                remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
+TEST_CASE("plan::frontier with policies: no enumerated plan beats a point",
+          "[checkpoint][plan][policy][bruteforce]") {
+  const std::vector<remat::SavePolicy> policies{
+      remat::save_matmuls(),
+      remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
   remat::Rng rng(77);
   int op_level_points = 0;
   for (int c = 0; c < 30; ++c) {
@@ -356,7 +407,8 @@ TEST_CASE("plan::frontier with policies: no enumerated plan beats a point", "[ch
     }
     for (const remat::plan::Plan& p : f) {
       CHECK(remat::plan::predict(chain, p.segments).peak_bytes == p.peak_bytes);
-      for (const remat::plan::Segment& s : p.segments) op_level_points += s.policy.keeps_anything() ? 1 : 0;
+      for (const remat::plan::Segment& s : p.segments)
+        op_level_points += s.policy.keeps_anything() ? 1 : 0;
     }
     std::vector<std::vector<remat::plan::Segment>> plans;
     std::vector<remat::plan::Segment> cur;

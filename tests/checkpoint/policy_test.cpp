@@ -22,8 +22,8 @@ struct PolicyStep {
   std::size_t replayed_nodes = 0;
 };
 
-PolicyStep policy_step(remat_test::RandomChain& chain, const remat_test::RandomLoss& loss, const remat::Tensor<float>& x,
-                       const remat::plan::Plan& p) {
+PolicyStep policy_step(remat_test::RandomChain& chain, const remat_test::RandomLoss& loss,
+                       const remat::Tensor<float>& x, const remat::plan::Plan& p) {
   chain.zero_grad();
   loss.head.zero_grad();
   PolicyStep out;
@@ -38,9 +38,12 @@ PolicyStep policy_step(remat_test::RandomChain& chain, const remat_test::RandomL
   }
   out.peak = probe.peak_above_start();
   for (auto& layer : chain.params) {
-    for (auto& q : layer) out.grads.push_back(q.grad().defined() ? q.grad().clone() : remat::Tensor<float>());  // unused ops have none
+    for (auto& q : layer)
+      out.grads.push_back(q.grad().defined() ? q.grad().clone()
+                                             : remat::Tensor<float>());  // unused ops have none
   }
-  if (loss.kind != 0 && loss.kind != 4) out.grads.push_back(loss.head.grad().clone());  // the losses with a head
+  if (loss.kind != 0 && loss.kind != 4)
+    out.grads.push_back(loss.head.grad().clone());  // the losses with a head
   return out;
 }
 
@@ -56,7 +59,8 @@ bool policy_bitwise_equal(const remat::Tensor<float>& a, const remat::Tensor<flo
 
 }  // namespace
 
-TEST_CASE("every save policy gives the plain gradients bit for bit on random blocks", "[checkpoint][policy][random]") {
+TEST_CASE("every save policy gives the plain gradients bit for bit on random blocks",
+          "[checkpoint][policy][random]") {
   const char* only = std::getenv("REMAT_BLOCK_SEED");
   const std::uint64_t base = only ? std::stoull(only) : 20261201;
   const int cases = only ? 1 : 60;
@@ -67,7 +71,9 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
       remat::recompute_ops({"tanh", "relu", "gelu", "sigmoid", "dropout"}),
       remat::recompute_ops({}),  // keeps everything: nothing is replayed
       remat::save_if("over 500 FLOPs", [](const remat::OpInfo& op) { return op.flops > 500; }),
-      remat::save_if("2-d outputs", [](const remat::OpInfo& op) { return op.shape.rank() == 2 && op.op != "add"; }),
+      remat::save_if(
+          "2-d outputs",
+          [](const remat::OpInfo& op) { return op.shape.rank() == 2 && op.op != "add"; }),
   };
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
@@ -79,19 +85,21 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
     remat_test::RandomChain chain(block, n, batch, seed + 1);
     const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
     const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch << ", loss: "
-                 << remat_test::RandomLoss::names[loss.kind]);
+    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
+                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
     policy_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
     const PolicyStep plain = policy_step(chain, loss, x, remat::plan::none(n));
     // one segment per layer, sqrt(n) segments, and nested (binomial) segments
-    const std::vector<remat::plan::Plan> plans{remat::plan::every(n), remat::plan::sqrt(n),
-                                               remat::plan::with_policy(remat::plan::optimal(remat::plan::Chain::uniform(n), 1), {})};
+    const std::vector<remat::plan::Plan> plans{
+        remat::plan::every(n), remat::plan::sqrt(n),
+        remat::plan::with_policy(remat::plan::optimal(remat::plan::Chain::uniform(n), 1), {})};
     for (const remat::plan::Plan& layout : plans) {
       std::size_t nothing_peak = 0, nothing_replayed = 0;
       for (const remat::SavePolicy& policy : policies) {
         const remat::plan::Plan p = remat::plan::with_policy(layout, policy);
         const PolicyStep run = policy_step(chain, loss, x, p);
-        INFO(layout.describe() << " under " << policy.name() << ": counted peak " << run.peak << ", none " << plain.peak);
+        INFO(layout.describe() << " under " << policy.name() << ": counted peak " << run.peak
+                               << ", none " << plain.peak);
         REQUIRE(run.grads.size() == plain.grads.size());
         for (std::size_t g = 0; g < run.grads.size(); ++g) {
           INFO("gradient " << g);
@@ -115,7 +123,8 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
   }
 }
 
-TEST_CASE("save policies reject unknown op names and accept registered ones", "[checkpoint][policy]") {
+TEST_CASE("save policies reject unknown op names and accept registered ones",
+          "[checkpoint][policy]") {
   CHECK_THROWS_AS(remat::save_ops({"linear", "lienar"}), remat::PlanError);
   CHECK_THROWS_AS(remat::recompute_ops({"gelu", "no such op"}), remat::PlanError);
   try {
@@ -144,7 +153,8 @@ TEST_CASE("every op the models record has a registered name", "[checkpoint][poli
   for (auto& t : ids) t = static_cast<std::int32_t>(rng.uniform_int(32));
   for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(32));
   {
-    const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 32, .context = 8, .layers = 1, .heads = 2, .width = 16, .dropout = 0.1});
+    const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{
+        .vocab = 32, .context = 8, .layers = 1, .heads = 2, .width = 16, .dropout = 0.1});
     remat::Tape tape;
     remat::CheckpointScope scope(watch);
     for (const bool chunked : {true, false}) (void)gpt.loss(ids, targets, nullptr, chunked);
@@ -187,7 +197,8 @@ TEST_CASE("a kept op's side effects and random draws happen once", "[checkpoint]
   };
   int plain_calls = 0;
   const remat::Tensor<float> plain = run(nullptr, plain_calls);
-  for (const remat::SavePolicy& policy : {remat::save_matmuls(), remat::save_ops({"dropout"}), remat::recompute_ops({"linear"})}) {
+  for (const remat::SavePolicy& policy :
+       {remat::save_matmuls(), remat::save_ops({"dropout"}), remat::recompute_ops({"linear"})}) {
     INFO(policy.name());
     int calls = 0;
     CHECK(policy_bitwise_equal(run(&policy, calls), plain));
@@ -195,11 +206,13 @@ TEST_CASE("a kept op's side effects and random draws happen once", "[checkpoint]
   }
 }
 
-TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no checkpoint", "[checkpoint][policy][memory]") {
+TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no checkpoint",
+          "[checkpoint][policy][memory]") {
   // x + down(relu(up(x))): the issue's minimal block, at a few random sizes
   remat::Rng rng(8);
   for (int c = 0; c < 6; ++c) {
-    const std::int64_t width = 16 << rng.uniform_int(3), hidden = 4 * width, batch = 8 + rng.uniform_int(40);
+    const std::int64_t width = 16 << rng.uniform_int(3), hidden = 4 * width,
+                       batch = 8 + rng.uniform_int(40);
     const std::size_t n = 2 + static_cast<std::size_t>(rng.uniform_int(6));
     std::vector<remat::Parameter<float>> up, down;
     for (std::size_t l = 0; l < n; ++l) {
@@ -208,7 +221,9 @@ TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no
     }
     std::vector<std::function<remat::Var<float>(const remat::Var<float>&)>> layers;
     for (std::size_t l = 0; l < n; ++l) {
-      layers.push_back([&, l](const remat::Var<float>& x) { return x + remat::linear(remat::gelu(remat::linear(x, up[l])), down[l]); });
+      layers.push_back([&, l](const remat::Var<float>& x) {
+        return x + remat::linear(remat::gelu(remat::linear(x, up[l])), down[l]);
+      });
     }
     const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
     const auto step = [&](const remat::plan::Plan& p, remat::Tensor<float>& grad) {
@@ -227,8 +242,10 @@ TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no
     step(remat::plan::none(n), g_none);  // warm-up: gradient buffers
     const std::size_t none = step(remat::plan::none(n), g_none);
     const std::size_t nothing = step(remat::plan::every(n), g_nothing);
-    const std::size_t matmuls = step(remat::plan::with_policy(remat::plan::every(n), remat::save_matmuls()), g_matmuls);
-    INFO(n << " layers, width " << width << ", batch " << batch << ": none " << none << ", save_nothing " << nothing << ", save_matmuls " << matmuls);
+    const std::size_t matmuls =
+        step(remat::plan::with_policy(remat::plan::every(n), remat::save_matmuls()), g_matmuls);
+    INFO(n << " layers, width " << width << ", batch " << batch << ": none " << none
+           << ", save_nothing " << nothing << ", save_matmuls " << matmuls);
     CHECK(nothing < matmuls);
     CHECK(matmuls < none);
     CHECK(policy_bitwise_equal(g_matmuls, g_none));

@@ -13,7 +13,8 @@ constexpr std::size_t kBoundary = kBatch * kWidth * sizeof(float);
 
 /// Peak bytes above the step's start for one step (forward, sum loss, backward) under `p`. The
 /// step holds the chain's output until backward ends (Chain::output_held) unless `hold` is false.
-std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::Plan& p, bool hold = true) {
+std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::Plan& p,
+                         bool hold = true) {
   for (auto q : model.parameters()) q.zero_grad();  // keeps the buffers: steady state
   memory::Probe probe;
   {
@@ -22,7 +23,8 @@ std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::
       const Var<float> y = checkpoint_sequential(model.layers, p, tape.input(x));
       tape.backward(sum(y));
     } else {
-      const Var<float> loss = sum(checkpoint_sequential(model.layers, p, tape.input(x)));  // y dies here
+      const Var<float> loss =
+          sum(checkpoint_sequential(model.layers, p, tape.input(x)));  // y dies here
       tape.backward(loss);
     }
   }
@@ -31,8 +33,10 @@ std::size_t counted_peak(ChainModel& model, const Tensor<float>& x, const plan::
 
 }  // namespace
 
-TEST_CASE("one checkpoint per layer: the counted peak is n boundaries, one layer's interior and gradients",
-          "[checkpoint][memory]") {
+TEST_CASE(
+    "one checkpoint per layer: the counted peak is n boundaries, one layer's interior and "
+    "gradients",
+    "[checkpoint][memory]") {
   // n layers of Linear + GELU on (16, 32) floats: every boundary, interior and gradient is
   // B = 2 KiB. The n-1 segments keep their inputs x_1..x_{n-2} (x_0 exists before the step);
   // the last layer runs plainly and keeps its input x_{n-1} and its interior z (the linear
@@ -59,13 +63,16 @@ TEST_CASE("predicted peaks equal counted peaks to the byte on chains of 64 and 2
       Rng rng(4);
       const auto x = rng.normal_tensor<float>({kBatch, kWidth});
       counted_peak(model, x, plan::none(std::size_t(n)));  // warm-up
-      const plan::Chain chain = plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
+      const plan::Chain chain =
+          plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
       for (auto q : model.parameters()) q.zero_grad();
       CHECK(chain.boundary_bytes[1] == kBoundary);
       CHECK(chain.saves_output[0] == (std::string(activation) == "tanh"));
       const double none_peak = plan::none(chain).peak_bytes;
-      for (const plan::Plan& p : {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1),
-                                  plan::optimal(chain, 6), plan::budget(chain, none_peak / 3), plan::budget(chain, none_peak / 10)}) {
+      for (const plan::Plan& p :
+           {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1),
+            plan::optimal(chain, 6), plan::budget(chain, none_peak / 3),
+            plan::budget(chain, none_peak / 10)}) {
         const double counted = static_cast<double>(counted_peak(model, x, p));
         INFO(n << " layers, " << activation << ", " << p.describe() << ", counted " << counted);
         CHECK(p.peak_bytes == counted);
@@ -86,7 +93,8 @@ TEST_CASE("a budget plan's counted peak stays within its budget", "[checkpoint][
   Rng rng(6);
   const auto x = rng.normal_tensor<float>({kBatch, kWidth});
   counted_peak(model, x, plan::none(std::size_t(n)));
-  const plan::Chain chain = plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
+  const plan::Chain chain =
+      plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
   for (double fraction : {0.9, 0.5, 0.25, 0.1, 0.05}) {
     const double budget = fraction * plan::none(chain).peak_bytes;
     const plan::Plan p = plan::budget(chain, budget);
@@ -96,7 +104,8 @@ TEST_CASE("a budget plan's counted peak stays within its budget", "[checkpoint][
   }
 }
 
-TEST_CASE("profile measures boundaries, activations, output saving and costs", "[checkpoint][profile]") {
+TEST_CASE("profile measures boundaries, activations, output saving and costs",
+          "[checkpoint][profile]") {
   ChainModel model(4, kWidth, "gelu", 7);
   Rng rng(8);
   const auto x = rng.normal_tensor<float>({kBatch, kWidth});

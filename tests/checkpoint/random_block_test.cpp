@@ -18,14 +18,15 @@
 
 namespace {
 
+using remat_test::random_block;
 using remat_test::RandomBlock;
 using remat_test::RandomChain;
 using remat_test::RandomLoss;
-using remat_test::random_block;
 
 /// Peak bytes above the step's start of one step under `p`; the caller holds the chain's output
 /// until the backward pass ends (Chain::output_held).
-std::size_t random_block_step(RandomChain& chain, const RandomLoss& loss, const remat::Tensor<float>& x, const remat::plan::Plan& p) {
+std::size_t random_block_step(RandomChain& chain, const RandomLoss& loss,
+                              const remat::Tensor<float>& x, const remat::plan::Plan& p) {
   chain.zero_grad();
   loss.head.zero_grad();
   remat::memory::Probe probe;
@@ -39,7 +40,8 @@ std::size_t random_block_step(RandomChain& chain, const RandomLoss& loss, const 
 
 }  // namespace
 
-TEST_CASE("every planner's predicted peak equals the counted peak on random blocks", "[checkpoint][memory][profile][random]") {
+TEST_CASE("every planner's predicted peak equals the counted peak on random blocks",
+          "[checkpoint][memory][profile][random]") {
   // REMAT_BLOCK_SEED=<seed> runs the one case a failure printed
   const char* only = std::getenv("REMAT_BLOCK_SEED");
   const std::uint64_t base = only ? std::stoull(only) : 20261130;
@@ -54,15 +56,19 @@ TEST_CASE("every planner's predicted peak equals the counted peak on random bloc
     RandomChain chain(block, n, batch, seed + 1);
     const RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
     const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch << ", loss: " << RandomLoss::names[loss.kind]);
+    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
+                 << ", loss: " << RandomLoss::names[loss.kind]);
     random_block_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
-    remat::plan::Chain profiled = remat::plan::profile(chain.layers, x, loss, remat::plan::ProfileOptions{.repeats = 1});
+    remat::plan::Chain profiled =
+        remat::plan::profile(chain.layers, x, loss, remat::plan::ProfileOptions{.repeats = 1});
     // costs from the seed, not the clock, so that the plans (and a failure) reproduce
     for (double& cost : profiled.forward_cost) cost = static_cast<double>(1 + rng.uniform_int(9));
-    std::vector<remat::plan::Plan> plans{remat::plan::none(profiled), remat::plan::every(profiled), remat::plan::sqrt(profiled)};
+    std::vector<remat::plan::Plan> plans{remat::plan::none(profiled), remat::plan::every(profiled),
+                                         remat::plan::sqrt(profiled)};
     for (std::size_t slots : {0, 1, 2}) plans.push_back(remat::plan::optimal(profiled, slots));
     const double high = plans[0].peak_bytes, low = plans[3].peak_bytes;
-    for (double f : {0.0, 0.2, 0.5, 0.8, 1.0}) plans.push_back(remat::plan::budget(profiled, low + f * (high - low)));
+    for (double f : {0.0, 0.2, 0.5, 0.8, 1.0})
+      plans.push_back(remat::plan::budget(profiled, low + f * (high - low)));
     for (remat::plan::Plan& p : remat::plan::frontier(profiled)) plans.push_back(std::move(p));
     for (const remat::plan::Plan& p : plans) {
       const std::size_t counted = random_block_step(chain, loss, x, p);

@@ -29,7 +29,8 @@ int main() {
     remat::Tape tape;
     remat::Var<float> h = tape.input(x);
     for (const auto& layer : layers) {
-      h = remat::checkpoint([&](const remat::Var<float>& v) { return v + remat::gelu(layer(v)); }, h);
+      h = remat::checkpoint([&](const remat::Var<float>& v) { return v + remat::gelu(layer(v)); },
+                            h);
     }
     const remat::Var<float> loss = remat::mse_loss(h, tape.input(y));
     tape.backward(loss);

@@ -1,4 +1,5 @@
-// Flushing of subnormal numbers in remat's kernels (core/float_mode.hpp, Note [flushing denormals]).
+// Flushing of subnormal numbers in remat's kernels (core/float_mode.hpp, Note [flushing
+// denormals]).
 #include "support/gradcheck.hpp"
 
 #include <remat/core/float_mode.hpp>
@@ -33,8 +34,10 @@ std::vector<float> subnormal_products(std::int64_t n) {
 /// Loss, input gradient and parameters after one AdamW step of a small tanh MLP on normal data.
 std::vector<float> train_step(std::uint64_t seed) {
   remat::Rng rng(seed);
-  remat::Parameter<float> w1(rng.uniform_tensor<float>({24, 24}, -0.2, 0.2)), b1(rng.uniform_tensor<float>({24}, -0.2, 0.2));
-  remat::Parameter<float> w2(rng.uniform_tensor<float>({10, 24}, -0.2, 0.2)), b2(rng.uniform_tensor<float>({10}, -0.2, 0.2));
+  remat::Parameter<float> w1(rng.uniform_tensor<float>({24, 24}, -0.2, 0.2)),
+      b1(rng.uniform_tensor<float>({24}, -0.2, 0.2));
+  remat::Parameter<float> w2(rng.uniform_tensor<float>({10, 24}, -0.2, 0.2)),
+      b2(rng.uniform_tensor<float>({10}, -0.2, 0.2));
   const auto x = rng.normal_tensor<float>({3000, 24});
   remat::Tensor<std::int32_t> targets({3000});
   for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(10));
@@ -43,7 +46,8 @@ std::vector<float> train_step(std::uint64_t seed) {
   {
     remat::Tape tape;
     const remat::Var<float> input = tape.input(x, true);
-    const remat::Var<float> loss = remat::cross_entropy(remat::linear(remat::tanh(remat::linear(input, w1, b1)), w2, b2), targets);
+    const remat::Var<float> loss = remat::cross_entropy(
+        remat::linear(remat::tanh(remat::linear(input, w1, b1)), w2, b2), targets);
     tape.backward(loss);
     out.push_back(loss.item());
     const auto g = input.grad().to_vector();
@@ -59,10 +63,11 @@ std::vector<float> train_step(std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("kernels flush subnormal results by default, on every thread, and not when turned off", "[core][float_mode]") {
+TEST_CASE("kernels flush subnormal results by default, on every thread, and not when turned off",
+          "[core][float_mode]") {
   const FloatModeTestScope scope;
   _mm_setcsr(_mm_getcsr() & ~remat::detail::FloatModeGuard::kFlushBits);  // a caller in IEEE mode
-  REQUIRE(remat::flush_denormals());                                       // the default
+  REQUIRE(remat::flush_denormals());                                      // the default
   const std::int64_t n = 4 * remat::detail::kElementwiseGrain;            // enough for two threads
   for (int threads : {1, 2}) {
     remat::set_num_threads(threads);
@@ -71,26 +76,31 @@ TEST_CASE("kernels flush subnormal results by default, on every thread, and not 
     CHECK(std::count(flushed.begin(), flushed.end(), 0.0f) == n);
     remat::set_flush_denormals(false);
     const auto kept = subnormal_products(n);
-    CHECK(std::count_if(kept.begin(), kept.end(), [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }) == n);
+    CHECK(std::count_if(kept.begin(), kept.end(),
+                        [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }) == n);
   }
 }
 
-TEST_CASE("off, kernels compute with subnormals even when the caller flushes", "[core][float_mode]") {
+TEST_CASE("off, kernels compute with subnormals even when the caller flushes",
+          "[core][float_mode]") {
   const FloatModeTestScope scope;
   _mm_setcsr(_mm_getcsr() | remat::detail::FloatModeGuard::kFlushBits);
   remat::set_flush_denormals(false);
   remat::set_num_threads(2);
   const auto kept = subnormal_products(4 * remat::detail::kElementwiseGrain);
   _mm_setcsr(scope.mxcsr);  // classify in IEEE mode: under DAZ, comparisons read subnormals as 0
-  CHECK(std::count_if(kept.begin(), kept.end(), [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }) ==
-        static_cast<std::ptrdiff_t>(kept.size()));
+  CHECK(std::count_if(kept.begin(), kept.end(), [](float v) {
+          return std::fpclassify(v) == FP_SUBNORMAL;
+        }) == static_cast<std::ptrdiff_t>(kept.size()));
 }
 
-TEST_CASE("a training step leaves the caller's floating-point mode as it was", "[core][float_mode]") {
+TEST_CASE("a training step leaves the caller's floating-point mode as it was",
+          "[core][float_mode]") {
   const FloatModeTestScope scope;
   const unsigned flush_bits = remat::detail::FloatModeGuard::kFlushBits;
   for (bool flush : {true, false}) {
-    for (unsigned caller : {scope.mxcsr & ~flush_bits, scope.mxcsr | flush_bits, (scope.mxcsr & ~flush_bits) | 0x8000u}) {
+    for (unsigned caller : {scope.mxcsr & ~flush_bits, scope.mxcsr | flush_bits,
+                            (scope.mxcsr & ~flush_bits) | 0x8000u}) {
       remat::set_flush_denormals(flush);
       remat::set_num_threads(2);
       _mm_setcsr(caller);
@@ -106,7 +116,8 @@ TEST_CASE("a training step leaves the caller's floating-point mode as it was", "
   }
 }
 
-TEST_CASE("flushing changes nothing on a model without subnormals, and stays bitwise deterministic", "[core][float_mode]") {
+TEST_CASE("flushing changes nothing on a model without subnormals, and stays bitwise deterministic",
+          "[core][float_mode]") {
   const FloatModeTestScope scope;
   // GEMMs are bitwise reproducible for a given thread count (core/parallel.hpp): compare at one
   for (int threads : {1, 2}) {
@@ -119,7 +130,8 @@ TEST_CASE("flushing changes nothing on a model without subnormals, and stays bit
     CHECK(flushed == kept);
     CHECK(flushed == flushed_again);
     // and none of the values were subnormal, so the comparison says what the test name claims
-    CHECK(std::none_of(kept.begin(), kept.end(), [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }));
+    CHECK(std::none_of(kept.begin(), kept.end(),
+                       [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }));
   }
 }
 #endif

@@ -14,11 +14,11 @@ TEST_CASE("the counting allocator counts tensor bytes exactly", "[core][memory]"
     CHECK(memory::live_bytes() == live0 + 48);
     Tensor<double> b = Tensor<double>::zeros({5});
     CHECK(memory::live_bytes() == live0 + 48 + 40);
-    Tensor<float> shared = a;                     // shares: no allocation
-    Tensor<float> view = a.reshape({2, 6});       // shares: no allocation
-    Tensor<float> rows = a.narrow_rows(1, 3);     // shares: no allocation
+    Tensor<float> shared = a;                  // shares: no allocation
+    Tensor<float> view = a.reshape({2, 6});    // shares: no allocation
+    Tensor<float> rows = a.narrow_rows(1, 3);  // shares: no allocation
     CHECK(memory::live_bytes() == live0 + 88);
-    Tensor<float> copy = a.clone();               // copies: 48 more
+    Tensor<float> copy = a.clone();  // copies: 48 more
     CHECK(memory::live_bytes() == live0 + 136);
     CHECK(memory::allocation_count() == count0 + 3);
   }
@@ -39,7 +39,8 @@ TEST_CASE("peak bytes and the probe", "[core][memory]") {
   CHECK(memory::peak_bytes() == memory::live_bytes());
 }
 
-TEST_CASE("counters stay exact when many threads allocate and free at once", "[core][memory][threads]") {
+TEST_CASE("counters stay exact when many threads allocate and free at once",
+          "[core][memory][threads]") {
   const std::size_t live0 = memory::live_bytes();
   const std::size_t count0 = memory::allocation_count();
   memory::reset_peak();

@@ -7,7 +7,8 @@
 
 using namespace remat;
 
-TEST_CASE("parallel_for visits every index exactly once, from any number of callers", "[core][parallel][threads]") {
+TEST_CASE("parallel_for visits every index exactly once, from any number of callers",
+          "[core][parallel][threads]") {
   const int before = num_threads();
   set_num_threads(4);
   constexpr std::int64_t n = 1 << 18;
@@ -62,7 +63,8 @@ TEST_CASE("two threads training separate models at once match training them one 
     optim::AdamW<float> opt(model.params, {.lr = 1e-2});
     for (int step = 0; step < 4; ++step) {
       Tape tape(TapeOptions{.seed = seed * 100 + static_cast<std::uint64_t>(step)});
-      auto loss = cross_entropy(checkpoint_sequential(model.layers, plan::every(std::size_t{2}), tape.input(x)), t);
+      auto loss = cross_entropy(
+          checkpoint_sequential(model.layers, plan::every(std::size_t{2}), tape.input(x)), t);
       tape.backward(loss);
       opt.step();
       opt.zero_grad();

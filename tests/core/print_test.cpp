@@ -22,14 +22,18 @@ TEST_CASE("operator<< prints a tensor like PyTorch, with its shape and dtype", "
         "tensor([[ 0.1234, -1.5000],\n"
         "        [ 2.0000,  3.2500]], shape=(2, 2), dtype=float64)");
   CHECK(print_to_string(Tensor<float>::scalar(2.5f)) == "tensor(2.5000, shape=(), dtype=float32)");
-  CHECK(print_to_string(Tensor<std::int32_t>::from({3}, {1, -20, 300})) == "tensor([  1, -20, 300], shape=(3,), dtype=int32)");
-  CHECK(print_to_string(Tensor<float>::from({2}, {1e-5f, 100.0f})) == "tensor([1.0000e-05, 1.0000e+02], shape=(2,), dtype=float32)");
-  CHECK(print_to_string(Tensor<bool>::from({2}, {true, false})) == "tensor([ True, False], shape=(2,), dtype=bool)");
+  CHECK(print_to_string(Tensor<std::int32_t>::from({3}, {1, -20, 300})) ==
+        "tensor([  1, -20, 300], shape=(3,), dtype=int32)");
+  CHECK(print_to_string(Tensor<float>::from({2}, {1e-5f, 100.0f})) ==
+        "tensor([1.0000e-05, 1.0000e+02], shape=(2,), dtype=float32)");
+  CHECK(print_to_string(Tensor<bool>::from({2}, {true, false})) ==
+        "tensor([ True, False], shape=(2,), dtype=bool)");
   CHECK(print_to_string(Tensor<double>::from({1, 2, 1}, {1, 2})) ==
         "tensor([[[1.0000],\n"
         "         [2.0000]]], shape=(1, 2, 1), dtype=float64)");
   CHECK(print_to_string(Tensor<float>()) == "tensor(undefined)");
-  CHECK(print_to_string(remat::Var<double>(Tensor<double>::from({1}, {-0.5}))) == "tensor([-0.5000], shape=(1,), dtype=float64)");
+  CHECK(print_to_string(remat::Var<double>(Tensor<double>::from({1}, {-0.5}))) ==
+        "tensor([-0.5000], shape=(1,), dtype=float64)");
 }
 
 TEST_CASE("operator<< elides the middle of a large tensor", "[core][print]") {

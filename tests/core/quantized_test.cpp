@@ -8,10 +8,22 @@ using remat::Tensor;
 using remat::WeightStorage;
 
 // The NormalFloat4 table as published (QLoRA, Appendix E; bitsandbytes' functional.py).
-const float kPublishedNf4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-                                 -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-                                 0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-                                 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+const float kPublishedNf4[16] = {-1.0f,
+                                 -0.6961928009986877f,
+                                 -0.5250730514526367f,
+                                 -0.39491748809814453f,
+                                 -0.28444138169288635f,
+                                 -0.18477343022823334f,
+                                 -0.09105003625154495f,
+                                 0.0f,
+                                 0.07958029955625534f,
+                                 0.16093020141124725f,
+                                 0.24611230194568634f,
+                                 0.33791524171829224f,
+                                 0.44070982933044434f,
+                                 0.5626170039176941f,
+                                 0.7229568362236023f,
+                                 1.0f};
 
 Tensor<float> quantized_case_tensor(const nlohmann::json& c, const char* key) {
   return remat::test::json_tensor<float>(c.at(key));
@@ -19,7 +31,8 @@ Tensor<float> quantized_case_tensor(const nlohmann::json& c, const char* key) {
 
 }  // namespace
 
-TEST_CASE("NF4 codes are the published NormalFloat4 values and round-trip exactly", "[core][quantized]") {
+TEST_CASE("NF4 codes are the published NormalFloat4 values and round-trip exactly",
+          "[core][quantized]") {
   for (int i = 0; i < 16; ++i) CHECK(remat::kNf4Codes[std::size_t(i)] == kPublishedNf4[i]);
   // A block holding every code times 2.5 (absmax 2.5): each value comes back as itself.
   remat::Rng rng(3);
@@ -37,9 +50,11 @@ TEST_CASE("NF4 codes are the published NormalFloat4 values and round-trip exactl
   }
 }
 
-TEST_CASE("BF16, INT8 and NF4 codes and values match the NumPy reference", "[core][quantized][reference]") {
+TEST_CASE("BF16, INT8 and NF4 codes and values match the NumPy reference",
+          "[core][quantized][reference]") {
   const nlohmann::json& ref = remat::test::reference("quantized.json");
-  for (std::size_t i = 0; i < 16; ++i) CHECK(ref.at("nf4_table")[i].get<float>() == kPublishedNf4[i]);
+  for (std::size_t i = 0; i < 16; ++i)
+    CHECK(ref.at("nf4_table")[i].get<float>() == kPublishedNf4[i]);
   for (const nlohmann::json& c : ref.at("cases")) {
     const Tensor<float> w = quantized_case_tensor(c, "weight");
     INFO("weight " << w.shape());
@@ -71,7 +86,8 @@ TEST_CASE("BF16, INT8 and NF4 codes and values match the NumPy reference", "[cor
   }
 }
 
-TEST_CASE("dequantize_rows of any row range equals the same rows of the whole", "[core][quantized]") {
+TEST_CASE("dequantize_rows of any row range equals the same rows of the whole",
+          "[core][quantized]") {
   remat::Rng rng(11);
   for (int trial = 0; trial < 30; ++trial) {
     const std::int64_t rows = 1 + rng.uniform_int(40), cols = 1 + rng.uniform_int(150);
@@ -88,7 +104,8 @@ TEST_CASE("dequantize_rows of any row range equals the same rows of the whole", 
   }
 }
 
-TEST_CASE("quantization error stays within half a code gap of each block's absmax", "[core][quantized]") {
+TEST_CASE("quantization error stays within half a code gap of each block's absmax",
+          "[core][quantized]") {
   remat::Rng rng(5);
   const Tensor<float> w = rng.normal_tensor<float>({96, 200});
   const auto q = QuantizedWeight::quantize(w, WeightStorage::nf4, false);
@@ -100,7 +117,8 @@ TEST_CASE("quantization error stays within half a code gap of each block's absma
   }
 }
 
-TEST_CASE("NF4 with double quantization takes <= 0.57 bytes a parameter, counted by the allocator", "[core][quantized][memory]") {
+TEST_CASE("NF4 with double quantization takes <= 0.57 bytes a parameter, counted by the allocator",
+          "[core][quantized][memory]") {
   remat::Rng rng(2);
   const Tensor<float> w = rng.normal_tensor<float>({1024, 1024});
   const double n = double(w.numel());
@@ -120,17 +138,24 @@ TEST_CASE("NF4 with double quantization takes <= 0.57 bytes a parameter, counted
   CHECK(double(remat::memory::live_bytes() - before) == n + 4 * 1024 + 2 * n);
 }
 
-TEST_CASE("quantize rejects empty shapes, non-matrices, non-finite values and f32", "[core][quantized][errors]") {
+TEST_CASE("quantize rejects empty shapes, non-matrices, non-finite values and f32",
+          "[core][quantized][errors]") {
   using remat::test::error_message;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor<float> w = Tensor<float>::ones({3, 70});
   w.at({2, 65}) = nan;
-  CHECK_THAT(error_message([&] { QuantizedWeight::quantize(w, WeightStorage::nf4); }),
-             Catch::Contains("(2, 65)") && Catch::Contains("(3, 70)") && Catch::Contains("not finite"));
+  CHECK_THAT(
+      error_message([&] { QuantizedWeight::quantize(w, WeightStorage::nf4); }),
+      Catch::Contains("(2, 65)") && Catch::Contains("(3, 70)") && Catch::Contains("not finite"));
   CHECK_THROWS_AS(QuantizedWeight::quantize(w, WeightStorage::int8), remat::NumericError);
-  CHECK_THAT(error_message([&] { QuantizedWeight::quantize(Tensor<float>::ones({2, 3, 4}), WeightStorage::nf4); }),
+  CHECK_THAT(error_message([&] {
+               QuantizedWeight::quantize(Tensor<float>::ones({2, 3, 4}), WeightStorage::nf4);
+             }),
              Catch::Contains("(2, 3, 4)") && Catch::Contains("not a matrix"));
-  CHECK_THAT(error_message([&] { QuantizedWeight::quantize(Tensor<float>::ones({0, 4}), WeightStorage::bf16); }),
+  CHECK_THAT(error_message([&] {
+               QuantizedWeight::quantize(Tensor<float>::ones({0, 4}), WeightStorage::bf16);
+             }),
              Catch::Contains("(0, 4)"));
-  CHECK_THROWS_AS(QuantizedWeight::quantize(Tensor<float>::ones({2, 2}), WeightStorage::f32), remat::UsageError);
+  CHECK_THROWS_AS(QuantizedWeight::quantize(Tensor<float>::ones({2, 2}), WeightStorage::f32),
+                  remat::UsageError);
 }

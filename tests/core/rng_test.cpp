@@ -6,7 +6,8 @@
 using namespace remat;
 
 TEST_CASE("counter-based draws are pure functions of (key, counter)", "[core][rng]") {
-  const auto a = CounterRng::at(1, 10), b = CounterRng::at(1, 10), c = CounterRng::at(1, 11), d = CounterRng::at(2, 10);
+  const auto a = CounterRng::at(1, 10), b = CounterRng::at(1, 10), c = CounterRng::at(1, 11),
+             d = CounterRng::at(2, 10);
   int same_c = 0, same_d = 0;
   for (std::uint32_t i = 0; i < 1000; ++i) {
     CHECK(a.bits(i) == b.bits(i));

@@ -35,7 +35,8 @@ TEST_CASE("backward computes gradients of inputs and parameters", "[core][tape]"
   CHECK(loss.requires_grad());
 }
 
-TEST_CASE("parameter gradients accumulate over uses and across tapes until zero_grad", "[core][tape]") {
+TEST_CASE("parameter gradients accumulate over uses and across tapes until zero_grad",
+          "[core][tape]") {
   Parameter<double> w(Tensor<double>::from({1}, {2}));
   for (int step = 0; step < 2; ++step) {
     Tape tape;
@@ -88,7 +89,8 @@ TEST_CASE("NoGradGuard computes values without recording", "[core][tape]") {
   CHECK(tape.size() > before);
 }
 
-TEST_CASE("a 100,000-op chain runs backward and is destroyed without deep recursion", "[core][tape]") {
+TEST_CASE("a 100,000-op chain runs backward and is destroyed without deep recursion",
+          "[core][tape]") {
   constexpr int kOps = 100000;
   Parameter<float> w(Tensor<float>::full({1}, 1.0f));
   float grad = 0;
@@ -105,7 +107,8 @@ TEST_CASE("a 100,000-op chain runs backward and is destroyed without deep recurs
   CHECK(grad == want);
 }
 
-TEST_CASE("saved tensors and gradients are freed as soon as the sweep passes them", "[core][tape][memory]") {
+TEST_CASE("saved tensors and gradients are freed as soon as the sweep passes them",
+          "[core][tape][memory]") {
   // x -> tanh_1 .. tanh_n -> sum, with a probe after tanh_m. Each tanh saves its output (N floats).
   constexpr std::int64_t N = 1000;
   constexpr int n = 10, m = 4;
@@ -139,7 +142,8 @@ TEST_CASE("saved tensors and gradients are freed as soon as the sweep passes the
   CHECK(memory::live_bytes() == live0);
 }
 
-TEST_CASE("the probe sees what early freeing saves: outputs the user holds stay live", "[core][tape][memory]") {
+TEST_CASE("the probe sees what early freeing saves: outputs the user holds stay live",
+          "[core][tape][memory]") {
   // The chain above, with the user holding every tanh output: the sweep cannot free
   // tanh_{m+1..n-1}'s outputs, and the probe sees exactly those n - m - 1 buffers more.
   constexpr std::int64_t N = 1000;
@@ -179,8 +183,10 @@ TEST_CASE("misuse raises UsageError with a message that says what to do", "[core
   SECTION("backward on a non-scalar without a gradient") {
     Tape tape;
     auto y = w * 2.0f;
-    CHECK_THAT(error_message([&] { tape.backward(y); }), Catch::Contains("(2,)") && Catch::Contains("not a single value"));
-    CHECK_THAT(error_message([&] { tape.backward(y, Tensor<float>::ones({3})); }), Catch::Contains("(3,)"));
+    CHECK_THAT(error_message([&] { tape.backward(y); }),
+               Catch::Contains("(2,)") && Catch::Contains("not a single value"));
+    CHECK_THAT(error_message([&] { tape.backward(y, Tensor<float>::ones({3})); }),
+               Catch::Contains("(3,)"));
     tape.backward(y, Tensor<float>::ones({2}));
     CHECK(w.grad()[0] == 2);
   }
@@ -191,7 +197,8 @@ TEST_CASE("misuse raises UsageError with a message that says what to do", "[core
       y = w * 2.0f;
     }
     CHECK(y.value()[0] == 2);  // the value itself stays readable
-    CHECK_THAT(error_message([&] { tanh(y); }), Catch::Contains("tanh") && Catch::Contains("tape that has ended"));
+    CHECK_THAT(error_message([&] { tanh(y); }),
+               Catch::Contains("tanh") && Catch::Contains("tape that has ended"));
     CHECK_THROWS_AS(y.grad(), UsageError);
   }
   SECTION("Vars of two tapes in one op") {
@@ -205,7 +212,8 @@ TEST_CASE("misuse raises UsageError with a message that says what to do", "[core
     Tape a;
     auto loss = sum(a.input(Tensor<float>::ones({2}), true));
     Tape b;
-    CHECK_THAT(error_message([&] { b.backward(loss); }), Catch::Contains("not recorded on this tape"));
+    CHECK_THAT(error_message([&] { b.backward(loss); }),
+               Catch::Contains("not recorded on this tape"));
   }
   SECTION("an undefined Var") {
     CHECK_THAT(error_message([&] { tanh(Var<float>()); }), Catch::Contains("undefined"));
@@ -216,17 +224,18 @@ TEST_CASE("anomaly mode names the first op that produced NaN or infinity", "[cor
   SECTION("in the forward pass") {
     Tape tape(TapeOptions{.detect_anomaly = true});
     auto x = tape.input(Tensor<float>::from({3}, {1, -1, 2}), true);
-    auto y = exp(x);                   // fine
+    auto y = exp(x);                                             // fine
     const std::string msg = error_message([&] { log(x * y); });  // log of a negative: NaN
-    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("'log'") && Catch::Contains("(3,)") &&
-                        Catch::Contains("forward"));
+    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("'log'") &&
+                        Catch::Contains("(3,)") && Catch::Contains("forward"));
   }
   SECTION("in the backward pass") {
     Tape tape(TapeOptions{.detect_anomaly = true});
     auto x = tape.input(Tensor<float>::from({2}, {0, 4}), true);
-    auto y = sqrt(x);                  // d sqrt(x)/dx at 0 is infinite
+    auto y = sqrt(x);  // d sqrt(x)/dx at 0 is infinite
     const std::string msg = error_message([&] { tape.backward(sum(y)); });
-    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("backward of node") && Catch::Contains("'sqrt'"));
+    CHECK_THAT(msg, Catch::Contains("anomaly") && Catch::Contains("backward of node") &&
+                        Catch::Contains("'sqrt'"));
   }
   SECTION("off by default: values pass through") {
     Tape tape;

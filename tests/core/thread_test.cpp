@@ -13,7 +13,9 @@ namespace {
 class FailingForward final : public remat::Node<float> {
  public:
   const char* op_name() const noexcept override { return "failing_forward"; }
-  remat::Tensor<float> forward(Inputs) override { throw remat::ShapeError("failing_forward: always fails"); }
+  remat::Tensor<float> forward(Inputs) override {
+    throw remat::ShapeError("failing_forward: always fails");
+  }
   void backward(const remat::Tensor<float>&, remat::Grads<float>&) override {}
 };
 
@@ -36,7 +38,8 @@ std::string usage_error_on_thread(Fn&& fn) {
 
 }  // namespace
 
-TEST_CASE("a Var of one thread's tape used in an op on another thread is a UsageError", "[core][threads][errors]") {
+TEST_CASE("a Var of one thread's tape used in an op on another thread is a UsageError",
+          "[core][threads][errors]") {
   remat::Parameter<float> w(remat::Tensor<float>::ones({2}));
   remat::Tape tape;
   const remat::Var<float> x = tape.input(remat::Tensor<float>::full({2}, 3.0f), true);
@@ -45,28 +48,30 @@ TEST_CASE("a Var of one thread's tape used in an op on another thread is a Usage
 
   SECTION("on a thread with no tape") {
     const std::string msg = usage_error_on_thread([&] { remat::tanh(y); });
-    CHECK_THAT(msg, Catch::Contains("tanh: input 0 (shape (2,)) was recorded on another thread's tape") &&
-                        Catch::Contains("this thread has no current tape") && Catch::Contains("own Tape"));
+    CHECK_THAT(
+        msg, Catch::Contains("tanh: input 0 (shape (2,)) was recorded on another thread's tape") &&
+                 Catch::Contains("this thread has no current tape") && Catch::Contains("own Tape"));
   }
   SECTION("on a thread recording onto its own tape") {
     const std::string msg = usage_error_on_thread([&] {
       remat::Tape mine;
       remat::add(mine.input(remat::Tensor<float>::ones({2})), y);
     });
-    CHECK_THAT(msg, Catch::Contains("add: input 1 (shape (2,)) was recorded on another thread's tape") &&
-                        Catch::Contains("current tape is a different tape"));
+    CHECK_THAT(msg,
+               Catch::Contains("add: input 1 (shape (2,)) was recorded on another thread's tape") &&
+                   Catch::Contains("current tape is a different tape"));
   }
   SECTION("a checkpoint on another thread's Var") {
-    const std::string msg = usage_error_on_thread([&] {
-      remat::checkpoint([](const remat::Var<float>& v) { return remat::tanh(v); }, y);
-    });
+    const std::string msg = usage_error_on_thread(
+        [&] { remat::checkpoint([](const remat::Var<float>& v) { return remat::tanh(v); }, y); });
     CHECK_THAT(msg, Catch::Contains("checkpoint") && Catch::Contains("another thread"));
   }
   SECTION("backward on another thread") {
     const remat::Var<float> loss = remat::sum(y);
     const std::size_t with_loss = tape.size();
     const std::string msg = usage_error_on_thread([&] { tape.backward(loss); });
-    CHECK_THAT(msg, Catch::Contains("backward: this Tape was created on thread") && Catch::Contains("own Tape"));
+    CHECK_THAT(msg, Catch::Contains("backward: this Tape was created on thread") &&
+                        Catch::Contains("own Tape"));
     CHECK(tape.size() == with_loss);
     tape.backward(loss);  // the owner still can, and nothing was swept before
     CHECK(w.grad().to_vector() == std::vector<float>{3, 3});
@@ -78,7 +83,9 @@ TEST_CASE("a Var of one thread's tape used in an op on another thread is a Usage
   CHECK(x.grad().to_vector() == std::vector<float>{1, 1});
 }
 
-TEST_CASE("two threads cannot train one parameter at once; taking turns, freezing or NoGradGuard can", "[core][threads][errors]") {
+TEST_CASE(
+    "two threads cannot train one parameter at once; taking turns, freezing or NoGradGuard can",
+    "[core][threads][errors]") {
   remat::Parameter<double> w(remat::Tensor<double>::from({2}, {1, 2}));
   remat::Parameter<double> other(remat::Tensor<double>::from({2}, {5, 7}));
   {
@@ -88,7 +95,8 @@ TEST_CASE("two threads cannot train one parameter at once; taking turns, freezin
       remat::Tape mine;
       remat::sum(other * w);
     });
-    CHECK_THAT(msg, Catch::Contains("mul: input 1 is a parameter (shape (2,)) that a live tape of another thread is training") &&
+    CHECK_THAT(msg, Catch::Contains("mul: input 1 is a parameter (shape (2,)) that a live tape of "
+                                    "another thread is training") &&
                         Catch::Contains("own copy of the model"));
     // reading w on another thread while this one trains it is fine when nothing records
     const std::string no_grad = usage_error_on_thread([&] {

@@ -9,7 +9,6 @@
 
 namespace {
 
-
 // One step of a 6-layer chain under `p`, traced; returns the trace's JSON, the trace's own
 // figures and the allocator's peak over the step.
 struct TraceRun {
@@ -32,10 +31,12 @@ TraceRun traced_step(remat::test::ChainModel& model, const remat::plan::Plan& p)
     Trace trace;
     {
       Tape tape;
-      const Var<float> loss = cross_entropy(checkpoint_sequential(model.layers, p, tape.input(x)), targets);
+      const Var<float> loss =
+          cross_entropy(checkpoint_sequential(model.layers, p, tape.input(x)), targets);
       tape.backward(loss);
       run.replayed_nodes = tape.state().stats().replayed_nodes;
-      for (std::uint32_t i = 0; i < tape.size(); ++i) run.recorded_ops += tape.state().node(i).is_leaf() ? 0 : 1;
+      for (std::uint32_t i = 0; i < tape.size(); ++i)
+        run.recorded_ops += tape.state().node(i).is_leaf() ? 0 : 1;
     }
     run.counted_peak = memory::peak_bytes();
     std::ostringstream out;
@@ -49,10 +50,12 @@ TraceRun traced_step(remat::test::ChainModel& model, const remat::plan::Plan& p)
 
 }  // namespace
 
-TEST_CASE("trace: every op of forward, replay and backward, with matching begin/end events", "[trace]") {
+TEST_CASE("trace: every op of forward, replay and backward, with matching begin/end events",
+          "[trace]") {
   remat::test::ChainModel model(6, 32, "tanh", 1);
   const remat::plan::Chain chain = remat::plan::Chain::uniform(6, 1, 1);
-  for (const remat::plan::Plan& p : {remat::plan::none(chain), remat::plan::every(chain), remat::plan::sqrt(chain)}) {
+  for (const remat::plan::Plan& p :
+       {remat::plan::none(chain), remat::plan::every(chain), remat::plan::sqrt(chain)}) {
     INFO(p.describe());
     const TraceRun run = traced_step(model, p);
 
@@ -123,7 +126,8 @@ TEST_CASE("trace: the process peak is the same with and without a trace", "[trac
     tape.backward(cross_entropy(checkpoint_sequential(model.layers, p, tape.input(x)), targets));
     return probe.peak_above_start();
   };
-  peak_of_step(false);  // the first step allocates the parameters' gradient buffers; later ones reuse them
+  peak_of_step(
+      false);  // the first step allocates the parameters' gradient buffers; later ones reuse them
   const std::size_t plain = peak_of_step(false);
   CHECK(peak_of_step(true) == plain);
   CHECK(peak_of_step(false) == plain);

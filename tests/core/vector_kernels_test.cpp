@@ -25,7 +25,9 @@ struct IsaTestScope {
   ~IsaTestScope() { remat::set_isa(isa); }
 };
 
-double gelu_reference(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_reference(double x) {
+  return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
 double gelu_grad_reference(double x) {
   const double c = 0.7978845608028654, k = 0.044715, t = std::tanh(c * (x + k * x * x * x));
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
@@ -57,16 +59,20 @@ KernelCheck check_kernels(std::uint64_t seed) {
     vec::tanh_backward(gy.data(), y.data(), g.data(), n);
     for (std::int64_t i = 0; i < n; ++i) {
       r.tanh_error = std::max(r.tanh_error, std::abs(y[i] - std::tanh(double(x[i]))));
-      r.tanh_grad_error = std::max(r.tanh_grad_error, std::abs(g[i] - double(gy[i]) * (1 - double(y[i]) * y[i])));
+      r.tanh_grad_error =
+          std::max(r.tanh_grad_error, std::abs(g[i] - double(gy[i]) * (1 - double(y[i]) * y[i])));
     }
     vec::gelu_forward(x.data(), y.data(), n);
     vec::gelu_backward(gy.data(), x.data(), g.data(), n);
     for (std::int64_t i = 0; i < n; ++i) {
-      r.gelu_error = std::max(r.gelu_error, std::abs(y[i] - gelu_reference(x[i])) / (1 + std::abs(x[i])));
+      r.gelu_error =
+          std::max(r.gelu_error, std::abs(y[i] - gelu_reference(x[i])) / (1 + std::abs(x[i])));
       // in float, 1 - t^2 loses digits where t is near 1, and the term it multiplies grows as
       // |x|^3: measure the error in units of the largest term's size
-      const double largest = std::abs(gy[i]) * (1 + std::abs(x[i]) * (1 + 3 * 0.044715 * x[i] * x[i]));
-      r.gelu_grad_error = std::max(r.gelu_grad_error, std::abs(g[i] - gy[i] * gelu_grad_reference(x[i])) / largest);
+      const double largest =
+          std::abs(gy[i]) * (1 + std::abs(x[i]) * (1 + 3 * 0.044715 * x[i] * x[i]));
+      r.gelu_grad_error =
+          std::max(r.gelu_grad_error, std::abs(g[i] - gy[i] * gelu_grad_reference(x[i])) / largest);
     }
     // split at a random point: bitwise the same as in one piece
     const std::int64_t cut = rng.uniform_int(n + 1);
@@ -80,24 +86,29 @@ KernelCheck check_kernels(std::uint64_t seed) {
     r.split_mismatches += whole != split;
 
     // AdamW, against the formula in double
-    auto p = random_array(rng, n, -1, 1), m = random_array(rng, n, -0.1, 0.1), v = random_array(rng, n, 0, 0.01);
+    auto p = random_array(rng, n, -1, 1), m = random_array(rng, n, -0.1, 0.1),
+         v = random_array(rng, n, 0, 0.01);
     const auto grad = random_array(rng, n, -1, 1);
     const remat::detail::AdamWConstants k{0.9f, 0.999f, 1e-2f, 1.5f, 20.0f, 0.999f, 1e-8f};
     std::vector<double> want(n);
     for (std::int64_t i = 0; i < n; ++i) {
       const double mi = double(0.9f) * m[i] + (1 - double(0.9f)) * grad[i];
       const double vi = double(0.999f) * v[i] + (1 - double(0.999f)) * double(grad[i]) * grad[i];
-      want[i] = p[i] * double(0.999f) - double(1e-2f) * (mi * 1.5) / (std::sqrt(vi * 20.0) + double(1e-8f));
+      want[i] = p[i] * double(0.999f) -
+                double(1e-2f) * (mi * 1.5) / (std::sqrt(vi * 20.0) + double(1e-8f));
     }
     vec::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, k);
-    for (std::int64_t i = 0; i < n; ++i) r.adamw_error = std::max(r.adamw_error, std::abs(p[i] - want[i]) / (1e-3 + std::abs(want[i])));
+    for (std::int64_t i = 0; i < n; ++i)
+      r.adamw_error =
+          std::max(r.adamw_error, std::abs(p[i] - want[i]) / (1e-3 + std::abs(want[i])));
   }
   return r;
 }
 
 }  // namespace
 
-TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rounding", "[core][isa]") {
+TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rounding",
+          "[core][isa]") {
   const IsaTestScope scope;
   for (remat::Isa isa : runnable_isas()) {
     remat::set_isa(isa);
@@ -106,21 +117,26 @@ TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rou
     CHECK(r.tanh_error <= 5e-7);  // a few ulps of values in [-1, 1]
     CHECK(r.tanh_grad_error <= 1e-6);
     CHECK(r.gelu_error <= 1e-6);
-    CHECK(r.gelu_grad_error <= 4 * double(std::numeric_limits<float>::epsilon()));  // a few ulps of the largest term
+    CHECK(r.gelu_grad_error <=
+          4 * double(std::numeric_limits<float>::epsilon()));  // a few ulps of the largest term
     CHECK(r.adamw_error <= 2e-6);
     CHECK(r.split_mismatches == 0);
   }
 }
 
-TEST_CASE("set_isa refuses what the CPU lacks and active_isa defaults to the CPU's widest", "[core][isa]") {
+TEST_CASE("set_isa refuses what the CPU lacks and active_isa defaults to the CPU's widest",
+          "[core][isa]") {
   const IsaTestScope scope;
   CHECK(scope.isa == remat::cpu_isa());
-  if (remat::cpu_isa() != remat::Isa::avx512) CHECK_THROWS_AS(remat::set_isa(remat::Isa::avx512), remat::UsageError);
+  if (remat::cpu_isa() != remat::Isa::avx512)
+    CHECK_THROWS_AS(remat::set_isa(remat::Isa::avx512), remat::UsageError);
   remat::set_isa(remat::Isa::baseline);
   CHECK(remat::active_isa() == remat::Isa::baseline);
 }
 
-TEST_CASE("on every path, a model trains to the baseline's figures within rounding, and replays bitwise", "[core][isa]") {
+TEST_CASE(
+    "on every path, a model trains to the baseline's figures within rounding, and replays bitwise",
+    "[core][isa]") {
   const IsaTestScope scope;
   remat::test::ChainModel model(6, 40, "gelu", 3);
   remat::test::ChainModel tanh_model(6, 40, "tanh", 4);
@@ -129,7 +145,8 @@ TEST_CASE("on every path, a model trains to the baseline's figures within roundi
   const auto targets = remat::test::targets(50, 40, 6);
   const auto run = [&](remat::test::ChainModel& m, const remat::plan::Plan& p) {
     return remat::test::step(m.parameters(), [&](remat::Tape& tape) {
-      return remat::cross_entropy(remat::checkpoint_sequential(m.layers, p, tape.input(x)), targets);
+      return remat::cross_entropy(remat::checkpoint_sequential(m.layers, p, tape.input(x)),
+                                  targets);
     });
   };
   std::vector<remat::test::StepResult> baseline;
@@ -151,7 +168,8 @@ TEST_CASE("on every path, a model trains to the baseline's figures within roundi
       double worst = 0;
       for (std::size_t i = 0; i < plain.grads.size(); ++i)
         for (std::size_t j = 0; j < plain.grads[i].size(); ++j)
-          worst = std::max(worst, double(std::abs(plain.grads[i][j] - base.grads[i][j])) / (1e-3 + std::abs(base.grads[i][j])));
+          worst = std::max(worst, double(std::abs(plain.grads[i][j] - base.grads[i][j])) /
+                                      (1e-3 + std::abs(base.grads[i][j])));
       CHECK(worst <= 1e-3);
     }
   }

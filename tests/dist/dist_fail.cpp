@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   try {
     remat::set_num_threads(1);
     remat::nn::GPT<float> gpt({.vocab = 7, .context = 4, .layers = 2, .heads = 2, .width = 8});
-    remat::dist::DataParallel<float> dp(comm, gpt.parameters(), {.bucket_bytes = 512, .first_bucket_bytes = 512});
+    remat::dist::DataParallel<float> dp(comm, gpt.parameters(),
+                                        {.bucket_bytes = 512, .first_bucket_bytes = 512});
     remat::optim::AdamW<float> opt(dp.optimizer_parameters());
     for (int step = 0; step < 1000000; ++step) {
       remat::Tensor<std::int32_t> x = remat::Tensor<std::int32_t>::full({2, 4}, comm.rank() % 7);
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
           const char* op_name() const noexcept override { return "boom"; }
           remat::Tensor<float> forward(Inputs in) override { return in[0].clone(); }
           void backward(const remat::Tensor<float>&, remat::Grads<float>&) override {
-            throw remat::NumericError("boom: a failure injected into rank 1's backward pass at step 3");
+            throw remat::NumericError(
+                "boom: a failure injected into rank 1's backward pass at step 3");
           }
         };
         loss = remat::apply<float>(std::make_unique<Boom>(), {loss});

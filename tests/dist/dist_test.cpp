@@ -32,7 +32,9 @@ dist::Communicator& world() {
 TEST_CASE("collectives give the sums computed locally", "[dist][comm]") {
   const int n = world().size(), r = world().rank();
   // Every rank contributes values it and every other rank can compute: value(rank, i).
-  const auto value = [](int rank, std::size_t i) { return float((rank + 1) * 1000 + int(i % 97)) * 0.25f; };
+  const auto value = [](int rank, std::size_t i) {
+    return float((rank + 1) * 1000 + int(i % 97)) * 0.25f;
+  };
   for (std::size_t len : {std::size_t(1), std::size_t(7), std::size_t(4099)}) {
     std::vector<float> mine(len), sum(len, 0.0f);
     for (std::size_t i = 0; i < len; ++i) {
@@ -52,7 +54,8 @@ TEST_CASE("collectives give the sums computed locally", "[dist][comm]") {
     // uneven slices: rank k receives k + len elements
     std::vector<int> counts(static_cast<std::size_t>(n));
     std::size_t total = 0;
-    for (int k = 0; k < n; ++k) total += static_cast<std::size_t>(counts[static_cast<std::size_t>(k)] = int(len) + k);
+    for (int k = 0; k < n; ++k)
+      total += static_cast<std::size_t>(counts[static_cast<std::size_t>(k)] = int(len) + k);
     std::vector<float> full(total), expected(total, 0.0f);
     for (std::size_t i = 0; i < total; ++i) {
       full[i] = value(r, i);
@@ -61,14 +64,17 @@ TEST_CASE("collectives give the sums computed locally", "[dist][comm]") {
     std::size_t at = 0;
     for (int k = 0; k < r; ++k) at += static_cast<std::size_t>(counts[static_cast<std::size_t>(k)]);
     std::vector<float> out(static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]));
-    world().reduce_scatter(std::span<const float>(full), std::span<float>(out), std::span<const int>(counts));
+    world().reduce_scatter(std::span<const float>(full), std::span<float>(out),
+                           std::span<const int>(counts));
     CHECK(std::equal(out.begin(), out.end(), expected.begin() + static_cast<std::ptrdiff_t>(at)));
 
     // all_gather: each rank fills its slice with its rank; everyone ends with all slices
     std::vector<float> g(total, -1.0f);
-    std::fill(g.begin() + static_cast<std::ptrdiff_t>(at), g.begin() + static_cast<std::ptrdiff_t>(at + out.size()), float(r));
+    std::fill(g.begin() + static_cast<std::ptrdiff_t>(at),
+              g.begin() + static_cast<std::ptrdiff_t>(at + out.size()), float(r));
     std::vector<int> displs;
-    dist::Request gr = world().all_gather_async(std::span<float>(g), std::span<const int>(counts), displs);
+    dist::Request gr =
+        world().all_gather_async(std::span<float>(g), std::span<const int>(counts), displs);
     gr.wait();
     std::size_t pos = 0;
     for (int k = 0; k < n; ++k) {
@@ -86,14 +92,19 @@ TEST_CASE("communicator errors name the call and the rank", "[dist][comm]") {
   const int n = world().size(), r = world().rank();
   const std::string rank = "on rank " + std::to_string(r);
   std::vector<float> data(4);
-  CHECK_THROWS_WITH(world().broadcast(std::span<float>(data), n), Catch::Contains("broadcast " + rank) && Catch::Contains("root " + std::to_string(n)));
+  CHECK_THROWS_WITH(
+      world().broadcast(std::span<float>(data), n),
+      Catch::Contains("broadcast " + rank) && Catch::Contains("root " + std::to_string(n)));
   std::vector<int> wrong(static_cast<std::size_t>(n) + 1, 1);
   std::vector<float> out(4);
-  CHECK_THROWS_WITH(world().reduce_scatter(std::span<const float>(data), std::span<float>(out), std::span<const int>(wrong)),
-                    Catch::Contains("reduce_scatter " + rank) && Catch::Contains(std::to_string(n + 1) + " counts given for"));
+  CHECK_THROWS_WITH(world().reduce_scatter(std::span<const float>(data), std::span<float>(out),
+                                           std::span<const int>(wrong)),
+                    Catch::Contains("reduce_scatter " + rank) &&
+                        Catch::Contains(std::to_string(n + 1) + " counts given for"));
   std::vector<int> sums(static_cast<std::size_t>(n), 3);
   CHECK_THROWS_WITH(world().all_gather(std::span<float>(data), std::span<const int>(sums)),
-                    Catch::Contains("all_gather " + rank) && Catch::Contains("add up to " + std::to_string(3 * n)));
+                    Catch::Contains("all_gather " + rank) &&
+                        Catch::Contains("add up to " + std::to_string(3 * n)));
   // An error MPI itself returns (MPI_ERRORS_RETURN is set on the world communicator).
   CHECK_THROWS_AS(dist::Communicator(MPI_COMM_NULL), dist::CommError);
   CHECK_THROWS_WITH(dist::detail::check(MPI_ERR_TRUNCATE, MPI_COMM_WORLD, "MPI_Recv"),
@@ -102,11 +113,13 @@ TEST_CASE("communicator errors name the call and the rank", "[dist][comm]") {
 
 // ---- data-parallel training ----------------------------------------------------------------
 
-constexpr std::int64_t kRows = 2;   // rows of the batch each rank takes per step
+constexpr std::int64_t kRows = 2;  // rows of the batch each rank takes per step
 constexpr std::int64_t kTime = 8;
 constexpr std::int64_t kVocab = 13;
 
-remat::nn::GPTConfig tiny_gpt() { return {.vocab = kVocab, .context = kTime, .layers = 3, .heads = 2, .width = 16, .seed = 11}; }
+remat::nn::GPTConfig tiny_gpt() {
+  return {.vocab = kVocab, .context = kTime, .layers = 3, .heads = 2, .width = 16, .seed = 11};
+}
 
 /// Rows [begin, end) of step `step`'s batch of ids (targets: `shift` = 1).
 Tensor<std::int32_t> batch_rows(int step, std::int64_t begin, std::int64_t end, int shift) {
@@ -117,9 +130,11 @@ Tensor<std::int32_t> batch_rows(int step, std::int64_t begin, std::int64_t end, 
     std::vector<std::int32_t> seq(kTime + 1);
     seq[0] = static_cast<std::int32_t>(rng.uniform_int(kVocab));
     for (std::size_t i = 1; i < seq.size(); ++i) {
-      seq[i] = static_cast<std::int32_t>(rng.uniform() < 0.1 ? rng.uniform_int(kVocab) : (seq[i - 1] * 5 + 3) % kVocab);
+      seq[i] = static_cast<std::int32_t>(rng.uniform() < 0.1 ? rng.uniform_int(kVocab)
+                                                             : (seq[i - 1] * 5 + 3) % kVocab);
     }
-    for (std::int64_t i = 0; i < kTime; ++i) t.at({b - begin, i}) = seq[static_cast<std::size_t>(i + shift)];
+    for (std::int64_t i = 0; i < kTime; ++i)
+      t.at({b - begin, i}) = seq[static_cast<std::size_t>(i + shift)];
   }
   return t;
 }
@@ -130,7 +145,7 @@ struct Setup {
   int steps = 20;
   Opt opt = Opt::adamw;
   const char* plan = "none";
-  int micro = 1;              // micro-batches per step (gradient accumulation)
+  int micro = 1;  // micro-batches per step (gradient accumulation)
   bool freeze_wpe = false;
   bool shard = false;
   std::size_t bucket_bytes = 4096;  // small, so the tiny model still has several buckets
@@ -139,10 +154,10 @@ struct Setup {
 };
 
 struct Result {
-  std::vector<double> losses;           // mean loss over the whole batch, per step
-  std::vector<Tensor<float>> params;    // final values
+  std::vector<double> losses;         // mean loss over the whole batch, per step
+  std::vector<Tensor<float>> params;  // final values
   std::vector<std::vector<std::size_t>> layout;
-  std::size_t state_bytes = 0;          // optimizer state allocated by the first step (this rank)
+  std::size_t state_bytes = 0;  // optimizer state allocated by the first step (this rank)
 };
 
 remat::plan::Plan make_plan(const char* name, std::size_t layers) {
@@ -158,14 +173,23 @@ Result train(const Setup& s, int ranks, const dist::Communicator* comm) {
   remat::nn::GPT<float> gpt(tiny_gpt());
   if (s.freeze_wpe) gpt.parameter("wpe.weight").freeze();
   std::optional<dist::DataParallel<float>> dp;
-  if (comm) dp.emplace(*comm, gpt.parameters(), dist::DataParallelOptions{.bucket_bytes = s.bucket_bytes, .first_bucket_bytes = 1024,
-                                                                          .shard_optimizer_state = s.shard});
-  const std::vector<remat::Parameter<float>> held = dp ? dp->optimizer_parameters() : gpt.parameters();
+  if (comm)
+    dp.emplace(*comm, gpt.parameters(),
+               dist::DataParallelOptions{.bucket_bytes = s.bucket_bytes,
+                                         .first_bucket_bytes = 1024,
+                                         .shard_optimizer_state = s.shard});
+  const std::vector<remat::Parameter<float>> held =
+      dp ? dp->optimizer_parameters() : gpt.parameters();
   std::unique_ptr<remat::optim::Optimizer<float>> opt;
-  if (s.opt == Opt::adamw) opt = std::make_unique<remat::optim::AdamW<float>>(held, remat::optim::AdamWOptions{.lr = 1e-2, .eps = s.eps});
-  else opt = std::make_unique<remat::optim::SGD<float>>(held, remat::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+  if (s.opt == Opt::adamw)
+    opt = std::make_unique<remat::optim::AdamW<float>>(
+        held, remat::optim::AdamWOptions{.lr = 1e-2, .eps = s.eps});
+  else
+    opt = std::make_unique<remat::optim::SGD<float>>(
+        held, remat::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
   const remat::plan::Plan plan = make_plan(s.plan, static_cast<std::size_t>(tiny_gpt().layers));
-  const std::int64_t begin = comm ? comm->rank() * kRows : 0, end = comm ? begin + kRows : ranks * kRows;
+  const std::int64_t begin = comm ? comm->rank() * kRows : 0,
+                     end = comm ? begin + kRows : ranks * kRows;
   const std::int64_t micro_rows = (end - begin) / s.micro;
   Result out;
   for (int step = 0; step < s.steps; ++step) {
@@ -173,7 +197,8 @@ Result train(const Setup& s, int ranks, const dist::Communicator* comm) {
     for (int m = 0; m < s.micro; ++m) {
       const std::int64_t lo = begin + m * micro_rows, hi = lo + micro_rows;
       remat::Tape tape;
-      const remat::Var<float> l = gpt.loss(batch_rows(step, lo, hi, 0), batch_rows(step, lo, hi, 1), &plan);
+      const remat::Var<float> l =
+          gpt.loss(batch_rows(step, lo, hi, 0), batch_rows(step, lo, hi, 1), &plan);
       // mean over the micro-batch; scaled so the accumulated gradient is that of the mean
       const remat::Var<float> scaled = s.micro == 1 ? l : l * (1.0f / float(s.micro));
       loss += double(l.item()) / s.micro;
@@ -232,7 +257,8 @@ double max_norm_diff(const std::vector<Tensor<float>>& a, const std::vector<Tens
 bool bitwise_equal(const std::vector<Tensor<float>>& a, const std::vector<Tensor<float>>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].numel() != b[i].numel() || std::memcmp(a[i].data(), b[i].data(), a[i].bytes()) != 0) return false;
+    if (a[i].numel() != b[i].numel() || std::memcmp(a[i].data(), b[i].data(), a[i].bytes()) != 0)
+      return false;
   }
   return true;
 }
@@ -265,13 +291,15 @@ void check_matches_one_process(const Setup& s, double bound = kBound) {
   const Result spread = train(s, n, &world());
   double loss_diff = 0;
   for (std::size_t i = 0; i < alone.losses.size(); ++i) {
-    loss_diff = std::max(loss_diff, std::abs(alone.losses[i] - spread.losses[i]) / std::abs(alone.losses[i]));
+    loss_diff = std::max(loss_diff,
+                         std::abs(alone.losses[i] - spread.losses[i]) / std::abs(alone.losses[i]));
   }
   const double norm_diff = max_norm_diff(spread.params, alone.params);
   const double element_diff = max_rel_diff(spread.params, alone.params);
-  INFO("ranks " << n << ", plan " << s.plan << ", micro " << s.micro << ", shard " << s.shard << ": max loss diff "
-                << loss_diff << ", max parameter diff " << element_diff << " (element), " << norm_diff << " (tensor norm)" << ", first loss " << alone.losses.front() << " -> "
-                << alone.losses.back());
+  INFO("ranks " << n << ", plan " << s.plan << ", micro " << s.micro << ", shard " << s.shard
+                << ": max loss diff " << loss_diff << ", max parameter diff " << element_diff
+                << " (element), " << norm_diff << " (tensor norm)"
+                << ", first loss " << alone.losses.front() << " -> " << alone.losses.back());
   CHECK(loss_diff <= kBound);
   CHECK(element_diff <= bound);
   // the comparison means something: training moved the parameters far beyond the bound
@@ -287,7 +315,8 @@ TEST_CASE("N ranks x b rows train like one process x N*b rows (AdamW, every plan
   for (const char* plan : {"none", "every", "sqrt"}) check_matches_one_process(Setup{.plan = plan});
 }
 
-TEST_CASE("with AdamW's default eps the losses still match, the parameters to lr / 10", "[dist][dp]") {
+TEST_CASE("with AdamW's default eps the losses still match, the parameters to lr / 10",
+          "[dist][dp]") {
   check_matches_one_process(Setup{.eps = 1e-8}, kDefaultEpsBound);
 }
 
@@ -305,7 +334,9 @@ TEST_CASE("two runs with the same ranks are bitwise identical", "[dist][dp]") {
   const Result b = train(Setup{.steps = 8}, world().size(), &world());
   CHECK(bitwise_equal(a.params, b.params));
   CHECK(a.losses == b.losses);
-  if (world().rank() == 0) std::printf("dist fingerprint %d ranks: %016llx\n", world().size(), (unsigned long long)fingerprint(a.params));
+  if (world().rank() == 0)
+    std::printf("dist fingerprint %d ranks: %016llx\n", world().size(),
+                (unsigned long long)fingerprint(a.params));
 }
 
 TEST_CASE("gradient accumulation reduces once per step and matches one process", "[dist][dp]") {
@@ -318,7 +349,8 @@ TEST_CASE("frozen parameters are not reduced and stay put", "[dist][dp]") {
   const Result spread = train(s, world().size(), &world());
   remat::nn::GPT<float> fresh(tiny_gpt());
   CHECK(bitwise_equal({spread.params[1]}, {fresh.parameter("wpe.weight").value()}));
-  for (const auto& bucket : spread.layout) CHECK(std::find(bucket.begin(), bucket.end(), std::size_t(1)) == bucket.end());
+  for (const auto& bucket : spread.layout)
+    CHECK(std::find(bucket.begin(), bucket.end(), std::size_t(1)) == bucket.end());
 }
 
 TEST_CASE("the bucket layout follows the order gradients become final", "[dist][dp]") {
@@ -341,7 +373,8 @@ TEST_CASE("the bucket layout follows the order gradients become final", "[dist][
     CHECK(bucket_of(0) >= bucket_of(p));
     CHECK(bucket_of(1) >= bucket_of(p));
     for (std::size_t q = p + 1; q < named.size(); ++q) {
-      if (named[p].first.rfind("blocks.0.", 0) == 0 && named[q].first.rfind("blocks.2.", 0) == 0) CHECK(bucket_of(p) >= bucket_of(q));
+      if (named[p].first.rfind("blocks.0.", 0) == 0 && named[q].first.rfind("blocks.2.", 0) == 0)
+        CHECK(bucket_of(p) >= bucket_of(q));
     }
   }
 }
@@ -366,10 +399,11 @@ TEST_CASE("ZeRO-1 keeps 1/N of the optimizer state on each rank", "[dist][zero]"
   }
   CHECK(alone.state_bytes == 2 * total);  // AdamW: two moments per parameter
   const double share = double(alone.state_bytes) / n;
-  INFO("rank " << world().rank() << ": " << sharded.state_bytes << " bytes of state, 1/" << n << " is " << share
-               << ", one parameter's state at most " << 2 * largest);
+  INFO("rank " << world().rank() << ": " << sharded.state_bytes << " bytes of state, 1/" << n
+               << " is " << share << ", one parameter's state at most " << 2 * largest);
   CHECK(std::abs(double(sharded.state_bytes) - share) <= double(2 * largest));
-  CHECK(world().all_reduce(std::uint64_t(sharded.state_bytes)) == alone.state_bytes);  // a partition: every byte once
+  CHECK(world().all_reduce(std::uint64_t(sharded.state_bytes)) ==
+        alone.state_bytes);  // a partition: every byte once
 }
 
 /// One model, its AdamW (sharded over the ranks, or alone on the whole batch), training steps
@@ -381,10 +415,13 @@ struct Trainer {
 
   Trainer(std::uint64_t seed, bool distributed) : gpt(with_seed(seed)) {
     if (distributed) {
-      dp.emplace(world(), gpt.parameters(),
-                 dist::DataParallelOptions{.bucket_bytes = 4096, .first_bucket_bytes = 1024, .shard_optimizer_state = true});
+      dp.emplace(
+          world(), gpt.parameters(),
+          dist::DataParallelOptions{
+              .bucket_bytes = 4096, .first_bucket_bytes = 1024, .shard_optimizer_state = true});
     }
-    opt.emplace(dp ? dp->optimizer_parameters() : gpt.parameters(), remat::optim::AdamWOptions{.lr = 1e-2, .eps = 1e-4});
+    opt.emplace(dp ? dp->optimizer_parameters() : gpt.parameters(),
+                remat::optim::AdamWOptions{.lr = 1e-2, .eps = 1e-4});
   }
   static remat::nn::GPTConfig with_seed(std::uint64_t seed) {
     remat::nn::GPTConfig c = tiny_gpt();
@@ -392,14 +429,19 @@ struct Trainer {
     return c;
   }
   void run(int from, int to) {
-    const std::int64_t begin = dp ? world().rank() * kRows : 0, end = dp ? begin + kRows : world().size() * kRows;
+    const std::int64_t begin = dp ? world().rank() * kRows : 0,
+                       end = dp ? begin + kRows : world().size() * kRows;
     for (int step = from; step < to; ++step) {
       remat::Tape tape;
       const auto l = gpt.loss(batch_rows(step, begin, end, 0), batch_rows(step, begin, end, 1));
-      if (dp) dp->backward(tape, l);
-      else tape.backward(l);
-      if (dp) dp->step(*opt);
-      else opt->step();
+      if (dp)
+        dp->backward(tape, l);
+      else
+        tape.backward(l);
+      if (dp)
+        dp->step(*opt);
+      else
+        opt->step();
       for (auto p : gpt.parameters()) p.zero_grad();
     }
   }
@@ -410,10 +452,13 @@ struct Trainer {
   }
 };
 
-TEST_CASE("sharded AdamW state saves to the one-process format and resumes on any rank count", "[dist][zero][io]") {
+TEST_CASE("sharded AdamW state saves to the one-process format and resumes on any rank count",
+          "[dist][zero][io]") {
   std::int64_t pid = ::getpid();
   world().broadcast(std::span<std::int64_t>(&pid, 1), 0);  // rank 0 names the file for all
-  const std::string path = (std::filesystem::temp_directory_path() / ("remat_dist_state_" + std::to_string(pid) + ".safetensors")).string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("remat_dist_state_" + std::to_string(pid) + ".safetensors"))
+                               .string();
 
   Trainer through(11, true);
   through.run(0, 4);
@@ -421,7 +466,8 @@ TEST_CASE("sharded AdamW state saves to the one-process format and resumes on an
   through.run(4, 8);
 
   Trainer resumed(99, true);  // other initial values: the file must replace them
-  CHECK(dist::load_training_state(path, resumed.gpt, *resumed.dp, *resumed.opt).at("note") == "sharded");
+  CHECK(dist::load_training_state(path, resumed.gpt, *resumed.dp, *resumed.opt).at("note") ==
+        "sharded");
   resumed.run(4, 8);
   CHECK(bitwise_equal(resumed.values(), through.values()));
 
@@ -431,7 +477,8 @@ TEST_CASE("sharded AdamW state saves to the one-process format and resumes on an
   CHECK(alone.opt->steps() == 4);
   alone.run(4, 8);
   const double diff = max_rel_diff(alone.values(), through.values());
-  INFO("one process resumed from a " << world().size() << "-rank file: max parameter diff " << diff);
+  INFO("one process resumed from a " << world().size() << "-rank file: max parameter diff "
+                                     << diff);
   CHECK(diff <= kBound);
   world().barrier();
   if (world().rank() == 0) std::filesystem::remove(path);
@@ -447,8 +494,11 @@ TEST_CASE("DataParallel refuses misuse with clear errors", "[dist][dp]") {
   gpt.parameter("wpe.weight").freeze();
   remat::Tape tape;
   const auto l = gpt.loss(batch_rows(0, 0, 1, 0), batch_rows(0, 0, 1, 1));
-  CHECK_THROWS_WITH(dp.backward(tape, l), Catch::Contains("parameter 1") && Catch::Contains("frozen after the DataParallel was made"));
-  CHECK_THROWS_WITH(dist::DataParallel<float>(world(), {gpt.parameters()[0], gpt.parameters()[0]}), Catch::Contains("listed twice"));
+  CHECK_THROWS_WITH(
+      dp.backward(tape, l),
+      Catch::Contains("parameter 1") && Catch::Contains("frozen after the DataParallel was made"));
+  CHECK_THROWS_WITH(dist::DataParallel<float>(world(), {gpt.parameters()[0], gpt.parameters()[0]}),
+                    Catch::Contains("listed twice"));
 }
 
 }  // namespace

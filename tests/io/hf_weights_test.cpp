@@ -22,7 +22,8 @@ namespace {
 namespace hfs = std::filesystem;
 
 std::string hf_dir(const std::string& test) {
-  const hfs::path dir = hfs::temp_directory_path() / ("remat_hf_test_" + std::to_string(::getpid())) / test;
+  const hfs::path dir =
+      hfs::temp_directory_path() / ("remat_hf_test_" + std::to_string(::getpid())) / test;
   hfs::remove_all(dir);
   hfs::create_directories(dir);
   return dir.string();
@@ -48,11 +49,12 @@ struct HfTensor {
   std::string name, dtype;
   remat::Shape shape;
   std::string bytes;
-  std::vector<double> floats;       // for float dtypes: the exact values
-  std::vector<std::int32_t> ints;   // for integer dtypes
+  std::vector<double> floats;      // for float dtypes: the exact values
+  std::vector<std::int32_t> ints;  // for integer dtypes
 };
 
-const char* const kHfDtypes[] = {"F32", "F64", "BF16", "F16", "I64", "I32", "I16", "I8", "U8", "BOOL"};
+const char* const kHfDtypes[] = {"F32", "F64", "BF16", "F16", "I64",
+                                 "I32", "I16", "I8",   "U8",  "BOOL"};
 
 template <class S>
 void hf_put(std::string& bytes, S s) {
@@ -79,20 +81,26 @@ HfTensor hf_random_tensor(remat::Rng& rng, const std::string& name, const std::s
       if (dtype == "BF16" && (h & 0x7f80) == 0x7f80) h &= 0xbfff;
       if (dtype == "F16" && (h & 0x7c00) == 0x7c00) h &= 0xbfff;
       hf_put(t.bytes, h);
-      t.floats.push_back(dtype == "BF16" ? remat::io::bf16_to_float(h) : remat::io::f16_to_float(h));
+      t.floats.push_back(dtype == "BF16" ? remat::io::bf16_to_float(h)
+                                         : remat::io::f16_to_float(h));
     } else if (dtype == "I64") {
       const auto v = static_cast<std::int64_t>(static_cast<std::int32_t>(bits));
       hf_put(t.bytes, v), t.ints.push_back(static_cast<std::int32_t>(v));
     } else if (dtype == "I32") {
-      hf_put(t.bytes, static_cast<std::int32_t>(bits)), t.ints.push_back(static_cast<std::int32_t>(bits));
+      hf_put(t.bytes, static_cast<std::int32_t>(bits)),
+          t.ints.push_back(static_cast<std::int32_t>(bits));
     } else if (dtype == "I16") {
-      hf_put(t.bytes, static_cast<std::int16_t>(bits)), t.ints.push_back(static_cast<std::int16_t>(bits));
+      hf_put(t.bytes, static_cast<std::int16_t>(bits)),
+          t.ints.push_back(static_cast<std::int16_t>(bits));
     } else if (dtype == "I8") {
-      hf_put(t.bytes, static_cast<std::int8_t>(bits)), t.ints.push_back(static_cast<std::int8_t>(bits));
+      hf_put(t.bytes, static_cast<std::int8_t>(bits)),
+          t.ints.push_back(static_cast<std::int8_t>(bits));
     } else if (dtype == "U8") {
-      hf_put(t.bytes, static_cast<std::uint8_t>(bits)), t.ints.push_back(static_cast<std::uint8_t>(bits));
+      hf_put(t.bytes, static_cast<std::uint8_t>(bits)),
+          t.ints.push_back(static_cast<std::uint8_t>(bits));
     } else {  // BOOL
-      hf_put(t.bytes, static_cast<std::uint8_t>(bits & 1)), t.ints.push_back(static_cast<std::int32_t>(bits & 1));
+      hf_put(t.bytes, static_cast<std::uint8_t>(bits & 1)),
+          t.ints.push_back(static_cast<std::int32_t>(bits & 1));
     }
   }
   return t;
@@ -106,26 +114,35 @@ void hf_write(const std::string& path, const std::vector<HfTensor>& tensors) {
     entries.push_back({t.name, t.dtype, t.shape, t.bytes.size()});
     data += t.bytes;
   }
-  std::ofstream(path, std::ios::binary) << remat::io::detail::encode_header(path, entries, {}) << data;
+  std::ofstream(path, std::ios::binary)
+      << remat::io::detail::encode_header(path, entries, {}) << data;
 }
 
 /// Writes `tensors` into `dir` split into `shards` shard files at random points, with an index.
-void hf_write_sharded(remat::Rng& rng, const std::string& dir, const std::vector<HfTensor>& tensors, int shards) {
-  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+void hf_write_sharded(remat::Rng& rng, const std::string& dir, const std::vector<HfTensor>& tensors,
+                      int shards) {
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                          {"weight_map", nlohmann::json::object()}};
   std::vector<std::vector<HfTensor>> parts(static_cast<std::size_t>(shards));
-  for (const HfTensor& t : tensors) parts[static_cast<std::size_t>(rng.uniform_int(shards))].push_back(t);
+  for (const HfTensor& t : tensors)
+    parts[static_cast<std::size_t>(rng.uniform_int(shards))].push_back(t);
   for (int s = 0; s < shards; ++s) {
-    const std::string name = "model-" + std::to_string(s + 1) + "-of-" + std::to_string(shards) + ".safetensors";
+    const std::string name =
+        "model-" + std::to_string(s + 1) + "-of-" + std::to_string(shards) + ".safetensors";
     hf_write(dir + "/" + name, parts[static_cast<std::size_t>(s)]);
     for (const HfTensor& t : parts[static_cast<std::size_t>(s)]) index["weight_map"][t.name] = name;
   }
   std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
 }
 
-void hf_write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+void hf_write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 template <class T>
-void hf_expect_error(const remat::io::WeightFiles& files, std::vector<remat::io::NamedTensor<T>> targets, const std::vector<std::string>& fragments) {
+void hf_expect_error(const remat::io::WeightFiles& files,
+                     std::vector<remat::io::NamedTensor<T>> targets,
+                     const std::vector<std::string>& fragments) {
   for (auto& [name, t] : targets) t.fill(T(7));
   try {
     files.load(targets);
@@ -134,7 +151,8 @@ void hf_expect_error(const remat::io::WeightFiles& files, std::vector<remat::io:
     for (const std::string& f : fragments) CHECK_THAT(e.what(), Catch::Contains(f));
   }
   for (const auto& [name, t] : targets) {
-    for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(t.data()[i] == T(7));  // nothing half-loaded
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      REQUIRE(t.data()[i] == T(7));  // nothing half-loaded
   }
 }
 
@@ -149,18 +167,23 @@ void hf_open_rejects(const std::string& path, const std::vector<std::string>& fr
 
 }  // namespace
 
-TEST_CASE("F16 and BF16 widen to float as PyTorch does for every bit pattern, and round to BF16 as it does", "[io][half]") {
+TEST_CASE(
+    "F16 and BF16 widen to float as PyTorch does for every bit pattern, and round to BF16 as it "
+    "does",
+    "[io][half]") {
   const std::vector<char> ref = hf_read_reference();
   std::size_t at = 0;
   for (std::uint32_t h = 0; h < 65536; ++h) {
     const auto bits = hf_at<std::uint32_t>(ref, at);
     INFO("F16 pattern " << h);
-    REQUIRE(std::bit_cast<std::uint32_t>(remat::io::f16_to_float(static_cast<std::uint16_t>(h))) == bits);
+    REQUIRE(std::bit_cast<std::uint32_t>(remat::io::f16_to_float(static_cast<std::uint16_t>(h))) ==
+            bits);
   }
   for (std::uint32_t h = 0; h < 65536; ++h) {
     const auto bits = hf_at<std::uint32_t>(ref, at);
     INFO("BF16 pattern " << h);
-    REQUIRE(std::bit_cast<std::uint32_t>(remat::io::bf16_to_float(static_cast<std::uint16_t>(h))) == bits);
+    REQUIRE(std::bit_cast<std::uint32_t>(remat::io::bf16_to_float(static_cast<std::uint16_t>(h))) ==
+            bits);
   }
   const auto n = hf_at<std::uint32_t>(ref, at);
   REQUIRE(n >= 1000);
@@ -198,25 +221,30 @@ TEST_CASE("F16 and BF16 widen to float as PyTorch does for every bit pattern, an
         std::uint32_t want;
         std::memcpy(&want, ref.data() + back + 4 * i, 4);
         REQUIRE(got == want);
-        REQUIRE(std::bit_cast<std::uint32_t>(loaded.data()[i]) == static_cast<std::uint32_t>(want) << 16);
+        REQUIRE(std::bit_cast<std::uint32_t>(loaded.data()[i]) == static_cast<std::uint32_t>(want)
+                                                                      << 16);
       }
       back += n * 4 + n * 8;  // to the double section's bf16 bits
     }
   }
 }
 
-TEST_CASE("generated checkpoints of every dtype, one file or random shards, load exactly", "[io][hf]") {
+TEST_CASE("generated checkpoints of every dtype, one file or random shards, load exactly",
+          "[io][hf]") {
   remat::Rng rng(1101);
   for (int round = 0; round < 40; ++round) {
     const std::string dir = hf_dir("generated_" + std::to_string(round));
     std::vector<HfTensor> tensors;
     const auto count = 1 + rng.uniform_int(12);
     for (std::int64_t i = 0; i < count; ++i) {
-      tensors.push_back(hf_random_tensor(rng, "model.layers." + std::to_string(i) + ".w", kHfDtypes[rng.uniform_int(10)]));
+      tensors.push_back(hf_random_tensor(rng, "model.layers." + std::to_string(i) + ".w",
+                                         kHfDtypes[rng.uniform_int(10)]));
     }
     const int shards = static_cast<int>(rng.uniform_int(4));  // 0: one model.safetensors
-    if (shards == 0) hf_write(dir + "/model.safetensors", tensors);
-    else hf_write_sharded(rng, dir, tensors, shards);
+    if (shards == 0)
+      hf_write(dir + "/model.safetensors", tensors);
+    else
+      hf_write_sharded(rng, dir, tensors, shards);
     const auto files = remat::io::WeightFiles::open(dir);
     REQUIRE(files.names().size() == tensors.size());
     std::vector<remat::io::NamedTensor<float>> as_float;
@@ -240,20 +268,24 @@ TEST_CASE("generated checkpoints of every dtype, one file or random shards, load
       INFO(t.name << " " << t.dtype);
       if (remat::io::detail::is_float_dtype(t.dtype)) {
         const auto& d = as_double[di++].second;
-        for (std::int64_t k = 0; k < d.numel(); ++k) REQUIRE(d.data()[k] == t.floats[static_cast<std::size_t>(k)]);
+        for (std::int64_t k = 0; k < d.numel(); ++k)
+          REQUIRE(d.data()[k] == t.floats[static_cast<std::size_t>(k)]);
         if (t.dtype != "F64") {
           const auto& f = as_float[fi++].second;
-          for (std::int64_t k = 0; k < f.numel(); ++k) REQUIRE(f.data()[k] == static_cast<float>(t.floats[static_cast<std::size_t>(k)]));
+          for (std::int64_t k = 0; k < f.numel(); ++k)
+            REQUIRE(f.data()[k] == static_cast<float>(t.floats[static_cast<std::size_t>(k)]));
         }
       } else {
         const auto& v = as_int[ii++].second;
-        for (std::int64_t k = 0; k < v.numel(); ++k) REQUIRE(v.data()[k] == t.ints[static_cast<std::size_t>(k)]);
+        for (std::int64_t k = 0; k < v.numel(); ++k)
+          REQUIRE(v.data()[k] == t.ints[static_cast<std::size_t>(k)]);
       }
     }
   }
 }
 
-TEST_CASE("save_sharded splits at the size asked for and loads back, natively or as BF16", "[io][hf]") {
+TEST_CASE("save_sharded splits at the size asked for and loads back, natively or as BF16",
+          "[io][hf]") {
   remat::Rng rng(77);
   for (int round = 0; round < 12; ++round) {
     const std::string dir = hf_dir("save_sharded_" + std::to_string(round));
@@ -266,8 +298,10 @@ TEST_CASE("save_sharded splits at the size asked for and loads back, natively or
       tensors.emplace_back("t" + std::to_string(i), t);
     }
     const bool bf16 = round % 2 == 1;
-    const std::size_t max_shard = 64 + static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(total)));
-    remat::io::save_sharded(dir, tensors, max_shard, {}, bf16 ? remat::io::StoreAs::bf16 : remat::io::StoreAs::native);
+    const std::size_t max_shard =
+        64 + static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(total)));
+    remat::io::save_sharded(dir, tensors, max_shard, {},
+                            bf16 ? remat::io::StoreAs::bf16 : remat::io::StoreAs::native);
     const auto files = remat::io::WeightFiles::open(dir);
     for (const auto& f : files.files()) {
       std::size_t data = 0;
@@ -281,18 +315,23 @@ TEST_CASE("save_sharded splits at the size asked for and loads back, natively or
     for (std::size_t i = 0; i < back.size(); ++i) {
       for (std::int64_t k = 0; k < back[i].second.numel(); ++k) {
         const float x = tensors[i].second.data()[k];
-        REQUIRE(back[i].second.data()[k] == (bf16 ? remat::io::bf16_to_float(remat::io::float_to_bf16(x)) : x));
+        REQUIRE(back[i].second.data()[k] ==
+                (bf16 ? remat::io::bf16_to_float(remat::io::float_to_bf16(x)) : x));
       }
     }
   }
 }
 
-TEST_CASE("a missing tensor, another shape or a dtype that does not read is an IoError naming both, nothing half-loaded", "[io][hf][errors]") {
+TEST_CASE(
+    "a missing tensor, another shape or a dtype that does not read is an IoError naming both, "
+    "nothing half-loaded",
+    "[io][hf][errors]") {
   remat::Rng rng(5);
   for (int round = 0; round < 20; ++round) {
     const std::string dir = hf_dir("mismatch_" + std::to_string(round));
     std::vector<HfTensor> tensors;
-    for (int i = 0; i < 6; ++i) tensors.push_back(hf_random_tensor(rng, "w" + std::to_string(i), "F32"));
+    for (int i = 0; i < 6; ++i)
+      tensors.push_back(hf_random_tensor(rng, "w" + std::to_string(i), "F32"));
     const auto bad = static_cast<std::size_t>(rng.uniform_int(6));
     const int kind = static_cast<int>(rng.uniform_int(3));
     std::vector<remat::io::NamedTensor<float>> targets;
@@ -320,21 +359,28 @@ TEST_CASE("a missing tensor, another shape or a dtype that does not read is an I
   }
 }
 
-TEST_CASE("an integer outside int32's range is an IoError; integers do not read as floats nor floats as integers", "[io][hf][errors]") {
+TEST_CASE(
+    "an integer outside int32's range is an IoError; integers do not read as floats nor floats as "
+    "integers",
+    "[io][hf][errors]") {
   const std::string dir = hf_dir("int_range");
   HfTensor t{"big", "I64", remat::Shape{2}, {}, {}, {}};
   hf_put(t.bytes, std::int64_t{5});
   hf_put(t.bytes, std::int64_t{1} << 40);
   hf_write(dir + "/model.safetensors", {t});
   const auto file = remat::io::File::read(dir + "/model.safetensors");
-  REQUIRE_THROWS_WITH(file.tensor<std::int32_t>("big"), Catch::Contains("'big'") && Catch::Contains("outside int32's range"));
-  REQUIRE_THROWS_WITH(file.tensor<float>("big"), Catch::Contains("I64") && Catch::Contains("does not read into F32"));
+  REQUIRE_THROWS_WITH(file.tensor<std::int32_t>("big"),
+                      Catch::Contains("'big'") && Catch::Contains("outside int32's range"));
+  REQUIRE_THROWS_WITH(file.tensor<float>("big"),
+                      Catch::Contains("I64") && Catch::Contains("does not read into F32"));
   REQUIRE_THROWS_WITH(file.tensor<double>("big"), Catch::Contains("does not read into F64"));
 }
 
-TEST_CASE("bad index files and shards are IoErrors naming the index, the shard and the tensor", "[io][hf][errors]") {
+TEST_CASE("bad index files and shards are IoErrors naming the index, the shard and the tensor",
+          "[io][hf][errors]") {
   const std::string dir = hf_dir("bad_index");
-  hf_write(dir + "/a.safetensors", {HfTensor{"x", "F32", remat::Shape{1}, std::string(4, '\0'), {0.0}, {}}});
+  hf_write(dir + "/a.safetensors",
+           {HfTensor{"x", "F32", remat::Shape{1}, std::string(4, '\0'), {0.0}, {}}});
   const std::string index = dir + "/model.safetensors.index.json";
   const auto rejects = [&](const std::string& text, std::vector<std::string> fragments) {
     hf_write_text(index, text);
@@ -346,28 +392,39 @@ TEST_CASE("bad index files and shards are IoErrors naming the index, the shard a
   rejects("", {"not valid JSON"});
   rejects("[1]", {"not a JSON object"});
   rejects(std::string(100000, '[') + std::string(100000, ']'), {"nests deeper than 64"});
-  rejects("{\"weight_map\":" + std::string(65, '[') + std::string(65, ']') + "}", {"nests deeper than 64"});
+  rejects("{\"weight_map\":" + std::string(65, '[') + std::string(65, ']') + "}",
+          {"nests deeper than 64"});
   rejects("{\"metadata\": {}}", {"no \"weight_map\""});
   rejects("{\"weight_map\": [\"a.safetensors\"]}", {"no \"weight_map\""});
   rejects("{\"weight_map\": {\"x\": 3}}", {"weight_map['x'] is not a file name"});
-  rejects("{\"weight_map\": {\"x\": \"a.safetensors\", \"x\": \"a.safetensors\"}}", {"'x' appears twice"});
-  rejects("{\"metadata\": {\"total_size\": -1}, \"weight_map\": {\"x\": \"a.safetensors\"}}", {"total_size"});
-  rejects("{\"metadata\": 5, \"weight_map\": {\"x\": \"a.safetensors\"}}", {"\"metadata\" is not an object"});
-  for (const char* outside : {"../a.safetensors", "/etc/passwd", "sub/../../a.safetensors", "./a.safetensors", "", "sub//a.safetensors"}) {
-    rejects(std::string("{\"weight_map\": {\"x\": \"") + outside + "\"}}", {"weight_map['x']", "not a file inside the folder"});
+  rejects("{\"weight_map\": {\"x\": \"a.safetensors\", \"x\": \"a.safetensors\"}}",
+          {"'x' appears twice"});
+  rejects("{\"metadata\": {\"total_size\": -1}, \"weight_map\": {\"x\": \"a.safetensors\"}}",
+          {"total_size"});
+  rejects("{\"metadata\": 5, \"weight_map\": {\"x\": \"a.safetensors\"}}",
+          {"\"metadata\" is not an object"});
+  for (const char* outside : {"../a.safetensors", "/etc/passwd", "sub/../../a.safetensors",
+                              "./a.safetensors", "", "sub//a.safetensors"}) {
+    rejects(std::string("{\"weight_map\": {\"x\": \"") + outside + "\"}}",
+            {"weight_map['x']", "not a file inside the folder"});
   }
-  rejects("{\"weight_map\": {\"x\": \"missing.safetensors\"}}", {"shard 'missing.safetensors'", "of tensor 'x'", "No such file"});
-  rejects("{\"weight_map\": {\"y\": \"a.safetensors\"}}", {"tensor 'y'", "a.safetensors", "does not hold it"});
+  rejects("{\"weight_map\": {\"x\": \"missing.safetensors\"}}",
+          {"shard 'missing.safetensors'", "of tensor 'x'", "No such file"});
+  rejects("{\"weight_map\": {\"y\": \"a.safetensors\"}}",
+          {"tensor 'y'", "a.safetensors", "does not hold it"});
   hf_write_text(dir + "/broken.safetensors", "\x08\0\0\0\0\0\0\0{}");
-  rejects("{\"weight_map\": {\"x\": \"broken.safetensors\"}}", {"shard 'broken.safetensors'", "malformed"});
-  hf_write_text(index, "{\"metadata\": {\"total_size\": 4}, \"weight_map\": {\"x\": \"a.safetensors\"}}");
+  rejects("{\"weight_map\": {\"x\": \"broken.safetensors\"}}",
+          {"shard 'broken.safetensors'", "malformed"});
+  hf_write_text(index,
+                "{\"metadata\": {\"total_size\": 4}, \"weight_map\": {\"x\": \"a.safetensors\"}}");
   REQUIRE(remat::io::WeightFiles::open(dir).names() == std::vector<std::string>{"x"});
   const std::string empty = hf_dir("empty_folder");
   hf_open_rejects(empty, {"holds neither", "model.safetensors"});
 }
 
 TEST_CASE("the index fuzzer's seed corpus holds what its names say", "[io][errors]") {
-  const hfs::path corpus = hfs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" / "corpus" / "index";
+  const hfs::path corpus =
+      hfs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" / "corpus" / "index";
   REQUIRE(hfs::is_directory(corpus));
   int valid = 0, rejected = 0;
   for (const auto& e : hfs::directory_iterator(corpus)) {

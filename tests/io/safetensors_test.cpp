@@ -21,7 +21,8 @@ using remat::test::error_message;
 
 /// A fresh directory for one test (names are unique per process and test).
 std::string st_dir(const std::string& test) {
-  const fs::path dir = fs::temp_directory_path() / ("remat_io_test_" + std::to_string(::getpid())) / test;
+  const fs::path dir =
+      fs::temp_directory_path() / ("remat_io_test_" + std::to_string(::getpid())) / test;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -32,7 +33,9 @@ std::string st_bytes_of(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-void st_write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+void st_write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
 
 /// A file with the given JSON header and data bytes.
 std::string st_file(const std::string& header, const std::string& data) {
@@ -42,11 +45,14 @@ std::string st_file(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-remat::io::File st_parse(const std::string& bytes) { return remat::io::File("in memory", std::vector<char>(bytes.begin(), bytes.end())); }
+remat::io::File st_parse(const std::string& bytes) {
+  return remat::io::File("in memory", std::vector<char>(bytes.begin(), bytes.end()));
+}
 
 /// What save() would write, without the file: the header and the data, in order.
 template <class T>
-std::string st_encode(const std::vector<remat::io::NamedTensor<T>>& tensors, const remat::io::Metadata& metadata = {}) {
+std::string st_encode(const std::vector<remat::io::NamedTensor<T>>& tensors,
+                      const remat::io::Metadata& metadata = {}) {
   std::vector<remat::io::detail::HeaderEntry> entries;
   std::string data;
   for (const auto& [name, t] : tensors) {
@@ -61,7 +67,8 @@ Shape st_random_shape(Rng& rng, double empty_odds) {
   const auto rank = rng.uniform_int(5);
   std::vector<std::int64_t> dims;
   for (std::int64_t i = 0; i < rank; ++i) dims.push_back(1 + rng.uniform_int(4));
-  if (rank > 0 && rng.uniform() < empty_odds) dims[static_cast<std::size_t>(rng.uniform_int(rank))] = 0;
+  if (rank > 0 && rng.uniform() < empty_odds)
+    dims[static_cast<std::size_t>(rng.uniform_int(rank))] = 0;
   return Shape(std::span<const std::int64_t>(dims));
 }
 
@@ -71,7 +78,8 @@ void st_rejects(const std::string& bytes, const std::string& fragment) {
   INFO("expecting '" << fragment << "' in: " << message.substr(0, 400));
   CHECK_THAT(message, Catch::Contains(fragment));
   CHECK(message.size() < 400);
-  CHECK(remat::io::detail::invalid_utf8_at(message) == std::string_view::npos);  // quoted bytes are escaped
+  CHECK(remat::io::detail::invalid_utf8_at(message) ==
+        std::string_view::npos);  // quoted bytes are escaped
 }
 
 /// A valid entry for a tensor of 3 floats at [0, 12).
@@ -81,7 +89,8 @@ const std::string kEntry = R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})
 std::vector<std::string> st_temporaries(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) out.push_back(e.path().string());
+    if (e.path().filename().string().find(".tmp.") != std::string::npos)
+      out.push_back(e.path().string());
   }
   return out;
 }
@@ -109,7 +118,8 @@ int st_as_nobody(Fn&& fn) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("safetensors round trip: names, shapes, values and metadata", "[io]", float, double) {
+TEMPLATE_TEST_CASE("safetensors round trip: names, shapes, values and metadata", "[io]", float,
+                   double) {
   using T = TestType;
   Rng rng(1);
   const auto a = rng.normal_tensor<T>({3, 4});
@@ -147,12 +157,15 @@ TEMPLATE_TEST_CASE("empty tensors anywhere, under any names, round trip", "[io]"
     const auto count = 1 + rng.uniform_int(6);
     for (std::int64_t i = 0; i < count; ++i) {
       std::string name = std::to_string(rng.uniform_int(1000000));
-      name += '_';  // built in steps: GCC 12 warns falsely (-Wrestrict) on "literal" + std::to_string()
+      name +=
+          '_';  // built in steps: GCC 12 warns falsely (-Wrestrict) on "literal" + std::to_string()
       name += std::to_string(i);
       tensors.emplace_back(std::move(name), rng.normal_tensor<T>(st_random_shape(rng, 0.4)));
     }
     if (trial == 0) {  // the case first seen: a [3], m [0, 2], b [3]
-      tensors = {{"a", rng.normal_tensor<T>({3})}, {"m", Tensor<T>::zeros({0, 2})}, {"b", rng.normal_tensor<T>({3})}};
+      tensors = {{"a", rng.normal_tensor<T>({3})},
+                 {"m", Tensor<T>::zeros({0, 2})},
+                 {"b", rng.normal_tensor<T>({3})}};
     }
     const auto check = [&](const remat::io::File& f) {
       REQUIRE(f.entries().size() == tensors.size());
@@ -177,9 +190,12 @@ TEST_CASE("safetensors files written by hand in the reference layout are read", 
   const float values[3] = {1.5f, -2.0f, 0.25f};
   std::string data(reinterpret_cast<const char*>(values), sizeof values);
   const std::string path = st_dir("by_hand") + "/by_hand.safetensors";
-  st_write(path, st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"__metadata__":{"format":"pt"},)"
-                         R"("a":{"dtype":"F64","shape":[0],"data_offsets":[12,12]},"z":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]}})",
-                         data));
+  st_write(
+      path,
+      st_file(
+          R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"__metadata__":{"format":"pt"},)"
+          R"("a":{"dtype":"F64","shape":[0],"data_offsets":[12,12]},"z":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]}})",
+          data));
   const remat::io::File f = remat::io::File::read(path);
   CHECK(f.tensor<float>("w").to_vector() == std::vector<float>{1.5f, -2.0f, 0.25f});
   CHECK(f.tensor<double>("a").shape() == Shape{0});
@@ -189,12 +205,16 @@ TEST_CASE("safetensors files written by hand in the reference layout are read", 
 
 TEST_CASE("malformed safetensors files are rejected with a clear error", "[io][errors]") {
   const std::string twelve(12, '\0');
-  const auto entry = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
-    return R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}";
+  const auto entry = [](const std::string& dtype, const std::string& shape,
+                        const std::string& offsets) {
+    return R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" +
+           offsets + "}}";
   };
   st_rejects("abc", "fewer than the 8");
-  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), twelve).substr(0, 30), "runs past the end");  // truncated header
-  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), twelve.substr(0, 8)), "fall outside");         // truncated data
+  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), twelve).substr(0, 30),
+             "runs past the end");  // truncated header
+  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), twelve.substr(0, 8)),
+             "fall outside");  // truncated data
   st_rejects(st_file("{not json", ""), "not valid JSON");
   st_rejects(st_file("[1,2]", ""), "starts with '[', not '{'");
   st_rejects(st_file("", ""), "the header is empty");
@@ -204,16 +224,29 @@ TEST_CASE("malformed safetensors files are rejected with a clear error", "[io][e
   st_rejects(st_file(entry("F32", "[3]", "[0]"), twelve), "no data_offsets pair");
   st_rejects(st_file(R"({"w":{"shape":[3],"data_offsets":[0,12]}})", twelve), "no dtype");
   st_rejects(st_file(R"({"w":{"dtype":"F32","data_offsets":[0,12]}})", twelve), "no shape");
-  st_rejects(st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12],"extra":1}})", twelve), "unexpected field 'extra'");
-  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), std::string(16, '\0')), "cover 12 bytes of data but 16");  // trailing bytes
-  st_rejects(st_file(entry("F32", "[3]", "[0,12]") + " x", twelve), "not valid JSON");                        // trailing text
-  st_rejects(st_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", twelve),
-             "overlap");
-  st_rejects(st_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", twelve),
-             "a hole");
+  st_rejects(
+      st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12],"extra":1}})", twelve),
+      "unexpected field 'extra'");
+  st_rejects(st_file(entry("F32", "[3]", "[0,12]"), std::string(16, '\0')),
+             "cover 12 bytes of data but 16");  // trailing bytes
+  st_rejects(st_file(entry("F32", "[3]", "[0,12]") + " x", twelve),
+             "not valid JSON");  // trailing text
+  st_rejects(
+      st_file(
+          R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          twelve),
+      "overlap");
+  st_rejects(
+      st_file(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+          twelve),
+      "a hole");
   // an empty tensor inside another's bytes
-  st_rejects(st_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})", twelve),
-             "overlap");
+  st_rejects(
+      st_file(
+          R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+          twelve),
+      "overlap");
   st_rejects(st_file(R"({"__metadata__":[1]})", ""), "\"__metadata__\" is not an object");
   std::string huge(8, '\0');
   const std::uint64_t big = remat::io::kMaxHeaderBytes + 1;
@@ -221,9 +254,12 @@ TEST_CASE("malformed safetensors files are rejected with a clear error", "[io][e
   st_rejects(huge, "exceeds");
 }
 
-TEST_CASE("every class of malformed entry is rejected, generated over its members", "[io][errors]") {
+TEST_CASE("every class of malformed entry is rejected, generated over its members",
+          "[io][errors]") {
   const std::string twelve(12, '\0');
-  const auto with_entry = [&](const std::string& value) { return st_file(R"({"w":)" + value + "}", twelve); };
+  const auto with_entry = [&](const std::string& value) {
+    return st_file(R"({"w":)" + value + "}", twelve);
+  };
   SECTION("entries that are not objects") {
     for (const char* value : {"1", "-2.5", "\"F32\"", "[1,2]", "null", "true", "false", "[]"}) {
       st_rejects(with_entry(value), "its entry is not an object");
@@ -231,29 +267,40 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
   }
   SECTION("metadata values that are not strings") {
     for (const char* value : {"1", "2.5", "[\"a\"]", "{\"a\":\"b\"}", "null", "true"}) {
-      st_rejects(st_file(std::string(R"({"__metadata__":{"k":)") + value + "}}", ""), "metadata 'k' is not a string");
+      st_rejects(st_file(std::string(R"({"__metadata__":{"k":)") + value + "}}", ""),
+                 "metadata 'k' is not a string");
     }
   }
   SECTION("dtypes the format knows but remat does not read, and names that are no dtype") {
     for (const char* dtype : {"F4", "F6_E2M3", "F6_E3M2"}) {
-      st_rejects(with_entry(std::string(R"({"dtype":")") + dtype + R"(","shape":[3],"data_offsets":[0,12]})"),
+      st_rejects(with_entry(std::string(R"({"dtype":")") + dtype +
+                            R"(","shape":[3],"data_offsets":[0,12]})"),
                  std::string("dtype '") + dtype + "' is not supported");
     }
     Rng rng(5);
     for (int i = 0; i < 50; ++i) {
       std::string dtype;
-      for (auto n = 1 + rng.uniform_int(6); n > 0; --n) dtype += static_cast<char>('A' + rng.uniform_int(26));
-      if (dtype == "F32" || dtype == "F64" || remat::io::detail::is_safetensors_dtype(dtype)) continue;
-      st_rejects(with_entry(R"({"dtype":")" + dtype + R"(","shape":[3],"data_offsets":[0,12]})"), "is not a safetensors dtype");
+      for (auto n = 1 + rng.uniform_int(6); n > 0; --n)
+        dtype += static_cast<char>('A' + rng.uniform_int(26));
+      if (dtype == "F32" || dtype == "F64" || remat::io::detail::is_safetensors_dtype(dtype))
+        continue;
+      st_rejects(with_entry(R"({"dtype":")" + dtype + R"(","shape":[3],"data_offsets":[0,12]})"),
+                 "is not a safetensors dtype");
     }
-    st_rejects(with_entry(R"({"dtype":"f32","shape":[3],"data_offsets":[0,12]})"), "is not a safetensors dtype");  // case matters
+    st_rejects(with_entry(R"({"dtype":"f32","shape":[3],"data_offsets":[0,12]})"),
+               "is not a safetensors dtype");  // case matters
   }
   SECTION("extents that are not integers in [0, 2^63)") {
-    for (const char* dim : {"-1", "3.0", "3.5", "\"3\"", "null", "[3]", "{}", "9223372036854775808", "18446744073709551615", "1e3"}) {
-      st_rejects(with_entry(std::string(R"({"dtype":"F32","shape":[)") + dim + R"(],"data_offsets":[0,12]})"), "not an integer in [0, 2^63)");
+    for (const char* dim : {"-1", "3.0", "3.5", "\"3\"", "null", "[3]", "{}", "9223372036854775808",
+                            "18446744073709551615", "1e3"}) {
+      st_rejects(with_entry(std::string(R"({"dtype":"F32","shape":[)") + dim +
+                            R"(],"data_offsets":[0,12]})"),
+                 "not an integer in [0, 2^63)");
     }
     for (const char* offset : {"-1", "0.0", "\"0\"", "null", "18446744073709551615"}) {
-      st_rejects(with_entry(std::string(R"({"dtype":"F32","shape":[3],"data_offsets":[)") + offset + ",12]}"), "are not integers");
+      st_rejects(with_entry(std::string(R"({"dtype":"F32","shape":[3],"data_offsets":[)") + offset +
+                            ",12]}"),
+                 "are not integers");
     }
   }
   SECTION("shapes whose extents multiply past 2^63, with or without a zero extent") {
@@ -264,36 +311,45 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
       double log2 = 0;
       while (log2 <= 64) {
         const int bits = 20 + static_cast<int>(rng.uniform_int(43));
-        dims.push_back((std::uint64_t{1} << bits) + static_cast<std::uint64_t>(rng.uniform_int(1000)));
+        dims.push_back((std::uint64_t{1} << bits) +
+                       static_cast<std::uint64_t>(rng.uniform_int(1000)));
         log2 += bits;
       }
-      if (rng.uniform() < 0.5) dims.insert(dims.begin() + rng.uniform_int(static_cast<std::int64_t>(dims.size()) + 1), 0);
+      if (rng.uniform() < 0.5)
+        dims.insert(dims.begin() + rng.uniform_int(static_cast<std::int64_t>(dims.size()) + 1), 0);
       if (dims.size() > 6) continue;
       std::string shape = "[";
       for (std::size_t k = 0; k < dims.size(); ++k) {
         if (k) shape += ",";
         shape += std::to_string(dims[k]);
       }
-      st_rejects(with_entry(R"({"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,12]})"), "overflows");
+      st_rejects(with_entry(R"({"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,12]})"),
+                 "overflows");
     }
-    st_rejects(with_entry(R"({"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,12]})"), "needs 4000000000000");
-    st_rejects(with_entry(R"({"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,12]})"), "needs more than 2^64");
-    st_rejects(with_entry(R"({"dtype":"F32","shape":[1,1,1,1,1,1,3],"data_offsets":[0,12]})"), "7 axes");
+    st_rejects(with_entry(R"({"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,12]})"),
+               "needs 4000000000000");
+    st_rejects(with_entry(R"({"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,12]})"),
+               "needs more than 2^64");
+    st_rejects(with_entry(R"({"dtype":"F32","shape":[1,1,1,1,1,1,3],"data_offsets":[0,12]})"),
+               "7 axes");
   }
   SECTION("offsets past the end of the data") {
     Rng rng(7);
     for (int i = 0; i < 50; ++i) {
       const auto begin = rng.uniform_int(40), end = begin + 1 + rng.uniform_int(1 << 20);
       if (end <= 12) continue;
-      st_rejects(with_entry(R"({"dtype":"F32","shape":[3],"data_offsets":[)" + std::to_string(begin) + "," + std::to_string(end) + "]}"),
+      st_rejects(with_entry(R"({"dtype":"F32","shape":[3],"data_offsets":[)" +
+                            std::to_string(begin) + "," + std::to_string(end) + "]}"),
                  "fall outside");
     }
   }
 }
 
 TEST_CASE("repeated keys at any level are rejected, not resolved by the last one", "[io][errors]") {
-  // Each field of an entry repeated, anywhere among the others; repeated names; repeated metadata keys.
-  const std::vector<std::string> fields = {R"("dtype":"F32")", R"("shape":[3])", R"("data_offsets":[0,12])"};
+  // Each field of an entry repeated, anywhere among the others; repeated names; repeated metadata
+  // keys.
+  const std::vector<std::string> fields = {R"("dtype":"F32")", R"("shape":[3])",
+                                           R"("data_offsets":[0,12])"};
   const std::vector<std::string> names = {"dtype", "shape", "data_offsets"};
   for (std::size_t twin = 0; twin < fields.size(); ++twin) {
     for (std::size_t at = 0; at <= fields.size(); ++at) {
@@ -301,23 +357,32 @@ TEST_CASE("repeated keys at any level are rejected, not resolved by the last one
       parts.insert(parts.begin() + static_cast<std::ptrdiff_t>(at), fields[twin]);
       std::string entry = "{";
       for (std::size_t k = 0; k < parts.size(); ++k) entry += (k ? "," : "") + parts[k];
-      st_rejects(st_file(R"({"w":)" + entry + "}}", std::string(12, '\0')), "the key '" + names[twin] + "' appears twice in the entry of 'w'");
+      st_rejects(st_file(R"({"w":)" + entry + "}}", std::string(12, '\0')),
+                 "the key '" + names[twin] + "' appears twice in the entry of 'w'");
     }
   }
-  st_rejects(st_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                     std::string(8, '\0')),
-             "the name 'w' appears twice in the header");
-  st_rejects(st_file(R"({"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}})", ""), "the name '__metadata__' appears twice");
-  st_rejects(st_file(R"({"__metadata__":{"k":"1","j":"2","k":"3"}})", ""), "the key 'k' appears twice in the entry of '__metadata__'");
+  st_rejects(
+      st_file(
+          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+          std::string(8, '\0')),
+      "the name 'w' appears twice in the header");
+  st_rejects(st_file(R"({"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}})", ""),
+             "the name '__metadata__' appears twice");
+  st_rejects(st_file(R"({"__metadata__":{"k":"1","j":"2","k":"3"}})", ""),
+             "the key 'k' appears twice in the entry of '__metadata__'");
   // the same key in different objects is fine
-  const auto f = st_parse(st_file(R"({"__metadata__":{"shape":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                                  R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                                  std::string(8, '\0')));
+  const auto f = st_parse(st_file(
+      R"({"__metadata__":{"shape":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      std::string(8, '\0')));
   CHECK(f.entries().size() == 2);
 }
 
-TEST_CASE("a NUL byte anywhere in the header, a byte-order mark or anything but '{' first is rejected", "[io][errors]") {
-  const std::string header = R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"__metadata__":{"k":"v"}})";
+TEST_CASE(
+    "a NUL byte anywhere in the header, a byte-order mark or anything but '{' first is rejected",
+    "[io][errors]") {
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"__metadata__":{"k":"v"}})";
   const std::string twelve(12, '\0');
   REQUIRE(st_parse(st_file(header, twelve)).entries().size() == 1);
   for (std::size_t at = 1; at <= header.size(); ++at) {
@@ -329,13 +394,15 @@ TEST_CASE("a NUL byte anywhere in the header, a byte-order mark or anything but 
   st_rejects(st_file(header + std::string(1, '\0') + "garbage", twelve), "NUL byte");
   st_rejects(st_file("\xEF\xBB\xBF" + header, twelve), "byte-order mark");
   for (const char* start : {" ", "\n", "\t", "\0", "x", "[", "\"", "1"}) {
-    st_rejects(st_file(std::string(start, start[0] ? std::strlen(start) : 1) + header, twelve), "not '{'");
+    st_rejects(st_file(std::string(start, start[0] ? std::strlen(start) : 1) + header, twelve),
+               "not '{'");
   }
   // spaces after the JSON are the padding the reference writer adds: accepted
   CHECK(st_parse(st_file(header + "       ", twelve)).entries().size() == 1);
 }
 
-TEST_CASE("deeply nested headers are rejected early, whatever nests, without exhausting the stack", "[io][errors]") {
+TEST_CASE("deeply nested headers are rejected early, whatever nests, without exhausting the stack",
+          "[io][errors]") {
   // The reference shape nests 3 levels; arrays or objects nested 65 to 100,000 levels deep, in
   // the shape, the offsets, the metadata or at the top, end in the same clear error.
   const auto nested = [](std::size_t depth, bool objects) {
@@ -345,7 +412,8 @@ TEST_CASE("deeply nested headers are rejected early, whatever nests, without exh
     for (std::size_t i = 0; i < depth; ++i) s += objects ? "}" : "]";
     return s;
   };
-  for (const std::size_t extra : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{100000}}) {
+  for (const std::size_t extra :
+       {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{100000}}) {
     for (const bool objects : {false, true}) {
       // (header, the levels around the nested value)
       const std::vector<std::pair<std::string, std::size_t>> headers = {
@@ -360,9 +428,12 @@ TEST_CASE("deeply nested headers are rejected early, whatever nests, without exh
         std::string header = pattern;
         header.replace(header.find('@'), 1, nested(depth, objects));
         INFO("depth " << depth << (objects ? " of objects" : " of arrays") << " in " << pattern);
-        const std::string message = error_message([&] { st_parse(st_file(header, std::string(12, '\0'))); });
-        if (extra > 0) CHECK_THAT(message, Catch::Contains("nests deeper than 64 levels"));
-        else CHECK_THAT(message, !Catch::Contains("nests deeper"));
+        const std::string message =
+            error_message([&] { st_parse(st_file(header, std::string(12, '\0'))); });
+        if (extra > 0)
+          CHECK_THAT(message, Catch::Contains("nests deeper than 64 levels"));
+        else
+          CHECK_THAT(message, !Catch::Contains("nests deeper"));
         CHECK(message.size() < 400);
       }
     }
@@ -375,37 +446,68 @@ TEST_CASE("messages quote at most a short piece of what the file holds", "[io][e
     std::string name(length, 'n');
     for (char& c : name) c = static_cast<char>('a' + rng.uniform_int(26));
     const std::string twelve(12, '\0');
-    st_rejects(st_file(R"({")" + name + R"(":{"dtype":"I64","shape":[3],"data_offsets":[0,12]}})", twelve), "bytes)");
-    st_rejects(st_file(R"({"w":{"dtype":")" + name + R"(","shape":[3],"data_offsets":[0,12]}})", twelve), "is not a safetensors dtype");
+    st_rejects(
+        st_file(R"({")" + name + R"(":{"dtype":"I64","shape":[3],"data_offsets":[0,12]}})", twelve),
+        "bytes)");
+    st_rejects(
+        st_file(R"({"w":{"dtype":")" + name + R"(","shape":[3],"data_offsets":[0,12]}})", twelve),
+        "is not a safetensors dtype");
     st_rejects(st_file(R"({"__metadata__":{"k":[")" + name + R"("]}})", ""), "is not a string");
-    st_rejects(st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12],")" + name + R"(":1}})", twelve), "unexpected field");
-    st_rejects(st_file(R"({"w":")" + name, twelve), "not valid JSON");  // unterminated: the parser's message quotes it all
-    st_rejects(st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},")" + name + R"(":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+    st_rejects(
+        st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12],")" + name + R"(":1}})",
+                twelve),
+        "unexpected field");
+    st_rejects(st_file(R"({"w":")" + name, twelve),
+               "not valid JSON");  // unterminated: the parser's message quotes it all
+    st_rejects(st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},")" + name +
+                           R"(":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
                        twelve),
                "overlap");
   }
   // control bytes in a quoted name are escaped
   st_rejects(st_file("{\"a\\u0001b\":1}", ""), "'a\\x01b'");
-  st_rejects(st_file("{\"a\xff\xfe\":1}", ""), "not valid JSON");  // bytes that are not UTF-8: the parser quotes them, escaped
+  st_rejects(st_file("{\"a\xff\xfe\":1}", ""),
+             "not valid JSON");  // bytes that are not UTF-8: the parser quotes them, escaped
 }
 
-TEST_CASE("names and metadata that are not UTF-8 are refused on save, valid UTF-8 round trips", "[io][errors]") {
+TEST_CASE("names and metadata that are not UTF-8 are refused on save, valid UTF-8 round trips",
+          "[io][errors]") {
   Rng rng(9);
   // Generated ill-formed sequences: lone continuation bytes, overlong forms, surrogates, code
   // points above U+10FFFF, bytes that never occur, and sequences cut short.
-  const std::vector<std::string> bad = {"\x80", "\xbf", "\xc0\xaf", "\xc1\xbf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xed\xbf\xbf",
-                                        "\xf0\x80\x80\xaf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xfe", "\xff", "\xc3", "\xe2\x82",
+  const std::vector<std::string> bad = {"\x80",
+                                        "\xbf",
+                                        "\xc0\xaf",
+                                        "\xc1\xbf",
+                                        "\xe0\x80\xaf",
+                                        "\xed\xa0\x80",
+                                        "\xed\xbf\xbf",
+                                        "\xf0\x80\x80\xaf",
+                                        "\xf4\x90\x80\x80",
+                                        "\xf5\x80\x80\x80",
+                                        "\xfe",
+                                        "\xff",
+                                        "\xc3",
+                                        "\xe2\x82",
                                         "\xf0\x9f\x98"};
-  const std::vector<std::string> good = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf", "a"};
+  const std::vector<std::string> good = {"\xc3\xa9",
+                                         "\xe2\x82\xac",
+                                         "\xf0\x9f\x98\x80",
+                                         "\xef\xbf\xbf",
+                                         "\xf4\x8f\xbf\xbf",
+                                         "\xed\x9f\xbf",
+                                         "a"};
   const std::string path = st_dir("utf8") + "/utf8.safetensors";
   const auto w = rng.normal_tensor<float>({2});
   remat::io::save<float>(path, {{"old", w}});
   const std::string before = st_bytes_of(path);
   const auto surround = [&](const std::string& piece) {
     std::string s;
-    for (auto n = rng.uniform_int(4); n > 0; --n) s += good[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(good.size())))];
+    for (auto n = rng.uniform_int(4); n > 0; --n)
+      s += good[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(good.size())))];
     s += piece;
-    for (auto n = rng.uniform_int(4); n > 0; --n) s += good[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(good.size())))];
+    for (auto n = rng.uniform_int(4); n > 0; --n)
+      s += good[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(good.size())))];
     return s;
   };
   for (const std::string& piece : bad) {
@@ -415,7 +517,8 @@ TEST_CASE("names and metadata that are not UTF-8 are refused on save, valid UTF-
     const auto refused = [&](auto&& save) {
       const std::string message = error_message(save);
       CHECK_THAT(message, Catch::Contains("is not valid UTF-8") && Catch::Contains(path));
-      CHECK(remat::io::detail::invalid_utf8_at(message) == std::string_view::npos);  // the message itself is text
+      CHECK(remat::io::detail::invalid_utf8_at(message) ==
+            std::string_view::npos);  // the message itself is text
     };
     refused([&] { remat::io::save<float>(path, {{text, w}}); });
     refused([&] { remat::io::save<float>(path, {{"w", w}}, {{text, "v"}}); });
@@ -433,22 +536,35 @@ TEST_CASE("names and metadata that are not UTF-8 are refused on save, valid UTF-
   }
 }
 
-TEST_CASE("reading and saving report system errors as IoError with the file and strerror", "[io][errors]") {
+TEST_CASE("reading and saving report system errors as IoError with the file and strerror",
+          "[io][errors]") {
   const std::string dir = st_dir("system_errors");
   const auto names = [](const std::string& message, const std::string& path, int err) {
     INFO(message);
     CHECK_THAT(message, Catch::Contains(path) && Catch::Contains(std::strerror(err)));
   };
-  names(error_message([&] { remat::io::File::read(dir + "/missing.safetensors"); }), dir + "/missing.safetensors", ENOENT);
+  names(error_message([&] { remat::io::File::read(dir + "/missing.safetensors"); }),
+        dir + "/missing.safetensors", ENOENT);
   names(error_message([&] { remat::io::File::read(dir); }), dir, EISDIR);
-  names(error_message([&] { remat::io::File::read(dir + "/missing/x.safetensors"); }), dir + "/missing/x.safetensors", ENOENT);
+  names(error_message([&] { remat::io::File::read(dir + "/missing/x.safetensors"); }),
+        dir + "/missing/x.safetensors", ENOENT);
   const auto w = Tensor<float>::zeros({2});
-  names(error_message([&] { remat::io::save<float>(dir + "/missing/x.safetensors", {{"w", w}}); }), dir + "/missing", ENOENT);
+  names(error_message([&] {
+          remat::io::save<float>(dir + "/missing/x.safetensors", {{"w", w}});
+        }),
+        dir + "/missing", ENOENT);
   names(error_message([&] { remat::io::save<float>(dir, {{"w", w}}); }), dir, EISDIR);
   fs::create_directory(dir + "/sub");
-  names(error_message([&] { remat::io::save<float>(dir + "/sub/", {{"w", w}}); }), dir + "/sub/", EISDIR);
-  CHECK_THAT(error_message([&] { remat::io::File::read("/dev/null"); }), Catch::Contains("/dev/null: not a regular file"));
-  CHECK_THAT(error_message([&] { remat::io::save<float>(dir + "/u.safetensors", {{"w", Tensor<float>()}}); }), Catch::Contains("undefined"));
+  names(error_message([&] {
+          remat::io::save<float>(dir + "/sub/", {{"w", w}});
+        }),
+        dir + "/sub/", EISDIR);
+  CHECK_THAT(error_message([&] { remat::io::File::read("/dev/null"); }),
+             Catch::Contains("/dev/null: not a regular file"));
+  CHECK_THAT(error_message([&] {
+               remat::io::save<float>(dir + "/u.safetensors", {{"w", Tensor<float>()}});
+             }),
+             Catch::Contains("undefined"));
 
   // Permission denied, for a user other than root (the test may run as root, who passes every
   // permission check): an unreadable file, and a directory the user cannot write into.
@@ -458,8 +574,10 @@ TEST_CASE("reading and saving report system errors as IoError with the file and 
   fs::permissions(dir, fs::perms::all);  // so that nobody can reach the files in it
   const std::string locked = dir + "/locked";
   fs::create_directory(locked);
-  fs::permissions(locked, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
-  for (const fs::path& p : {fs::path(dir).parent_path(), fs::path(dir).parent_path().parent_path()}) {
+  fs::permissions(locked, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  for (const fs::path& p :
+       {fs::path(dir).parent_path(), fs::path(dir).parent_path().parent_path()}) {
     fs::permissions(p, fs::perms::others_exec, fs::perm_options::add);
   }
   const auto denied = [&](auto&& fn, const std::string& path) {
@@ -468,13 +586,20 @@ TEST_CASE("reading and saving report system errors as IoError with the file and 
         fn();
       } catch (const IoError& e) {
         const std::string m = e.what();
-        return m.find(path) != std::string::npos && m.find(std::strerror(EACCES)) != std::string::npos ? 0 : 2;
+        return m.find(path) != std::string::npos &&
+                       m.find(std::strerror(EACCES)) != std::string::npos
+                   ? 0
+                   : 2;
       }
       return 1;  // no error at all
     });
   };
   CHECK(denied([&] { remat::io::File::read(secret); }, secret) == 0);
-  CHECK(denied([&] { remat::io::save<float>(locked + "/x.safetensors", {{"w", w}}); }, locked) == 0);
+  CHECK(denied(
+            [&] {
+              remat::io::save<float>(locked + "/x.safetensors", {{"w", w}});
+            },
+            locked) == 0);
   CHECK(fs::is_empty(locked));
 }
 
@@ -486,7 +611,8 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary behind
   remat::io::save<float>(path, {{"w", small}});
   const std::string before = st_bytes_of(path);
   // A child process saves something large under a file size limit: the write fails midway
-  // (EFBIG), as on a full disk; at several sizes, so that it fails in the first or the second tensor.
+  // (EFBIG), as on a full disk; at several sizes, so that it fails in the first or the second
+  // tensor.
   for (const std::int64_t size : {std::int64_t{100000}, std::int64_t{1030}, std::int64_t{600}}) {
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
@@ -495,7 +621,8 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary behind
       const rlimit limit{4096, 4096};
       ::setrlimit(RLIMIT_FSIZE, &limit);
       try {
-        remat::io::save<float>(path, {{"w", Tensor<float>::zeros({size})}, {"name", Tensor<float>::zeros({size})}});
+        remat::io::save<float>(
+            path, {{"w", Tensor<float>::zeros({size})}, {"name", Tensor<float>::zeros({size})}});
       } catch (const IoError& e) {
         std::_Exit(std::string(e.what()).find(std::strerror(EFBIG)) != std::string::npos ? 42 : 43);
       }
@@ -547,7 +674,8 @@ TEST_CASE("a save keeps the file's permissions and writes through a symbolic lin
   for (int i = 0; i < 8; ++i) {
     const std::string path = dir + "/perm" + std::to_string(i) + ".safetensors";
     remat::io::save<float>(path, {{"w", w}});
-    const auto mode = static_cast<fs::perms>(0400 | (rng.uniform_int(8) << 6 & 0300) | rng.uniform_int(0100));  // owner can read
+    const auto mode = static_cast<fs::perms>(0400 | (rng.uniform_int(8) << 6 & 0300) |
+                                             rng.uniform_int(0100));  // owner can read
     fs::permissions(path, mode);
     remat::io::save<float>(path, {{"w", w}, {"v", w}});
     CHECK(fs::status(path).permissions() == mode);
@@ -571,7 +699,8 @@ TEST_CASE("a save keeps the file's permissions and writes through a symbolic lin
     const auto t = Tensor<float>::full({2}, static_cast<float>(++n));
     remat::io::save<float>(dir + "/" + link, {{"w", t}});
     CHECK(fs::is_symlink(dir + "/" + link));
-    CHECK(remat::io::File::read(dir + "/real/target.safetensors").tensor<float>("w").to_vector() == t.to_vector());
+    CHECK(remat::io::File::read(dir + "/real/target.safetensors").tensor<float>("w").to_vector() ==
+          t.to_vector());
   }
   remat::io::save<float>(dir + "/dangling", {{"w", w}});
   CHECK(fs::is_symlink(dir + "/dangling"));
@@ -580,13 +709,19 @@ TEST_CASE("a save keeps the file's permissions and writes through a symbolic lin
   CHECK(st_temporaries(dir + "/real").empty());
   fs::create_symlink("loop2", dir + "/loop1");
   fs::create_symlink("loop1", dir + "/loop2");
-  CHECK_THAT(error_message([&] { remat::io::save<float>(dir + "/loop1", {{"w", w}}); }), Catch::Contains(std::strerror(ELOOP)));
+  CHECK_THAT(error_message([&] {
+               remat::io::save<float>(dir + "/loop1", {{"w", w}});
+             }),
+             Catch::Contains(std::strerror(ELOOP)));
 }
 
-TEST_CASE("the fuzzer's seed corpus holds what its names say: valid files read, every other one rejected", "[io][errors]") {
+TEST_CASE(
+    "the fuzzer's seed corpus holds what its names say: valid files read, every other one rejected",
+    "[io][errors]") {
   // fuzz/make_corpus.py writes one seed per rejected class; a seed that stopped being rejected
   // (or a valid one that stopped being read) would leave a class unseeded.
-  const fs::path corpus = fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" / "corpus" / "safetensors";
+  const fs::path corpus = fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" /
+                          "corpus" / "safetensors";
   REQUIRE(fs::is_directory(corpus));
   int valid = 0, rejected = 0;
   for (const auto& e : fs::directory_iterator(corpus)) {

@@ -19,12 +19,21 @@ struct Case {
 // sequence shorter than the context, the plain loss, and a vocabulary whose logits need chunks.
 const Case kCases[] = {
     {{.vocab = 64, .context = 32, .layers = 3, .heads = 2, .width = 32, .seed = 1}, 2, 32, true},
-    {{.vocab = 64, .context = 32, .layers = 3, .heads = 4, .width = 32, .dropout = 0.1, .seed = 2}, 3, 16, true},
-    {{.vocab = 50, .context = 16, .layers = 2, .heads = 2, .width = 16, .tied = true, .seed = 3}, 4, 16, false},
+    {{.vocab = 64, .context = 32, .layers = 3, .heads = 4, .width = 32, .dropout = 0.1, .seed = 2},
+     3,
+     16,
+     true},
+    {{.vocab = 50, .context = 16, .layers = 2, .heads = 2, .width = 16, .tied = true, .seed = 3},
+     4,
+     16,
+     false},
     {{.vocab = 40000, .context = 64, .layers = 2, .heads = 2, .width = 32, .seed = 4}, 2, 64, true},
     // long sequences on a narrow model: attention's (T x T) scratch outweighs the (N x C) tensors
     {{.vocab = 12, .context = 128, .layers = 2, .heads = 1, .width = 8, .seed = 5}, 1, 128, true},
-    {{.vocab = 12, .context = 128, .layers = 2, .heads = 2, .width = 8, .dropout = 0.2, .seed = 6}, 1, 128, false},
+    {{.vocab = 12, .context = 128, .layers = 2, .heads = 2, .width = 8, .dropout = 0.2, .seed = 6},
+     1,
+     128,
+     false},
     // a vocabulary narrower than the model, plain loss
     {{.vocab = 16, .context = 16, .layers = 2, .heads = 2, .width = 64, .seed = 7}, 2, 16, false},
 };
@@ -39,9 +48,27 @@ std::vector<Case> with_flash_cases() {
       out.back().config.attention = attention;
     }
   }
-  out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 2, .width = 8, .seed = 8, .attention = nn::Attention::flash}, 1, 150, true});
-  out.push_back({{.vocab = 12, .context = 160, .layers = 2, .heads = 1, .width = 8, .dropout = 0.2, .seed = 9,
-                  .attention = nn::Attention::flash}, 2, 97, false});
+  out.push_back({{.vocab = 12,
+                  .context = 160,
+                  .layers = 2,
+                  .heads = 2,
+                  .width = 8,
+                  .seed = 8,
+                  .attention = nn::Attention::flash},
+                 1,
+                 150,
+                 true});
+  out.push_back({{.vocab = 12,
+                  .context = 160,
+                  .layers = 2,
+                  .heads = 1,
+                  .width = 8,
+                  .dropout = 0.2,
+                  .seed = 9,
+                  .attention = nn::Attention::flash},
+                 2,
+                 97,
+                 false});
   return out;
 }
 
@@ -49,14 +76,16 @@ template <class T>
 plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
   const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
   const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
-  gpt.profile(ids, targets, c.chunked);  // the first backward allocates the gradients: profile once more
+  gpt.profile(ids, targets,
+              c.chunked);  // the first backward allocates the gradients: profile once more
   return gpt.profile(ids, targets, c.chunked);
 }
 
 // The allocator's peak, relative to `base`, over a second training step with AdamW (the first
 // allocates the gradients and the moments that later steps reuse); `between_steps` receives the
 // bytes still live after it (what persists from step to step).
-double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base, double* between_steps) {
+double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base,
+                         double* between_steps) {
   nn::GPT<float> gpt(c.config);
   const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
   const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
@@ -83,11 +112,15 @@ TEST_CASE("estimate_memory counts a GPT's parameters exactly", "[nn][estimate]")
   }
 }
 
-TEST_CASE("estimate_memory's gradients and optimizer state are what a real step allocates", "[nn][estimate]") {
+TEST_CASE("estimate_memory's gradients and optimizer state are what a real step allocates",
+          "[nn][estimate]") {
   for (const Case& c : kCases) {
-    for (const nn::OptimizerKind kind : {nn::OptimizerKind::sgd, nn::OptimizerKind::sgd_momentum, nn::OptimizerKind::adamw}) {
-      INFO("vocab " << c.config.vocab << ", tied " << c.config.tied << ", optimizer " << static_cast<int>(kind));
-      const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .optimizer = kind});
+    for (const nn::OptimizerKind kind :
+         {nn::OptimizerKind::sgd, nn::OptimizerKind::sgd_momentum, nn::OptimizerKind::adamw}) {
+      INFO("vocab " << c.config.vocab << ", tied " << c.config.tied << ", optimizer "
+                    << static_cast<int>(kind));
+      const auto e = nn::estimate_memory<float>(
+          c.config, {.batch = c.batch, .time = c.time, .optimizer = kind});
       nn::GPT<float> gpt(c.config);
       const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
       {
@@ -106,7 +139,8 @@ TEST_CASE("estimate_memory's gradients and optimizer state are what a real step 
         opt.step();
         after = memory::live_bytes();
       } else {
-        optim::SGD<float> opt(gpt.parameters(), {.momentum = kind == nn::OptimizerKind::sgd ? 0.0 : 0.9});
+        optim::SGD<float> opt(gpt.parameters(),
+                              {.momentum = kind == nn::OptimizerKind::sgd ? 0.0 : 0.9});
         opt.step();
         after = memory::live_bytes();
       }
@@ -115,22 +149,26 @@ TEST_CASE("estimate_memory's gradients and optimizer state are what a real step 
   }
 }
 
-TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on the model", "[nn][estimate]", float, double) {
+TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on the model",
+                   "[nn][estimate]", float, double) {
   for (const Case& c : with_flash_cases()) {
     const nn::GPT<TestType> gpt(c.config);
     const plan::Chain measured = profiled(gpt, c);
     const plan::Chain& predicted =
-        nn::estimate_memory<TestType>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}).chain;
-    INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked
-                  << ", attention " << nn::to_string(c.config.attention));
+        nn::estimate_memory<TestType>(c.config,
+                                      {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
+            .chain;
+    INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked "
+                  << c.chunked << ", attention " << nn::to_string(c.config.attention));
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
     CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
     // The profile runs the blocks on a detached input, so its first block computes no input
     // gradient; in a GPT step the embeddings need it, and the estimate prices it for every block.
     CHECK(measured.backward_transient_bytes[0] <= predicted.backward_transient_bytes[0]);
-    CHECK(std::equal(predicted.backward_transient_bytes.begin() + 1, predicted.backward_transient_bytes.end(),
-                     measured.backward_transient_bytes.begin() + 1, measured.backward_transient_bytes.end()));
+    CHECK(std::equal(
+        predicted.backward_transient_bytes.begin() + 1, predicted.backward_transient_bytes.end(),
+        measured.backward_transient_bytes.begin() + 1, measured.backward_transient_bytes.end()));
     CHECK(predicted.saves_output == measured.saves_output);
     CHECK(predicted.loss_bytes == measured.loss_bytes);
     CHECK(predicted.loss_output_bytes == measured.loss_output_bytes);
@@ -141,15 +179,21 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
   }
 }
 
-TEST_CASE("estimate_memory predicts a whole training step's counted peak within 10 %", "[nn][estimate]") {
+TEST_CASE("estimate_memory predicts a whole training step's counted peak within 10 %",
+          "[nn][estimate]") {
   for (const Case& c : with_flash_cases()) {
-    const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
-    for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain), plan::optimal(e.chain, 1)}) {
+    const auto e = nn::estimate_memory<float>(
+        c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
+    for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
+                                plan::optimal(e.chain, 1)}) {
       const std::size_t base = memory::live_bytes();
       double between_steps = 0;
       const double counted = counted_step_peak(c, &p, base, &between_steps);
-      INFO("vocab " << c.config.vocab << ", attention " << nn::to_string(c.config.attention) << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
-      // what persists between steps is exactly the weights, their gradients, AdamW's moments and the data
+      INFO("vocab " << c.config.vocab << ", attention " << nn::to_string(c.config.attention) << ", "
+                    << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted
+                    << " B");
+      // what persists between steps is exactly the weights, their gradients, AdamW's moments and
+      // the data
       CHECK(e.persistent() == between_steps);
       CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);  // the bound docs/guide.md states
       // The weights and AdamW's moments dominate small models: hold the activations alone to 1 %
@@ -159,8 +203,10 @@ TEST_CASE("estimate_memory predicts a whole training step's counted peak within 
   }
 }
 
-TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked loss the logits", "[nn][estimate]") {
-  const nn::GPTConfig config{.vocab = 32000, .context = 1024, .layers = 12, .heads = 12, .width = 768};
+TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked loss the logits",
+          "[nn][estimate]") {
+  const nn::GPTConfig config{
+      .vocab = 32000, .context = 1024, .layers = 12, .heads = 12, .width = 768};
   const auto chunked = nn::estimate_memory<float>(config, {.batch = 2});
   const auto plain = nn::estimate_memory<float>(config, {.batch = 2, .chunked_loss = false});
   CHECK(chunked.logits == 2.0 * 1024 * 32000 * 4);
@@ -172,14 +218,19 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
 TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][errors]") {
   const nn::GPTConfig config{.vocab = 10, .context = 8, .layers = 1, .heads = 2, .width = 4};
   CHECK_THROWS_WITH(nn::estimate_memory<float>(config, {.batch = 2, .time = 9}),
-                    Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") && Catch::Contains("time 9"));
+                    Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") &&
+                        Catch::Contains("time 9"));
   CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), UsageError);
   CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), UsageError);
   CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 2, .time = -1}), UsageError);
-  CHECK_THROWS_WITH(nn::estimate_memory<float>(nn::GPTConfig{.vocab = 1 << 30, .context = 8, .layers = 1, .heads = 1, .width = 1 << 30}),
+  CHECK_THROWS_WITH(nn::estimate_memory<float>(nn::GPTConfig{
+                        .vocab = 1 << 30, .context = 8, .layers = 1, .heads = 1, .width = 1 << 30}),
                     Catch::Contains("beyond what can be counted"));
   const auto e = nn::estimate_memory<float>(config, {.batch = 1});
   CHECK_THROWS_AS(e.activations(plan::every(std::size_t(5))), PlanError);
-  const auto deeper = nn::estimate_memory<float>(nn::GPTConfig{.vocab = 10, .context = 8, .layers = 6, .heads = 2, .width = 4});
-  CHECK_THROWS_WITH(deeper.total(plan::every(std::size_t(3))), Catch::Contains("MemoryEstimate: the plan (every) is for 3 layers but 6 were given"));
+  const auto deeper = nn::estimate_memory<float>(
+      nn::GPTConfig{.vocab = 10, .context = 8, .layers = 6, .heads = 2, .width = 4});
+  CHECK_THROWS_WITH(
+      deeper.total(plan::every(std::size_t(3))),
+      Catch::Contains("MemoryEstimate: the plan (every) is for 3 layers but 6 were given"));
 }

@@ -45,16 +45,19 @@ struct FtCounted {
 };
 
 template <class Model>
-FtCounted ft_count(const std::function<Model()>& make, const remat::nn::StepShape& step, std::int64_t vocab, std::int64_t time,
-                   const remat::plan::Plan& plan, std::uint64_t seed) {
+FtCounted ft_count(const std::function<Model()>& make, const remat::nn::StepShape& step,
+                   std::int64_t vocab, std::int64_t time, const remat::plan::Plan& plan,
+                   std::uint64_t seed) {
   FtCounted c;
   const std::size_t base = remat::memory::live_bytes();
   Model model = make();
-  if (step.storage != WeightStorage::f32 || step.lora.rank > 0) remat::nn::quantize_blocks(model, step.storage, step.double_quant);
+  if (step.storage != WeightStorage::f32 || step.lora.rank > 0)
+    remat::nn::quantize_blocks(model, step.storage, step.double_quant);
   c.weights = double(remat::memory::live_bytes() - base);
   std::optional<remat::nn::lora::Adapters<float>> adapters;
   if (step.lora.rank > 0) {
-    adapters.emplace(remat::nn::lora::apply(model, {.rank = step.lora.rank, .alpha = 8, .targets = step.lora.targets, .seed = seed}));
+    adapters.emplace(remat::nn::lora::apply(
+        model, {.rank = step.lora.rank, .alpha = 8, .targets = step.lora.targets, .seed = seed}));
   }
   c.adapters = double(remat::memory::live_bytes() - base) - c.weights;
   std::vector<remat::Parameter<float>> trainable;
@@ -77,22 +80,30 @@ FtCounted ft_count(const std::function<Model()>& make, const remat::nn::StepShap
 }
 
 template <class Model, class Config>
-void ft_check_all(const Config& config, const std::function<Model()>& make, const std::vector<std::string>& linears, std::int64_t vocab,
-                  std::int64_t batch, std::int64_t time, remat::Rng& rng) {
-  for (const WeightStorage storage : {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
+void ft_check_all(const Config& config, const std::function<Model()>& make,
+                  const std::vector<std::string>& linears, std::int64_t vocab, std::int64_t batch,
+                  std::int64_t time, remat::Rng& rng) {
+  for (const WeightStorage storage :
+       {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
     for (const bool lora : {false, true}) {
-      remat::nn::StepShape step{.batch = batch, .time = time, .chunked_loss = rng.uniform() < 0.7, .storage = storage,
+      remat::nn::StepShape step{.batch = batch,
+                                .time = time,
+                                .chunked_loss = rng.uniform() < 0.7,
+                                .storage = storage,
                                 .double_quant = rng.uniform() < 0.7};
       if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
       const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
-      for (const remat::plan::Plan& p : {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
-                                         remat::plan::optimal(e.chain, 1)}) {
+      for (const remat::plan::Plan& p :
+           {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
+            remat::plan::optimal(e.chain, 1)}) {
         const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
         std::string targets;
         for (const std::string& t : step.lora.targets) targets += t + " ";
-        INFO("storage " << remat::to_string(storage) << ", double quant " << step.double_quant << ", LoRA rank " << step.lora.rank
-                        << " on " << targets << ", " << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch << " x "
-                        << time << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << c.peak << " B");
+        INFO("storage " << remat::to_string(storage) << ", double quant " << step.double_quant
+                        << ", LoRA rank " << step.lora.rank << " on " << targets << ", "
+                        << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
+                        << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
+                        << " B, counted " << c.peak << " B");
         CHECK(e.parameters == c.weights);
         CHECK(e.adapters == c.adapters);
         CHECK(e.persistent() == c.between_steps);
@@ -108,37 +119,58 @@ void ft_check_all(const Config& config, const std::function<Model()>& make, cons
 
 }  // namespace
 
-TEST_CASE("estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with adapters), GPT", "[nn][estimate][lora]") {
+TEST_CASE(
+    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
+    "adapters), GPT",
+    "[nn][estimate][lora]") {
   remat::Rng rng(REMAT_FT_SEED);
   for (int i = 0; i < kFtConfigs; ++i) {
     const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (2 + rng.uniform_int(3));
     const std::int64_t time = 16 + rng.uniform_int(17), layers = 2 + rng.uniform_int(3);
-    const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60), .context = time, .layers = layers, .heads = heads,
-                                      .width = width, .seed = std::uint64_t(i + 1)};
-    INFO("GPT: " << layers << " layers, width " << width << ", " << heads << " heads, vocab " << config.vocab);
-    ft_check_all<remat::nn::GPT<float>>(config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"}, config.vocab,
-                                        2 + rng.uniform_int(3), time, rng);
+    const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60),
+                                      .context = time,
+                                      .layers = layers,
+                                      .heads = heads,
+                                      .width = width,
+                                      .seed = std::uint64_t(i + 1)};
+    INFO("GPT: " << layers << " layers, width " << width << ", " << heads << " heads, vocab "
+                 << config.vocab);
+    ft_check_all<remat::nn::GPT<float>>(
+        config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"}, config.vocab,
+        2 + rng.uniform_int(3), time, rng);
   }
 }
 
-TEST_CASE("estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with adapters), Llama", "[nn][estimate][lora]") {
+TEST_CASE(
+    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
+    "adapters), Llama",
+    "[nn][estimate][lora]") {
   remat::Rng rng(REMAT_FT_SEED + 1);
   for (int i = 0; i < kFtConfigs; ++i) {
     const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
-    const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)), time = 16 + rng.uniform_int(17);
-    const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60), .hidden_size = width,
-                                        .intermediate_size = 16 + rng.uniform_int(80), .num_hidden_layers = 2 + rng.uniform_int(3),
-                                        .num_attention_heads = heads, .num_key_value_heads = kv, .attention_bias = rng.uniform() < 0.5,
-                                        .max_position_embeddings = time, .seed = std::uint64_t(i + 1)};
-    INFO("Llama: " << config.num_hidden_layers << " layers, width " << width << ", heads " << heads << "/" << kv << ", mlp "
-                   << config.intermediate_size << ", vocab " << config.vocab_size);
-    ft_check_all<remat::nn::Llama<float>>(config, [&] { return remat::nn::Llama<float>(config); },
-                                          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-                                          config.vocab_size, 2 + rng.uniform_int(3), time, rng);
+    const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)),
+                       time = 16 + rng.uniform_int(17);
+    const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60),
+                                        .hidden_size = width,
+                                        .intermediate_size = 16 + rng.uniform_int(80),
+                                        .num_hidden_layers = 2 + rng.uniform_int(3),
+                                        .num_attention_heads = heads,
+                                        .num_key_value_heads = kv,
+                                        .attention_bias = rng.uniform() < 0.5,
+                                        .max_position_embeddings = time,
+                                        .seed = std::uint64_t(i + 1)};
+    INFO("Llama: " << config.num_hidden_layers << " layers, width " << width << ", heads " << heads
+                   << "/" << kv << ", mlp " << config.intermediate_size << ", vocab "
+                   << config.vocab_size);
+    ft_check_all<remat::nn::Llama<float>>(
+        config, [&] { return remat::nn::Llama<float>(config); },
+        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+        config.vocab_size, 2 + rng.uniform_int(3), time, rng);
   }
 }
 
-TEST_CASE("QuantizedWeight::bytes_for is what quantize() allocates, for generated shapes", "[core][quantized][estimate]") {
+TEST_CASE("QuantizedWeight::bytes_for is what quantize() allocates, for generated shapes",
+          "[core][quantized][estimate]") {
   remat::Rng rng(5);
   for (int i = 0; i < 40; ++i) {
     const std::int64_t rows = 1 + rng.uniform_int(300), cols = 1 + rng.uniform_int(300);
@@ -153,12 +185,17 @@ TEST_CASE("QuantizedWeight::bytes_for is what quantize() allocates, for generate
   }
 }
 
-TEST_CASE("estimate_memory rejects LoRA targets the model does not have, and bad accumulation", "[nn][estimate][errors]") {
+TEST_CASE("estimate_memory rejects LoRA targets the model does not have, and bad accumulation",
+          "[nn][estimate][errors]") {
   const remat::nn::GPTConfig gpt{.vocab = 20, .context = 8, .layers = 2, .heads = 2, .width = 8};
-  const std::string msg = remat::test::error_message(
-      [&] { remat::nn::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 4, .targets = {"q_proj"}}}); });
+  const std::string msg = remat::test::error_message([&] {
+    remat::nn::estimate_memory<float>(gpt,
+                                      {.batch = 1, .lora = {.rank = 4, .targets = {"q_proj"}}});
+  });
   CHECK(msg.find("'q_proj'") != std::string::npos);
   CHECK(msg.find("qkv") != std::string::npos);
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .accumulation = 0}), remat::UsageError);
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}), remat::UsageError);
+  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .accumulation = 0}),
+                  remat::UsageError);
+  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}),
+                  remat::UsageError);
 }

@@ -9,7 +9,14 @@ using remat::test::error_message;
 namespace {
 
 nn::GPTConfig small(double dropout = 0.0, bool tied = false) {
-  return nn::GPTConfig{.vocab = 11, .context = 8, .layers = 3, .heads = 2, .width = 8, .dropout = dropout, .tied = tied, .seed = 3};
+  return nn::GPTConfig{.vocab = 11,
+                       .context = 8,
+                       .layers = 3,
+                       .heads = 2,
+                       .width = 8,
+                       .dropout = dropout,
+                       .tied = tied,
+                       .seed = 3};
 }
 
 }  // namespace
@@ -25,24 +32,28 @@ TEST_CASE("GPT parameters have stable dotted names", "[nn][gpt]") {
   CHECK(names.back() == "head.weight");
   CHECK(gpt.parameter("blocks.2.attn.qkv.weight").shape() == Shape{24, 8});
   CHECK_THROWS_AS(gpt.parameter("blocks.9.attn.qkv.weight"), UsageError);
-  // embeddings 11x8 + 8x8; per block 2 LN (32) + qkv (8x24+24) + proj (72) + fc (8x32+32) + proj (32x8+8); ln_f 16; head 88
+  // embeddings 11x8 + 8x8; per block 2 LN (32) + qkv (8x24+24) + proj (72) + fc (8x32+32) + proj
+  // (32x8+8); ln_f 16; head 88
   CHECK(gpt.parameter_count() == 88 + 64 + 3 * (32 + 216 + 72 + 288 + 264) + 16 + 88);
   const nn::GPT<float> tied(small(0.0, true));
   CHECK(tied.named_parameters().back().first == "ln_f.bias");
 }
 
-TEST_CASE("GPT: the chunked loss equals the plain one, and every plan gives the same gradients", "[nn][gpt]") {
+TEST_CASE("GPT: the chunked loss equals the plain one, and every plan gives the same gradients",
+          "[nn][gpt]") {
   nn::GPT<float> gpt(small(0.1));
   const auto ids = remat::test::ids({2, 8}, 11, 1);
   const auto targets = remat::test::ids({2, 8}, 11, 2);
   const auto run = [&](const plan::Plan* p, bool chunked) {
-    return remat::test::step(gpt.parameters(), [&](Tape&) { return gpt.loss(ids, targets, p, chunked); });
+    return remat::test::step(gpt.parameters(),
+                             [&](Tape&) { return gpt.loss(ids, targets, p, chunked); });
   };
   const auto plain = run(nullptr, false);
   const auto chunked = run(nullptr, true);
   CHECK(std::abs(chunked.loss - plain.loss) <= 1e-5f * plain.loss);
   const plan::Chain chain = plan::Chain::uniform(3, 1, 4);
-  for (const plan::Plan& p : {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1)}) {
+  for (const plan::Plan& p :
+       {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1)}) {
     INFO(p.describe());
     const auto r = run(&p, true);
     CHECK(r.loss == chunked.loss);
@@ -50,8 +61,10 @@ TEST_CASE("GPT: the chunked loss equals the plain one, and every plan gives the 
   }
 }
 
-TEST_CASE("GPT: parameter gradients of a double model match central differences", "[nn][gpt][gradcheck]") {
-  nn::GPT<double> gpt(nn::GPTConfig{.vocab = 7, .context = 5, .layers = 2, .heads = 2, .width = 4, .seed = 4});
+TEST_CASE("GPT: parameter gradients of a double model match central differences",
+          "[nn][gpt][gradcheck]") {
+  nn::GPT<double> gpt(
+      nn::GPTConfig{.vocab = 7, .context = 5, .layers = 2, .heads = 2, .width = 4, .seed = 4});
   const auto ids = remat::test::ids({2, 5}, 7, 3);
   const auto targets = remat::test::ids({2, 5}, 7, 4);
   for (auto p : gpt.parameters()) p.free_grad();
@@ -71,10 +84,12 @@ TEST_CASE("GPT: parameter gradients of a double model match central differences"
         NoGradGuard guard;
         return gpt.loss(ids, targets).item();
       };
-      const double numeric = (loss_at(x + remat::test::kEps) - loss_at(x - remat::test::kEps)) / (2 * remat::test::kEps);
+      const double numeric = (loss_at(x + remat::test::kEps) - loss_at(x - remat::test::kEps)) /
+                             (2 * remat::test::kEps);
       p.data()[i] = x;
       INFO(name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
-      CHECK(std::abs(g[i] - numeric) <= remat::test::kAbsTol + remat::test::kRelTol * std::abs(numeric));
+      CHECK(std::abs(g[i] - numeric) <=
+            remat::test::kAbsTol + remat::test::kRelTol * std::abs(numeric));
     }
   }
 }
@@ -95,9 +110,14 @@ TEST_CASE("freezing a prefix stops its gradients", "[nn][gpt]") {
 TEST_CASE("GPT rejects bad configs and inputs", "[nn][gpt][errors]") {
   CHECK_THROWS_AS(nn::GPT<float>(nn::GPTConfig{.heads = 3, .width = 8}), UsageError);
   const nn::GPT<float> gpt(small());
-  CHECK_THAT(error_message([&] { gpt.logits(Tensor<std::int32_t>::zeros({1, 9})); }), Catch::Contains("context = 8"));
+  CHECK_THAT(error_message([&] {
+               gpt.logits(Tensor<std::int32_t>::zeros({1, 9}));
+             }),
+             Catch::Contains("context = 8"));
   CHECK_THROWS_AS(gpt.logits(Tensor<std::int32_t>::full({1, 2}, 11)), IndexError);
-  CHECK_THROWS_AS(gpt.loss(Tensor<std::int32_t>::zeros({1, 2}), Tensor<std::int32_t>::zeros({2, 1})), ShapeError);
+  CHECK_THROWS_AS(
+      gpt.loss(Tensor<std::int32_t>::zeros({1, 2}), Tensor<std::int32_t>::zeros({2, 1})),
+      ShapeError);
 }
 
 TEST_CASE("GPT parameter names are exactly those saved files use", "[nn][gpt]") {
@@ -105,9 +125,10 @@ TEST_CASE("GPT parameter names are exactly those saved files use", "[nn][gpt]") 
     const nn::GPT<float> gpt(small(0.1, tied));
     std::vector<std::string> want = {"wte.weight", "wpe.weight"};
     for (int b = 0; b < 3; ++b) {
-      for (const char* leaf : {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-                               "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
-                               "mlp.proj.weight", "mlp.proj.bias"}) {
+      for (const char* leaf :
+           {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+            "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+            "mlp.proj.weight", "mlp.proj.bias"}) {
         want.push_back("blocks." + std::to_string(b) + "." + leaf);
       }
     }
@@ -123,13 +144,19 @@ TEST_CASE("GPT parameter names are exactly those saved files use", "[nn][gpt]") 
 namespace {
 
 nn::GPTConfig flash_config(double dropout) {
-  return nn::GPTConfig{.vocab = 13, .context = 80, .layers = 3, .heads = 2, .width = 8, .dropout = dropout, .seed = 5,
+  return nn::GPTConfig{.vocab = 13,
+                       .context = 80,
+                       .layers = 3,
+                       .heads = 2,
+                       .width = 8,
+                       .dropout = dropout,
+                       .seed = 5,
                        .attention = nn::Attention::flash};
 }
 
 // The counted peak above the start of one GPT step under `p`.
-std::size_t gpt_step_peak(const nn::GPT<float>& gpt, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-                          const plan::Plan& p) {
+std::size_t gpt_step_peak(const nn::GPT<float>& gpt, const Tensor<std::int32_t>& ids,
+                          const Tensor<std::int32_t>& targets, const plan::Plan& p) {
   for (auto param : gpt.parameters()) param.zero_grad();
   memory::Probe probe;
   {
@@ -141,14 +168,17 @@ std::size_t gpt_step_peak(const nn::GPT<float>& gpt, const Tensor<std::int32_t>&
 
 }  // namespace
 
-TEST_CASE("GPT with flash attention: the fused model's loss and gradients to rounding, every plan's gradients exactly",
-          "[nn][gpt][flash]") {
+TEST_CASE(
+    "GPT with flash attention: the fused model's loss and gradients to rounding, every plan's "
+    "gradients exactly",
+    "[nn][gpt][flash]") {
   for (const double dropout : {0.0, 0.1}) {
     INFO("dropout " << dropout);
     nn::GPTConfig fused_config = flash_config(dropout);
     fused_config.attention = nn::Attention::fused;
     nn::GPT<float> flash(flash_config(dropout)), fused(fused_config);
-    const auto ids = remat::test::ids({2, 70}, 13, 1);  // 70 rows: a block of 64 query rows and one of 6
+    const auto ids =
+        remat::test::ids({2, 70}, 13, 1);  // 70 rows: a block of 64 query rows and one of 6
     const auto targets = remat::test::ids({2, 70}, 13, 2);
     const auto run = [&](nn::GPT<float>& gpt, const plan::Plan* p) {
       return remat::test::step(gpt.parameters(), [&](Tape&) { return gpt.loss(ids, targets, p); });
@@ -176,7 +206,9 @@ TEST_CASE("GPT with flash attention: the fused model's loss and gradients to rou
   }
 }
 
-TEST_CASE("GPT with flash or fused attention: predicted peaks equal counted peaks under every planner", "[nn][gpt][flash][memory]") {
+TEST_CASE(
+    "GPT with flash or fused attention: predicted peaks equal counted peaks under every planner",
+    "[nn][gpt][flash][memory]") {
   // The blocks' chain does not see the embedding's position ids (T int32), alive through the step.
   const std::int64_t time = 77;
   const double positions = 4.0 * time;
@@ -187,13 +219,18 @@ TEST_CASE("GPT with flash or fused attention: predicted peaks equal counted peak
       const nn::GPT<float> gpt(config);
       const auto ids = remat::test::ids({2, time}, 13, 3);
       const auto targets = remat::test::ids({2, time}, 13, 4);
-      gpt_step_peak(gpt, ids, targets, plan::none(std::size_t(3)));  // allocates the gradient buffers
+      gpt_step_peak(gpt, ids, targets,
+                    plan::none(std::size_t(3)));  // allocates the gradient buffers
       const plan::Chain chain = gpt.profile(ids, targets);
-      std::vector<plan::Plan> plans{plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1)};
-      for (const double f : {0.3, 0.7}) plans.push_back(plan::budget(chain, plans[3].peak_bytes + f * (plans[0].peak_bytes - plans[3].peak_bytes)));
+      std::vector<plan::Plan> plans{plan::none(chain), plan::every(chain), plan::sqrt(chain),
+                                    plan::optimal(chain, 1)};
+      for (const double f : {0.3, 0.7})
+        plans.push_back(plan::budget(
+            chain, plans[3].peak_bytes + f * (plans[0].peak_bytes - plans[3].peak_bytes)));
       for (const plan::Plan& p : plans) {
         const std::size_t counted = gpt_step_peak(gpt, ids, targets, p);
-        INFO(nn::to_string(attention) << ", dropout " << dropout << ", " << p.describe() << ", counted " << counted);
+        INFO(nn::to_string(attention)
+             << ", dropout " << dropout << ", " << p.describe() << ", counted " << counted);
         CHECK(p.peak_bytes + positions == static_cast<double>(counted));
       }
     }

@@ -8,14 +8,16 @@ using remat::WeightStorage;
 
 }  // namespace
 
-TEST_CASE("Linear::quantize freezes the weight: no parameter, no gradient, counted bytes", "[nn][quantized][memory]") {
+TEST_CASE("Linear::quantize freezes the weight: no parameter, no gradient, counted bytes",
+          "[nn][quantized][memory]") {
   for (WeightStorage s : {WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
     remat::Rng rng(4);
     remat::nn::Linear<float> layer(512, 256, rng);
     const Tensor<float> x = rng.normal_tensor<float>({8, 512});
     const std::size_t before = remat::memory::live_bytes();
     layer.quantize(s);
-    const double counted_weight = double(remat::memory::live_bytes()) - double(before) + 512.0 * 256 * 4;  // the float weight was freed
+    const double counted_weight = double(remat::memory::live_bytes()) - double(before) +
+                                  512.0 * 256 * 4;  // the float weight was freed
     INFO(remat::to_string(s) << ": " << counted_weight / (512.0 * 256) << " bytes a parameter");
     CHECK(counted_weight == double(layer.quantized_weight()->bytes()));
     if (s == WeightStorage::nf4) CHECK(counted_weight / (512.0 * 256) <= 0.57);
@@ -30,9 +32,12 @@ TEST_CASE("Linear::quantize freezes the weight: no parameter, no gradient, count
     remat::Tape tape;
     Var<float> in = tape.input(x, true);
     const Var<float> y = layer(in);
-    const Tensor<float> want = remat::linear(Var<float>(x), Var<float>(layer.quantized_weight()->dequantize()),
-                                             Var<float>(layer.bias.value())).value();
-    for (std::int64_t i = 0; i < want.numel(); ++i) CHECK(y.value()[i] == Approx(want[i]).margin(1e-4));
+    const Tensor<float> want =
+        remat::linear(Var<float>(x), Var<float>(layer.quantized_weight()->dequantize()),
+                      Var<float>(layer.bias.value()))
+            .value();
+    for (std::int64_t i = 0; i < want.numel(); ++i)
+      CHECK(y.value()[i] == Approx(want[i]).margin(1e-4));
     tape.backward(remat::sum(y));
     CHECK(layer.bias.grad().defined());
     CHECK(in.grad().defined());

@@ -17,19 +17,74 @@ struct LlamaEstimateCase {
 // narrower and wider than the model, long sequences where attention's (T x T) scratch is the
 // largest backward temporary, and a vocabulary whose logits need chunks.
 const LlamaEstimateCase kLlamaCases[] = {
-    {{.vocab_size = 64, .hidden_size = 32, .intermediate_size = 48, .num_hidden_layers = 3, .num_attention_heads = 4,
-      .num_key_value_heads = 2, .max_position_embeddings = 32, .seed = 1}, 2, 16, true},
-    {{.vocab_size = 50, .hidden_size = 32, .intermediate_size = 96, .num_hidden_layers = 2, .num_attention_heads = 4,
-      .num_key_value_heads = 1, .tie_word_embeddings = true, .attention_bias = true, .max_position_embeddings = 16, .seed = 2},
-     3, 8, false},
-    {{.vocab_size = 12, .hidden_size = 16, .intermediate_size = 16, .num_hidden_layers = 2, .num_attention_heads = 2,
-      .num_key_value_heads = 2, .max_position_embeddings = 128, .seed = 3}, 1, 128, true},
-    {{.vocab_size = 12, .hidden_size = 32, .intermediate_size = 8, .num_hidden_layers = 2, .num_attention_heads = 4,
-      .num_key_value_heads = 1, .max_position_embeddings = 128, .seed = 4}, 1, 96, false},
-    {{.vocab_size = 16, .hidden_size = 64, .intermediate_size = 8, .num_hidden_layers = 2, .num_attention_heads = 4,
-      .num_key_value_heads = 2, .max_position_embeddings = 16, .seed = 5}, 2, 8, false},
-    {{.vocab_size = 40000, .hidden_size = 32, .intermediate_size = 40, .num_hidden_layers = 2, .num_attention_heads = 2,
-      .num_key_value_heads = 1, .max_position_embeddings = 64, .seed = 6}, 2, 64, true},
+    {{.vocab_size = 64,
+      .hidden_size = 32,
+      .intermediate_size = 48,
+      .num_hidden_layers = 3,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 2,
+      .max_position_embeddings = 32,
+      .seed = 1},
+     2,
+     16,
+     true},
+    {{.vocab_size = 50,
+      .hidden_size = 32,
+      .intermediate_size = 96,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 1,
+      .tie_word_embeddings = true,
+      .attention_bias = true,
+      .max_position_embeddings = 16,
+      .seed = 2},
+     3,
+     8,
+     false},
+    {{.vocab_size = 12,
+      .hidden_size = 16,
+      .intermediate_size = 16,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 2,
+      .num_key_value_heads = 2,
+      .max_position_embeddings = 128,
+      .seed = 3},
+     1,
+     128,
+     true},
+    {{.vocab_size = 12,
+      .hidden_size = 32,
+      .intermediate_size = 8,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 1,
+      .max_position_embeddings = 128,
+      .seed = 4},
+     1,
+     96,
+     false},
+    {{.vocab_size = 16,
+      .hidden_size = 64,
+      .intermediate_size = 8,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 2,
+      .max_position_embeddings = 16,
+      .seed = 5},
+     2,
+     8,
+     false},
+    {{.vocab_size = 40000,
+      .hidden_size = 32,
+      .intermediate_size = 40,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 2,
+      .num_key_value_heads = 1,
+      .max_position_embeddings = 64,
+      .seed = 6},
+     2,
+     64,
+     true},
 };
 
 // kLlamaCases with the fused attention, then with the flash one, plus flash cases whose length is
@@ -37,33 +92,58 @@ const LlamaEstimateCase kLlamaCases[] = {
 // temporaries.
 std::vector<LlamaEstimateCase> llama_flash_cases() {
   std::vector<LlamaEstimateCase> out;
-  for (const remat::nn::Attention attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const remat::nn::Attention attention :
+       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
     for (const LlamaEstimateCase& c : kLlamaCases) {
       out.push_back(c);
       out.back().config.attention = attention;
     }
   }
-  out.push_back({{.vocab_size = 12, .hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 2, .num_attention_heads = 2,
-                  .num_key_value_heads = 1, .max_position_embeddings = 200, .seed = 7, .attention = remat::nn::Attention::flash},
-                 1, 150, true});
-  out.push_back({{.vocab_size = 12, .hidden_size = 8, .intermediate_size = 4, .num_hidden_layers = 2, .num_attention_heads = 1,
-                  .num_key_value_heads = 1, .max_position_embeddings = 200, .seed = 8, .attention = remat::nn::Attention::flash},
-                 2, 197, false});
+  out.push_back({{.vocab_size = 12,
+                  .hidden_size = 8,
+                  .intermediate_size = 8,
+                  .num_hidden_layers = 2,
+                  .num_attention_heads = 2,
+                  .num_key_value_heads = 1,
+                  .max_position_embeddings = 200,
+                  .seed = 7,
+                  .attention = remat::nn::Attention::flash},
+                 1,
+                 150,
+                 true});
+  out.push_back({{.vocab_size = 12,
+                  .hidden_size = 8,
+                  .intermediate_size = 4,
+                  .num_hidden_layers = 2,
+                  .num_attention_heads = 1,
+                  .num_key_value_heads = 1,
+                  .max_position_embeddings = 200,
+                  .seed = 8,
+                  .attention = remat::nn::Attention::flash},
+                 2,
+                 197,
+                 false});
   return out;
 }
 
 template <class T>
 remat::plan::Chain llama_profiled(const remat::nn::Llama<T>& model, const LlamaEstimateCase& c) {
-  const auto ids = remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
-  const auto targets = remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
-  model.profile(ids, targets, c.chunked);  // the first backward allocates the gradients: profile once more
+  const auto ids =
+      remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
+  const auto targets =
+      remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
+  model.profile(ids, targets,
+                c.chunked);  // the first backward allocates the gradients: profile once more
   return model.profile(ids, targets, c.chunked);
 }
 
-double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Plan* p, std::size_t base) {
+double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Plan* p,
+                               std::size_t base) {
   remat::nn::Llama<float> model(c.config);
-  const auto ids = remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
-  const auto targets = remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
+  const auto ids =
+      remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
+  const auto targets =
+      remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
   remat::optim::AdamW<float> adam(model.parameters());
   for (int step = 0; step < 2; ++step) {
     if (step == 1) remat::memory::reset_peak();
@@ -84,26 +164,31 @@ TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate]
     CHECK(e.parameter_count == model.parameter_count());
     CHECK(e.parameters == 4.0 * static_cast<double>(model.parameter_count()));
   }
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}), remat::UsageError);
+  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}),
+                  remat::UsageError);
 }
 
-TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measures on the model", "[nn][estimate][llama]", float,
-                   double) {
+TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measures on the model",
+                   "[nn][estimate][llama]", float, double) {
   for (const LlamaEstimateCase& c : llama_flash_cases()) {
     const remat::nn::Llama<TestType> model(c.config);
     const remat::plan::Chain measured = llama_profiled(model, c);
     const remat::plan::Chain& predicted =
-        remat::nn::estimate_memory<TestType>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}).chain;
-    INFO(remat::nn::to_string(c.config.attention) << ", hidden " << c.config.hidden_size << ", intermediate " << c.config.intermediate_size << ", batch " << c.batch << ", time "
-                   << c.time << ", chunked " << c.chunked);
+        remat::nn::estimate_memory<TestType>(
+            c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
+            .chain;
+    INFO(remat::nn::to_string(c.config.attention)
+         << ", hidden " << c.config.hidden_size << ", intermediate " << c.config.intermediate_size
+         << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked);
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
     CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
     // The profile's first layer computes no input gradient (its input is detached); in a step
     // the embedding needs it, and the estimate prices it for every layer.
     CHECK(measured.backward_transient_bytes[0] <= predicted.backward_transient_bytes[0]);
-    CHECK(std::equal(predicted.backward_transient_bytes.begin() + 1, predicted.backward_transient_bytes.end(),
-                     measured.backward_transient_bytes.begin() + 1, measured.backward_transient_bytes.end()));
+    CHECK(std::equal(
+        predicted.backward_transient_bytes.begin() + 1, predicted.backward_transient_bytes.end(),
+        measured.backward_transient_bytes.begin() + 1, measured.backward_transient_bytes.end()));
     CHECK(predicted.saves_output == measured.saves_output);
     CHECK(predicted.loss_bytes == measured.loss_bytes);
     CHECK(predicted.loss_output_bytes == measured.loss_output_bytes);
@@ -114,15 +199,19 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
   }
 }
 
-TEST_CASE("estimate_memory predicts a Llama training step's counted peak", "[nn][estimate][llama]") {
+TEST_CASE("estimate_memory predicts a Llama training step's counted peak",
+          "[nn][estimate][llama]") {
   for (const LlamaEstimateCase& c : llama_flash_cases()) {
-    const auto e = remat::nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
-    for (const remat::plan::Plan& p : {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
-                                       remat::plan::optimal(e.chain, 1)}) {
+    const auto e = remat::nn::estimate_memory<float>(
+        c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
+    for (const remat::plan::Plan& p :
+         {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
+          remat::plan::optimal(e.chain, 1)}) {
       const std::size_t base = remat::memory::live_bytes();
       const double counted = llama_counted_step_peak(c, &p, base);
-      INFO(remat::nn::to_string(c.config.attention) << ", hidden " << c.config.hidden_size << ", " << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted
-                     << " B");
+      INFO(remat::nn::to_string(c.config.attention)
+           << ", hidden " << c.config.hidden_size << ", " << p.describe() << ": estimated "
+           << e.total(p) << " B, counted " << counted << " B");
       CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);
       CHECK(std::abs(e.activations(p) - (counted - e.persistent())) <= 0.01 * e.activations(p));
     }

@@ -18,10 +18,12 @@ namespace {
 using remat::Tensor;
 namespace lora = remat::nn::lora;
 
-const std::vector<std::string> kLlamaLinears{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const std::vector<std::string> kLlamaLinears{"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
 
 /// A random non-empty subset of `names`.
-std::vector<std::string> lora_random_targets(const std::vector<std::string>& names, std::uint64_t seed) {
+std::vector<std::string> lora_random_targets(const std::vector<std::string>& names,
+                                             std::uint64_t seed) {
   remat::Rng rng(seed);
   std::vector<std::string> out;
   while (out.empty()) {
@@ -59,17 +61,27 @@ std::string lora_temp_dir(const std::string& name) {
 }
 
 remat::nn::LlamaConfig lora_llama_config(std::uint64_t seed) {
-  return {.vocab_size = 29, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 4, .num_attention_heads = 4,
-          .num_key_value_heads = 2, .attention_bias = seed % 2 == 1, .max_position_embeddings = 16, .seed = seed};
+  return {.vocab_size = 29,
+          .hidden_size = 16,
+          .intermediate_size = 24,
+          .num_hidden_layers = 4,
+          .num_attention_heads = 4,
+          .num_key_value_heads = 2,
+          .attention_bias = seed % 2 == 1,
+          .max_position_embeddings = 16,
+          .seed = seed};
 }
 
 }  // namespace
 
-TEST_CASE("lora: a wrapped Linear computes W x + b + (alpha/r) B A x, starts as the base, and is gradchecked",
-          "[nn][lora]") {
+TEST_CASE(
+    "lora: a wrapped Linear computes W x + b + (alpha/r) B A x, starts as the base, and is "
+    "gradchecked",
+    "[nn][lora]") {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     remat::Rng shapes(seed);
-    const std::int64_t in = 2 + std::int64_t(shapes.uniform() * 9), out = 2 + std::int64_t(shapes.uniform() * 9);
+    const std::int64_t in = 2 + std::int64_t(shapes.uniform() * 9),
+                       out = 2 + std::int64_t(shapes.uniform() * 9);
     const std::int64_t rank = 1 + std::int64_t(shapes.uniform() * 4);
     remat::Rng rng(seed + 10);
     remat::nn::Linear<double> layer(in, out, rng);
@@ -111,14 +123,20 @@ TEST_CASE("lora: a wrapped Linear computes W x + b + (alpha/r) B A x, starts as 
   }
 }
 
-TEST_CASE("lora on nn::Llama: PEFT names, only adapters get gradients, checkpointed adapter gradients == plain ones",
-          "[nn][lora][checkpoint]") {
+TEST_CASE(
+    "lora on nn::Llama: PEFT names, only adapters get gradients, checkpointed adapter gradients == "
+    "plain ones",
+    "[nn][lora][checkpoint]") {
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     const remat::nn::Llama<float> model(lora_llama_config(seed));
     const std::vector<std::string> targets = lora_random_targets(kLlamaLinears, seed);
     const double dropout = seed == 2 ? 0.25 : 0.0;
     remat::nn::Llama<float>& m = const_cast<remat::nn::Llama<float>&>(model);
-    const auto adapters = lora::apply(m, {.rank = 2 + std::int64_t(seed), .alpha = 8, .dropout = dropout, .targets = targets, .seed = seed});
+    const auto adapters = lora::apply(m, {.rank = 2 + std::int64_t(seed),
+                                          .alpha = 8,
+                                          .dropout = dropout,
+                                          .targets = targets,
+                                          .seed = seed});
     lora_randomize_b(adapters, seed);
     INFO("targets " << targets.size() << ", first " << targets.front() << ", dropout " << dropout);
     // one pair of adapters per targeted linear per layer, with PEFT's names
@@ -128,7 +146,8 @@ TEST_CASE("lora on nn::Llama: PEFT names, only adapters get gradients, checkpoin
     for (std::int64_t layer = 0; layer < 4; ++layer) {
       for (const std::string& t : kLlamaLinears) {
         const bool attn = t == "q_proj" || t == "k_proj" || t == "v_proj" || t == "o_proj";
-        const std::string path = remat::detail::cat("model.layers.", layer, attn ? ".self_attn." : ".mlp.", t);
+        const std::string path =
+            remat::detail::cat("model.layers.", layer, attn ? ".self_attn." : ".mlp.", t);
         const bool wanted = std::find(targets.begin(), targets.end(), t) != targets.end();
         CHECK(peft.count("base_model.model." + path + ".lora_A.weight") == (wanted ? 1u : 0u));
         CHECK(peft.count("base_model.model." + path + ".lora_B.weight") == (wanted ? 1u : 0u));
@@ -136,7 +155,8 @@ TEST_CASE("lora on nn::Llama: PEFT names, only adapters get gradients, checkpoin
         if (wanted) CHECK(!model.parameter(path + ".lora_A.weight").frozen());
       }
     }
-    const auto ids = remat::test::ids({2, 7}, 29, seed), next = remat::test::ids({2, 7}, 29, seed + 5);
+    const auto ids = remat::test::ids({2, 7}, 29, seed),
+               next = remat::test::ids({2, 7}, 29, seed + 5);
     const remat::plan::Chain chain = model.profile(ids, next);
     for (auto& p : model.parameters()) p.zero_grad();
     for (const bool chunked : {true, false}) {
@@ -154,7 +174,8 @@ TEST_CASE("lora on nn::Llama: PEFT names, only adapters get gradients, checkpoin
         }
       }
       for (auto& p : model.parameters()) p.zero_grad();
-      for (const remat::plan::Plan& plan : {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
+      for (const remat::plan::Plan& plan :
+           {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
         remat::Tape tape(remat::TapeOptions{.seed = 77});
         tape.backward(model.loss(ids, next, &plan, chunked));
         for (const auto& [name, p] : model.named_parameters()) {
@@ -168,18 +189,23 @@ TEST_CASE("lora on nn::Llama: PEFT names, only adapters get gradients, checkpoin
   }
 }
 
-TEST_CASE("lora on nn::GPT and merge(): merged logits equal base + adapters to rounding", "[nn][lora]") {
-  const remat::nn::GPTConfig config{.vocab = 31, .context = 12, .layers = 3, .heads = 2, .width = 16, .seed = 4};
+TEST_CASE("lora on nn::GPT and merge(): merged logits equal base + adapters to rounding",
+          "[nn][lora]") {
+  const remat::nn::GPTConfig config{
+      .vocab = 31, .context = 12, .layers = 3, .heads = 2, .width = 16, .seed = 4};
   remat::nn::GPT<float> gpt(config);
-  const auto adapters = lora::apply(gpt, {.rank = 4, .alpha = 16, .targets = {"qkv", "fc", "proj"}});
-  CHECK(adapters.adapters().size() == 4 * 3);  // attn.qkv, attn.proj, mlp.fc, mlp.proj in each of 3 blocks
+  const auto adapters =
+      lora::apply(gpt, {.rank = 4, .alpha = 16, .targets = {"qkv", "fc", "proj"}});
+  CHECK(adapters.adapters().size() ==
+        4 * 3);  // attn.qkv, attn.proj, mlp.fc, mlp.proj in each of 3 blocks
   lora_randomize_b(adapters, 7);
   gpt.eval();
   const auto ids = remat::test::ids({2, 9}, 31, 3);
   const Tensor<float> before = gpt.logits(ids).value().clone();
   auto merged = adapters;
   merged.merge();
-  for (const auto& [name, p] : gpt.named_parameters()) CHECK(name.find("lora_") == std::string::npos);
+  for (const auto& [name, p] : gpt.named_parameters())
+    CHECK(name.find("lora_") == std::string::npos);
   const Tensor<float> after = gpt.logits(ids).value();
   CHECK(lora_difference(after, before) <= 1e-5);
   CHECK_THROWS_AS(merged.save_adapters(lora_temp_dir("merged")), remat::UsageError);
@@ -194,12 +220,18 @@ TEST_CASE("lora on nn::GPT and merge(): merged logits equal base + adapters to r
   CHECK(lora_difference(llama.logits(lids).value(), lbefore) <= 1e-5);
 }
 
-TEST_CASE("lora: save_adapters writes PEFT's files; load_adapters round trips and names what does not fit",
-          "[nn][lora][io]") {
+TEST_CASE(
+    "lora: save_adapters writes PEFT's files; load_adapters round trips and names what does not "
+    "fit",
+    "[nn][lora][io]") {
   using Catch::Matchers::Contains;
   remat::nn::Llama<float> model(lora_llama_config(3));
   const std::vector<std::string> targets{"q_proj", "v_proj"};
-  const lora::Options options{.rank = 4, .alpha = 8, .dropout = 0.05, .targets = targets, .base_model_name_or_path = "tiny"};
+  const lora::Options options{.rank = 4,
+                              .alpha = 8,
+                              .dropout = 0.05,
+                              .targets = targets,
+                              .base_model_name_or_path = "tiny"};
   const auto adapters = lora::apply(model, options);
   lora_randomize_b(adapters, 3);
   const std::string dir = lora_temp_dir("roundtrip");
@@ -219,7 +251,8 @@ TEST_CASE("lora: save_adapters writes PEFT's files; load_adapters round trips an
   CHECK(file.entries().size() == 4 * 2 * 2);
   CHECK(file.contains("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
   CHECK(file.contains("base_model.model.model.layers.3.self_attn.v_proj.lora_B.weight"));
-  CHECK(file.entry("base_model.model.model.layers.3.self_attn.v_proj.lora_B.weight").shape == remat::Shape{8, 4});
+  CHECK(file.entry("base_model.model.model.layers.3.self_attn.v_proj.lora_B.weight").shape ==
+        remat::Shape{8, 4});
 
   // a second model with other adapter values loads them back bitwise
   remat::nn::Llama<float> other(lora_llama_config(3));
@@ -245,7 +278,8 @@ TEST_CASE("lora: save_adapters writes PEFT's files; load_adapters round trips an
   // another rank: named by the config
   remat::nn::Llama<float> m2(lora_llama_config(3));
   auto rank2 = lora::apply(m2, {.rank = 2, .alpha = 8, .targets = targets});
-  CHECK_THAT(load_error(rank2, dir), Contains("r = 4") && Contains("rank 2") && Contains("adapter_config.json"));
+  CHECK_THAT(load_error(rank2, dir),
+             Contains("r = 4") && Contains("rank 2") && Contains("adapter_config.json"));
   // more targets than the file has: the missing tensor is named
   remat::nn::Llama<float> m3(lora_llama_config(3));
   auto more = lora::apply(m3, {.rank = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "o_proj"}});
@@ -263,22 +297,31 @@ TEST_CASE("lora: save_adapters writes PEFT's files; load_adapters round trips an
   wide_config.num_key_value_heads = 2;
   remat::nn::Llama<float> m5(wide_config);
   auto wide = lora::apply(m5, {.rank = 4, .alpha = 8, .targets = targets});
-  CHECK_THAT(load_error(wide, dir), Contains("lora_A.weight") && Contains("has shape") && Contains("(4, 16)") && Contains("(4, 24)"));
+  CHECK_THAT(load_error(wide, dir), Contains("lora_A.weight") && Contains("has shape") &&
+                                        Contains("(4, 16)") && Contains("(4, 24)"));
   // bad apply() arguments change nothing
   remat::nn::Llama<float> m6(lora_llama_config(3));
-  CHECK_THAT(remat::test::error_message([&] { lora::apply(m6, {.rank = 4, .targets = {"q_proj", "qproj"}}); }),
+  CHECK_THAT(remat::test::error_message([&] {
+               lora::apply(m6, {.rank = 4, .targets = {"q_proj", "qproj"}});
+             }),
              Contains("'qproj' names no Linear"));
-  for (const auto& [name, p] : m6.named_parameters()) CHECK(name.find("lora_") == std::string::npos);
+  for (const auto& [name, p] : m6.named_parameters())
+    CHECK(name.find("lora_") == std::string::npos);
   CHECK_THROWS_AS(lora::apply(m6, {.rank = 0, .targets = {"q_proj"}}), remat::UsageError);
-  CHECK_THROWS_AS(lora::apply(m6, {.rank = 2, .dropout = 1.0, .targets = {"q_proj"}}), remat::UsageError);
+  CHECK_THROWS_AS(lora::apply(m6, {.rank = 2, .dropout = 1.0, .targets = {"q_proj"}}),
+                  remat::UsageError);
   lora::apply(m6, {.rank = 2, .targets = {"q_proj"}});
-  CHECK_THAT(remat::test::error_message([&] { lora::apply(m6, {.rank = 2, .targets = {"q_proj"}}); }), Contains("twice"));
+  CHECK_THAT(
+      remat::test::error_message([&] { lora::apply(m6, {.rank = 2, .targets = {"q_proj"}}); }),
+      Contains("twice"));
 }
 
-TEST_CASE("lora over a quantized base: adapter gradients under plans with save policies == plain ones, chunked and plain loss",
-          "[nn][lora][checkpoint][quantized]") {
-  const remat::WeightStorage storages[] = {remat::WeightStorage::f32, remat::WeightStorage::bf16, remat::WeightStorage::int8,
-                                           remat::WeightStorage::nf4};
+TEST_CASE(
+    "lora over a quantized base: adapter gradients under plans with save policies == plain ones, "
+    "chunked and plain loss",
+    "[nn][lora][checkpoint][quantized]") {
+  const remat::WeightStorage storages[] = {remat::WeightStorage::f32, remat::WeightStorage::bf16,
+                                           remat::WeightStorage::int8, remat::WeightStorage::nf4};
   for (std::uint64_t seed = 11; seed <= 14; ++seed) {
     remat::nn::Llama<float> model(lora_llama_config(seed));
     remat::Rng rng(seed);
@@ -286,13 +329,18 @@ TEST_CASE("lora over a quantized base: adapter gradients under plans with save p
     remat::nn::quantize_blocks(model, storage, rng.uniform() < 0.5);
     const std::vector<std::string> targets = lora_random_targets(kLlamaLinears, seed);
     const double dropout = rng.uniform() < 0.5 ? 0.2 : 0.0;
-    const auto adapters = lora::apply(model, {.rank = 1 + rng.uniform_int(4), .alpha = 4, .dropout = dropout, .targets = targets,
+    const auto adapters = lora::apply(model, {.rank = 1 + rng.uniform_int(4),
+                                              .alpha = 4,
+                                              .dropout = dropout,
+                                              .targets = targets,
                                               .seed = seed});
     lora_randomize_b(adapters, seed);
-    const auto ids = remat::test::ids({2, 9}, 29, seed), next = remat::test::ids({2, 9}, 29, seed + 3);
+    const auto ids = remat::test::ids({2, 9}, 29, seed),
+               next = remat::test::ids({2, 9}, 29, seed + 3);
     const remat::plan::Chain chain = remat::plan::Chain::uniform(4);
-    const std::vector<remat::SavePolicy> policies{remat::save_nothing(), remat::save_matmuls(), remat::save_ops({"quantized_linear"}),
-                                                  remat::recompute_ops({"linear", "quantized_linear"})};
+    const std::vector<remat::SavePolicy> policies{
+        remat::save_nothing(), remat::save_matmuls(), remat::save_ops({"quantized_linear"}),
+        remat::recompute_ops({"linear", "quantized_linear"})};
     for (const bool chunked : {true, false}) {
       std::vector<std::vector<float>> plain;
       {
@@ -302,14 +350,16 @@ TEST_CASE("lora over a quantized base: adapter gradients under plans with save p
       }
       for (auto& p : adapters.parameters()) p.zero_grad();
       for (const remat::SavePolicy& policy : policies) {
-        for (const remat::plan::Plan& layout : {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 1)}) {
+        for (const remat::plan::Plan& layout : {remat::plan::every(chain), remat::plan::sqrt(chain),
+                                                remat::plan::optimal(chain, 1)}) {
           const remat::plan::Plan plan = remat::plan::with_policy(layout, policy);
           remat::Tape tape(remat::TapeOptions{.seed = 5});
           tape.backward(model.loss(ids, next, &plan, chunked));
           const auto params = adapters.parameters();
           for (std::size_t i = 0; i < params.size(); ++i) {
-            INFO(remat::to_string(storage) << ", dropout " << dropout << ", " << plan.describe() << (chunked ? ", chunked" : ", plain")
-                                           << " loss, adapter tensor " << i);
+            INFO(remat::to_string(storage)
+                 << ", dropout " << dropout << ", " << plan.describe()
+                 << (chunked ? ", chunked" : ", plain") << " loss, adapter tensor " << i);
             CHECK(params[i].grad().to_vector() == plain[i]);
           }
           for (auto& p : adapters.parameters()) p.zero_grad();

@@ -36,7 +36,8 @@ void grow(TreeModule& m, const std::string& prefix, int depth, remat::Rng& rng, 
     const std::int64_t kind = depth >= 4 ? rng.uniform_int(4) : rng.uniform_int(5);
     if (kind == 0) {  // a parameter of its own
       const std::int64_t n = 1 + rng.uniform_int(3);
-      want.params.emplace_back(prefix + name, m.add_parameter(name, remat::Tensor<double>::zeros({n})));
+      want.params.emplace_back(prefix + name,
+                               m.add_parameter(name, remat::Tensor<double>::zeros({n})));
     } else if (kind == 1) {
       auto d = std::make_unique<remat::nn::Dropout<double>>(0.5);
       want.modules.push_back(d.get());
@@ -77,14 +78,16 @@ bool all_in_mode(const Expected& want, bool training) {
 
 }  // namespace
 
-TEST_CASE("random module trees: names, parameters, modes and freezing reach every registered leaf", "[nn][module]") {
+TEST_CASE("random module trees: names, parameters, modes and freezing reach every registered leaf",
+          "[nn][module]") {
   std::size_t total_params = 0, total_dropouts = 0;
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     remat::Rng rng(seed);
     TreeModule root;
     Expected want;
     grow(root, "", 0, rng, want);
-    INFO("seed " << seed << ": " << want.params.size() << " parameters, " << want.modules.size() << " modules");
+    INFO("seed " << seed << ": " << want.params.size() << " parameters, " << want.modules.size()
+                 << " modules");
     total_params += want.params.size();
     total_dropouts += want.dropouts.size();
 
@@ -117,10 +120,14 @@ TEST_CASE("random module trees: names, parameters, modes and freezing reach ever
 
     if (!want.params.empty()) {
       // freeze a random prefix of a random name: exactly the names starting with it freeze
-      const std::string& name = want.params[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(want.params.size())))].first;
-      const std::string prefix = name.substr(0, static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(name.size())) + 1));
+      const std::string& name = want.params[static_cast<std::size_t>(rng.uniform_int(
+                                                static_cast<std::int64_t>(want.params.size())))]
+                                    .first;
+      const std::string prefix = name.substr(
+          0, static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(name.size())) + 1));
       root.freeze(prefix);
-      for (const auto& [n, p] : want.params) CHECK(p.frozen() == (n.compare(0, prefix.size(), prefix) == 0));
+      for (const auto& [n, p] : want.params)
+        CHECK(p.frozen() == (n.compare(0, prefix.size(), prefix) == 0));
       root.unfreeze();
       for (const auto& [n, p] : want.params) CHECK_FALSE(p.frozen());
     }
@@ -130,10 +137,12 @@ TEST_CASE("random module trees: names, parameters, modes and freezing reach ever
   CHECK(total_dropouts > 10);
 }
 
-TEST_CASE("a module registered in a tree keeps its mode and parameters when moved", "[nn][module]") {
+TEST_CASE("a module registered in a tree keeps its mode and parameters when moved",
+          "[nn][module]") {
   remat::Rng rng(3);
   std::vector<remat::nn::MLP<float>> mlps;
-  for (int i = 0; i < 5; ++i) mlps.emplace_back(4, 8, 0.5, rng);  // the vector reallocates: elements move
+  for (int i = 0; i < 5; ++i)
+    mlps.emplace_back(4, 8, 0.5, rng);  // the vector reallocates: elements move
   for (auto& m : mlps) m.eval();
   for (const auto& m : mlps) {
     CHECK_FALSE(m.training());
@@ -149,7 +158,8 @@ TEST_CASE("a module registered in a tree keeps its mode and parameters when move
 }
 
 TEST_CASE("a GPT in eval() runs no dropout anywhere; in train() it does", "[nn][module][gpt]") {
-  remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 11, .context = 8, .layers = 2, .heads = 2, .width = 8, .dropout = 0.5});
+  remat::nn::GPT<float> gpt(remat::nn::GPTConfig{
+      .vocab = 11, .context = 8, .layers = 2, .heads = 2, .width = 8, .dropout = 0.5});
   const auto ids = remat::test::ids({2, 8}, 11, 1);
   const auto logits_with_seed = [&](std::uint64_t seed) {
     remat::Tape tape(remat::TapeOptions{.seed = seed});
@@ -169,16 +179,23 @@ TEST_CASE("a GPT in eval() runs no dropout anywhere; in train() it does", "[nn][
   CHECK(gpt.blocks.back().mlp.drop.training());
 }
 
-TEST_CASE("module trees reject cycles and duplicate names; a shared child's parameters are listed once", "[nn][module][errors]") {
+TEST_CASE(
+    "module trees reject cycles and duplicate names; a shared child's parameters are listed once",
+    "[nn][module][errors]") {
   TreeModule a, b;
   const auto w = a.add_parameter("w", remat::Tensor<double>::zeros({2}));
   a.add_module("b", b);
-  CHECK_THAT(remat::test::error_message([&] { b.add_module("a", a); }), Catch::Contains("its own descendant"));
-  CHECK_THAT(remat::test::error_message([&] { a.add_module("a", a); }), Catch::Contains("its own descendant"));
-  CHECK_THAT(remat::test::error_message([&] { a.add_parameter("w", remat::Tensor<double>::zeros({1})); }),
-             Catch::Contains("'w' added twice"));
-  CHECK_THAT(remat::test::error_message([&] { a.add_module("b", b); }), Catch::Contains("'b' added twice"));
-  const auto v = b.add_parameter("v", remat::Tensor<double>::zeros({3}));  // added after b was registered
+  CHECK_THAT(remat::test::error_message([&] { b.add_module("a", a); }),
+             Catch::Contains("its own descendant"));
+  CHECK_THAT(remat::test::error_message([&] { a.add_module("a", a); }),
+             Catch::Contains("its own descendant"));
+  CHECK_THAT(
+      remat::test::error_message([&] { a.add_parameter("w", remat::Tensor<double>::zeros({1})); }),
+      Catch::Contains("'w' added twice"));
+  CHECK_THAT(remat::test::error_message([&] { a.add_module("b", b); }),
+             Catch::Contains("'b' added twice"));
+  const auto v =
+      b.add_parameter("v", remat::Tensor<double>::zeros({3}));  // added after b was registered
   a.add_module("b_again", b);
   const auto named = a.named_parameters();
   REQUIRE(named.size() == 2);

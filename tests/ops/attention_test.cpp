@@ -25,7 +25,8 @@ Var<T> composed_attention(const Var<T>& qkv, std::int64_t heads) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("causal_self_attention equals attention composed from ops", "[ops][attention]", float, double) {
+TEMPLATE_TEST_CASE("causal_self_attention equals attention composed from ops", "[ops][attention]",
+                   float, double) {
   using T = TestType;
   Rng rng(1);
   const Var<T> qkv(rng.normal_tensor<T>({2, 5, 12}));
@@ -36,10 +37,12 @@ TEMPLATE_TEST_CASE("causal_self_attention equals attention composed from ops", "
   for (std::int64_t i = 0; i < fused.numel(); ++i) CHECK(std::abs(fused[i] - composed[i]) <= tol);
 }
 
-TEST_CASE("causal_self_attention: gradients, with and without dropout", "[ops][attention][gradcheck]") {
+TEST_CASE("causal_self_attention: gradients, with and without dropout",
+          "[ops][attention][gradcheck]") {
   gradcheck([](const auto& v) { return causal_self_attention(v[0], 2); }, {randn({2, 4, 12}, 1)});
   gradcheck([](const auto& v) { return causal_self_attention(v[0], 1); }, {randn({1, 3, 6}, 2)});
-  gradcheck([](const auto& v) { return causal_self_attention(v[0], 3, 0.3); }, {randn({2, 4, 9}, 3)});
+  gradcheck([](const auto& v) { return causal_self_attention(v[0], 3, 0.3); },
+            {randn({2, 4, 9}, 3)});
 }
 
 TEST_CASE("causal_self_attention: the first query attends only to itself", "[ops][attention]") {
@@ -52,7 +55,8 @@ TEST_CASE("causal_self_attention: the first query attends only to itself", "[ops
 TEST_CASE("causal_self_attention rejects bad shapes and dropout", "[ops][attention][errors]") {
   const Var<float> qkv(Tensor<float>::zeros({2, 3, 12}));
   CHECK_THAT(remat::test::error_message([&] { causal_self_attention(qkv, 3); }),
-             Catch::Contains("causal_self_attention") && Catch::Contains("(2, 3, 12)") && Catch::Contains("heads = 3"));
+             Catch::Contains("causal_self_attention") && Catch::Contains("(2, 3, 12)") &&
+                 Catch::Contains("heads = 3"));
   CHECK_THROWS_AS(causal_self_attention(Var<float>(Tensor<float>::zeros({2, 12})), 2), ShapeError);
   CHECK_THROWS_AS(causal_self_attention(qkv, 2, 1.5), UsageError);
 }

@@ -19,8 +19,10 @@ TEST_CASE("dropout zeroes about p of the elements and scales the rest", "[ops][d
   const std::vector<float> y = run_dropout(42, 0);
   int zeros = 0;
   for (float v : y) {
-    if (v == 0) ++zeros;
-    else CHECK(v == Approx(1 / 0.7));
+    if (v == 0)
+      ++zeros;
+    else
+      CHECK(v == Approx(1 / 0.7));
   }
   CHECK(zeros > 240);
   CHECK(zeros < 360);
@@ -45,6 +47,7 @@ TEST_CASE("dropout: gradient uses the forward pass's mask", "[ops][dropout][grad
 
 TEST_CASE("dropout rejects p outside the unit interval", "[ops][dropout][errors]") {
   const Var<float> x(Tensor<float>::ones({3}));
-  CHECK_THAT(remat::test::error_message([&] { dropout(x, 1.0); }), Catch::Contains("dropout") && Catch::Contains("got 1"));
+  CHECK_THAT(remat::test::error_message([&] { dropout(x, 1.0); }),
+             Catch::Contains("dropout") && Catch::Contains("got 1"));
   CHECK_THROWS_AS(dropout(x, -0.1), UsageError);
 }

@@ -18,11 +18,13 @@ TEST_CASE("embedding: gradient adds up rows picked more than once", "[ops][embed
   gradcheck([ids](const auto& v) { return embedding(v[0], ids); }, {randn({4, 3}, 1)});
 }
 
-TEST_CASE("embedding rejects out-of-range ids, naming id and position", "[ops][embedding][errors]") {
+TEST_CASE("embedding rejects out-of-range ids, naming id and position",
+          "[ops][embedding][errors]") {
   const Var<float> table(Tensor<float>::zeros({5, 2}));
   const auto bad = Tensor<std::int32_t>::from({3}, {0, 5, 1});
   CHECK_THAT(remat::test::error_message([&] { embedding(table, bad); }),
-             Catch::Contains("embedding") && Catch::Contains("id 5 at position 1") && Catch::Contains("[0, 5)"));
+             Catch::Contains("embedding") && Catch::Contains("id 5 at position 1") &&
+                 Catch::Contains("[0, 5)"));
   CHECK_THROWS_AS(embedding(table, Tensor<std::int32_t>::from({1}, {-1})), IndexError);
   CHECK_THROWS_AS(embedding(Var<float>(Tensor<float>::zeros({5})), bad), ShapeError);
 }

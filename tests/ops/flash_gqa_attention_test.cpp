@@ -27,19 +27,23 @@ FlashGqaCase flash_gqa_case(remat::Rng& rng, std::int64_t max_time) {
 
 double flash_gqa_max_rel_diff(const remat::Tensor<double>& a, const remat::Tensor<double>& b) {
   double worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
   return worst;
 }
 
 }  // namespace
 
-TEST_CASE("flash_grouped_query_attention matches grouped_query_attention on random shapes, values and gradients",
-          "[ops][attention][flash]") {
+TEST_CASE(
+    "flash_grouped_query_attention matches grouped_query_attention on random shapes, values and "
+    "gradients",
+    "[ops][attention][flash]") {
   remat::Rng rng(77);
   for (int trial = 0; trial < 30; ++trial) {
     const FlashGqaCase c = flash_gqa_case(rng, 40);
-    INFO("trial " << trial << ": B " << c.batch << " H " << c.heads() << " G " << c.kv_heads << " D " << c.head_dim << " T "
-                  << c.time << " block " << c.block << " offset " << c.rope.offset);
+    INFO("trial " << trial << ": B " << c.batch << " H " << c.heads() << " G " << c.kv_heads
+                  << " D " << c.head_dim << " T " << c.time << " block " << c.block << " offset "
+                  << c.rope.offset);
     const std::vector<remat::Tensor<double>> in = {
         remat::test::randn({c.batch, c.time, c.heads() * c.head_dim}, 10 + trial),
         remat::test::randn({c.batch, c.time, c.kv_heads * c.head_dim}, 50 + trial),
@@ -47,57 +51,79 @@ TEST_CASE("flash_grouped_query_attention matches grouped_query_attention on rand
     const remat::Tensor<double> seed_grad = remat::test::randn(in[0].shape(), 130 + trial);
     std::vector<remat::Tensor<double>> g_plain, g_flash;
     const remat::Tensor<double> plain = remat::test::evaluate(
-        [&](const auto& v) { return remat::grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope); }, in, 5,
-        &seed_grad, &g_plain);
+        [&](const auto& v) {
+          return remat::grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope);
+        },
+        in, 5, &seed_grad, &g_plain);
     const remat::Tensor<double> flash = remat::test::evaluate(
-        [&](const auto& v) { return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope, c.block); },
+        [&](const auto& v) {
+          return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads,
+                                                      c.rope, c.block);
+        },
         in, 5, &seed_grad, &g_flash);
     CHECK(flash_gqa_max_rel_diff(flash, plain) < 1e-13);
     REQUIRE(g_flash.size() == 3);
-    for (std::size_t k = 0; k < 3; ++k) CHECK(flash_gqa_max_rel_diff(g_flash[k], g_plain[k]) < 1e-12);
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK(flash_gqa_max_rel_diff(g_flash[k], g_plain[k]) < 1e-12);
   }
 }
 
-TEST_CASE("flash_grouped_query_attention: gradients by finite differences, checkpoint replay bitwise",
-          "[ops][attention][flash][gradcheck]") {
+TEST_CASE(
+    "flash_grouped_query_attention: gradients by finite differences, checkpoint replay bitwise",
+    "[ops][attention][flash][gradcheck]") {
   remat::Rng rng(78);
   for (int trial = 0; trial < 6; ++trial) {
     const FlashGqaCase c = flash_gqa_case(rng, 9);
-    INFO("trial " << trial << ": H " << c.heads() << " G " << c.kv_heads << " D " << c.head_dim << " T " << c.time << " block " << c.block);
+    INFO("trial " << trial << ": H " << c.heads() << " G " << c.kv_heads << " D " << c.head_dim
+                  << " T " << c.time << " block " << c.block);
     remat::test::gradcheck(
-        [&](const auto& v) { return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope, c.block); },
+        [&](const auto& v) {
+          return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads,
+                                                      c.rope, c.block);
+        },
         {remat::test::randn({c.batch, c.time, c.heads() * c.head_dim}, 200 + trial),
          remat::test::randn({c.batch, c.time, c.kv_heads * c.head_dim}, 300 + trial),
          remat::test::randn({c.batch, c.time, c.kv_heads * c.head_dim}, 400 + trial)});
   }
 }
 
-TEST_CASE("flash_grouped_query_attention keeps one log-sum-exp per query row, not the probabilities",
-          "[ops][attention][flash][memory]") {
+TEST_CASE(
+    "flash_grouped_query_attention keeps one log-sum-exp per query row, not the probabilities",
+    "[ops][attention][flash][memory]") {
   const std::int64_t batch = 2, time = 90, heads = 4, kv_heads = 2, dim = 8;
   remat::Rng rng(4);
   const remat::Tensor<float> q = rng.normal_tensor<float>({batch, time, heads * dim});
   const remat::Tensor<float> kv = rng.normal_tensor<float>({batch, time, kv_heads * dim});
   const auto kept_after_forward = [&](bool flash) {
     remat::Tape tape;
-    const remat::Var<float> vq = tape.input(q, true), vk = tape.input(kv, true), vv = tape.input(kv.clone(), true);
+    const remat::Var<float> vq = tape.input(q, true), vk = tape.input(kv, true),
+                            vv = tape.input(kv.clone(), true);
     const std::size_t before = remat::memory::live_bytes();
-    const remat::Var<float> y = flash ? remat::flash_grouped_query_attention(vq, vk, vv, heads, kv_heads)
-                                      : remat::grouped_query_attention(vq, vk, vv, heads, kv_heads);
+    const remat::Var<float> y =
+        flash ? remat::flash_grouped_query_attention(vq, vk, vv, heads, kv_heads)
+              : remat::grouped_query_attention(vq, vk, vv, heads, kv_heads);
     return remat::memory::live_bytes() - before - static_cast<std::size_t>(y.value().bytes());
   };
-  // both keep the rotated queries and keys; then the fused op the probabilities, the flash op a number a row
+  // both keep the rotated queries and keys; then the fused op the probabilities, the flash op a
+  // number a row
   const std::size_t rotated = static_cast<std::size_t>(q.bytes() + kv.bytes());
-  CHECK(kept_after_forward(true) == rotated + static_cast<std::size_t>(batch * heads * time) * sizeof(float));
-  CHECK(kept_after_forward(false) == rotated + static_cast<std::size_t>(batch * heads * time * time) * sizeof(float));
+  CHECK(kept_after_forward(true) ==
+        rotated + static_cast<std::size_t>(batch * heads * time) * sizeof(float));
+  CHECK(kept_after_forward(false) ==
+        rotated + static_cast<std::size_t>(batch * heads * time * time) * sizeof(float));
 }
 
-TEST_CASE("flash_grouped_query_attention rejects bad shapes and block sizes", "[ops][attention][flash][errors]") {
-  const remat::Var<float> q(remat::Tensor<float>::zeros({1, 3, 8})), kv(remat::Tensor<float>::zeros({1, 3, 4}));
-  CHECK_THAT(remat::test::error_message([&] { remat::flash_grouped_query_attention(q, kv, kv, 2, 3); }),
-             Catch::Contains("flash_grouped_query_attention") && Catch::Contains("(1, 3, 8)") && Catch::Contains("kv_heads 3"));
+TEST_CASE("flash_grouped_query_attention rejects bad shapes and block sizes",
+          "[ops][attention][flash][errors]") {
+  const remat::Var<float> q(remat::Tensor<float>::zeros({1, 3, 8})),
+      kv(remat::Tensor<float>::zeros({1, 3, 4}));
+  CHECK_THAT(
+      remat::test::error_message([&] { remat::flash_grouped_query_attention(q, kv, kv, 2, 3); }),
+      Catch::Contains("flash_grouped_query_attention") && Catch::Contains("(1, 3, 8)") &&
+          Catch::Contains("kv_heads 3"));
   CHECK_THROWS_AS(remat::flash_grouped_query_attention(q, q, kv, 2, 1), remat::ShapeError);
-  CHECK_THAT(remat::test::error_message([&] { remat::flash_grouped_query_attention(q, kv, kv, 2, 1, {}, 0); }),
+  CHECK_THAT(remat::test::error_message(
+                 [&] { remat::flash_grouped_query_attention(q, kv, kv, 2, 1, {}, 0); }),
              Catch::Contains("block_rows"));
   CHECK(remat::is_op_name("flash_grouped_query_attention"));
 }

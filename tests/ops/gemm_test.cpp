@@ -10,13 +10,14 @@ namespace {
 
 /// C = op(A) op(B) in double, row-major, for checking a float or double GEMM.
 template <class T>
-std::vector<double> reference_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::vector<T>& a,
-                                   const std::vector<T>& b) {
+std::vector<double> reference_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                                   const std::vector<T>& a, const std::vector<T>& b) {
   std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       double s = 0;
-      for (std::int64_t l = 0; l < k; ++l) s += double(ta ? a[l * m + i] : a[i * k + l]) * double(tb ? b[j * k + l] : b[l * n + j]);
+      for (std::int64_t l = 0; l < k; ++l)
+        s += double(ta ? a[l * m + i] : a[i * k + l]) * double(tb ? b[j * k + l] : b[l * n + j]);
       c[i * n + j] = s;
     }
   return c;
@@ -29,19 +30,23 @@ int gemm_errors(std::uint64_t seed) {
   remat::Rng rng(seed);
   int errors = 0;
   for (int round = 0; round < 12; ++round) {
-    const std::int64_t m = 1 + rng.uniform_int(70), n = 1 + rng.uniform_int(70), k = 1 + rng.uniform_int(300);
-    const bool ta = rng.uniform_int(2) == 1, tb = rng.uniform_int(2) == 1, accumulate = rng.uniform_int(2) == 1;
+    const std::int64_t m = 1 + rng.uniform_int(70), n = 1 + rng.uniform_int(70),
+                       k = 1 + rng.uniform_int(300);
+    const bool ta = rng.uniform_int(2) == 1, tb = rng.uniform_int(2) == 1,
+               accumulate = rng.uniform_int(2) == 1;
     std::vector<T> a(m * k), b(k * n), c(m * n);
     for (auto& v : a) v = T(rng.normal());
     for (auto& v : b) v = T(rng.normal());
     for (auto& v : c) v = T(rng.normal());
     std::vector<double> want = reference_gemm(ta, tb, m, n, k, a, b);
-    if (accumulate) for (std::size_t i = 0; i < want.size(); ++i) want[i] += double(c[i]);
-    remat::detail::gemm<T>(ta, tb, m, n, k, T(1), a.data(), ta ? m : k, b.data(), tb ? k : n, accumulate ? T(1) : T(0),
-                           c.data(), n);
+    if (accumulate)
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] += double(c[i]);
+    remat::detail::gemm<T>(ta, tb, m, n, k, T(1), a.data(), ta ? m : k, b.data(), tb ? k : n,
+                           accumulate ? T(1) : T(0), c.data(), n);
     // float accumulation over k products of unit normals: error ~ eps sqrt(k) |terms|; allow k eps
     const double tol = double(std::numeric_limits<T>::epsilon()) * double(k + 1) * 4;
-    for (std::size_t i = 0; i < want.size(); ++i) errors += !(std::abs(double(c[i]) - want[i]) <= tol * (1 + std::abs(want[i])));
+    for (std::size_t i = 0; i < want.size(); ++i)
+      errors += !(std::abs(double(c[i]) - want[i]) <= tol * (1 + std::abs(want[i])));
   }
   return errors;
 }
@@ -59,12 +64,14 @@ TEST_CASE("gemm_backend names a backend and the reason for it", "[ops][gemm]") {
 TEST_CASE("the GEMM runs kernels that use the CPU's widest vector instructions", "[ops][gemm]") {
   const auto& choice = remat::detail::gemm_choice();
   INFO(choice.backend.name << ": " << choice.backend.reason << " on " << remat::cpu_name());
-  const remat::Isa used = choice.path == remat::detail::GemmPath::blas ? remat::detail::openblas_kernel_isa(openblas_get_corename())
-                                                                       : remat::detail::eigen_isa();
+  const remat::Isa used = choice.path == remat::detail::GemmPath::blas
+                              ? remat::detail::openblas_kernel_isa(openblas_get_corename())
+                              : remat::detail::eigen_isa();
   CHECK(used >= remat::cpu_isa());
 }
 
-TEST_CASE("when OpenBLAS chose slow kernels, remat re-selects fast ones and computes right", "[ops][gemm]") {
+TEST_CASE("when OpenBLAS chose slow kernels, remat re-selects fast ones and computes right",
+          "[ops][gemm]") {
   // What Debian's OpenBLAS does on CPUs newer than its table: its SSE3 Prescott kernels.
   REQUIRE(remat::detail::openblas_use_core("Prescott"));
   REQUIRE(remat::detail::openblas_kernel_isa(openblas_get_corename()) == remat::Isa::baseline);

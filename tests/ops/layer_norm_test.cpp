@@ -4,7 +4,8 @@ using namespace remat;
 using remat::test::gradcheck;
 using remat::test::randn;
 
-TEMPLATE_TEST_CASE("layer_norm normalizes each row, then scales and shifts", "[ops][layer_norm]", float, double) {
+TEMPLATE_TEST_CASE("layer_norm normalizes each row, then scales and shifts", "[ops][layer_norm]",
+                   float, double) {
   using T = TestType;
   Rng rng(5);
   const Var<T> x(rng.normal_tensor<T>({3, 8}, 2.0, 3.0));
@@ -16,12 +17,14 @@ TEMPLATE_TEST_CASE("layer_norm normalizes each row, then scales and shifts", "[o
     for (std::int64_t c = 0; c < 8; ++c) m += y[r * 8 + c] / 8.0;
     for (std::int64_t c = 0; c < 8; ++c) v += (y[r * 8 + c] - m) * (y[r * 8 + c] - m) / 8.0;
     for (std::int64_t c = 0; c < 8; ++c) mx += double(x.value()[r * 8 + c]) / 8.0;
-    for (std::int64_t c = 0; c < 8; ++c) vx += (x.value()[r * 8 + c] - mx) * (x.value()[r * 8 + c] - mx) / 8.0;
+    for (std::int64_t c = 0; c < 8; ++c)
+      vx += (x.value()[r * 8 + c] - mx) * (x.value()[r * 8 + c] - mx) / 8.0;
     CHECK(std::abs(m) <= tol);
     // the 1e-5 inside the square root makes the variance var / (var + 1e-5), not 1
     CHECK(std::abs(v - vx / (vx + 1e-5)) <= tol);
   }
-  const Tensor<T> z = layer_norm(x, Var<T>(Tensor<T>::full({8}, T(2))), Var<T>(Tensor<T>::full({8}, T(1)))).value();
+  const Tensor<T> z =
+      layer_norm(x, Var<T>(Tensor<T>::full({8}, T(2))), Var<T>(Tensor<T>::full({8}, T(1)))).value();
   for (std::int64_t i = 0; i < 24; ++i) CHECK(std::abs(z[i] - (2 * y[i] + 1)) <= 10 * tol);
 }
 

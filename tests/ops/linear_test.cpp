@@ -13,9 +13,12 @@ TEMPLATE_TEST_CASE("linear computes x W^T + b", "[ops][linear]", float, double) 
   CHECK(linear(x, w).value().to_vector() == std::vector<T>{-2, 4, -2, 13});
 }
 
-TEST_CASE("linear: gradients with and without bias, 2-D and batched inputs", "[ops][linear][gradcheck]") {
-  gradcheck([](const auto& v) { return linear(v[0], v[1], v[2]); }, {randn({5, 4}, 1), randn({3, 4}, 2), randn({3}, 3)});
-  gradcheck([](const auto& v) { return linear(v[0], v[1], v[2]); }, {randn({2, 3, 4}, 4), randn({2, 4}, 5), randn({2}, 6)});
+TEST_CASE("linear: gradients with and without bias, 2-D and batched inputs",
+          "[ops][linear][gradcheck]") {
+  gradcheck([](const auto& v) { return linear(v[0], v[1], v[2]); },
+            {randn({5, 4}, 1), randn({3, 4}, 2), randn({3}, 3)});
+  gradcheck([](const auto& v) { return linear(v[0], v[1], v[2]); },
+            {randn({2, 3, 4}, 4), randn({2, 4}, 5), randn({2}, 6)});
   gradcheck([](const auto& v) { return linear(v[0], v[1]); }, {randn({3, 4}, 7), randn({5, 4}, 8)});
 }
 
@@ -39,7 +42,12 @@ TEST_CASE("linear accumulates into Parameter gradients", "[ops][linear]") {
 
 TEST_CASE("linear rejects weights and biases that do not fit", "[ops][linear][errors]") {
   const Var<float> x(Tensor<float>::zeros({2, 3}));
-  const std::string msg = remat::test::error_message([&] { linear(x, Var<float>(Tensor<float>::zeros({4, 5}))); });
-  CHECK_THAT(msg, Catch::Contains("linear") && Catch::Contains("(2, 3)") && Catch::Contains("(4, 5)"));
-  CHECK_THROWS_AS(linear(x, Var<float>(Tensor<float>::zeros({4, 3})), Var<float>(Tensor<float>::zeros({3}))), ShapeError);
+  const std::string msg = remat::test::error_message([&] {
+    linear(x, Var<float>(Tensor<float>::zeros({4, 5})));
+  });
+  CHECK_THAT(msg,
+             Catch::Contains("linear") && Catch::Contains("(2, 3)") && Catch::Contains("(4, 5)"));
+  CHECK_THROWS_AS(
+      linear(x, Var<float>(Tensor<float>::zeros({4, 3})), Var<float>(Tensor<float>::zeros({3}))),
+      ShapeError);
 }

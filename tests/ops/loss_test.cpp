@@ -16,9 +16,10 @@ namespace {
 /// gamma = (c + v + n) eps bounds the relative error of each such chain (Higham, "Accuracy and
 /// Stability of Numerical Algorithms", 3.1). With M = max |logit| + log v, bounding every row's
 /// log-sum-exp and loss (|logit| <= max ||h_i|| max ||w_j|| by Cauchy-Schwarz), each path's loss
-/// is within gamma (M + 1) of the exact one and its probabilities within a relative 2 gamma (M + 1).
-/// A gradient element sums (p - y) w / n over the vocabulary (or (p - y) h / n over the rows), so
-/// it is within 2 gamma (M + 2) sum_j |w_jk| / n (or sum_i |h_ik| / n); twice that for two paths.
+/// is within gamma (M + 1) of the exact one and its probabilities within a relative 2 gamma (M +
+/// 1). A gradient element sums (p - y) w / n over the vocabulary (or (p - y) h / n over the rows),
+/// so it is within 2 gamma (M + 2) sum_j |w_jk| / n (or sum_i |h_ik| / n); twice that for two
+/// paths.
 struct RoundingBounds {
   double loss = 0;
   std::vector<double> h_grad, w_grad;  // per column k
@@ -43,20 +44,25 @@ RoundingBounds rounding_bounds(const Tensor<double>& h, const Tensor<double>& w)
   b.w_grad.assign(static_cast<std::size_t>(c), 0.0);
   const double per = 4 * gamma * (big_m + 2) / static_cast<double>(n);
   for (std::int64_t k = 0; k < c; ++k) {
-    for (std::int64_t j = 0; j < v; ++j) b.h_grad[static_cast<std::size_t>(k)] += per * std::abs(w[j * c + k]);
-    for (std::int64_t i = 0; i < n; ++i) b.w_grad[static_cast<std::size_t>(k)] += per * std::abs(h[i * c + k]);
+    for (std::int64_t j = 0; j < v; ++j)
+      b.h_grad[static_cast<std::size_t>(k)] += per * std::abs(w[j * c + k]);
+    for (std::int64_t i = 0; i < n; ++i)
+      b.w_grad[static_cast<std::size_t>(k)] += per * std::abs(h[i * c + k]);
   }
   return b;
 }
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("cross_entropy is the mean negative log-likelihood", "[ops][loss]", float, double) {
+TEMPLATE_TEST_CASE("cross_entropy is the mean negative log-likelihood", "[ops][loss]", float,
+                   double) {
   using T = TestType;
   const Var<T> logits(Tensor<T>::from({2, 3}, {1, 2, 3, 0, 0, 0}));
   const auto targets = Tensor<std::int32_t>::from({2}, {2, 1});
-  const double want = ((std::log(std::exp(1.) + std::exp(2.) + std::exp(3.)) - 3) + std::log(3.)) / 2;
-  CHECK(cross_entropy(logits, targets).item() == Approx(want).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-14));
+  const double want =
+      ((std::log(std::exp(1.) + std::exp(2.) + std::exp(3.)) - 3) + std::log(3.)) / 2;
+  CHECK(cross_entropy(logits, targets).item() ==
+        Approx(want).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-14));
   // (B, T, C) logits with (B, T) targets
   const Var<T> seq(Tensor<T>::zeros({2, 2, 4}));
   CHECK(cross_entropy(seq, Tensor<std::int32_t>::from({2, 2}, {0, 1, 2, 3})).item() ==
@@ -72,13 +78,17 @@ TEST_CASE("cross_entropy: gradient", "[ops][loss][gradcheck]") {
 
 TEST_CASE("cross_entropy rejects bad targets, naming value and position", "[ops][loss][errors]") {
   const Var<float> logits(Tensor<float>::zeros({3, 4}));
-  CHECK_THAT(remat::test::error_message([&] { cross_entropy(logits, Tensor<std::int32_t>::from({3}, {0, 1, 4})); }),
-             Catch::Contains("cross_entropy") && Catch::Contains("target 4 at position 2") && Catch::Contains("[0, 4)"));
+  CHECK_THAT(remat::test::error_message([&] {
+               cross_entropy(logits, Tensor<std::int32_t>::from({3}, {0, 1, 4}));
+             }),
+             Catch::Contains("cross_entropy") && Catch::Contains("target 4 at position 2") &&
+                 Catch::Contains("[0, 4)"));
   CHECK_THROWS_AS(cross_entropy(logits, Tensor<std::int32_t>::from({3}, {0, -1, 2})), IndexError);
   CHECK_THROWS_AS(cross_entropy(logits, Tensor<std::int32_t>::from({2}, {0, 1})), ShapeError);
 }
 
-TEST_CASE("linear_cross_entropy equals cross_entropy of linear, value and gradients", "[ops][loss]") {
+TEST_CASE("linear_cross_entropy equals cross_entropy of linear, value and gradients",
+          "[ops][loss]") {
   Rng rng(5);
   const std::int64_t n = 37, v = 11, c = 8;
   const auto h = rng.normal_tensor<double>({n, c});
@@ -95,17 +105,21 @@ TEST_CASE("linear_cross_entropy equals cross_entropy of linear, value and gradie
     b.backward(plain);
     INFO("chunk " << chunk << ", loss bound " << bound.loss);
     CHECK(std::abs(chunked.item() - plain.item()) <= bound.loss);
-    for (std::int64_t i = 0; i < h.numel(); ++i) CHECK(std::abs(ha.grad()[i] - hb.grad()[i]) <= bound.h_grad[static_cast<std::size_t>(i % c)]);
-    for (std::int64_t i = 0; i < w.numel(); ++i) CHECK(std::abs(wa.grad()[i] - wb.grad()[i]) <= bound.w_grad[static_cast<std::size_t>(i % c)]);
+    for (std::int64_t i = 0; i < h.numel(); ++i)
+      CHECK(std::abs(ha.grad()[i] - hb.grad()[i]) <= bound.h_grad[static_cast<std::size_t>(i % c)]);
+    for (std::int64_t i = 0; i < w.numel(); ++i)
+      CHECK(std::abs(wa.grad()[i] - wb.grad()[i]) <= bound.w_grad[static_cast<std::size_t>(i % c)]);
   }
 }
 
 TEST_CASE("linear_cross_entropy: gradients", "[ops][loss][gradcheck]") {
   const auto t = Tensor<std::int32_t>::from({5}, {0, 3, 3, 1, 2});
-  gradcheck([t](const auto& v) { return linear_cross_entropy(v[0], v[1], t, 2); }, {randn({5, 3}, 7), randn({4, 3}, 8)});
+  gradcheck([t](const auto& v) { return linear_cross_entropy(v[0], v[1], t, 2); },
+            {randn({5, 3}, 7), randn({4, 3}, 8)});
 }
 
-TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the plain path", "[ops][loss][memory]") {
+TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the plain path",
+          "[ops][loss][memory]") {
   // 2 x 1024 tokens, vocabulary 32,000, width 256, in double
   const std::int64_t n = 2 * 1024, v = 32000, c = 256;
   Rng rng(9);
@@ -117,7 +131,8 @@ TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the
     auto hv = tape.input(h, true);
     Parameter<double> wp(w);
     memory::Probe probe;
-    const Var<double> l = chunked ? linear_cross_entropy(hv, wp, t) : cross_entropy(linear(hv, wp), t);
+    const Var<double> l =
+        chunked ? linear_cross_entropy(hv, wp, t) : cross_entropy(linear(hv, wp), t);
     tape.backward(l);
     *loss = l.item();
     *gh = hv.grad();
@@ -132,15 +147,21 @@ TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the
   const RoundingBounds bound = rounding_bounds(h, w);
   CHECK(std::abs(loss_chunked - loss_plain) <= bound.loss);
   std::int64_t outside = 0;
-  for (std::int64_t i = 0; i < g_plain.numel(); ++i) outside += std::abs(g_chunked[i] - g_plain[i]) > bound.h_grad[static_cast<std::size_t>(i % c)];
+  for (std::int64_t i = 0; i < g_plain.numel(); ++i)
+    outside += std::abs(g_chunked[i] - g_plain[i]) > bound.h_grad[static_cast<std::size_t>(i % c)];
   CHECK(outside == 0);
 }
 
-TEST_CASE("linear_cross_entropy rejects shapes and targets that do not fit", "[ops][loss][errors]") {
+TEST_CASE("linear_cross_entropy rejects shapes and targets that do not fit",
+          "[ops][loss][errors]") {
   const Var<float> h(Tensor<float>::zeros({3, 4}));
   const Var<float> w(Tensor<float>::zeros({5, 4}));
-  CHECK_THAT(remat::test::error_message([&] { linear_cross_entropy(h, Var<float>(Tensor<float>::zeros({5, 3})), Tensor<std::int32_t>::zeros({3})); }),
+  CHECK_THAT(remat::test::error_message([&] {
+               linear_cross_entropy(h, Var<float>(Tensor<float>::zeros({5, 3})),
+                                    Tensor<std::int32_t>::zeros({3}));
+             }),
              Catch::Contains("linear_cross_entropy") && Catch::Contains("(5, 3)"));
-  CHECK_THROWS_AS(linear_cross_entropy(h, w, Tensor<std::int32_t>::from({3}, {0, 5, 1})), IndexError);
+  CHECK_THROWS_AS(linear_cross_entropy(h, w, Tensor<std::int32_t>::from({3}, {0, 5, 1})),
+                  IndexError);
   CHECK_THROWS_AS(linear_cross_entropy(h, w, Tensor<std::int32_t>::zeros({2})), ShapeError);
 }

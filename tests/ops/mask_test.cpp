@@ -4,7 +4,8 @@ using namespace remat;
 using remat::test::gradcheck;
 using remat::test::randn;
 
-TEMPLATE_TEST_CASE("causal_mask hides later keys; softmax gives them zero weight", "[ops][mask]", float, double) {
+TEMPLATE_TEST_CASE("causal_mask hides later keys; softmax gives them zero weight", "[ops][mask]",
+                   float, double) {
   using T = TestType;
   Rng rng(1);
   const Var<T> scores(rng.normal_tensor<T>({2, 3, 3}));
@@ -12,16 +13,18 @@ TEMPLATE_TEST_CASE("causal_mask hides later keys; softmax gives them zero weight
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t i = 0; i < 3; ++i)
       for (std::int64_t j = 0; j < 3; ++j) {
-        if (j > i) CHECK(p[(b * 3 + i) * 3 + j] == 0);
-        else CHECK(p[(b * 3 + i) * 3 + j] > 0);
+        if (j > i)
+          CHECK(p[(b * 3 + i) * 3 + j] == 0);
+        else
+          CHECK(p[(b * 3 + i) * 3 + j] > 0);
       }
   // with more keys than queries, the last query sees every key
   const Tensor<T> wide = causal_mask(Var<T>(Tensor<T>::zeros({2, 4}))).value();
   CHECK(wide.to_vector() == std::vector<T>{0, 0, 0, std::numeric_limits<T>::lowest(), 0, 0, 0, 0});
 }
 
-TEMPLATE_TEST_CASE("masked softmax weights are exactly 0 on long rows, where exp runs vectorized", "[ops][mask][softmax]", float,
-                   double) {
+TEMPLATE_TEST_CASE("masked softmax weights are exactly 0 on long rows, where exp runs vectorized",
+                   "[ops][mask][softmax]", float, double) {
   using T = TestType;
   Rng rng(3);
   for (const std::int64_t keys : {7, 16, 33, 64, 129}) {
@@ -64,6 +67,8 @@ TEST_CASE("causal_mask: gradient", "[ops][mask][gradcheck]") {
 }
 
 TEST_CASE("causal_mask rejects scores with fewer keys than queries", "[ops][mask][errors]") {
-  CHECK_THAT(remat::test::error_message([] { causal_mask(Var<float>(Tensor<float>::zeros({3, 2}))); }),
+  CHECK_THAT(remat::test::error_message([] {
+               causal_mask(Var<float>(Tensor<float>::zeros({3, 2})));
+             }),
              Catch::Contains("causal_mask") && Catch::Contains("(3, 2)"));
 }

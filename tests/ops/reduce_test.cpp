@@ -4,7 +4,8 @@ using namespace remat;
 using remat::test::gradcheck;
 using remat::test::randn;
 
-TEMPLATE_TEST_CASE("sum and mean, of everything and along an axis", "[ops][reduce]", float, double) {
+TEMPLATE_TEST_CASE("sum and mean, of everything and along an axis", "[ops][reduce]", float,
+                   double) {
   using T = TestType;
   const Var<T> x(Tensor<T>::from({2, 3}, {1, 2, 3, 4, 5, 6}));
   CHECK(sum(x).item() == 21);
@@ -42,7 +43,8 @@ TEST_CASE("reductions: gradients", "[ops][reduce][gradcheck]") {
 
 TEST_CASE("reductions reject bad axes", "[ops][reduce][errors]") {
   const Var<float> x(Tensor<float>::zeros({2, 3}));
-  CHECK_THAT(remat::test::error_message([&] { sum(x, 2); }), Catch::Contains("axis 2") && Catch::Contains("(2, 3)"));
+  CHECK_THAT(remat::test::error_message([&] { sum(x, 2); }),
+             Catch::Contains("axis 2") && Catch::Contains("(2, 3)"));
   CHECK_THROWS_AS(mean(x, -3), IndexError);
   CHECK_THROWS_AS(mean(Var<float>(Tensor<float>::zeros({0}))), ShapeError);
 }

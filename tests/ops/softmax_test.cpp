@@ -6,7 +6,8 @@ using namespace remat;
 using remat::test::gradcheck;
 using remat::test::randn;
 
-TEMPLATE_TEST_CASE("softmax rows sum to one; log_softmax is its log", "[ops][softmax]", float, double) {
+TEMPLATE_TEST_CASE("softmax rows sum to one; log_softmax is its log", "[ops][softmax]", float,
+                   double) {
   using T = TestType;
   Rng rng(2);
   const Var<T> x(rng.normal_tensor<T>({4, 7}, 0.0, 5.0));
@@ -37,6 +38,8 @@ TEST_CASE("softmax and log_softmax: gradients", "[ops][softmax][gradcheck]") {
 }
 
 TEST_CASE("softmax rejects an empty last axis", "[ops][softmax][errors]") {
-  CHECK_THAT(remat::test::error_message([] { softmax(Var<float>(Tensor<float>::zeros({2, 0}))); }),
+  CHECK_THAT(remat::test::error_message([] {
+               softmax(Var<float>(Tensor<float>::zeros({2, 0})));
+             }),
              Catch::Contains("softmax") && Catch::Contains("(2, 0)"));
 }

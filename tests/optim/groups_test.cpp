@@ -20,9 +20,11 @@ using remat::Tensor;
 void pg_random_grads(const std::vector<Parameter<float>>& params, std::uint64_t seed) {
   remat::Rng rng(seed);
   remat::Tape tape;
-  remat::Var<float> total = remat::sum(params[0] * remat::Var<float>(rng.normal_tensor<float>(params[0].shape())));
+  remat::Var<float> total =
+      remat::sum(params[0] * remat::Var<float>(rng.normal_tensor<float>(params[0].shape())));
   for (std::size_t i = 1; i < params.size(); ++i) {
-    total = total + remat::sum(params[i] * remat::Var<float>(rng.normal_tensor<float>(params[i].shape())));
+    total = total +
+            remat::sum(params[i] * remat::Var<float>(rng.normal_tensor<float>(params[i].shape())));
   }
   tape.backward(total);
 }
@@ -35,13 +37,19 @@ std::vector<Parameter<float>> pg_clone(const std::vector<Parameter<float>>& ps) 
 
 }  // namespace
 
-TEST_CASE("param_groups: no decay for biases, norms and embeddings on Llama and GPT", "[optim][groups]") {
+TEST_CASE("param_groups: no decay for biases, norms and embeddings on Llama and GPT",
+          "[optim][groups]") {
   namespace optim = remat::optim;
-  const remat::nn::Llama<float> llama(remat::nn::LlamaConfig{.vocab_size = 13, .hidden_size = 8, .intermediate_size = 12,
-                                                              .num_hidden_layers = 2, .num_attention_heads = 2,
-                                                              .num_key_value_heads = 1, .attention_bias = true,
-                                                              .max_position_embeddings = 8});
-  const auto groups = optim::param_groups(llama.named_parameters(), {.weight_decay = 0.1, .no_decay = optim::biases_norms_embeddings});
+  const remat::nn::Llama<float> llama(remat::nn::LlamaConfig{.vocab_size = 13,
+                                                             .hidden_size = 8,
+                                                             .intermediate_size = 12,
+                                                             .num_hidden_layers = 2,
+                                                             .num_attention_heads = 2,
+                                                             .num_key_value_heads = 1,
+                                                             .attention_bias = true,
+                                                             .max_position_embeddings = 8});
+  const auto groups = optim::param_groups(
+      llama.named_parameters(), {.weight_decay = 0.1, .no_decay = optim::biases_norms_embeddings});
   REQUIRE(groups.size() == 2);
   CHECK(*groups[0].weight_decay == 0.0);
   CHECK(*groups[1].weight_decay == 0.1);
@@ -52,12 +60,15 @@ TEST_CASE("param_groups: no decay for biases, norms and embeddings on Llama and 
   CHECK(total == llama.parameters().size());
   for (const auto& [name, p] : llama.named_parameters()) {
     INFO(name);
-    const bool want = name.find("bias") != std::string::npos || name.find("norm") != std::string::npos ||
+    const bool want = name.find("bias") != std::string::npos ||
+                      name.find("norm") != std::string::npos ||
                       name.find("embed_tokens") != std::string::npos;
     CHECK((plain.count(p.identity()) == 1) == want);
   }
-  const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 11, .context = 6, .layers = 1, .heads = 2, .width = 8});
-  const auto ggroups = optim::param_groups(gpt.named_parameters(), {.weight_decay = 0.1, .no_decay = optim::biases_norms_embeddings});
+  const remat::nn::GPT<float> gpt(
+      remat::nn::GPTConfig{.vocab = 11, .context = 6, .layers = 1, .heads = 2, .width = 8});
+  const auto ggroups = optim::param_groups(
+      gpt.named_parameters(), {.weight_decay = 0.1, .no_decay = optim::biases_norms_embeddings});
   std::set<const void*> gplain;
   for (const auto& p : ggroups[0].params) gplain.insert(p.identity());
   CHECK(gplain.count(gpt.parameter("wte.weight").identity()) == 1);
@@ -65,23 +76,33 @@ TEST_CASE("param_groups: no decay for biases, norms and embeddings on Llama and 
   CHECK(gplain.count(gpt.parameter("blocks.0.attn.qkv.weight").identity()) == 0);
   CHECK(gplain.count(gpt.parameter("blocks.0.attn.qkv.bias").identity()) == 1);
   // frozen parameters are left out
-  remat::nn::GPT<float> frozen(remat::nn::GPTConfig{.vocab = 11, .context = 6, .layers = 1, .heads = 2, .width = 8});
+  remat::nn::GPT<float> frozen(
+      remat::nn::GPTConfig{.vocab = 11, .context = 6, .layers = 1, .heads = 2, .width = 8});
   frozen.freeze("blocks");
   std::size_t n = 0;
-  for (const auto& g : optim::param_groups(frozen.named_parameters(), {.weight_decay = 0.1})) n += g.params.size();
+  for (const auto& g : optim::param_groups(frozen.named_parameters(), {.weight_decay = 0.1}))
+    n += g.params.size();
   std::size_t unfrozen = 0;
-  for (const auto& [name, p] : frozen.named_parameters()) unfrozen += name.rfind("blocks", 0) == 0 ? 0 : 1;
+  for (const auto& [name, p] : frozen.named_parameters())
+    unfrozen += name.rfind("blocks", 0) == 0 ? 0 : 1;
   CHECK(n == unfrozen);
   CHECK(n < frozen.parameters().size());
 }
 
-TEMPLATE_TEST_CASE("groups: each group steps as an optimizer of its own settings would, bitwise, and resumes exactly", "[optim][groups]",
-                   remat::optim::SGD<float>, remat::optim::AdamW<float>) {
+TEMPLATE_TEST_CASE(
+    "groups: each group steps as an optimizer of its own settings would, bitwise, and resumes "
+    "exactly",
+    "[optim][groups]", remat::optim::SGD<float>, remat::optim::AdamW<float>) {
   using Opt = TestType;
   constexpr bool sgd = std::is_same_v<Opt, remat::optim::SGD<float>>;
   const auto make = [](const auto& params_or_groups, double lr, double wd) {
-    if constexpr (sgd) return std::make_unique<Opt>(params_or_groups, remat::optim::SGDOptions{.lr = lr, .momentum = 0.7, .weight_decay = wd});
-    else return std::make_unique<Opt>(params_or_groups, remat::optim::AdamWOptions{.lr = lr, .weight_decay = wd});
+    if constexpr (sgd)
+      return std::make_unique<Opt>(
+          params_or_groups,
+          remat::optim::SGDOptions{.lr = lr, .momentum = 0.7, .weight_decay = wd});
+    else
+      return std::make_unique<Opt>(params_or_groups,
+                                   remat::optim::AdamWOptions{.lr = lr, .weight_decay = wd});
   };
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     remat::Rng rng(seed);
@@ -91,7 +112,9 @@ TEMPLATE_TEST_CASE("groups: each group steps as an optimizer of its own settings
     const double scale = 0.25 * double(seed), wd_a = 0.05 * double(seed), wd_default = 0.3;
     // grouped: a with its own decay and lr factor, b with the optimizer's options
     const auto ga = pg_clone(a), gb = pg_clone(b);
-    auto grouped = make(std::vector<remat::optim::ParamGroup<float>>{{ga, wd_a, scale}, {gb, std::nullopt, 1.0}}, 0.01, wd_default);
+    auto grouped = make(
+        std::vector<remat::optim::ParamGroup<float>>{{ga, wd_a, scale}, {gb, std::nullopt, 1.0}},
+        0.01, wd_default);
     // separate: one optimizer per group with that group's settings
     auto alone_a = make(a, 0.01 * scale, wd_a);
     auto alone_b = make(b, 0.01, wd_default);
@@ -109,13 +132,17 @@ TEMPLATE_TEST_CASE("groups: each group steps as an optimizer of its own settings
       alone_a->zero_grad();
       alone_b->zero_grad();
     }
-    for (std::size_t i = 0; i < a.size(); ++i) CHECK(ga[i].value().to_vector() == a[i].value().to_vector());
-    for (std::size_t i = 0; i < b.size(); ++i) CHECK(gb[i].value().to_vector() == b[i].value().to_vector());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      CHECK(ga[i].value().to_vector() == a[i].value().to_vector());
+    for (std::size_t i = 0; i < b.size(); ++i)
+      CHECK(gb[i].value().to_vector() == b[i].value().to_vector());
 
     // save, build the same groups over copies, load, and both continue identically
     const auto state = grouped->state();
     const auto ca = pg_clone(ga), cb = pg_clone(gb);
-    auto resumed = make(std::vector<remat::optim::ParamGroup<float>>{{ca, wd_a, scale}, {cb, std::nullopt, 1.0}}, 0.5, wd_default);
+    auto resumed = make(
+        std::vector<remat::optim::ParamGroup<float>>{{ca, wd_a, scale}, {cb, std::nullopt, 1.0}},
+        0.5, wd_default);
     resumed->load_state(state);
     std::vector<Parameter<float>> call = ca;
     call.insert(call.end(), cb.begin(), cb.end());
@@ -127,16 +154,21 @@ TEMPLATE_TEST_CASE("groups: each group steps as an optimizer of its own settings
       grouped->zero_grad();
       resumed->zero_grad();
     }
-    for (std::size_t i = 0; i < all.size(); ++i) CHECK(call[i].value().to_vector() == all[i].value().to_vector());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      CHECK(call[i].value().to_vector() == all[i].value().to_vector());
   }
 }
 
-TEST_CASE("gradient accumulation: k micro-batches of b rows, each loss scaled by 1/k, give the gradient of k*b rows to rounding",
-          "[optim][accumulation]") {
+TEST_CASE(
+    "gradient accumulation: k micro-batches of b rows, each loss scaled by 1/k, give the gradient "
+    "of k*b rows to rounding",
+    "[optim][accumulation]") {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     remat::Rng shapes(seed);
-    const std::int64_t k = 2 + std::int64_t(shapes.uniform() * 4), b = 1 + std::int64_t(shapes.uniform() * 7);
-    const std::int64_t in = 3 + std::int64_t(shapes.uniform() * 12), classes = 2 + std::int64_t(shapes.uniform() * 9);
+    const std::int64_t k = 2 + std::int64_t(shapes.uniform() * 4),
+                       b = 1 + std::int64_t(shapes.uniform() * 7);
+    const std::int64_t in = 3 + std::int64_t(shapes.uniform() * 12),
+                       classes = 2 + std::int64_t(shapes.uniform() * 9);
     const std::int64_t n = k * b;
     INFO("k " << k << ", b " << b << ", in " << in << ", classes " << classes);
     remat::Rng rng(seed + 50);
@@ -172,26 +204,33 @@ TEST_CASE("gradient accumulation: k micro-batches of b rows, each loss scaled by
     // a few u: 2 (n + in + 4) u S bounds it all. S is computed here in double.
     const double u = std::numeric_limits<float>::epsilon() / 2;
     const Tensor<float>& w = layer.weight.value();
-    std::vector<double> sw(static_cast<std::size_t>(classes * in), 0.0), sb(static_cast<std::size_t>(classes), 0.0);
+    std::vector<double> sw(static_cast<std::size_t>(classes * in), 0.0),
+        sb(static_cast<std::size_t>(classes), 0.0);
     for (std::int64_t r = 0; r < n; ++r) {
       std::vector<double> logits(static_cast<std::size_t>(classes), 0.0);
       double mx = -1e300, z = 0;
       for (std::int64_t o = 0; o < classes; ++o) {
         double acc = layer.bias.value().data()[o];
-        for (std::int64_t c = 0; c < in; ++c) acc += double(w.data()[o * in + c]) * double(x.data()[r * in + c]);
+        for (std::int64_t c = 0; c < in; ++c)
+          acc += double(w.data()[o * in + c]) * double(x.data()[r * in + c]);
         logits[std::size_t(o)] = acc;
         mx = std::max(mx, acc);
       }
       for (double& l : logits) z += std::exp(l - mx);
       for (std::int64_t o = 0; o < classes; ++o) {
-        const double d = std::abs(std::exp(logits[std::size_t(o)] - mx) / z - (t.data()[r] == o ? 1.0 : 0.0));
+        const double d =
+            std::abs(std::exp(logits[std::size_t(o)] - mx) / z - (t.data()[r] == o ? 1.0 : 0.0));
         // 1e-6 (> in u for these sizes) stands for the rounding of a d that is exactly 0 in double
         sb[std::size_t(o)] += (d + 1e-6) / double(n);
-        for (std::int64_t c = 0; c < in; ++c) sw[std::size_t(o * in + c)] += (d + 1e-6) * std::abs(double(x.data()[r * in + c])) / double(n);
+        for (std::int64_t c = 0; c < in; ++c)
+          sw[std::size_t(o * in + c)] +=
+              (d + 1e-6) * std::abs(double(x.data()[r * in + c])) / double(n);
       }
     }
     const double factor = 2.0 * double(n + in + 4) * u;
-    for (std::size_t i = 0; i < sw.size(); ++i) CHECK(std::abs(double(accumulated[0][i]) - double(full[0][i])) <= factor * sw[i]);
-    for (std::size_t i = 0; i < sb.size(); ++i) CHECK(std::abs(double(accumulated[1][i]) - double(full[1][i])) <= factor * sb[i]);
+    for (std::size_t i = 0; i < sw.size(); ++i)
+      CHECK(std::abs(double(accumulated[0][i]) - double(full[0][i])) <= factor * sw[i]);
+    for (std::size_t i = 0; i < sb.size(); ++i)
+      CHECK(std::abs(double(accumulated[1][i]) - double(full[1][i])) <= factor * sb[i]);
   }
 }

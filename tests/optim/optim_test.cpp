@@ -21,7 +21,8 @@ void set_grad(Parameter<T>& p, const Tensor<T>& g) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("SGD with momentum and weight decay follows PyTorch's update", "[optim]", float, double) {
+TEMPLATE_TEST_CASE("SGD with momentum and weight decay follows PyTorch's update", "[optim]", float,
+                   double) {
   using T = TestType;
   Parameter<T> p(Tensor<T>::from({2}, {1, -2}));
   optim::SGD<T> sgd({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
@@ -41,10 +42,12 @@ TEMPLATE_TEST_CASE("SGD with momentum and weight decay follows PyTorch's update"
   CHECK(sgd.steps() == 3);
 }
 
-TEMPLATE_TEST_CASE("AdamW follows PyTorch's update with decoupled weight decay", "[optim]", float, double) {
+TEMPLATE_TEST_CASE("AdamW follows PyTorch's update with decoupled weight decay", "[optim]", float,
+                   double) {
   using T = TestType;
   Parameter<T> p(Tensor<T>::from({2}, {1, -2}));
-  optim::AdamW<T> adam({p}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
+  optim::AdamW<T> adam({p},
+                       {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
   double w[2] = {1, -2}, m[2] = {0, 0}, s[2] = {0, 0};
   const double grads[3][2] = {{0.5, -1}, {0.25, 2}, {-1, 0.5}};
   for (int step = 1; step <= 3; ++step) {
@@ -56,16 +59,19 @@ TEMPLATE_TEST_CASE("AdamW follows PyTorch's update with decoupled weight decay",
       w[i] *= 1 - 0.01 * 0.1;
       m[i] = 0.9 * m[i] + 0.1 * g;
       s[i] = 0.99 * s[i] + 0.01 * g * g;
-      w[i] -= 0.01 * (m[i] / (1 - std::pow(0.9, step))) / (std::sqrt(s[i] / (1 - std::pow(0.99, step))) + 1e-8);
+      w[i] -= 0.01 * (m[i] / (1 - std::pow(0.9, step))) /
+              (std::sqrt(s[i] / (1 - std::pow(0.99, step))) + 1e-8);
       CHECK(p.value()[i] == Approx(w[i]).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-13));
     }
   }
 }
 
-TEST_CASE("optimizers skip parameters without gradients and refuse to step with none", "[optim][errors]") {
+TEST_CASE("optimizers skip parameters without gradients and refuse to step with none",
+          "[optim][errors]") {
   Parameter<float> a(Tensor<float>::ones({2})), b(Tensor<float>::ones({2}));
   optim::SGD<float> sgd({a, b}, {.lr = 1.0});
-  CHECK_THAT(error_message([&] { sgd.step(); }), Catch::Contains("none of the 2 parameters has a gradient"));
+  CHECK_THAT(error_message([&] { sgd.step(); }),
+             Catch::Contains("none of the 2 parameters has a gradient"));
   set_grad(a, Tensor<float>::ones({2}));
   sgd.step();
   CHECK(a.value()[0] == 0.0f);
@@ -75,8 +81,10 @@ TEST_CASE("optimizers skip parameters without gradients and refuse to step with 
   CHECK_THROWS_AS(sgd.set_lr(-1), UsageError);
 }
 
-TEST_CASE("clip_grad_norm scales all gradients by one factor when their global norm is too large", "[optim]") {
-  Parameter<double> a(Tensor<double>::zeros({2})), b(Tensor<double>::zeros({1})), none(Tensor<double>::zeros({1}));
+TEST_CASE("clip_grad_norm scales all gradients by one factor when their global norm is too large",
+          "[optim]") {
+  Parameter<double> a(Tensor<double>::zeros({2})), b(Tensor<double>::zeros({1})),
+      none(Tensor<double>::zeros({1}));
   set_grad(a, Tensor<double>::from({2}, {3, 0}));
   set_grad(b, Tensor<double>::from({1}, {4}));
   CHECK(optim::clip_grad_norm<double>({a, b, none}, 10.0) == 5.0);  // below the limit: unchanged
@@ -90,7 +98,8 @@ TEST_CASE("clip_grad_norm scales all gradients by one factor when their global n
   CHECK_THROWS_AS(optim::clip_grad_norm<double>({a}, 0.0), UsageError);
 }
 
-TEST_CASE("CosineSchedule warms up linearly, then decays along a half cosine to its floor", "[optim]") {
+TEST_CASE("CosineSchedule warms up linearly, then decays along a half cosine to its floor",
+          "[optim]") {
   const optim::CosineSchedule s(1.0, 4, 14, 0.1);
   CHECK(s(0) == 0.25);
   CHECK(s(3) == 1.0);
@@ -110,6 +119,7 @@ TEST_CASE("an optimizer over another model's parameters refuses to step", "[opti
     tape.backward(sum(model_b * 2.0f));  // the loss uses model B only
   }
   CHECK_THAT(error_message([&] { opt.step(); }),
-             Catch::Contains("none of the 1 parameters has a gradient") && Catch::Contains("uses this optimizer's parameters"));
+             Catch::Contains("none of the 1 parameters has a gradient") &&
+                 Catch::Contains("uses this optimizer's parameters"));
   CHECK(model_a.value()[0] == 1.0f);
 }

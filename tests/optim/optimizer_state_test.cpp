@@ -14,21 +14,24 @@ using remat::test::error_message;
 /// Gives every parameter a random gradient (sum(p * g) backward).
 void os_random_grads(std::vector<Parameter<double>>& params, remat::Rng& rng) {
   remat::Tape tape;
-  remat::Var<double> total = remat::sum(params[0] * remat::Var<double>(rng.normal_tensor<double>(params[0].shape())));
+  remat::Var<double> total =
+      remat::sum(params[0] * remat::Var<double>(rng.normal_tensor<double>(params[0].shape())));
   for (std::size_t i = 1; i < params.size(); ++i) {
-    total = total + remat::sum(params[i] * remat::Var<double>(rng.normal_tensor<double>(params[i].shape())));
+    total = total + remat::sum(params[i] *
+                               remat::Var<double>(rng.normal_tensor<double>(params[i].shape())));
   }
   tape.backward(total);
 }
 
 std::vector<Parameter<double>> os_params(remat::Rng& rng) {
-  return {Parameter<double>(rng.normal_tensor<double>({3, 2})), Parameter<double>(rng.normal_tensor<double>({4}))};
+  return {Parameter<double>(rng.normal_tensor<double>({3, 2})),
+          Parameter<double>(rng.normal_tensor<double>({4}))};
 }
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("state() and load_state() carry an optimizer's run over to another, bitwise", "[optim]", remat::optim::SGD<double>,
-                   remat::optim::AdamW<double>) {
+TEMPLATE_TEST_CASE("state() and load_state() carry an optimizer's run over to another, bitwise",
+                   "[optim]", remat::optim::SGD<double>, remat::optim::AdamW<double>) {
   using Opt = TestType;
   remat::Rng rng(3);
   for (int before = 0; before < 4; ++before) {
@@ -37,8 +40,10 @@ TEMPLATE_TEST_CASE("state() and load_state() carry an optimizer's run over to an
     std::vector<Parameter<double>> pb;
     for (const auto& p : pa) pb.emplace_back(p.value().clone());
     const auto make = [](std::vector<Parameter<double>> ps) {
-      if constexpr (std::is_same_v<Opt, remat::optim::SGD<double>>) return Opt(std::move(ps), {.lr = 0.1, .momentum = 0.8, .weight_decay = 0.1});
-      else return Opt(std::move(ps), {.lr = 0.1});
+      if constexpr (std::is_same_v<Opt, remat::optim::SGD<double>>)
+        return Opt(std::move(ps), {.lr = 0.1, .momentum = 0.8, .weight_decay = 0.1});
+      else
+        return Opt(std::move(ps), {.lr = 0.1});
     };
     Opt a = make(pa), b = make(pb);
     remat::Rng grads_a(20), grads_b(20);
@@ -47,8 +52,11 @@ TEMPLATE_TEST_CASE("state() and load_state() carry an optimizer's run over to an
       a.step();
       a.zero_grad();
     }
-    for (int s = 0; s < before; ++s) grads_b.normal_tensor<double>({3, 2}), grads_b.normal_tensor<double>({4});  // keep the streams aligned
-    for (std::size_t i = 0; i < pa.size(); ++i) std::copy(pa[i].value().begin(), pa[i].value().end(), pb[i].data().begin());
+    for (int s = 0; s < before; ++s)
+      grads_b.normal_tensor<double>({3, 2}),
+          grads_b.normal_tensor<double>({4});  // keep the streams aligned
+    for (std::size_t i = 0; i < pa.size(); ++i)
+      std::copy(pa[i].value().begin(), pa[i].value().end(), pb[i].data().begin());
     const auto state = a.state();
     CHECK(state.optimizer == a.name());
     CHECK(state.steps == before);
@@ -59,14 +67,18 @@ TEMPLATE_TEST_CASE("state() and load_state() carry an optimizer's run over to an
       os_random_grads(pb, grads_b);
       a.step();
       b.step();
-      for (std::size_t i = 0; i < pa.size(); ++i) CHECK(pb[i].value().to_vector() == pa[i].value().to_vector());
+      for (std::size_t i = 0; i < pa.size(); ++i)
+        CHECK(pb[i].value().to_vector() == pa[i].value().to_vector());
     }
     // the state taken earlier is a copy: later steps did not change it
-    if (before > 0) CHECK(b.state().buffers[0].begin()->second.to_vector() != state.buffers[0].begin()->second.to_vector());
+    if (before > 0)
+      CHECK(b.state().buffers[0].begin()->second.to_vector() !=
+            state.buffers[0].begin()->second.to_vector());
   }
 }
 
-TEST_CASE("load_state() refuses a state that does not fit, and changes nothing", "[optim][errors]") {
+TEST_CASE("load_state() refuses a state that does not fit, and changes nothing",
+          "[optim][errors]") {
   remat::Rng rng(4);
   auto params = os_params(rng);
   remat::optim::AdamW<double> adam(params, {.lr = 0.1});
@@ -74,7 +86,8 @@ TEST_CASE("load_state() refuses a state that does not fit, and changes nothing",
   adam.step();
   const auto good = adam.state();
   remat::optim::SGD<double> sgd(params, {.lr = 0.1, .momentum = 0.9});
-  CHECK_THAT(error_message([&] { sgd.load_state(good); }), Catch::Contains("SGD.load_state: the state is of AdamW, not of SGD"));
+  CHECK_THAT(error_message([&] { sgd.load_state(good); }),
+             Catch::Contains("SGD.load_state: the state is of AdamW, not of SGD"));
   const auto refuses = [&](remat::optim::OptimizerState<double> s, const std::string& fragment) {
     const auto before = adam.state();
     CHECK_THAT(error_message([&] { adam.load_state(s); }), Catch::Contains(fragment));

@@ -24,7 +24,8 @@ inline constexpr double kAbsTol = check::GradcheckOptions{}.atol;
 inline constexpr double kRelTol = check::GradcheckOptions{}.rtol;
 
 /// Checks f's gradients at `inputs` against central differences (see the file comment).
-inline void gradcheck(const Function& f, const std::vector<Tensor<double>>& inputs, std::uint64_t seed = 7) {
+inline void gradcheck(const Function& f, const std::vector<Tensor<double>>& inputs,
+                      std::uint64_t seed = 7) {
   const check::GradcheckResult result = check::gradcheck(f, inputs, {.seed = seed});
   INFO(result.message());
   CHECK(result.checked > 0);
@@ -33,8 +34,8 @@ inline void gradcheck(const Function& f, const std::vector<Tensor<double>>& inpu
 
 /// f's output on a fresh tape seeded with `seed`; with `backward_seed`, the inputs' gradients
 /// too (the evaluation the check itself uses), for tests that compare them with reference data.
-inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<double>>& inputs, std::uint64_t seed,
-                               const Tensor<double>* backward_seed = nullptr,
+inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<double>>& inputs,
+                               std::uint64_t seed, const Tensor<double>* backward_seed = nullptr,
                                std::vector<Tensor<double>>* grads = nullptr) {
   return check::detail::evaluate(f, inputs, seed, backward_seed, grads);
 }

@@ -41,13 +41,16 @@ struct ChainModel {
 /// A pre-LN transformer block (single-head causal attention, GELU MLP) with dropout on the
 /// attention weights and on both residual branches. x is (B, T, C).
 struct BlockModel {
-  std::vector<Parameter<float>> params;  // per block: ln1 g, b, qkv W, b, proj W, b, ln2 g, b, fc W, b, out W, b
+  std::vector<Parameter<float>>
+      params;  // per block: ln1 g, b, qkv W, b, proj W, b, ln2 g, b, fc W, b, out W, b
   std::vector<Layer> layers;
   double p_drop;
 
   BlockModel(int blocks, int c, double dropout, std::uint64_t seed) : p_drop(dropout) {
     Rng rng(seed);
-    const auto uniform = [&](Shape s, double fan_in) { return rng.uniform_tensor<float>(s, -1 / std::sqrt(fan_in), 1 / std::sqrt(fan_in)); };
+    const auto uniform = [&](Shape s, double fan_in) {
+      return rng.uniform_tensor<float>(s, -1 / std::sqrt(fan_in), 1 / std::sqrt(fan_in));
+    };
     for (int i = 0; i < blocks; ++i) {
       params.emplace_back(Tensor<float>::ones({c}));
       params.emplace_back(Tensor<float>::zeros({c}));
@@ -62,7 +65,8 @@ struct BlockModel {
       params.emplace_back(uniform({c, 4 * c}, 4 * c));
       params.emplace_back(uniform({c}, 4 * c));
     }
-    for (int i = 0; i < blocks; ++i) layers.push_back([this, i](const Var<float>& x) { return block(x, &params[12 * i]); });
+    for (int i = 0; i < blocks; ++i)
+      layers.push_back([this, i](const Var<float>& x) { return block(x, &params[12 * i]); });
   }
 
   Var<float> block(const Var<float>& x, const Parameter<float>* p) const {
@@ -71,7 +75,8 @@ struct BlockModel {
     const Var<float> scores = matmul(qkv[0], transpose(qkv[1])) * float(1 / std::sqrt(double(c)));
     const Var<float> attn = dropout(softmax(causal_mask(scores)), p_drop);
     const Var<float> h = x + dropout(linear(matmul(attn, qkv[2]), p[4], p[5]), p_drop);
-    const Var<float> m = linear(gelu_tanh(linear(layer_norm(h, p[6], p[7]), p[8], p[9])), p[10], p[11]);
+    const Var<float> m =
+        linear(gelu_tanh(linear(layer_norm(h, p[6], p[7]), p[8], p[9])), p[10], p[11]);
     return h + dropout(m, p_drop);
   }
 };
@@ -83,8 +88,9 @@ struct StepResult {
   std::size_t replays = 0;
 };
 
-inline StepResult step(const std::vector<Parameter<float>>& params, const std::function<Var<float>(Tape&)>& forward,
-                       std::uint64_t seed = 99, TapeOptions options = {}) {
+inline StepResult step(const std::vector<Parameter<float>>& params,
+                       const std::function<Var<float>(Tape&)>& forward, std::uint64_t seed = 99,
+                       TapeOptions options = {}) {
   for (auto p : params) p.free_grad();
   StepResult r;
   options.seed = seed;
@@ -93,7 +99,8 @@ inline StepResult step(const std::vector<Parameter<float>>& params, const std::f
   tape.backward(loss);
   r.loss = loss.item();
   r.replays = tape.state().stats().replays;
-  for (const auto& p : params) r.grads.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<float>{});
+  for (const auto& p : params)
+    r.grads.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<float>{});
   return r;
 }
 

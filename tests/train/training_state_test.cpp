@@ -17,7 +17,8 @@ using remat::IoError;
 using remat::test::error_message;
 
 std::string ts_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("remat_train_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("remat_train_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
 }
@@ -43,24 +44,39 @@ std::vector<std::vector<float>> ts_values(const remat::nn::GPT<float>& gpt) {
   return out;
 }
 
-using MakeOptimizer = std::function<std::unique_ptr<remat::optim::Optimizer<float>>(remat::nn::GPT<float>&)>;
+using MakeOptimizer =
+    std::function<std::unique_ptr<remat::optim::Optimizer<float>>(remat::nn::GPT<float>&)>;
 
 }  // namespace
 
-TEST_CASE("a resumed run takes bitwise the steps the uninterrupted run takes, for every optimizer", "[train][io]") {
+TEST_CASE("a resumed run takes bitwise the steps the uninterrupted run takes, for every optimizer",
+          "[train][io]") {
   // For each optimizer set-up, and for a save after 0, 1 and 3 steps: run A trains straight
   // through; run B saves, a fresh model (other initial weights) and optimizer load the file, and
   // every later step must give the same parameters bit for bit.
   const std::vector<std::pair<std::string, MakeOptimizer>> setups = {
       {"SGD with momentum and weight decay",
-       [](auto& g) { return std::make_unique<remat::optim::SGD<float>>(g.parameters(), remat::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}); }},
-      {"SGD without momentum", [](auto& g) { return std::make_unique<remat::optim::SGD<float>>(g.parameters(), remat::optim::SGDOptions{.lr = 0.05}); }},
-      {"AdamW", [](auto& g) { return std::make_unique<remat::optim::AdamW<float>>(g.parameters(), remat::optim::AdamWOptions{.lr = 0.01}); }},
+       [](auto& g) {
+         return std::make_unique<remat::optim::SGD<float>>(
+             g.parameters(),
+             remat::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+       }},
+      {"SGD without momentum",
+       [](auto& g) {
+         return std::make_unique<remat::optim::SGD<float>>(g.parameters(),
+                                                           remat::optim::SGDOptions{.lr = 0.05});
+       }},
+      {"AdamW",
+       [](auto& g) {
+         return std::make_unique<remat::optim::AdamW<float>>(
+             g.parameters(), remat::optim::AdamWOptions{.lr = 0.01});
+       }},
   };
   for (const auto& [label, make] : setups) {
     for (const int before : {0, 1, 3}) {
       for (const bool freeze_some : {false, true}) {  // frozen parameters have no optimizer buffers
-        INFO(label << ", saved after " << before << " steps" << (freeze_some ? ", position embedding frozen" : ""));
+        INFO(label << ", saved after " << before << " steps"
+                   << (freeze_some ? ", position embedding frozen" : ""));
         remat::nn::GPT<float> a(ts_config(1)), b(ts_config(2));
         if (freeze_some) a.freeze("wpe"), b.freeze("wpe");
         auto oa = make(a);
@@ -69,7 +85,8 @@ TEST_CASE("a resumed run takes bitwise the steps the uninterrupted run takes, fo
         remat::train::save_training_state(path, a, *oa, {{"data.cursor", std::to_string(before)}});
         auto ob = make(b);
         ob->set_lr(123.0);  // the file restores the learning rate too
-        CHECK(remat::train::load_training_state(path, b, *ob).at("data.cursor") == std::to_string(before));
+        CHECK(remat::train::load_training_state(path, b, *ob).at("data.cursor") ==
+              std::to_string(before));
         CHECK(ob->steps() == before);
         CHECK(ob->lr() == oa->lr());
         CHECK(ts_values(b) == ts_values(a));
@@ -83,7 +100,8 @@ TEST_CASE("a resumed run takes bitwise the steps the uninterrupted run takes, fo
   }
 }
 
-TEST_CASE("loading a training state is all or nothing, and names what does not fit", "[train][io][errors]") {
+TEST_CASE("loading a training state is all or nothing, and names what does not fit",
+          "[train][io][errors]") {
   remat::nn::GPT<float> a(ts_config(1));
   remat::optim::SGD<float> sgd(a.parameters(), {.lr = 0.1, .momentum = 0.9});
   ts_step(a, sgd, 0);
@@ -94,30 +112,41 @@ TEST_CASE("loading a training state is all or nothing, and names what does not f
   const auto before = ts_values(b);
   remat::optim::AdamW<float> adamw(b.parameters());
   CHECK_THAT(error_message([&] { remat::train::load_training_state(path, b, adamw); }),
-             Catch::Contains("holds the state of 'SGD', not of AdamW") && Catch::Contains("nothing was loaded"));
+             Catch::Contains("holds the state of 'SGD', not of AdamW") &&
+                 Catch::Contains("nothing was loaded"));
   remat::optim::SGD<float> plain(b.parameters(), {.lr = 0.1});
   CHECK_THAT(error_message([&] { remat::train::load_training_state(path, b, plain); }),
-             Catch::Contains("the state has a velocity, but this SGD has no momentum") && Catch::Contains("nothing was loaded"));
+             Catch::Contains("the state has a velocity, but this SGD has no momentum") &&
+                 Catch::Contains("nothing was loaded"));
   remat::nn::GPT<float> deeper(ts_config(3, 2));
   remat::optim::SGD<float> deeper_sgd(deeper.parameters(), {.lr = 0.1, .momentum = 0.9});
-  CHECK_THAT(error_message([&] { remat::train::load_training_state(path, deeper, deeper_sgd); }), Catch::Contains("missing: model.blocks.1."));
+  CHECK_THAT(error_message([&] { remat::train::load_training_state(path, deeper, deeper_sgd); }),
+             Catch::Contains("missing: model.blocks.1."));
   CHECK(ts_values(b) == before);  // nothing changed by any of the refusals
 
   // the state's own metadata cannot be overwritten by the caller's
-  CHECK_THAT(error_message([&] { remat::train::save_training_state(path, a, sgd, {{"sgd.steps", "9"}}); }),
+  CHECK_THAT(error_message([&] {
+               remat::train::save_training_state(path, a, sgd, {{"sgd.steps", "9"}});
+             }),
              Catch::Contains("'sgd.steps' is taken by the training state"));
   // a file of parameters only is not a training state
   const std::string params = ts_path("params_only.safetensors");
   remat::train::save_parameters(params, a);
   remat::optim::SGD<float> b_sgd(b.parameters(), {.lr = 0.1, .momentum = 0.9});
-  CHECK_THAT(error_message([&] { remat::train::load_training_state(params, b, b_sgd); }), Catch::Contains("holds the state of no optimizer"));
+  CHECK_THAT(error_message([&] { remat::train::load_training_state(params, b, b_sgd); }),
+             Catch::Contains("holds the state of no optimizer"));
   // an optimizer over other parameters than the model's
-  CHECK_THAT(error_message([&] { remat::train::load_training_state(path, b, sgd); }),
-             Catch::Contains("parameter 'wte.weight' of the model is not among the SGD optimizer's parameters"));
+  CHECK_THAT(
+      error_message([&] { remat::train::load_training_state(path, b, sgd); }),
+      Catch::Contains(
+          "parameter 'wte.weight' of the model is not among the SGD optimizer's parameters"));
   // damaged counts and step numbers
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"adamw.steps", "-1"}, {"adamw.steps", "x"},
-                                                                                  {"adamw.steps", "1e3"}, {"adamw.lr", "nan"},
-                                                                                  {"adamw.updates.wte.weight", "0"}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"adamw.steps", "-1"},
+                                                        {"adamw.steps", "x"},
+                                                        {"adamw.steps", "1e3"},
+                                                        {"adamw.lr", "nan"},
+                                                        {"adamw.updates.wte.weight", "0"}}) {
     remat::nn::GPT<float> c(ts_config(1));
     remat::optim::AdamW<float> oc(c.parameters());
     ts_step(c, oc, 0);
@@ -126,7 +155,8 @@ TEST_CASE("loading a training state is all or nothing, and names what does not f
     remat::io::Metadata metadata = file.metadata();
     metadata[key] = value;
     std::vector<remat::io::NamedTensor<float>> tensors;
-    for (const auto& [name, e] : file.entries()) tensors.emplace_back(name, file.tensor<float>(name));
+    for (const auto& [name, e] : file.entries())
+      tensors.emplace_back(name, file.tensor<float>(name));
     remat::io::save(path, tensors, metadata);
     remat::nn::GPT<float> d(ts_config(4));
     const auto d_before = ts_values(d);
@@ -138,25 +168,33 @@ TEST_CASE("loading a training state is all or nothing, and names what does not f
   }
 }
 
-TEST_CASE("loading parameters is all or nothing: missing, unexpected and wrong shapes are named", "[train][io][errors]") {
-  const remat::nn::GPTConfig c{.vocab = 7, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 1};
+TEST_CASE("loading parameters is all or nothing: missing, unexpected and wrong shapes are named",
+          "[train][io][errors]") {
+  const remat::nn::GPTConfig c{
+      .vocab = 7, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 1};
   remat::nn::GPT<float> a(c);
   const std::string path = ts_path("gpt.safetensors");
   remat::train::save_parameters(path, a, {{"note", "hello"}});
-  remat::nn::GPT<float> b(remat::nn::GPTConfig{.vocab = 7, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 2});
+  remat::nn::GPT<float> b(remat::nn::GPTConfig{
+      .vocab = 7, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 2});
   CHECK(remat::train::load_parameters(path, b).at("note") == "hello");
   CHECK(ts_values(b) == ts_values(a));
 
-  remat::nn::GPT<float> deeper(remat::nn::GPTConfig{.vocab = 7, .context = 4, .layers = 3, .heads = 1, .width = 4, .seed = 3});
+  remat::nn::GPT<float> deeper(remat::nn::GPTConfig{
+      .vocab = 7, .context = 4, .layers = 3, .heads = 1, .width = 4, .seed = 3});
   const auto before = ts_values(deeper);
   CHECK_THAT(error_message([&] { remat::train::load_parameters(path, deeper); }),
              Catch::Contains("missing: blocks.2.") && Catch::Contains("nothing was loaded"));
   CHECK(ts_values(deeper) == before);  // untouched
-  remat::nn::GPT<float> shallower(remat::nn::GPTConfig{.vocab = 7, .context = 4, .layers = 1, .heads = 1, .width = 4, .seed = 3});
-  CHECK_THAT(error_message([&] { remat::train::load_parameters(path, shallower); }), Catch::Contains("unexpected: blocks.1."));
-  remat::nn::GPT<float> wider(remat::nn::GPTConfig{.vocab = 9, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 3});
+  remat::nn::GPT<float> shallower(remat::nn::GPTConfig{
+      .vocab = 7, .context = 4, .layers = 1, .heads = 1, .width = 4, .seed = 3});
+  CHECK_THAT(error_message([&] { remat::train::load_parameters(path, shallower); }),
+             Catch::Contains("unexpected: blocks.1."));
+  remat::nn::GPT<float> wider(remat::nn::GPTConfig{
+      .vocab = 9, .context = 4, .layers = 2, .heads = 1, .width = 4, .seed = 3});
   CHECK_THAT(error_message([&] { remat::train::load_parameters(path, wider); }),
              Catch::Contains("wte.weight (file: F32 (7, 4), model: F32 (9, 4))"));
   remat::nn::GPT<double> doubled(c);
-  CHECK_THAT(error_message([&] { remat::train::load_parameters(path, doubled); }), Catch::Contains("model: F64"));
+  CHECK_THAT(error_message([&] { remat::train::load_parameters(path, doubled); }),
+             Catch::Contains("model: F64"));
 }

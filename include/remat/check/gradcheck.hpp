@@ -33,11 +33,11 @@ namespace remat::check {
 
 /// How gradcheck() compares.
 struct GradcheckOptions {
-  double eps = 1e-6;           ///< step of the central differences
-  double atol = 1e-7;          ///< absolute tolerance
-  double rtol = 1e-6;          ///< tolerance relative to the numeric gradient
-  std::uint64_t seed = 7;      ///< the tapes' seed (random ops) and R's
-  bool checkpoint = true;      ///< also require checkpointed gradients == plain ones
+  double eps = 1e-6;             ///< step of the central differences
+  double atol = 1e-7;            ///< absolute tolerance
+  double rtol = 1e-6;            ///< tolerance relative to the numeric gradient
+  std::uint64_t seed = 7;        ///< the tapes' seed (random ops) and R's
+  bool checkpoint = true;        ///< also require checkpointed gradients == plain ones
   std::size_t max_reported = 8;  ///< mismatches listed in message()
 };
 
@@ -51,9 +51,9 @@ struct GradMismatch {
 
 /// What gradcheck() found. Converts to true when everything agreed.
 struct GradcheckResult {
-  std::size_t checked = 0;                ///< gradient elements compared
-  std::vector<GradMismatch> mismatches;   ///< every element outside the tolerance
-  std::string problem;                    ///< a failure that is not one element (checkpoint, replay)
+  std::size_t checked = 0;               ///< gradient elements compared
+  std::vector<GradMismatch> mismatches;  ///< every element outside the tolerance
+  std::string problem;                   ///< a failure that is not one element (checkpoint, replay)
   GradcheckOptions options;
 
   bool ok() const noexcept { return mismatches.empty() && problem.empty(); }
@@ -65,13 +65,13 @@ struct GradcheckResult {
     if (!problem.empty()) out << "gradcheck: " << problem << (mismatches.empty() ? "" : "; ");
     if (!mismatches.empty()) {
       out << "gradcheck: " << mismatches.size() << " of " << checked
-          << " gradient elements differ from central differences (eps " << options.eps << ", accepted |a - n| <= "
-          << options.atol << " + " << options.rtol << " |n|)";
+          << " gradient elements differ from central differences (eps " << options.eps
+          << ", accepted |a - n| <= " << options.atol << " + " << options.rtol << " |n|)";
       out.precision(10);
       for (std::size_t i = 0; i < mismatches.size() && i < options.max_reported; ++i) {
         const GradMismatch& m = mismatches[i];
-        out << (i == 0 ? ": " : "; ") << "input " << m.input << " element " << m.element << ": analytic "
-            << m.analytic << ", numeric " << m.numeric;
+        out << (i == 0 ? ": " : "; ") << "input " << m.input << " element " << m.element
+            << ": analytic " << m.analytic << ", numeric " << m.numeric;
       }
     }
     return out.str();
@@ -92,9 +92,10 @@ inline double dot(const Tensor<double>& a, const Tensor<double>& b) {
 
 /// f's output on a fresh tape seeded with `seed`; with `backward_seed`, also runs backward (f
 /// inside a verified checkpoint when `checkpointed`) and returns the inputs' gradients.
-inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<double>>& inputs, std::uint64_t seed,
-                               const Tensor<double>* backward_seed = nullptr,
-                               std::vector<Tensor<double>>* grads = nullptr, bool checkpointed = false) {
+inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<double>>& inputs,
+                               std::uint64_t seed, const Tensor<double>* backward_seed = nullptr,
+                               std::vector<Tensor<double>>* grads = nullptr,
+                               bool checkpointed = false) {
   Tape tape(TapeOptions{.seed = seed, .verify_replay = checkpointed});
   VarList vars;
   for (const Tensor<double>& x : inputs) vars.push_back(tape.input(x.clone(), true));
@@ -123,8 +124,9 @@ inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<doubl
 inline GradcheckResult gradcheck(const Function& f, const std::vector<Tensor<double>>& inputs,
                                  const GradcheckOptions& options = {}) {
   if (!(options.eps > 0) || !(options.atol >= 0) || !(options.rtol >= 0)) {
-    throw UsageError(remat::detail::cat("gradcheck: eps must be positive and the tolerances non-negative, got eps ",
-                                        options.eps, ", atol ", options.atol, ", rtol ", options.rtol));
+    throw UsageError(remat::detail::cat(
+        "gradcheck: eps must be positive and the tolerances non-negative, got eps ", options.eps,
+        ", atol ", options.atol, ", rtol ", options.rtol));
   }
   GradcheckResult result;
   result.options = options;
@@ -160,17 +162,18 @@ inline GradcheckResult gradcheck(const Function& f, const std::vector<Tensor<dou
       for (std::size_t i = 0; i < inputs.size() && result.problem.empty(); ++i) {
         for (std::int64_t j = 0; j < inputs[i].numel(); ++j) {
           if (!(replayed[i][j] == analytic[i][j])) {
-            result.problem = remat::detail::cat("inside a checkpoint, the gradient of input ", i, " element ", j,
-                                                " is ", replayed[i][j], " instead of ", analytic[i][j],
-                                                " (ops must be deterministic and must not write into their "
-                                                "inputs or keep state between calls)");
+            result.problem =
+                remat::detail::cat("inside a checkpoint, the gradient of input ", i, " element ", j,
+                                   " is ", replayed[i][j], " instead of ", analytic[i][j],
+                                   " (ops must be deterministic and must not write into their "
+                                   "inputs or keep state between calls)");
             break;
           }
         }
       }
     } catch (const ReplayError& e) {
-      result.problem = remat::detail::cat("inside a checkpoint, the replay differed from the forward pass (",
-                                          e.what(), ")");
+      result.problem = remat::detail::cat(
+          "inside a checkpoint, the replay differed from the forward pass (", e.what(), ")");
     }
   }
   return result;

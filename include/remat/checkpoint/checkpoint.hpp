@@ -40,7 +40,8 @@ class CheckpointScope {
   CheckpointScope() : CheckpointScope(detail::current_tape_slot()) {}
 
   /// A segment on this thread's current tape whose ops `policy` keeps are not replayed.
-  explicit CheckpointScope(SavePolicy policy) : CheckpointScope(detail::current_tape_slot(), std::move(policy)) {}
+  explicit CheckpointScope(SavePolicy policy)
+      : CheckpointScope(detail::current_tape_slot(), std::move(policy)) {}
 
   /// A segment on the tape `on` belongs to (or the current tape, if `on` is not on one).
   template <class T>
@@ -71,8 +72,10 @@ class CheckpointScope {
   explicit CheckpointScope(std::shared_ptr<detail::TapeState> tape, SavePolicy policy = {}) {
     if (!tape || tape->ended || !grad_enabled()) return;
     if (!tape->on_owner_thread()) {
-      throw UsageError("checkpoint: the segment's tape belongs to another thread (the one that created that Tape); "
-                       "a tape records on the thread that created it");
+      throw UsageError(
+          "checkpoint: the segment's tape belongs to another thread (the one that created that "
+          "Tape); "
+          "a tape records on the thread that created it");
     }
     id_ = tape->open_segment(std::move(policy));
     tape_ = std::move(tape);
@@ -91,8 +94,10 @@ struct ScopeAccess {
   static CheckpointScope make(std::shared_ptr<TapeState> tape, SavePolicy policy = {}) {
     return CheckpointScope(std::move(tape), std::move(policy));
   }
-  static std::unique_ptr<CheckpointScope> open(std::shared_ptr<TapeState> tape, SavePolicy policy = {}) {
-    return std::unique_ptr<CheckpointScope>(new CheckpointScope(std::move(tape), std::move(policy)));
+  static std::unique_ptr<CheckpointScope> open(std::shared_ptr<TapeState> tape,
+                                               SavePolicy policy = {}) {
+    return std::unique_ptr<CheckpointScope>(
+        new CheckpointScope(std::move(tape), std::move(policy)));
   }
 };
 
@@ -115,17 +120,20 @@ std::shared_ptr<TapeState> tape_of_arguments(const Args&... args) {
 namespace detail {
 
 template <class T>
-void collect_node(const Var<T>& v, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+void collect_node(const Var<T>& v, const std::shared_ptr<TapeState>& tape,
+                  std::vector<std::uint32_t>& ids) {
   if (v.tape_state() == tape) ids.push_back(v.node_id());
 }
 template <class Other>
 void collect_node(const Other&, const std::shared_ptr<TapeState>&, std::vector<std::uint32_t>&) {}
 template <class... Vs>
-void collect_node(const std::tuple<Vs...>& t, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+void collect_node(const std::tuple<Vs...>& t, const std::shared_ptr<TapeState>& tape,
+                  std::vector<std::uint32_t>& ids) {
   std::apply([&](const auto&... v) { (collect_node(v, tape, ids), ...); }, t);
 }
 template <class A, class B>
-void collect_node(const std::pair<A, B>& p, const std::shared_ptr<TapeState>& tape, std::vector<std::uint32_t>& ids) {
+void collect_node(const std::pair<A, B>& p, const std::shared_ptr<TapeState>& tape,
+                  std::vector<std::uint32_t>& ids) {
   collect_node(p.first, tape, ids);
   collect_node(p.second, tape, ids);
 }
@@ -136,17 +144,18 @@ void collect_node(const std::pair<A, B>& p, const std::shared_ptr<TapeState>& ta
 /// `sources`: the inputs' nodes, collected before fn ran (it may take them by value and move
 /// from them).
 template <class Result>
-void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32_t begin, const Result& result,
-                             const std::vector<std::uint32_t>& sources) {
+void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32_t begin,
+                             const Result& result, const std::vector<std::uint32_t>& sources) {
   std::vector<std::uint32_t> outputs;
   collect_node(result, tape, outputs);
   if (sources.empty() || outputs.empty()) return;
   for (std::uint32_t out : outputs) {
     if (tape->depends_on(out, sources, begin)) return;
   }
-  throw UsageError(cat("checkpoint: the function's result depends on none of the ", sources.size(),
-                       " Var(s) it was given (their gradients would silently be zero). Pass the Vars the function ",
-                       "reads as its inputs, or call it without checkpoint()"));
+  throw UsageError(cat(
+      "checkpoint: the function's result depends on none of the ", sources.size(),
+      " Var(s) it was given (their gradients would silently be zero). Pass the Vars the function ",
+      "reads as its inputs, or call it without checkpoint()"));
 }
 
 }  // namespace detail
@@ -157,8 +166,8 @@ void check_depends_on_inputs(const std::shared_ptr<TapeState>& tape, std::uint32
 /// whatever its replay needs. Throws a UsageError when fn takes Vars but its result depends on
 /// none of them (it probably read a different Var).
 template <class Fn, class... Args>
-  requires(!std::is_same_v<std::remove_cvref_t<std::tuple_element_t<0, std::tuple<Args..., void>>>, SavePolicy>)
-auto checkpoint(Fn&& fn, Args&&... inputs) {
+requires(!std::is_same_v<std::remove_cvref_t<std::tuple_element_t<0, std::tuple<Args..., void>>>,
+                         SavePolicy>) auto checkpoint(Fn&& fn, Args&&... inputs) {
   return checkpoint(std::forward<Fn>(fn), SavePolicy(), std::forward<Args>(inputs)...);
 }
 

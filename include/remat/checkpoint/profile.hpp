@@ -90,17 +90,21 @@ class CopyNode final : public Node<T> {
 
 /// How profile_replays() wraps each layer (Note [four ways a layer runs]).
 enum class ReplayShape {
-  own_segment,     ///< [start, layer, end] as one segment: first pass inside a segment, then a replay keeping a_l
-  own_segment_copied,  ///< [start, copy, layer, end]: a replay keeping a_l, x_l a copy freed after its last use
-  inner_segment,   ///< [start, [layer], end]: the outer replay runs the layer keeping nothing, x_l held
-  copied_input,    ///< [start, [copy, [layer]], end]: as above, x_l a copy freed after its last use
+  own_segment,  ///< [start, layer, end] as one segment: first pass inside a segment, then a replay
+                ///< keeping a_l
+  own_segment_copied,  ///< [start, copy, layer, end]: a replay keeping a_l, x_l a copy freed after
+                       ///< its last use
+  inner_segment,  ///< [start, [layer], end]: the outer replay runs the layer keeping nothing, x_l
+                  ///< held
+  copied_input,   ///< [start, [copy, [layer]], end]: as above, x_l a copy freed after its last use
 };
 
 /// Runs `layers` once forward and backward with every layer wrapped as `shape` says, with
 /// forward markers around it; starts[l] and ends[l] receive the markers' readings.
 template <class Layers, class T, class Loss>
 void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayShape shape,
-                     std::vector<std::vector<double>>& starts, std::vector<std::vector<double>>& ends) {
+                     std::vector<std::vector<double>>& starts,
+                     std::vector<std::vector<double>>& ends) {
   Tape tape;
   Var<T> x = tape.input(input);
   std::size_t l = 0;
@@ -134,7 +138,8 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
 /// layer keeps its input), and the last layer's backward once more when it keeps its output.
 /// `boundary` holds the chain's boundary sizes.
 template <class Layers, class T, class Loss>
-PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy, int repeats,
+PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
+                           const SavePolicy& policy, int repeats,
                            const std::vector<double>& boundary) {
   const std::size_t n = boundary.size() - 1;
   PolicyCosts q;
@@ -146,13 +151,16 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss, c
   q.saves_input.assign(n, true);
   std::vector<std::vector<double>> times(n);
   std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
-  const auto segment = [&](const Var<T>& on) { return remat::detail::ScopeAccess::make(on.tape_state(), policy); };
+  const auto segment = [&](const Var<T>& on) {
+    return remat::detail::ScopeAccess::make(on.tape_state(), policy);
+  };
   for (int run = 0; run < repeats; ++run) {
     Tape tape;
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]), {x});
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]),
+                   {x});
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -161,12 +169,15 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss, c
         x = layer(x);
       }
       const double after = static_cast<double>(memory::live_bytes());
-      q.activation_bytes[l] = std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
-      q.forward_transient_bytes[l] = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
+      q.activation_bytes[l] =
+          std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
+      q.forward_transient_bytes[l] =
+          std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       q.saves_output[l] = !x.value().is_unique();
       ++l;
     }
-    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]), {x});
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]),
+                 {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
     // the marker on the input never runs (no gradient): layer 0's readings are the last ones
@@ -220,7 +231,8 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss, c
       value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak), {out}));
     }
     last_tape.backward(value, Tensor<T>::ones(value.shape()));
-    q.last_unheld_backward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+    q.last_unheld_backward_transient_bytes =
+        std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
   }
   return q;
 }
@@ -254,7 +266,9 @@ template <class Layers, class T, class Loss>
 Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptions options = {}) {
   const auto n = static_cast<std::size_t>(std::distance(std::begin(layers), std::end(layers)));
   if (n == 0) throw PlanError("plan::profile: no layers to profile");
-  if (options.repeats < 1) throw PlanError(remat::detail::cat("plan::profile: repeats must be >= 1, got ", options.repeats));
+  if (options.repeats < 1)
+    throw PlanError(
+        remat::detail::cat("plan::profile: repeats must be >= 1, got ", options.repeats));
   Chain c;
   c.boundary_bytes.assign(n + 1, 0);
   c.activation_bytes.assign(n, 0);
@@ -270,19 +284,24 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      if (measure_memory) x = apply<T>(std::make_unique<detail::MemoryMarker<T>>(&live[l], &peak[l]), {x});
+      if (measure_memory)
+        x = apply<T>(std::make_unique<detail::MemoryMarker<T>>(&live[l], &peak[l]), {x});
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
       const auto t0 = std::chrono::steady_clock::now();
       x = layer(x);
-      times[l].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      times[l].push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       const double after = static_cast<double>(memory::live_bytes());
       c.boundary_bytes[l] = static_cast<double>(held.value().bytes());
-      c.activation_bytes[l] = std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
-      c.forward_transient_bytes[l] = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
+      c.activation_bytes[l] =
+          std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
+      c.forward_transient_bytes[l] =
+          std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
-      if (measure_memory && l + 1 == n) last_input = held.value().clone();  // (a constant offset from here on)
+      if (measure_memory && l + 1 == n)
+        last_input = held.value().clone();  // (a constant offset from here on)
       ++l;
     }
     c.boundary_bytes[n] = static_cast<double>(x.value().bytes());
@@ -295,7 +314,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     // what the loss keeps; then its value and the gradient of ones backward() seeds it with
     c.loss_output_bytes = 2.0 * static_cast<double>(value.value().bytes());
     c.loss_bytes = after_loss - before_loss - c.loss_output_bytes / 2;
-    c.loss_forward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - after_loss);
+    c.loss_forward_transient_bytes =
+        std::max(0.0, static_cast<double>(memory::peak_bytes()) - after_loss);
     const Tensor<T> seed = Tensor<T>::ones(value.shape());
     const double before_backward = static_cast<double>(memory::live_bytes());
     memory::reset_peak();
@@ -304,7 +324,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     // The marker before layer 0 sits on the input, which needs no gradient, so it never runs:
     // layer 0's backward peak is the peak since the marker before layer 1.
     peak[0] = static_cast<double>(memory::peak_bytes());
-    for (std::size_t i = 0; i < n; ++i) c.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+    for (std::size_t i = 0; i < n; ++i)
+      c.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
   }
   if (c.saves_output[n - 1]) {
     // The last layer's backward when nothing else holds the output it keeps: as a replay's
@@ -316,10 +337,12 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     {
       auto last = std::begin(layers);
       std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
-      value = loss(apply<T>(std::make_unique<detail::MemoryMarker<T>>(&marker_live, &marker_peak), {(*last)(in)}));
+      value = loss(apply<T>(std::make_unique<detail::MemoryMarker<T>>(&marker_live, &marker_peak),
+                            {(*last)(in)}));
     }
     tape.backward(value, Tensor<T>::ones(value.shape()));
-    c.last_unheld_backward_transient_bytes = std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+    c.last_unheld_backward_transient_bytes =
+        std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
   }
   {
     // Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
@@ -336,7 +359,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
         y = layer(copy);
         with_copy = static_cast<double>(memory::live_bytes());
       }
-      c.saves_input[l] = with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
+      c.saves_input[l] =
+          with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
       x = y;
       ++l;
     }
@@ -346,7 +370,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     // just before the layer
     std::vector<std::vector<double>> starts(n), ends(n);
     const auto reading = [&](std::size_t i, bool last) {
-      if (starts[i].empty() || ends[i].empty()) throw Error("internal error: plan::profile's replay markers did not run");
+      if (starts[i].empty() || ends[i].empty())
+        throw Error("internal error: plan::profile's replay markers did not run");
       return last ? ends[i].back() - starts[i].back() : ends[i].front() - starts[i].front();
     };
     c.segment_transient_bytes.assign(n, 0);
@@ -357,18 +382,21 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment, starts, ends);
     for (std::size_t i = 0; i < n; ++i) {
       c.segment_transient_bytes[i] = std::max(0.0, reading(i, false) - c.boundary_bytes[i + 1]);
-      c.replay_transient_bytes[i] = std::max(0.0, reading(i, true) - c.activation_bytes[i] - c.boundary_bytes[i + 1]);
+      c.replay_transient_bytes[i] =
+          std::max(0.0, reading(i, true) - c.activation_bytes[i] - c.boundary_bytes[i + 1]);
     }
     for (auto& r : starts) r.clear();
     for (auto& r : ends) r.clear();
-    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment_copied, starts, ends);
+    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment_copied, starts,
+                            ends);
     for (std::size_t i = 0; i < n; ++i) {
       c.replay_free_peak_bytes[i] = reading(i, true);  // the copy plays x_l
     }
     for (auto& r : starts) r.clear();
     for (auto& r : ends) r.clear();
     detail::profile_replays(layers, input, loss, detail::ReplayShape::inner_segment, starts, ends);
-    for (std::size_t i = 0; i < n; ++i) c.dropped_transient_bytes[i] = std::max(0.0, reading(i, true) - c.boundary_bytes[i + 1]);
+    for (std::size_t i = 0; i < n; ++i)
+      c.dropped_transient_bytes[i] = std::max(0.0, reading(i, true) - c.boundary_bytes[i + 1]);
     for (auto& r : starts) r.clear();
     for (auto& r : ends) r.clear();
     detail::profile_replays(layers, input, loss, detail::ReplayShape::copied_input, starts, ends);
@@ -383,7 +411,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   }
   for (const SavePolicy& policy : options.policies) {
     if (!policy.keeps_anything() || c.policy_index(policy) >= 0) continue;
-    c.policies.push_back(detail::profile_policy(layers, input, loss, policy, options.repeats, c.boundary_bytes));
+    c.policies.push_back(
+        detail::profile_policy(layers, input, loss, policy, options.repeats, c.boundary_bytes));
   }
   return c;
 }
@@ -391,9 +420,11 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
 /// profile() with no loss: the backward pass starts from a gradient of ones on the output.
 template <class Layers, class T>
 Chain profile(Layers&& layers, const Tensor<T>& input, ProfileOptions options = {}) {
-  Chain c = profile(std::forward<Layers>(layers), input, [](const Var<T>& y) { return y; }, options);
+  Chain c = profile(
+      std::forward<Layers>(layers), input, [](const Var<T>& y) { return y; }, options);
   // the "loss" was the output itself, its seed x_n's gradient
-  c.loss_bytes = c.loss_output_bytes = c.loss_forward_transient_bytes = c.loss_backward_transient_bytes = 0;
+  c.loss_bytes = c.loss_output_bytes = c.loss_forward_transient_bytes =
+      c.loss_backward_transient_bytes = 0;
   return c;
 }
 

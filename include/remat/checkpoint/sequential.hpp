@@ -16,7 +16,9 @@ struct SegmentEvents {
   std::vector<std::vector<const plan::Segment*>> opening;
   std::vector<int> closing;
 
-  explicit SegmentEvents(const plan::Plan& p) : opening(p.layers), closing(p.layers, 0) { add(p.segments); }
+  explicit SegmentEvents(const plan::Plan& p) : opening(p.layers), closing(p.layers, 0) {
+    add(p.segments);
+  }
 
   void add(const std::vector<plan::Segment>& segments) {
     for (const plan::Segment& s : segments) {
@@ -41,7 +43,8 @@ Var<T> checkpoint_sequential(Layers&& layers, const plan::Plan& plan, Var<T> x) 
   std::size_t l = 0;
   for (auto&& layer : layers) {
     for (std::size_t i = 0; i < events.opening[l].size(); ++i) {
-      open.push_back(detail::ScopeAccess::open(detail::tape_of_arguments(x), events.opening[l][i]->policy));
+      open.push_back(
+          detail::ScopeAccess::open(detail::tape_of_arguments(x), events.opening[l][i]->policy));
     }
     x = layer(x);
     for (int i = 0; i < events.closing[l]; ++i) open.pop_back();  // closes the innermost first

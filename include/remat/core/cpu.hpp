@@ -29,9 +29,12 @@ enum class Isa {
 
 inline const char* to_string(Isa isa) noexcept {
   switch (isa) {
-    case Isa::avx512: return "avx512";
-    case Isa::avx2: return "avx2";
-    case Isa::baseline: break;
+    case Isa::avx512:
+      return "avx512";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::baseline:
+      break;
   }
   return "baseline";
 }
@@ -43,8 +46,9 @@ namespace detail {
 inline Isa detect_isa() noexcept {
 #if REMAT_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
     return Isa::avx512;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
@@ -71,13 +75,16 @@ inline std::atomic<Isa>& active_isa_setting() noexcept {
 
 /// The instruction set remat's dispatched kernels run (core/vector_kernels.hpp): cpu_isa()
 /// unless set_isa chose a narrower one.
-inline Isa active_isa() noexcept { return detail::active_isa_setting().load(std::memory_order_relaxed); }
+inline Isa active_isa() noexcept {
+  return detail::active_isa_setting().load(std::memory_order_relaxed);
+}
 
 /// Makes remat's dispatched kernels run `isa`, for tests and benchmarks that measure each path
 /// on one machine. Throws UsageError if this CPU does not offer it.
 inline void set_isa(Isa isa) {
   if (isa > cpu_isa()) {
-    throw UsageError(detail::cat("set_isa: this CPU offers at most ", to_string(cpu_isa()), ", not ", to_string(isa)));
+    throw UsageError(detail::cat("set_isa: this CPU offers at most ", to_string(cpu_isa()),
+                                 ", not ", to_string(isa)));
   }
   detail::active_isa_setting().store(isa, std::memory_order_relaxed);
 }
@@ -89,7 +96,9 @@ inline std::string cpu_name() {
   unsigned regs[12] = {};
   unsigned top = __get_cpuid_max(0x80000000u, nullptr);
   if (top >= 0x80000004u) {
-    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    for (unsigned i = 0; i < 3; ++i)
+      __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2],
+                  &regs[4 * i + 3]);
     char text[sizeof regs + 1] = {};
     std::memcpy(text, regs, sizeof regs);
     std::string name(text);

@@ -35,12 +35,16 @@ inline std::atomic<bool>& flush_denormals_setting() noexcept {
 }  // namespace detail
 
 /// Whether remat's kernels flush subnormal numbers to zero (on by default).
-inline bool flush_denormals() noexcept { return detail::flush_denormals_setting().load(std::memory_order_relaxed); }
+inline bool flush_denormals() noexcept {
+  return detail::flush_denormals_setting().load(std::memory_order_relaxed);
+}
 
 /// Turns flushing of subnormal numbers in remat's kernels on or off (Note [flushing denormals]).
 /// Applies to kernels started after the call; the caller's own floating-point mode is never
 /// changed by remat either way.
-inline void set_flush_denormals(bool on) noexcept { detail::flush_denormals_setting().store(on, std::memory_order_relaxed); }
+inline void set_flush_denormals(bool on) noexcept {
+  detail::flush_denormals_setting().store(on, std::memory_order_relaxed);
+}
 
 namespace detail {
 

@@ -30,7 +30,8 @@ void add_into(Tensor<T>& dst, const Tensor<T>& src) {
 template <class T>
 void accumulate(Tensor<T>& slot, bool stale, Tensor<T> g) {
   if (slot.defined() && !(slot.shape() == g.shape())) {
-    throw Error(cat("internal error: gradient of shape ", g.shape(), " added to one of shape ", slot.shape()));
+    throw Error(cat("internal error: gradient of shape ", g.shape(), " added to one of shape ",
+                    slot.shape()));
   }
   if (!slot.defined() || (stale && !slot.is_unique())) {
     slot = std::move(g);
@@ -101,11 +102,13 @@ class Grads {
  private:
   friend class Node<T>;
 
-  Grads(detail::NodeTable nodes, const std::vector<std::uint32_t>& inputs) noexcept : nodes_(nodes), inputs_(inputs) {}
+  Grads(detail::NodeTable nodes, const std::vector<std::uint32_t>& inputs) noexcept
+      : nodes_(nodes), inputs_(inputs) {}
 
   Node<T>& input(int k) const {
     if (k < 0 || k >= size()) {
-      throw UsageError(detail::cat("Grads: input ", k, " asked for, but the op has ", size(), " input(s)"));
+      throw UsageError(
+          detail::cat("Grads: input ", k, " asked for, but the op has ", size(), " input(s)"));
     }
     return detail::node_cast<T>(nodes_[inputs_[static_cast<std::size_t>(k)]].get());
   }

@@ -16,7 +16,8 @@ namespace remat::detail {
 inline std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
   constexpr int kLanes = 16;
   std::uint32_t lane[kLanes];
-  for (int l = 0; l < kLanes; ++l) lane[l] = 0x811c9dc5U + static_cast<std::uint32_t>(l) * 0x9e3779b9U;
+  for (int l = 0; l < kLanes; ++l)
+    lane[l] = 0x811c9dc5U + static_cast<std::uint32_t>(l) * 0x9e3779b9U;
   const auto* p = static_cast<const unsigned char*>(data);
   const std::size_t words = bytes / 4;
   const std::size_t blocks = words / kLanes;
@@ -27,7 +28,8 @@ inline std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
   }
   std::uint64_t h = mix64(bytes);
   for (std::size_t i = blocks * kLanes * 4; i < bytes; ++i) h = mix64(h ^ p[i]);
-  for (int l = 0; l < kLanes; ++l) h = mix64(h ^ (static_cast<std::uint64_t>(lane[l]) << (l % 2 * 32)));
+  for (int l = 0; l < kLanes; ++l)
+    h = mix64(h ^ (static_cast<std::uint64_t>(lane[l]) << (l % 2 * 32)));
   return h;
 }
 

@@ -62,7 +62,7 @@ class BlockCache {
         return p;
       }
     }
-    return ::operator new(size, std::align_val_t{kTensorAlignment});
+    return ::operator new (size, std::align_val_t{kTensorAlignment});
   }
 
   void give(void* p, std::size_t size) noexcept {
@@ -77,14 +77,14 @@ class BlockCache {
         }
       }
     }
-    ::operator delete(p, std::align_val_t{kTensorAlignment});
+    ::operator delete (p, std::align_val_t{kTensorAlignment});
   }
 
   /// Frees every cached buffer.
   void release() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [size, blocks] : free_) {
-      for (void* p : blocks) ::operator delete(p, std::align_val_t{kTensorAlignment});
+      for (void* p : blocks) ::operator delete (p, std::align_val_t{kTensorAlignment});
     }
     free_.clear();
     cached_ = 0;

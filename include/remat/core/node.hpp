@@ -77,18 +77,18 @@ class NodeBase {
   virtual bool grad_is_finite() const noexcept = 0;
   virtual void print_value_shape(std::ostream& out) const = 0;
 
-  std::vector<std::uint32_t> inputs;  ///< ids of the input nodes
-  std::uint32_t id = kNone;           ///< position in the tape (kNone when not recorded)
-  std::uint32_t segment = kNone;      ///< innermost checkpoint segment holding this node
-  std::uint32_t last_capture = kNone; ///< last segment that kept this node's value as an input
-  std::uint32_t keep_count = 0;       ///< segments keeping the value slot alive
-  std::uint64_t hash = 0;             ///< fingerprint of the output taken in the forward pass
+  std::vector<std::uint32_t> inputs;   ///< ids of the input nodes
+  std::uint32_t id = kNone;            ///< position in the tape (kNone when not recorded)
+  std::uint32_t segment = kNone;       ///< innermost checkpoint segment holding this node
+  std::uint32_t last_capture = kNone;  ///< last segment that kept this node's value as an input
+  std::uint32_t keep_count = 0;        ///< segments keeping the value slot alive
+  std::uint64_t hash = 0;              ///< fingerprint of the output taken in the forward pass
   bool has_hash = false;
   bool requires_grad = false;
-  bool saving = false;                ///< whether save() keeps tensors in this forward run
-  bool kept = false;                  ///< kept by its segment's save policy (Note [kept nodes])
-  bool replay_reads = false;          ///< kept, and a replayed op reads its value slot
-  bool resaved = false;               ///< kept, and its replay re-saves instead of recomputing
+  bool saving = false;        ///< whether save() keeps tensors in this forward run
+  bool kept = false;          ///< kept by its segment's save policy (Note [kept nodes])
+  bool replay_reads = false;  ///< kept, and a replayed op reads its value slot
+  bool resaved = false;       ///< kept, and its replay re-saves instead of recomputing
 };
 
 }  // namespace detail
@@ -160,7 +160,8 @@ class Node : public detail::NodeBase {
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < saved_.size(); ++i) {
       bool seen = false;
-      for (std::size_t j = 0; j < i; ++j) seen |= saved_[j].defined() && saved_[j].shares_storage_with(saved_[i]);
+      for (std::size_t j = 0; j < i; ++j)
+        seen |= saved_[j].defined() && saved_[j].shares_storage_with(saved_[i]);
       if (!seen && saved_[i].defined()) bytes += saved_[i].bytes();
     }
     return bytes;
@@ -179,7 +180,8 @@ class Node : public detail::NodeBase {
   /// tensors]); a no-op otherwise, so forward() calls it unconditionally.
   void save(int slot, const Tensor<T>& t) {
     if (slot < 0 || slot >= kMaxSaved) {
-      throw UsageError(detail::cat(op_name(), ": save() slot ", slot, " is out of range [0, ", kMaxSaved, ")"));
+      throw UsageError(
+          detail::cat(op_name(), ": save() slot ", slot, " is out of range [0, ", kMaxSaved, ")"));
     }
     if (saving) saved_[static_cast<std::size_t>(slot)] = t;
   }
@@ -208,8 +210,8 @@ void Node<T>::replay(detail::NodeTable nodes) {
   for (std::uint32_t input : inputs) {
     values.push_back(detail::node_cast<T>(nodes[input].get()).replay_value());
     if (!values.back().defined()) {
-      throw Error(detail::cat("internal error: replay of '", op_name(), "' found input node ", input,
-                              " without a value"));
+      throw Error(detail::cat("internal error: replay of '", op_name(), "' found input node ",
+                              input, " without a value"));
     }
   }
   if (resaved) {

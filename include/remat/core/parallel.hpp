@@ -83,7 +83,8 @@ class ThreadPool {
     std::atomic<int> next{0}, done{0}, users{0};
 
     void work() {
-      for (int c = next.fetch_add(1, std::memory_order_relaxed); c < chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
+      for (int c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
         (*fn)(c);
         if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done.notify_all();
       }
@@ -111,7 +112,8 @@ class ThreadPool {
   }
 
   static void wait_until_zero(std::atomic<int>& value) {
-    for (int seen = value.load(std::memory_order_acquire); seen != 0; seen = value.load(std::memory_order_acquire)) {
+    for (int seen = value.load(std::memory_order_acquire); seen != 0;
+         seen = value.load(std::memory_order_acquire)) {
       value.wait(seen, std::memory_order_acquire);
     }
   }
@@ -121,7 +123,8 @@ class ThreadPool {
     std::uint64_t seen = generation_.load(std::memory_order_acquire);
     while (!stopping_.load(std::memory_order_acquire)) {
       std::uint64_t now = generation_.load(std::memory_order_acquire);
-      for (int spins = 0; now == seen && spins < kSpins; ++spins) now = generation_.load(std::memory_order_acquire);
+      for (int spins = 0; now == seen && spins < kSpins; ++spins)
+        now = generation_.load(std::memory_order_acquire);
       if (now == seen) {
         generation_.wait(seen, std::memory_order_acquire);
         continue;
@@ -188,7 +191,8 @@ template <class Fn>
 void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
   const FloatModeGuard float_mode;
   ThreadPool& pool = ThreadPool::instance();
-  const std::int64_t chunks = std::min<std::int64_t>(pool.size(), n / std::max<std::int64_t>(grain, 1));
+  const std::int64_t chunks =
+      std::min<std::int64_t>(pool.size(), n / std::max<std::int64_t>(grain, 1));
   if (chunks > 1) {
     pool.run(static_cast<int>(chunks), [&](int c) {
       const FloatModeGuard worker_mode;  // a no-op on the calling thread, whose mode is set

@@ -50,7 +50,8 @@ class ThreadClaim {
 /// allocating a new one, so a training loop's steady-state steps allocate no parameter gradients.
 template <class T>
 struct ParamState {
-  ParamState(Tensor<T> initial, bool needs_grad) : value(std::move(initial)), requires_grad(needs_grad) {}
+  ParamState(Tensor<T> initial, bool needs_grad)
+      : value(std::move(initial)), requires_grad(needs_grad) {}
 
   Tensor<T> value;
   Tensor<T> grad;

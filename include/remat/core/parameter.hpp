@@ -36,7 +36,9 @@ class Parameter : public Var<T> {
   }
 
   /// A frozen parameter receives no gradient and makes no op depend on it for backward.
-  bool frozen() const noexcept { return this->param_state() && !this->param_state()->requires_grad; }
+  bool frozen() const noexcept {
+    return this->param_state() && !this->param_state()->requires_grad;
+  }
   void freeze() {
     state().requires_grad = false;
     free_grad();

@@ -23,15 +23,24 @@ namespace detail {
 
 template <class T>
 constexpr const char* tensor_dtype_name() noexcept {
-  if constexpr (std::is_same_v<T, float>) return "float32";
-  else if constexpr (std::is_same_v<T, double>) return "float64";
-  else if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
-  else if constexpr (std::is_same_v<T, std::int16_t>) return "int16";
-  else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
-  else if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
-  else return "unknown";
+  if constexpr (std::is_same_v<T, float>)
+    return "float32";
+  else if constexpr (std::is_same_v<T, double>)
+    return "float64";
+  else if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return "int8";
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return "uint8";
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return "int16";
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return "int32";
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return "int64";
+  else
+    return "unknown";
 }
 
 inline constexpr std::int64_t kPrintThreshold = 1000;  // more elements than this: summarize
@@ -80,8 +89,11 @@ class TensorPrinter {
     for (std::int64_t i : shown(axis)) {
       if (!first) {
         out << ',';
-        if (axis + 1 == shape_.rank()) out << ' ';
-        else out << std::string(static_cast<std::size_t>(shape_.rank() - axis - 1), '\n') << std::string(indent + axis + 1, ' ');
+        if (axis + 1 == shape_.rank())
+          out << ' ';
+        else
+          out << std::string(static_cast<std::size_t>(shape_.rank() - axis - 1), '\n')
+              << std::string(indent + axis + 1, ' ');
       }
       first = false;
       if (i < 0) {
@@ -135,7 +147,9 @@ std::ostream& operator<<(std::ostream& out, const Tensor<T>& t) {
     scientific = hi > 0 && (hi / lo > 1000 || hi >= 1e8);
   }
   std::size_t width = 0;
-  printer.for_each_shown(0, 0, [&](std::int64_t i) { width = std::max(width, detail::format_value(t[i], scientific).size()); });
+  printer.for_each_shown(0, 0, [&](std::int64_t i) {
+    width = std::max(width, detail::format_value(t[i], scientific).size());
+  });
   out << "tensor(";
   printer.write(out, 0, 0, 7, [&](std::int64_t i) {
     std::string s = detail::format_value(t[i], scientific);

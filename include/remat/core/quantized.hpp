@@ -40,20 +40,35 @@ enum class WeightStorage { f32, bf16, int8, nf4 };
 
 inline const char* to_string(WeightStorage s) noexcept {
   switch (s) {
-    case WeightStorage::f32: return "f32";
-    case WeightStorage::bf16: return "bf16";
-    case WeightStorage::int8: return "int8";
-    case WeightStorage::nf4: return "nf4";
+    case WeightStorage::f32:
+      return "f32";
+    case WeightStorage::bf16:
+      return "bf16";
+    case WeightStorage::int8:
+      return "int8";
+    case WeightStorage::nf4:
+      return "nf4";
   }
   return "?";
 }
 
 /// The 16 NormalFloat4 values (QLoRA, Appendix E; bitsandbytes' NF4 table), ascending.
-inline constexpr std::array<float, 16> kNf4Codes = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+inline constexpr std::array<float, 16> kNf4Codes = {-1.0f,
+                                                    -0.6961928009986877f,
+                                                    -0.5250730514526367f,
+                                                    -0.39491748809814453f,
+                                                    -0.28444138169288635f,
+                                                    -0.18477343022823334f,
+                                                    -0.09105003625154495f,
+                                                    0.0f,
+                                                    0.07958029955625534f,
+                                                    0.16093020141124725f,
+                                                    0.24611230194568634f,
+                                                    0.33791524171829224f,
+                                                    0.44070982933044434f,
+                                                    0.5626170039176941f,
+                                                    0.7229568362236023f,
+                                                    1.0f};
 
 /// Values per NF4 block, and absmaxes per block of the second (double) quantization.
 inline constexpr std::int64_t kNf4Block = 64;
@@ -102,21 +117,24 @@ class QuantizedWeight {
   /// Quantizes the (rows, cols) row-major matrix at `values`. Rejects an empty shape and
   /// non-finite values (naming the first one's position).
   template <class T>
-  static QuantizedWeight quantize(const T* values, std::int64_t rows, std::int64_t cols, WeightStorage storage,
-                                  bool double_quant = true) {
+  static QuantizedWeight quantize(const T* values, std::int64_t rows, std::int64_t cols,
+                                  WeightStorage storage, bool double_quant = true) {
     if (rows < 1 || cols < 1) {
-      throw ShapeError(detail::cat("QuantizedWeight: shape (", rows, ", ", cols, ") is empty; a weight is (out, in), both positive"));
+      throw ShapeError(detail::cat("QuantizedWeight: shape (", rows, ", ", cols,
+                                   ") is empty; a weight is (out, in), both positive"));
     }
     if (storage == WeightStorage::f32) {
-      throw UsageError("QuantizedWeight: f32 is not a quantized storage (keep the float Parameter)");
+      throw UsageError(
+          "QuantizedWeight: f32 is not a quantized storage (keep the float Parameter)");
     }
     const std::int64_t n = rows * cols;
     Tensor<float> x({n});
     for (std::int64_t i = 0; i < n; ++i) {
       x[i] = static_cast<float>(values[i]);
       if (!std::isfinite(x[i])) {
-        throw NumericError(detail::cat("QuantizedWeight: value ", x[i], " at (", i / cols, ", ", i % cols,
-                                       ") of a (", rows, ", ", cols, ") weight is not finite"));
+        throw NumericError(detail::cat("QuantizedWeight: value ", x[i], " at (", i / cols, ", ",
+                                       i % cols, ") of a (", rows, ", ", cols,
+                                       ") weight is not finite"));
       }
     }
     QuantizedWeight q(rows, cols, storage);
@@ -128,7 +146,8 @@ class QuantizedWeight {
       q.scale_ = Tensor<float>({rows});
       for (std::int64_t r = 0; r < rows; ++r) {
         const float a = absmax(x.data() + r * cols, cols);
-        for (std::int64_t c = 0; c < cols; ++c) q.int8_[r * cols + c] = detail::int8_code(x[r * cols + c], a);
+        for (std::int64_t c = 0; c < cols; ++c)
+          q.int8_[r * cols + c] = detail::int8_code(x[r * cols + c], a);
         q.scale_[r] = a / 127.0f;
       }
     } else {
@@ -138,9 +157,11 @@ class QuantizedWeight {
   }
 
   template <class T>
-  static QuantizedWeight quantize(const Tensor<T>& w, WeightStorage storage, bool double_quant = true) {
+  static QuantizedWeight quantize(const Tensor<T>& w, WeightStorage storage,
+                                  bool double_quant = true) {
     if (w.rank() != 2) {
-      throw ShapeError(detail::cat("QuantizedWeight: weight of shape ", w.shape(), " is not a matrix (out, in)"));
+      throw ShapeError(detail::cat("QuantizedWeight: weight of shape ", w.shape(),
+                                   " is not a matrix (out, in)"));
     }
     return quantize(w.data(), w.dim(0), w.dim(1), storage, double_quant);
   }
@@ -153,17 +174,23 @@ class QuantizedWeight {
 
   /// Bytes a (rows, cols) weight stored as `storage` holds, without quantizing anything (what
   /// bytes() returns once it is; nn::estimate_memory prices weights with it). f32: 4 a value.
-  static double bytes_for(std::int64_t rows, std::int64_t cols, WeightStorage storage, bool double_quant = true) noexcept {
+  static double bytes_for(std::int64_t rows, std::int64_t cols, WeightStorage storage,
+                          bool double_quant = true) noexcept {
     const double n = static_cast<double>(rows) * static_cast<double>(cols);
     switch (storage) {
-      case WeightStorage::f32: return 4 * n;
-      case WeightStorage::bf16: return 2 * n;
-      case WeightStorage::int8: return n + 4 * static_cast<double>(rows);
-      case WeightStorage::nf4: break;
+      case WeightStorage::f32:
+        return 4 * n;
+      case WeightStorage::bf16:
+        return 2 * n;
+      case WeightStorage::int8:
+        return n + 4 * static_cast<double>(rows);
+      case WeightStorage::nf4:
+        break;
     }
     const double blocks = std::ceil(n / kNf4Block), packed = std::ceil(n / 2);
     if (!double_quant) return packed + 4 * blocks;
-    return packed + blocks + 4 * std::ceil(blocks / kNf4ScaleBlock) + 4;  // int8 codes, a scale per 256, the offset
+    return packed + blocks + 4 * std::ceil(blocks / kNf4ScaleBlock) +
+           4;  // int8 codes, a scale per 256, the offset
   }
 
   /// Bytes held (every buffer, as the allocator counts them).
@@ -177,7 +204,8 @@ class QuantizedWeight {
   void dequantize_rows(std::int64_t r0, std::int64_t r1, T* out) const {
     const std::int64_t begin = r0 * cols_, end = r1 * cols_;
     if (storage_ == WeightStorage::bf16) {
-      for (std::int64_t e = begin; e < end; ++e) out[e - begin] = T(detail::bf16_to_float(bf16_[e]));
+      for (std::int64_t e = begin; e < end; ++e)
+        out[e - begin] = T(detail::bf16_to_float(bf16_[e]));
     } else if (storage_ == WeightStorage::int8) {
       for (std::int64_t r = r0; r < r1; ++r) {
         const float s = scale_[r];
@@ -252,7 +280,8 @@ class QuantizedWeight {
       const std::int64_t b0 = g * kNf4ScaleBlock, b1 = std::min(blocks, b0 + kNf4ScaleBlock);
       float a2 = 0;
       for (std::int64_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(amax[b] - offset_[0]));
-      for (std::int64_t b = b0; b < b1; ++b) qabsmax_[b] = detail::int8_code(amax[b] - offset_[0], a2);
+      for (std::int64_t b = b0; b < b1; ++b)
+        qabsmax_[b] = detail::int8_code(amax[b] - offset_[0], a2);
       absmax2_[g] = a2 / 127.0f;
     }
   }
@@ -280,9 +309,9 @@ class QuantizedWeight {
 
   std::int64_t rows_, cols_;
   WeightStorage storage_;
-  Tensor<std::uint16_t> bf16_;   // BF16 bits
-  Tensor<std::int8_t> int8_;     // INT8 codes
-  Tensor<float> scale_;          // INT8: absmax / 127 per row; NF4 without double quant: absmax per block
+  Tensor<std::uint16_t> bf16_;  // BF16 bits
+  Tensor<std::int8_t> int8_;    // INT8 codes
+  Tensor<float> scale_;  // INT8: absmax / 127 per row; NF4 without double quant: absmax per block
   Tensor<std::uint8_t> packed_;  // NF4 codes, two a byte
   Tensor<std::int8_t> qabsmax_;  // NF4 double quant: int8 code of (absmax - offset) per block
   Tensor<float> absmax2_;        // ... its scale (absmax / 127) per 256 blocks

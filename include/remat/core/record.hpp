@@ -41,7 +41,9 @@ class Leaf final : public Node<T> {
   Leaf& operator=(const Leaf&) = delete;
 
   const char* op_name() const noexcept override {
-    return kind_ == LeafKind::parameter ? "parameter" : kind_ == LeafKind::input ? "input" : "constant";
+    return kind_ == LeafKind::parameter ? "parameter"
+           : kind_ == LeafKind::input   ? "input"
+                                        : "constant";
   }
   bool is_leaf() const noexcept override { return true; }
   const void* parameter_identity() const noexcept override { return param_.get(); }
@@ -86,14 +88,17 @@ inline const char* current_tape_role(const TapeState& other) noexcept {
 }
 
 /// Raises the UsageError for a Var of another thread's tape (Note [one thread per tape]).
-[[noreturn]] inline void throw_foreign_tape(const char* op, std::size_t k, const Shape& shape, const TapeState& t) {
+[[noreturn]] inline void throw_foreign_tape(const char* op, std::size_t k, const Shape& shape,
+                                            const TapeState& t) {
   std::ostringstream ids;
-  ids << "the tape that recorded it belongs to thread " << t.owner << " (the thread that created that Tape), and "
+  ids << "the tape that recorded it belongs to thread " << t.owner
+      << " (the thread that created that Tape), and "
       << "this op runs on thread " << std::this_thread::get_id();
-  throw UsageError(cat(op, ": input ", k, " (shape ", shape, ") was recorded on another thread's tape: ", ids.str(),
-                       "; ", current_tape_role(t),
-                       ". A Tape and its Vars belong to the thread that created the Tape: give each thread its own "
-                       "Tape, and pass values between threads as tensors (Var(v.value()) is a constant)"));
+  throw UsageError(cat(
+      op, ": input ", k, " (shape ", shape, ") was recorded on another thread's tape: ", ids.str(),
+      "; ", current_tape_role(t),
+      ". A Tape and its Vars belong to the thread that created the Tape: give each thread its own "
+      "Tape, and pass values between threads as tensors (Var(v.value()) is a constant)"));
 }
 
 /// The tape an op with these inputs records onto, or null to compute without recording.
@@ -107,9 +112,10 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
     if (!t) continue;
     if (!t->on_owner_thread()) throw_foreign_tape(op, k, v.shape(), *t);
     if (t->ended) {
-      throw UsageError(cat(op, ": input ", k, " (shape ", v.shape(),
-                           ") belongs to a tape that has ended. A Var lives as long as its Tape: "
-                           "record the whole step on one tape, or pass Var(x.value()) as a constant"));
+      throw UsageError(
+          cat(op, ": input ", k, " (shape ", v.shape(),
+              ") belongs to a tape that has ended. A Var lives as long as its Tape: "
+              "record the whole step on one tape, or pass Var(x.value()) as a constant"));
     }
     if (tape && tape != t) {
       throw UsageError(cat(op, ": input ", k, " (shape ", v.shape(),
@@ -124,8 +130,9 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
     if (tape && tape->ended) tape = nullptr;
   }
   if (tape && (tape->sweeping() || tape->swept())) {
-    throw UsageError(cat(op, ": the tape's backward pass has already run; record the next step "
-                             "on a new Tape (or compute under NoGradGuard)"));
+    throw UsageError(cat(op,
+                         ": the tape's backward pass has already run; record the next step "
+                         "on a new Tape (or compute under NoGradGuard)"));
   }
   return tape;
 }
@@ -139,11 +146,12 @@ std::uint32_t resolve(TapeState& tape, const Var<T>& v, const char* op, std::siz
     leaf = std::make_unique<Leaf<T>>(LeafKind::parameter, Tensor<T>(), v.param_state());
     leaf->requires_grad = v.param_state()->requires_grad;
     if (leaf->requires_grad && !leaf->claim()) {
-      throw UsageError(cat(op, ": input ", k, " is a parameter (shape ", v.shape(),
-                           ") that a live tape of another thread is training. Two threads cannot train the same "
-                           "parameters at once: their gradients would race. Give each thread its own copy of the "
-                           "model (and combine the gradients), take turns (a thread's claim ends with its Tape), "
-                           "or freeze the parameter or compute under NoGradGuard to only read it"));
+      throw UsageError(cat(
+          op, ": input ", k, " is a parameter (shape ", v.shape(),
+          ") that a live tape of another thread is training. Two threads cannot train the same "
+          "parameters at once: their gradients would race. Give each thread its own copy of the "
+          "model (and combine the gradients), take turns (a thread's claim ends with its Tape), "
+          "or freeze the parameter or compute under NoGradGuard to only read it"));
     }
   } else {
     leaf = std::make_unique<Leaf<T>>(LeafKind::constant, v.value());
@@ -210,8 +218,10 @@ Var<T> apply(std::unique_ptr<Node<T>> node, std::initializer_list<Var<T>> inputs
 /// apply() for an op of type Op built from `args`: apply<Square<double>>({x}) or
 /// apply<Scale<float>>({x}, 2.0f). Parameters convert to the inputs' Var type.
 template <class Op, class... Args>
-Var<typename Op::Scalar> apply(std::initializer_list<Var<typename Op::Scalar>> inputs, Args&&... args) {
-  static_assert(std::is_base_of_v<Node<typename Op::Scalar>, Op>, "remat::apply<Op>: Op must derive from remat::Node<T>");
+Var<typename Op::Scalar> apply(std::initializer_list<Var<typename Op::Scalar>> inputs,
+                               Args&&... args) {
+  static_assert(std::is_base_of_v<Node<typename Op::Scalar>, Op>,
+                "remat::apply<Op>: Op must derive from remat::Node<T>");
   return apply<typename Op::Scalar>(std::make_unique<Op>(std::forward<Args>(args)...), inputs);
 }
 

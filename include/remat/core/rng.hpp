@@ -62,7 +62,9 @@ class Rng {
  public:
   explicit Rng(std::uint64_t seed = 0) noexcept : key_(detail::mix64(seed)) {}
 
-  std::uint64_t next_u64() noexcept { return detail::mix64(key_ + 0x9e3779b97f4a7c15ULL * ++counter_); }
+  std::uint64_t next_u64() noexcept {
+    return detail::mix64(key_ + 0x9e3779b97f4a7c15ULL * ++counter_);
+  }
 
   /// How many 64-bit draws were made; with seek(), lets a run save and resume its stream.
   std::uint64_t position() const noexcept { return counter_; }

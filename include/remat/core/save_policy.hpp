@@ -112,7 +112,9 @@ class SavePolicy {
   /// "save_nothing", "save_matmuls", "save_ops(linear, gelu)", ...
   const std::string& name() const noexcept { return name_; }
   /// Policies compare by name (two predicates cannot be compared).
-  friend bool operator==(const SavePolicy& a, const SavePolicy& b) noexcept { return a.name_ == b.name_; }
+  friend bool operator==(const SavePolicy& a, const SavePolicy& b) noexcept {
+    return a.name_ == b.name_;
+  }
 
  private:
   std::string name_ = "save_nothing";

@@ -43,8 +43,9 @@ class Tape {
   template <class T>
   void backward(const Var<T>& root) {
     if (root.numel() != 1) {
-      throw UsageError(detail::cat("backward: the output has shape ", root.shape(),
-                                   ", not a single value; pass its gradient: backward(output, grad)"));
+      throw UsageError(
+          detail::cat("backward: the output has shape ", root.shape(),
+                      ", not a single value; pass its gradient: backward(output, grad)"));
     }
     backward(root, Tensor<T>::ones(root.shape()));
   }
@@ -74,26 +75,28 @@ class Tape {
   void check_root(const Var<T>& root) const {
     if (!state_->on_owner_thread()) {
       std::ostringstream ids;
-      ids << "this Tape was created on thread " << state_->owner << " and backward() was called on thread "
-          << std::this_thread::get_id();
-      throw UsageError(detail::cat("backward: ", ids.str(),
-                                   ". A tape records and runs backward on the thread that created it; give each "
-                                   "thread its own Tape"));
+      ids << "this Tape was created on thread " << state_->owner
+          << " and backward() was called on thread " << std::this_thread::get_id();
+      throw UsageError(
+          detail::cat("backward: ", ids.str(),
+                      ". A tape records and runs backward on the thread that created it; give each "
+                      "thread its own Tape"));
     }
     if (root.tape_state() != state_) {
       throw UsageError("backward: the output was not recorded on this tape");
     }
     if (state_->swept() || state_->sweeping()) {
-      throw UsageError("backward: this tape was already swept; a tape supports one backward pass. "
-                       "Record the next step on a new Tape");
+      throw UsageError(
+          "backward: this tape was already swept; a tape supports one backward pass. "
+          "Record the next step on a new Tape");
     }
     if (state_->recording_segment()) {
       throw UsageError("backward: a checkpoint segment is still open; close it before backward");
     }
     if (!state_->node(root.node_id()).requires_grad) {
-      throw UsageError(detail::cat("backward: the output (op '", state_->node(root.node_id()).op_name(),
-                                   "', shape ", root.shape(),
-                                   ") does not depend on any parameter or input that requires a gradient"));
+      throw UsageError(detail::cat(
+          "backward: the output (op '", state_->node(root.node_id()).op_name(), "', shape ",
+          root.shape(), ") does not depend on any parameter or input that requires a gradient"));
     }
   }
 

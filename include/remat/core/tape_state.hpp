@@ -132,7 +132,8 @@ class TapeState {
   void after_forward(Node<T>& n, std::span<const Tensor<T>> values, const Tensor<T>& out) {
     if (policy_may_keep(n.segment)) {
       // Note [kept nodes]: decided from the output, so the save was tentative
-      n.kept = segments_[n.segment].policy.keeps(OpInfo{n.op_name(), out.shape(), n.forward_flops(values, out)});
+      n.kept = segments_[n.segment].policy.keeps(
+          OpInfo{n.op_name(), out.shape(), n.forward_flops(values, out)});
       if (n.kept && n.can_resave() && reads_recomputed(n)) {
         // replayed like its neighbours, but re-saving from the kept output instead of computing
         n.kept = false;
@@ -152,14 +153,17 @@ class TapeState {
       n.has_hash = true;
     }
     if (detect_anomaly && !all_finite(out)) {
-      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(), "' produced NaN or infinity in its output of shape ", out.shape(), " during the forward pass"));
+      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(),
+                             "' produced NaN or infinity in its output of shape ", out.shape(),
+                             " during the forward pass"));
     }
   }
 
   // ---- checkpoint segments ------------------------------------------------------------------
 
   std::uint32_t open_segment(SavePolicy policy = {}) {
-    if (sweeping_ || swept_) throw UsageError("checkpoint: cannot open a segment on a tape whose backward pass has run");
+    if (sweeping_ || swept_)
+      throw UsageError("checkpoint: cannot open a segment on a tape whose backward pass has run");
     Segment s;
     s.policy = std::move(policy);
     s.begin = size();
@@ -174,7 +178,8 @@ class TapeState {
 
   void close_segment(std::uint32_t id) {
     if (open_.empty() || open_.back() != id) {
-      throw UsageError(cat("checkpoint: segment ", id, " closed out of order; segments must nest like scopes"));
+      throw UsageError(
+          cat("checkpoint: segment ", id, " closed out of order; segments must nest like scopes"));
     }
     segments_[id].end = size();
     segments_[id].closed = true;
@@ -183,11 +188,13 @@ class TapeState {
 
   /// Whether node `out` depends on any of `sources` through nodes recorded since `begin` (one
   /// forward pass over that range).
-  bool depends_on(std::uint32_t out, std::span<const std::uint32_t> sources, std::uint32_t begin) const {
+  bool depends_on(std::uint32_t out, std::span<const std::uint32_t> sources,
+                  std::uint32_t begin) const {
     if (out < begin) return std::find(sources.begin(), sources.end(), out) != sources.end();
     std::vector<char> reached(size() - begin, 0);
     const auto is_reached = [&](std::uint32_t id) {
-      return id >= begin ? reached[id - begin] != 0 : std::find(sources.begin(), sources.end(), id) != sources.end();
+      return id >= begin ? reached[id - begin] != 0
+                         : std::find(sources.begin(), sources.end(), id) != sources.end();
     };
     for (std::uint32_t i = begin; i <= out; ++i) {
       for (std::uint32_t j : nodes_[i]->inputs) {
@@ -231,13 +238,15 @@ class TapeState {
     for (std::uint32_t i = root + 1; i-- > 0;) {
       NodeBase& n = *nodes_[i];
       if (n.requires_grad && !n.is_leaf() && n.has_grad()) {
-        if (!n.kept) materialize(n);  // a kept node's backward has what it saved (Note [kept nodes])
+        if (!n.kept)
+          materialize(n);  // a kept node's backward has what it saved (Note [kept nodes])
         TraceSpan span(TracePhase::backward, n.op_name(), n.id);
         n.run_backward(table());
         if (detect_anomaly) check_input_grads(n);
       }
       release_after_sweep(n);
-      while (unfinished > 0 && segments_[unfinished - 1].begin >= i) finish(segments_[--unfinished]);
+      while (unfinished > 0 && segments_[unfinished - 1].begin >= i)
+        finish(segments_[--unfinished]);
       if (on_swept) on_swept(n);
     }
   }
@@ -276,7 +285,9 @@ class TapeState {
   /// capture_inputs() in the first forward pass, from the input values the op was given.
   template <class T>
   void capture(Node<T>& n, std::span<const Tensor<T>> values) {
-    capture_inputs(n, [&](std::size_t k) { node_cast<T>(nodes_[n.inputs[k]].get()).value_slot() = values[k]; });
+    capture_inputs(n, [&](std::size_t k) {
+      node_cast<T>(nodes_[n.inputs[k]].get()).value_slot() = values[k];
+    });
   }
 
   /// The segment at `d` that contains `segment` (which must be at least that deep).
@@ -303,7 +314,9 @@ class TapeState {
 
   void materialize(const NodeBase& n) {
     chain_.clear();  // the unmaterialized segments around n, innermost first
-    for (std::uint32_t s = n.segment; s != kNone && !segments_[s].materialized; s = segments_[s].parent) chain_.push_back(s);
+    for (std::uint32_t s = n.segment; s != kNone && !segments_[s].materialized;
+         s = segments_[s].parent)
+      chain_.push_back(s);
     for (std::size_t i = chain_.size(); i-- > 0;) replay(chain_[i]);
   }
 
@@ -332,7 +345,8 @@ class TapeState {
       }
     }
     const auto missing = [&](const NodeBase& n, std::size_t k) {
-      throw Error(cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
+      throw Error(
+          cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
     };
     for (std::uint32_t i = begin; i < stop; ++i) {
       NodeBase& n = *nodes_[i];
@@ -351,17 +365,20 @@ class TapeState {
       }
       if (last_use[i - begin] == kNone) drop_transient(n);
     }
-    for (std::uint32_t i = stop; i < end; ++i) capture_inputs(*nodes_[i], [&](std::size_t k) { missing(*nodes_[i], k); });
+    for (std::uint32_t i = stop; i < end; ++i)
+      capture_inputs(*nodes_[i], [&](std::size_t k) { missing(*nodes_[i], k); });
     for (std::uint32_t i = begin; i < stop; ++i) {
       if (last_use[i - begin] != kNone && last_use[i - begin] >= stop) drop_transient(*nodes_[i]);
     }
     level_ = outer_level;
     segments_[s].materialized = true;
     for (std::uint32_t i = begin; i < end; ++i) {
-      if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == s) drop_transient(*nodes_[i]);  // no replay reads it any more
+      if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == s)
+        drop_transient(*nodes_[i]);  // no replay reads it any more
     }
     ++stats_.replays;
-    stats_.replay_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    stats_.replay_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
 
   /// The last child of segment s if it ends where s ends (Note [trailing child]), else kNone.
@@ -373,16 +390,19 @@ class TapeState {
   void check_replayed(std::uint32_t s, const NodeBase& n) const {
     if (n.has_hash && n.value_hash() != n.hash) {
       const Segment& seg = segments_[s];
-      throw ReplayError(cat(
-          "checkpoint replay diverged: segment ", s, " (nodes ", seg.begin, "..", seg.end - 1, ", depth ",
-          seg.depth, "): node ", n.id, " '", n.op_name(), "' recomputed a value that differs from its forward pass",
-          verify_replay ? " (the first op that diverged)"
-                        : " (a segment output; set TapeOptions::verify_replay to name the first op that diverged)",
-          ". Ops inside a checkpoint must be deterministic, and their inputs (parameters too) must not "
-          "change between the forward and the backward pass"));
+      throw ReplayError(cat("checkpoint replay diverged: segment ", s, " (nodes ", seg.begin, "..",
+                            seg.end - 1, ", depth ", seg.depth, "): node ", n.id, " '", n.op_name(),
+                            "' recomputed a value that differs from its forward pass",
+                            verify_replay ? " (the first op that diverged)"
+                                          : " (a segment output; set TapeOptions::verify_replay to "
+                                            "name the first op that diverged)",
+                            ". Ops inside a checkpoint must be deterministic, and their inputs "
+                            "(parameters too) must not "
+                            "change between the forward and the backward pass"));
     }
     if (detect_anomaly && !n.value_is_finite()) {
-      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(), "' produced NaN or infinity during the replay of segment ", s));
+      throw NumericError(cat("anomaly: node ", n.id, " '", n.op_name(),
+                             "' produced NaN or infinity during the replay of segment ", s));
     }
   }
 
@@ -393,8 +413,9 @@ class TapeState {
         std::ostringstream shape;
         in.print_value_shape(shape);
         throw NumericError(cat("anomaly: backward of node ", n.id, " '", n.op_name(),
-                               "' produced NaN or infinity in the gradient of its input ", k, " (node ",
-                               in.id, " '", in.op_name(), "', shape ", shape.str(), ")"));
+                               "' produced NaN or infinity in the gradient of its input ", k,
+                               " (node ", in.id, " '", in.op_name(), "', shape ", shape.str(),
+                               ")"));
       }
     }
   }
@@ -413,7 +434,8 @@ class TapeState {
     const std::uint32_t top = ancestor_at(n.segment, 1);
     for (std::uint32_t j : n.inputs) {
       const NodeBase& in = *nodes_[j];
-      if (!in.is_leaf() && !in.kept && in.segment != kNone && ancestor_at(in.segment, 1) == top) return true;
+      if (!in.is_leaf() && !in.kept && in.segment != kNone && ancestor_at(in.segment, 1) == top)
+        return true;
     }
     return false;
   }
@@ -436,7 +458,8 @@ class TapeState {
     n.release_saved();
     if (n.is_leaf()) return;  // leaves keep their value; an input's gradient is for the user
     n.release_grad();
-    drop_transient(n);  // a kept value a replay still reads stays (a node without a gradient is passed early)
+    drop_transient(
+        n);  // a kept value a replay still reads stays (a node without a gradient is passed early)
   }
 
   void finish(Segment& seg) noexcept {
@@ -451,7 +474,8 @@ class TapeState {
       seg.materialized = true;
       const auto id = static_cast<std::uint32_t>(&seg - segments_.data());
       for (std::uint32_t i = seg.begin; i < seg.end; ++i) {
-        if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == id) drop_transient(*nodes_[i]);
+        if ((nodes_[i]->kept || nodes_[i]->resaved) && nodes_[i]->segment == id)
+          drop_transient(*nodes_[i]);
       }
     }
   }
@@ -460,7 +484,7 @@ class TapeState {
   std::vector<Segment> segments_;
   std::vector<std::uint32_t> open_;
   std::vector<std::uint32_t> chain_;  // scratch for materialize()
-  std::uint32_t level_ = 0;  // Note [levels]
+  std::uint32_t level_ = 0;           // Note [levels]
   ReplayStats stats_;
   bool sweeping_ = false;
   bool swept_ = false;

@@ -37,10 +37,14 @@ enum class TracePhase : std::uint8_t { forward, replay, backward, segment };
 
 inline const char* trace_phase_name(TracePhase p) noexcept {
   switch (p) {
-    case TracePhase::forward: return "forward";
-    case TracePhase::replay: return "replay";
-    case TracePhase::backward: return "backward";
-    case TracePhase::segment: return "segment";
+    case TracePhase::forward:
+      return "forward";
+    case TracePhase::replay:
+      return "replay";
+    case TracePhase::backward:
+      return "backward";
+    case TracePhase::segment:
+      return "segment";
   }
   return "?";
 }
@@ -48,9 +52,9 @@ inline const char* trace_phase_name(TracePhase p) noexcept {
 /// One op run (or one checkpoint segment, for TracePhase::segment).
 struct TraceEvent {
   TracePhase phase;
-  std::string name;            ///< the op's name ("matmul"), or "segment <id>"
-  std::uint32_t node = 0;      ///< node id on the tape (segment id for segments)
-  double begin_us = 0;         ///< microseconds since the Trace started
+  std::string name;        ///< the op's name ("matmul"), or "segment <id>"
+  std::uint32_t node = 0;  ///< node id on the tape (segment id for segments)
+  double begin_us = 0;     ///< microseconds since the Trace started
   double end_us = 0;
   std::size_t live_after = 0;  ///< bytes live when it ended
   std::size_t peak = 0;        ///< most bytes live while it ran
@@ -145,7 +149,8 @@ class Trace {
   };
 
   double now_us() const noexcept {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+        .count();
   }
 
   static void raise_peak(std::size_t to) noexcept {
@@ -188,7 +193,9 @@ class TraceSpan {
   }
   /// A span for checkpoint segment `id`: "segment <id>" (forward) or "replay segment <id>".
   TraceSpan(bool replay, std::uint32_t id) : trace_(active_trace()) {
-    if (trace_) slot_ = trace_->begin(TracePhase::segment, cat(replay ? "replay segment " : "segment ", id), id);
+    if (trace_)
+      slot_ =
+          trace_->begin(TracePhase::segment, cat(replay ? "replay segment " : "segment ", id), id);
   }
   ~TraceSpan() {
     if (trace_ && trace_->recording()) trace_->end(slot_);
@@ -207,10 +214,14 @@ inline void Trace::write_chrome_json(std::ostream& out) const {
   // Lanes (Chrome "threads"): 1 segments, 2 forward, 3 replay, 4 backward.
   const auto lane = [](TracePhase p) {
     switch (p) {
-      case TracePhase::segment: return 1;
-      case TracePhase::forward: return 2;
-      case TracePhase::replay: return 3;
-      case TracePhase::backward: return 4;
+      case TracePhase::segment:
+        return 1;
+      case TracePhase::forward:
+        return 2;
+      case TracePhase::replay:
+        return 3;
+      case TracePhase::backward:
+        return 4;
     }
     return 0;
   };
@@ -257,11 +268,12 @@ inline void Trace::write_chrome_json(std::ostream& out) const {
     const TraceEvent& e = events_[m.index];
     out << ",\n{\"name\": ";
     detail::write_json_string(out, e.name);
-    out << ", \"cat\": \"" << trace_phase_name(e.phase) << "\", \"ph\": \"" << (m.kind == 1 ? 'B' : 'E')
-        << "\", \"ts\": " << stamp(m.ts) << ", \"pid\": 1, \"tid\": " << lane(e.phase);
+    out << ", \"cat\": \"" << trace_phase_name(e.phase) << "\", \"ph\": \""
+        << (m.kind == 1 ? 'B' : 'E') << "\", \"ts\": " << stamp(m.ts)
+        << ", \"pid\": 1, \"tid\": " << lane(e.phase);
     if (m.kind == 0) {
-      out << ", \"args\": {\"node\": " << e.node << ", \"live_bytes\": " << e.live_after << ", \"peak_bytes\": " << e.peak
-          << "}";
+      out << ", \"args\": {\"node\": " << e.node << ", \"live_bytes\": " << e.live_after
+          << ", \"peak_bytes\": " << e.peak << "}";
     }
     out << "}";
     if (m.kind == 0) {
@@ -272,7 +284,8 @@ inline void Trace::write_chrome_json(std::ostream& out) const {
   if (peak_index < events_.size()) {
     const TraceEvent& e = events_[peak_index];
     out << ",\n{\"name\": \"peak\", \"ph\": \"i\", \"s\": \"g\", \"ts\": " << stamp(e.end_us)
-        << ", \"pid\": 1, \"tid\": " << lane(e.phase) << ", \"args\": {\"peak_bytes\": " << e.peak << ", \"during\": ";
+        << ", \"pid\": 1, \"tid\": " << lane(e.phase) << ", \"args\": {\"peak_bytes\": " << e.peak
+        << ", \"during\": ";
     detail::write_json_string(out, e.name);
     out << "}}";
   }

@@ -64,8 +64,9 @@ class Var {
 
   void check_tape_alive(const char* what) const {
     if (tape_->ended) {
-      throw UsageError(detail::cat(what, "(): this Var (shape ", shape(),
-                                   ") belongs to a tape that has ended; read gradients before the Tape goes out of scope"));
+      throw UsageError(detail::cat(
+          what, "(): this Var (shape ", shape(),
+          ") belongs to a tape that has ended; read gradients before the Tape goes out of scope"));
     }
   }
 

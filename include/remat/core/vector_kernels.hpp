@@ -80,7 +80,9 @@ inline V remat_lanewise_sqrt(V a) {
 #endif
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
+#pragma clang attribute push(                                                        \
+    __attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma"))), \
+    apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma")
@@ -106,12 +108,15 @@ namespace remat::detail {
 
 // Calls kernel `name` of the active instruction set.
 #if REMAT_ISA_DISPATCH
-#define REMAT_DISPATCH(name, ...)                                            \
-  switch (::remat::active_isa()) {                                           \
-    case ::remat::Isa::avx512: return isa_avx512::name(__VA_ARGS__);         \
-    case ::remat::Isa::avx2: return isa_avx2::name(__VA_ARGS__);             \
-    case ::remat::Isa::baseline: break;                                      \
-  }                                                                          \
+#define REMAT_DISPATCH(name, ...)           \
+  switch (::remat::active_isa()) {          \
+    case ::remat::Isa::avx512:              \
+      return isa_avx512::name(__VA_ARGS__); \
+    case ::remat::Isa::avx2:                \
+      return isa_avx2::name(__VA_ARGS__);   \
+    case ::remat::Isa::baseline:            \
+      break;                                \
+  }                                         \
   return isa_baseline::name(__VA_ARGS__)
 #else
 #define REMAT_DISPATCH(name, ...) return isa_baseline::name(__VA_ARGS__)
@@ -119,11 +124,20 @@ namespace remat::detail {
 
 namespace vec {
 
-inline void tanh_forward(const float* x, float* y, std::int64_t n) { REMAT_DISPATCH(tanh_forward, x, y, n); }
-inline void tanh_backward(const float* gy, const float* y, float* gx, std::int64_t n) { REMAT_DISPATCH(tanh_backward, gy, y, gx, n); }
-inline void gelu_forward(const float* x, float* y, std::int64_t n) { REMAT_DISPATCH(gelu_forward, x, y, n); }
-inline void gelu_backward(const float* gy, const float* x, float* gx, std::int64_t n) { REMAT_DISPATCH(gelu_backward, gy, x, gx, n); }
-inline void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const AdamWConstants& k) {
+inline void tanh_forward(const float* x, float* y, std::int64_t n) {
+  REMAT_DISPATCH(tanh_forward, x, y, n);
+}
+inline void tanh_backward(const float* gy, const float* y, float* gx, std::int64_t n) {
+  REMAT_DISPATCH(tanh_backward, gy, y, gx, n);
+}
+inline void gelu_forward(const float* x, float* y, std::int64_t n) {
+  REMAT_DISPATCH(gelu_forward, x, y, n);
+}
+inline void gelu_backward(const float* gy, const float* x, float* gx, std::int64_t n) {
+  REMAT_DISPATCH(gelu_backward, gy, x, gx, n);
+}
+inline void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n,
+                         const AdamWConstants& k) {
   REMAT_DISPATCH(adamw_update, p, m, v, g, n, k);
 }
 

@@ -38,13 +38,21 @@ using remat::detail::cat;
 
 template <class T>
 MPI_Datatype datatype() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
-  else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, unsigned char>) return MPI_BYTE;
-  else static_assert(sizeof(T) == 0, "remat::dist: element type must be float, double, (u)int32/64 or char");
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, unsigned char>)
+    return MPI_BYTE;
+  else
+    static_assert(sizeof(T) == 0,
+                  "remat::dist: element type must be float, double, (u)int32/64 or char");
 }
 
 inline MPI_Op mpi_op(ReduceOp op) noexcept {
@@ -54,7 +62,8 @@ inline MPI_Op mpi_op(ReduceOp op) noexcept {
 /// MPI counts are int: refuse a message that does not fit rather than truncating it.
 inline int count_of(std::size_t n, const char* call) {
   if (n > static_cast<std::size_t>(INT32_MAX)) {
-    throw CommError(cat("dist: ", call, ": ", n, " elements exceed MPI's int count (2^31 - 1); split the message"));
+    throw CommError(cat("dist: ", call, ": ", n,
+                        " elements exceed MPI's int count (2^31 - 1); split the message"));
   }
   return static_cast<int>(n);
 }
@@ -65,7 +74,8 @@ inline int rank_in(MPI_Comm comm) noexcept {
   int finalized = 0, rank = -1;
   MPI_Finalized(&finalized);
   if (finalized) return -1;
-  if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
@@ -75,8 +85,9 @@ inline void check(int rc, MPI_Comm comm, const char* call) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
-  throw CommError(cat("dist: ", call, " failed on rank ", rank_in(comm), ": ", std::string(text, static_cast<std::size_t>(length)),
-                      " (MPI error ", rc, ")"));
+  throw CommError(cat("dist: ", call, " failed on rank ", rank_in(comm), ": ",
+                      std::string(text, static_cast<std::size_t>(length)), " (MPI error ", rc,
+                      ")"));
 }
 
 }  // namespace detail
@@ -101,7 +112,9 @@ class Environment {
     if (initialized) return;  // someone else owns MPI's lifetime
     int provided = 0;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      throw CommError("dist: MPI_Init_thread failed (is the program started by mpirun, or MPI installed right?)");
+      throw CommError(
+          "dist: MPI_Init_thread failed (is the program started by mpirun, or MPI installed "
+          "right?)");
     }
     owner_ = true;
   }
@@ -123,7 +136,8 @@ class Environment {
 class Request {
  public:
   Request() = default;
-  Request(MPI_Request request, MPI_Comm comm, const char* call) noexcept : request_(request), comm_(comm), call_(call) {}
+  Request(MPI_Request request, MPI_Comm comm, const char* call) noexcept
+      : request_(request), comm_(comm), call_(call) {}
   Request(Request&& other) noexcept { *this = std::move(other); }
   Request& operator=(Request&& other) noexcept {
     if (this != &other) {
@@ -177,8 +191,11 @@ class Communicator {
   explicit Communicator(MPI_Comm comm) : comm_(comm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (!initialized) throw CommError("dist: Communicator made before MPI_Init (create a dist::Environment in main first)");
-    detail::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), comm_, "MPI_Comm_set_errhandler");
+    if (!initialized)
+      throw CommError(
+          "dist: Communicator made before MPI_Init (create a dist::Environment in main first)");
+    detail::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), comm_,
+                  "MPI_Comm_set_errhandler");
     detail::check(MPI_Comm_rank(comm_, &rank_), comm_, "MPI_Comm_rank");
     detail::check(MPI_Comm_size(comm_, &size_), comm_, "MPI_Comm_size");
   }
@@ -196,7 +213,9 @@ class Communicator {
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
     check_root(root, "broadcast");
-    check(MPI_Bcast(data.data(), detail::count_of(data.size(), "broadcast"), detail::datatype<T>(), root, comm_), "MPI_Bcast");
+    check(MPI_Bcast(data.data(), detail::count_of(data.size(), "broadcast"), detail::datatype<T>(),
+                    root, comm_),
+          "MPI_Bcast");
   }
   template <class T>
   void broadcast(Tensor<T>& t, int root = 0) const {
@@ -206,8 +225,8 @@ class Communicator {
   /// Combines `data` over all ranks in place: every rank ends with the same result.
   template <class T>
   void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::sum) const {
-    check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size(), "all_reduce"), detail::datatype<T>(),
-                        detail::mpi_op(op), comm_),
+    check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size(), "all_reduce"),
+                        detail::datatype<T>(), detail::mpi_op(op), comm_),
           "MPI_Allreduce");
   }
   template <class T>
@@ -221,9 +240,10 @@ class Communicator {
   template <class T>
   Request all_reduce_async(std::span<T> data, ReduceOp op = ReduceOp::sum) const {
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size(), "all_reduce_async"), detail::datatype<T>(),
-                         detail::mpi_op(op), comm_, &r),
-          "MPI_Iallreduce");
+    check(
+        MPI_Iallreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size(), "all_reduce_async"),
+                       detail::datatype<T>(), detail::mpi_op(op), comm_, &r),
+        "MPI_Iallreduce");
     return Request(r, comm_, "MPI_Iallreduce");
   }
 
@@ -232,15 +252,19 @@ class Communicator {
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out, std::span<const int> counts) const {
     check_scatter(in.size(), out.size(), counts, "reduce_scatter");
-    check(MPI_Reduce_scatter(in.data(), out.data(), counts.data(), detail::datatype<T>(), MPI_SUM, comm_), "MPI_Reduce_scatter");
+    check(MPI_Reduce_scatter(in.data(), out.data(), counts.data(), detail::datatype<T>(), MPI_SUM,
+                             comm_),
+          "MPI_Reduce_scatter");
   }
   /// reduce_scatter() that returns at once; `in`, `out` and `counts` must stay alive until the
   /// request completes (MPI reads the counts while the operation runs).
   template <class T>
-  Request reduce_scatter_async(std::span<const T> in, std::span<T> out, std::span<const int> counts) const {
+  Request reduce_scatter_async(std::span<const T> in, std::span<T> out,
+                               std::span<const int> counts) const {
     check_scatter(in.size(), out.size(), counts, "reduce_scatter_async");
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Ireduce_scatter(in.data(), out.data(), counts.data(), detail::datatype<T>(), MPI_SUM, comm_, &r),
+    check(MPI_Ireduce_scatter(in.data(), out.data(), counts.data(), detail::datatype<T>(), MPI_SUM,
+                              comm_, &r),
           "MPI_Ireduce_scatter");
     return Request(r, comm_, "MPI_Ireduce_scatter");
   }
@@ -250,18 +274,19 @@ class Communicator {
   template <class T>
   void all_gather(std::span<T> data, std::span<const int> counts) const {
     const std::vector<int> displs = displacements(data.size(), counts, "all_gather");
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(), displs.data(), detail::datatype<T>(),
-                         comm_),
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
+                         displs.data(), detail::datatype<T>(), comm_),
           "MPI_Allgatherv");
   }
   /// all_gather() that returns at once, filling `displs` with the slices' offsets; `data`,
   /// `counts` and `displs` must stay alive until the request completes.
   template <class T>
-  Request all_gather_async(std::span<T> data, std::span<const int> counts, std::vector<int>& displs) const {
+  Request all_gather_async(std::span<T> data, std::span<const int> counts,
+                           std::vector<int>& displs) const {
     displs = displacements(data.size(), counts, "all_gather_async");
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(), displs.data(), detail::datatype<T>(),
-                          comm_, &r),
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
+                          displs.data(), detail::datatype<T>(), comm_, &r),
           "MPI_Iallgatherv");
     return Request(r, comm_, "MPI_Iallgatherv");
   }
@@ -271,34 +296,40 @@ class Communicator {
 
   void check_root(int root, const char* call) const {
     if (root < 0 || root >= size_) {
-      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": root ", root, " is not a rank of this communicator (size ",
-                                  size_, ")"));
+      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": root ", root,
+                                  " is not a rank of this communicator (size ", size_, ")"));
     }
   }
 
-  void check_scatter(std::size_t in, std::size_t out, std::span<const int> counts, const char* call) const {
+  void check_scatter(std::size_t in, std::size_t out, std::span<const int> counts,
+                     const char* call) const {
     displacements(in, counts, call);
     if (out < static_cast<std::size_t>(counts[static_cast<std::size_t>(rank_)])) {
-      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": output holds ", out, " elements, this rank receives ",
+      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": output holds ", out,
+                                  " elements, this rank receives ",
                                   counts[static_cast<std::size_t>(rank_)]));
     }
   }
 
   /// Offsets of each rank's slice; checks there is one count per rank and that they add up.
-  std::vector<int> displacements(std::size_t total, std::span<const int> counts, const char* call) const {
+  std::vector<int> displacements(std::size_t total, std::span<const int> counts,
+                                 const char* call) const {
     if (counts.size() != static_cast<std::size_t>(size_)) {
-      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": ", counts.size(), " counts given for ", size_, " ranks"));
+      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": ", counts.size(),
+                                  " counts given for ", size_, " ranks"));
     }
     std::vector<int> displs(counts.size());
     std::size_t at = 0;
     for (std::size_t r = 0; r < counts.size(); ++r) {
-      if (counts[r] < 0) throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": count ", counts[r], " for rank ", r));
+      if (counts[r] < 0)
+        throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": count ", counts[r],
+                                    " for rank ", r));
       displs[r] = detail::count_of(at, call);
       at += static_cast<std::size_t>(counts[r]);
     }
     if (at != total) {
-      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": the counts add up to ", at, " elements, the buffer holds ",
-                                  total));
+      throw CommError(detail::cat("dist: ", call, " on rank ", rank_, ": the counts add up to ", at,
+                                  " elements, the buffer holds ", total));
     }
     return displs;
   }

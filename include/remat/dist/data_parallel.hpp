@@ -57,7 +57,7 @@ struct ReductionStats {
   double wait_seconds = 0;      ///< after the sweep, until every bucket was reduced and unpacked
   std::size_t buckets = 0;      ///< buckets reduced per step
   std::size_t started_during_backward = 0;  ///< of which started before the sweep ended
-  std::size_t bytes = 0;        ///< gradient bytes each rank contributes per step
+  std::size_t bytes = 0;                    ///< gradient bytes each rank contributes per step
 };
 
 template <class T = float>
@@ -65,7 +65,8 @@ class DataParallel {
  public:
   /// Makes every rank's parameters equal to rank 0's (a broadcast of each, frozen ones too).
   /// Which parameters are trainable is read here: freeze or unfreeze before, not after.
-  DataParallel(Communicator comm, std::vector<Parameter<T>> params, DataParallelOptions options = {})
+  DataParallel(Communicator comm, std::vector<Parameter<T>> params,
+               DataParallelOptions options = {})
       : comm_(comm), params_(std::move(params)), options_(options) {
     if (options_.bucket_bytes == 0 || options_.first_bucket_bytes == 0) {
       throw UsageError("DataParallel: bucket_bytes and first_bucket_bytes must be positive");
@@ -73,9 +74,11 @@ class DataParallel {
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       Parameter<T>& p = params_[i];
-      if (!p.defined()) throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " is undefined"));
+      if (!p.defined())
+        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " is undefined"));
       if (!index_.emplace(p.identity(), i).second) {
-        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(), ") is listed twice"));
+        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(),
+                                            ") is listed twice"));
       }
       comm_.broadcast(p.data(), 0);
       if (!p.frozen()) trainable_.push_back(i);
@@ -95,7 +98,8 @@ class DataParallel {
   std::vector<Parameter<T>> optimizer_parameters() const {
     if (!options_.shard_optimizer_state) return params_;
     std::vector<Parameter<T>> mine;
-    for (std::size_t k = owned_begin(rank()); k < owned_begin(rank() + 1); ++k) mine.push_back(params_[trainable_[k]]);
+    for (std::size_t k = owned_begin(rank()); k < owned_begin(rank() + 1); ++k)
+      mine.push_back(params_[trainable_[k]]);
     return mine;
   }
 
@@ -103,7 +107,8 @@ class DataParallel {
   /// frozen parameter or one this DataParallel does not hold.
   int owner_of(const Parameter<T>& p) const {
     const auto it = index_.find(p.identity());
-    if (it == index_.end() || !std::binary_search(trainable_.begin(), trainable_.end(), it->second)) return -1;
+    if (it == index_.end() || !std::binary_search(trainable_.begin(), trainable_.end(), it->second))
+      return -1;
     return owner(it->second);
   }
 
@@ -136,7 +141,8 @@ class DataParallel {
     stats_.started_during_backward = launched_;
     finish();
     stats_.backward_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats_.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    stats_.wait_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
 
   /// RAII scope in which backward() does not reduce (micro-batches of one optimizer step).
@@ -165,7 +171,8 @@ class DataParallel {
       }
     }
     if (!(max_norm > 0) || !std::isfinite(max_norm)) {
-      throw UsageError(remat::detail::cat("DataParallel::clip_grad_norm: max_norm must be positive and finite, got ", max_norm));
+      throw UsageError(remat::detail::cat(
+          "DataParallel::clip_grad_norm: max_norm must be positive and finite, got ", max_norm));
     }
     const double norm = std::sqrt(comm_.all_reduce(local));
     if (norm > max_norm) {
@@ -189,7 +196,10 @@ class DataParallel {
   /// Time to reduce every bucket with nothing else running (median of `repeats`): the figure the
   /// wait after backward is compared with. Collective: every rank must call it.
   double time_reduction_alone(int repeats = 5) {
-    if (buckets_.empty()) throw UsageError("DataParallel::time_reduction_alone: call backward() once first (it lays out the buckets)");
+    if (buckets_.empty())
+      throw UsageError(
+          "DataParallel::time_reduction_alone: call backward() once first (it lays out the "
+          "buckets)");
     std::vector<double> times;
     for (int r = 0; r < repeats; ++r) {
       for (Bucket& b : buckets_) b.data.fill(T(0));
@@ -214,13 +224,13 @@ class DataParallel {
 
  private:
   struct Bucket {
-    std::vector<std::size_t> members;  // parameter indices, ascending (Note [ZeRO-1])
-    std::vector<std::int64_t> offsets; // of each member in data
-    Tensor<T> data;                    // the members' gradients, then (ZeRO) their new values
-    Tensor<T> mine;                    // ZeRO: this rank's reduced slice
-    std::vector<int> counts;           // ZeRO: elements of each rank's slice
+    std::vector<std::size_t> members;   // parameter indices, ascending (Note [ZeRO-1])
+    std::vector<std::int64_t> offsets;  // of each member in data
+    Tensor<T> data;                     // the members' gradients, then (ZeRO) their new values
+    Tensor<T> mine;                     // ZeRO: this rank's reduced slice
+    std::vector<int> counts;            // ZeRO: elements of each rank's slice
     std::vector<int> displs;
-    std::size_t remaining = 0;         // members whose gradient is not final yet, this step
+    std::size_t remaining = 0;  // members whose gradient is not final yet, this step
     Request request;
   };
 
@@ -243,14 +253,16 @@ class DataParallel {
     for (std::size_t r = 1; r < n; ++r) {
       const double target = double(total) * double(r) / double(n);
       // take the next parameter while that brings the cut nearer the target
-      while (k < trainable_.size() && std::abs(double(before + numel(trainable_[k])) - target) <= std::abs(double(before) - target)) {
+      while (k < trainable_.size() && std::abs(double(before + numel(trainable_[k])) - target) <=
+                                          std::abs(double(before) - target)) {
         before += numel(trainable_[k++]);
       }
       cuts_[r] = k;
     }
     owner_.assign(params_.size(), 0);
     for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t j = cuts_[r]; j < cuts_[r + 1]; ++j) owner_[trainable_[j]] = static_cast<int>(r);
+      for (std::size_t j = cuts_[r]; j < cuts_[r + 1]; ++j)
+        owner_[trainable_[j]] = static_cast<int>(r);
     }
   }
 
@@ -262,9 +274,10 @@ class DataParallel {
       const bool listed = k < trainable_.size() && trainable_[k] == i;
       if (listed) ++k;
       if (listed == params_[i].frozen()) {
-        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", params_[i].shape(), ") was ",
-                                            listed ? "frozen" : "unfrozen",
-                                            " after the DataParallel was made; freeze or unfreeze before making it"));
+        throw UsageError(remat::detail::cat(
+            "DataParallel: parameter ", i, " (shape ", params_[i].shape(), ") was ",
+            listed ? "frozen" : "unfrozen",
+            " after the DataParallel was made; freeze or unfreeze before making it"));
       }
     }
   }
@@ -273,11 +286,13 @@ class DataParallel {
     const std::vector<Parameter<T>> expected = optimizer_parameters();
     const auto& held = optimizer.parameters();
     bool same = held.size() == expected.size();
-    for (std::size_t i = 0; same && i < held.size(); ++i) same = held[i].identity() == expected[i].identity();
+    for (std::size_t i = 0; same && i < held.size(); ++i)
+      same = held[i].identity() == expected[i].identity();
     if (!same) {
-      throw UsageError(remat::detail::cat("DataParallel::step on rank ", rank(), ": the optimizer holds ", held.size(),
-                                          " parameters, not the ", expected.size(),
-                                          " of optimizer_parameters(); build it over dp.optimizer_parameters()"));
+      throw UsageError(remat::detail::cat(
+          "DataParallel::step on rank ", rank(), ": the optimizer holds ", held.size(),
+          " parameters, not the ", expected.size(),
+          " of optimizer_parameters(); build it over dp.optimizer_parameters()"));
     }
   }
 
@@ -288,7 +303,8 @@ class DataParallel {
       const void* id = tape.node(i).parameter_identity();
       if (!id) continue;
       const auto it = index_.find(id);
-      if (it != index_.end() && first_leaf_[it->second] == remat::detail::kNone) first_leaf_[it->second] = i;
+      if (it != index_.end() && first_leaf_[it->second] == remat::detail::kNone)
+        first_leaf_[it->second] = i;
     }
   }
 
@@ -297,7 +313,8 @@ class DataParallel {
   void build_layout() {
     std::vector<std::size_t> order = trainable_;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      const bool ua = first_leaf_[a] != remat::detail::kNone, ub = first_leaf_[b] != remat::detail::kNone;
+      const bool ua = first_leaf_[a] != remat::detail::kNone,
+                 ub = first_leaf_[b] != remat::detail::kNone;
       if (ua != ub) return ua;
       return ua ? first_leaf_[a] > first_leaf_[b] : a > b;
     });
@@ -317,11 +334,14 @@ class DataParallel {
       bytes += b;
       fingerprint = remat::detail::mix64(fingerprint ^ p);
     }
-    const std::uint64_t lo = comm_.all_reduce(fingerprint, ReduceOp::min), hi = comm_.all_reduce(fingerprint, ReduceOp::max);
+    const std::uint64_t lo = comm_.all_reduce(fingerprint, ReduceOp::min),
+                        hi = comm_.all_reduce(fingerprint, ReduceOp::max);
     if (lo != hi) {
       buckets_.clear();
-      throw CommError(remat::detail::cat("DataParallel on rank ", rank(), ": the ranks' tapes use the parameters in different "
-                                         "orders; every rank must run the same model code (data may differ, control flow not)"));
+      throw CommError(remat::detail::cat(
+          "DataParallel on rank ", rank(),
+          ": the ranks' tapes use the parameters in different "
+          "orders; every rank must run the same model code (data may differ, control flow not)"));
     }
     stats_.bytes = 0;
     for (Bucket& bucket : buckets_) {
@@ -335,7 +355,8 @@ class DataParallel {
       }
       bucket.data = Tensor<T>({at});
       stats_.bytes += bucket.data.bytes();
-      if (options_.shard_optimizer_state) bucket.mine = Tensor<T>({std::max(1, bucket.counts[static_cast<std::size_t>(rank())])});
+      if (options_.shard_optimizer_state)
+        bucket.mine = Tensor<T>({std::max(1, bucket.counts[static_cast<std::size_t>(rank())])});
     }
     stats_.buckets = buckets_.size();
   }
@@ -351,7 +372,8 @@ class DataParallel {
     if (n.is_leaf()) {
       const void* id = n.parameter_identity();
       const auto it = id ? index_.find(id) : index_.end();
-      if (it != index_.end() && first_leaf_[it->second] == n.id && !params_[it->second].frozen()) ready(it->second);
+      if (it != index_.end() && first_leaf_[it->second] == n.id && !params_[it->second].frozen())
+        ready(it->second);
     }
     if (tested_ < launched_ && buckets_[tested_].request.test()) ++tested_;
   }
@@ -362,13 +384,16 @@ class DataParallel {
     if (ready_[p]) return;
     ready_[p] = true;
     Bucket& b = buckets_[bucket_of_[p]];
-    const std::size_t k = static_cast<std::size_t>(std::lower_bound(b.members.begin(), b.members.end(), p) - b.members.begin());
+    const std::size_t k = static_cast<std::size_t>(
+        std::lower_bound(b.members.begin(), b.members.end(), p) - b.members.begin());
     T* dst = b.data.data() + b.offsets[k];
     const remat::detail::ParamState<T>& s = *params_[p].param_state();
     // A stale buffer (zero_grad) or none: this rank's gradient is zero (the parameter did not
     // reach the loss on this rank).
-    if (s.grad_valid && s.grad.defined()) std::memcpy(dst, s.grad.data(), s.grad.bytes());
-    else std::fill(dst, dst + numel(p), T(0));
+    if (s.grad_valid && s.grad.defined())
+      std::memcpy(dst, s.grad.data(), s.grad.bytes());
+    else
+      std::fill(dst, dst + numel(p), T(0));
     --b.remaining;
     while (launched_ < buckets_.size() && buckets_[launched_].remaining == 0) launch(launched_++);
   }
@@ -377,8 +402,10 @@ class DataParallel {
     Bucket& b = buckets_[index];
     const std::span<T> all(b.data.data(), static_cast<std::size_t>(b.data.numel()));
     if (options_.shard_optimizer_state) {
-      b.request = comm_.reduce_scatter_async(std::span<const T>(all), std::span<T>(b.mine.data(), static_cast<std::size_t>(b.mine.numel())),
-                                             std::span<const int>(b.counts));
+      b.request = comm_.reduce_scatter_async(
+          std::span<const T>(all),
+          std::span<T>(b.mine.data(), static_cast<std::size_t>(b.mine.numel())),
+          std::span<const int>(b.counts));
     } else {
       b.request = comm_.all_reduce_async(all);
     }
@@ -398,12 +425,15 @@ class DataParallel {
         const std::size_t p = b.members[k];
         remat::detail::ParamState<T>& s = *params_[p].param_state();
         if (options_.shard_optimizer_state && owner(p) != rank()) {
-          s.grad_valid = false;  // another rank updates p; this rank's local sum is not its gradient
+          s.grad_valid =
+              false;  // another rank updates p; this rank's local sum is not its gradient
           continue;
         }
-        const T* src = options_.shard_optimizer_state ? b.mine.data() + mine_at : b.data.data() + b.offsets[k];
+        const T* src =
+            options_.shard_optimizer_state ? b.mine.data() + mine_at : b.data.data() + b.offsets[k];
         mine_at += numel(p);
-        if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique()) s.grad = Tensor<T>(s.value.shape());
+        if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
+          s.grad = Tensor<T>(s.value.shape());
         T* dst = s.grad.data();
         for (std::int64_t i = 0; i < numel(p); ++i) dst[i] = src[i] * scale;
         s.grad_valid = true;
@@ -413,14 +443,19 @@ class DataParallel {
 
   /// Every rank's updated range, to every rank, through the buckets (Note [ZeRO-1]).
   void gather_parameters() {
-    if (buckets_.empty()) throw UsageError("DataParallel::step: with sharded state, call backward() before the first step");
+    if (buckets_.empty())
+      throw UsageError(
+          "DataParallel::step: with sharded state, call backward() before the first step");
     for (Bucket& b : buckets_) {
       for (std::size_t k = 0; k < b.members.size(); ++k) {
         const std::size_t p = b.members[k];
-        if (owner(p) == rank()) std::memcpy(b.data.data() + b.offsets[k], params_[p].value().data(), params_[p].value().bytes());
+        if (owner(p) == rank())
+          std::memcpy(b.data.data() + b.offsets[k], params_[p].value().data(),
+                      params_[p].value().bytes());
       }
-      b.request = comm_.all_gather_async(std::span<T>(b.data.data(), static_cast<std::size_t>(b.data.numel())),
-                                         std::span<const int>(b.counts), b.displs);
+      b.request = comm_.all_gather_async(
+          std::span<T>(b.data.data(), static_cast<std::size_t>(b.data.numel())),
+          std::span<const int>(b.counts), b.displs);
     }
     for (Bucket& b : buckets_) {
       b.request.wait();
@@ -433,7 +468,8 @@ class DataParallel {
 
   /// Forgets the pending reductions and leaks their buffers (Request::abandon).
   void abandon() noexcept {
-    auto* kept = new std::vector<Tensor<T>>();  // intentionally never freed: MPI may still write into them
+    auto* kept =
+        new std::vector<Tensor<T>>();  // intentionally never freed: MPI may still write into them
     for (Bucket& b : buckets_) {
       if (!b.request.pending()) continue;
       b.request.abandon();
@@ -447,10 +483,10 @@ class DataParallel {
   std::vector<Parameter<T>> params_;
   DataParallelOptions options_;
   std::unordered_map<const void*, std::size_t> index_;  // Parameter::identity() -> position
-  std::vector<std::size_t> trainable_;                 // positions of the trainable parameters
-  std::vector<std::size_t> cuts_;                      // ZeRO ranges over trainable_
-  std::vector<int> owner_;                             // ZeRO rank of each parameter
-  std::vector<std::uint32_t> first_leaf_;              // per parameter, on the current tape
+  std::vector<std::size_t> trainable_;                  // positions of the trainable parameters
+  std::vector<std::size_t> cuts_;                       // ZeRO ranges over trainable_
+  std::vector<int> owner_;                              // ZeRO rank of each parameter
+  std::vector<std::uint32_t> first_leaf_;               // per parameter, on the current tape
   std::vector<std::size_t> bucket_of_;
   std::vector<Bucket> buckets_;
   std::vector<bool> ready_;

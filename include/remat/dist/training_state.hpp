@@ -25,7 +25,8 @@ namespace detail {
 /// Position of `p` in `list` (by identity), or list.size().
 template <class T>
 std::size_t position_of(const std::vector<Parameter<T>>& list, const Parameter<T>& p) {
-  const auto it = std::find_if(list.begin(), list.end(), [&](const Parameter<T>& q) { return q.identity() == p.identity(); });
+  const auto it = std::find_if(list.begin(), list.end(),
+                               [&](const Parameter<T>& q) { return q.identity() == p.identity(); });
   return static_cast<std::size_t>(it - list.begin());
 }
 
@@ -33,11 +34,13 @@ std::size_t position_of(const std::vector<Parameter<T>>& list, const Parameter<T
 /// shards: each owner broadcasts its parameter's counters, then which buffers it has, then them.
 /// Frozen parameters (no owner) get zero counters and no buffers.
 template <class T, class Opt>
-optim::OptimizerState<T> gather_state(const std::vector<Parameter<T>>& all, DataParallel<T>& dp, const Opt& opt) {
+optim::OptimizerState<T> gather_state(const std::vector<Parameter<T>>& all, DataParallel<T>& dp,
+                                      const Opt& opt) {
   const Communicator& comm = dp.communicator();
   const optim::OptimizerState<T> mine = opt.state();
   const std::vector<Parameter<T>> owned = opt.parameters();
-  const std::vector<std::string> counter_names = opt.counter_names(), buffer_names = opt.buffer_names();
+  const std::vector<std::string> counter_names = opt.counter_names(),
+                                 buffer_names = opt.buffer_names();
   optim::OptimizerState<T> whole{opt.name(), 0, opt.lr(), {}, {}};
   whole.buffers.resize(all.size());
   whole.counters.resize(all.size());
@@ -47,7 +50,8 @@ optim::OptimizerState<T> gather_state(const std::vector<Parameter<T>>& all, Data
     const bool here = j < owned.size();
     std::vector<std::int64_t> counters(counter_names.size(), 0);
     if (owner >= 0) {
-      for (std::size_t c = 0; c < counter_names.size() && here; ++c) counters[c] = mine.counters[j].at(counter_names[c]);
+      for (std::size_t c = 0; c < counter_names.size() && here; ++c)
+        counters[c] = mine.counters[j].at(counter_names[c]);
       comm.broadcast(std::span<std::int64_t>(counters), owner);
       for (const std::string& b : buffer_names) {
         std::int64_t present = here && mine.buffers[j].count(b) ? 1 : 0;
@@ -58,7 +62,8 @@ optim::OptimizerState<T> gather_state(const std::vector<Parameter<T>>& all, Data
         whole.buffers[k][b] = std::move(t);
       }
     }
-    for (std::size_t c = 0; c < counter_names.size(); ++c) whole.counters[k][counter_names[c]] = counters[c];
+    for (std::size_t c = 0; c < counter_names.size(); ++c)
+      whole.counters[k][counter_names[c]] = counters[c];
   }
   // A rank holding no parameter never steps its optimizer: take the most steps of any rank.
   whole.steps = comm.all_reduce(opt.steps(), ReduceOp::max);
@@ -71,8 +76,8 @@ optim::OptimizerState<T> gather_state(const std::vector<Parameter<T>>& all, Data
 /// parameters (equal on every rank), every rank's share of the optimizer state, the step count.
 /// `opt` is this rank's optimizer, built over dp.optimizer_parameters().
 template <class T, class Opt>
-void save_training_state(const std::string& path, const nn::Module<T>& m, DataParallel<T>& dp, Opt& opt,
-                         io::Metadata metadata = {}) {
+void save_training_state(const std::string& path, const nn::Module<T>& m, DataParallel<T>& dp,
+                         Opt& opt, io::Metadata metadata = {}) {
   const std::vector<Parameter<T>> all = m.parameters();
   const optim::OptimizerState<T> whole = detail::gather_state(all, dp, opt);
   if (dp.communicator().rank() == 0) {
@@ -87,7 +92,8 @@ void save_training_state(const std::string& path, const nn::Module<T>& m, DataPa
 /// number of ranks) on every rank, sets the parameters, and keeps this rank's range of the
 /// optimizer state in `opt` (built over dp.optimizer_parameters()). Returns the file's metadata.
 template <class T, class Opt>
-io::Metadata load_training_state(const std::string& path, nn::Module<T>& m, DataParallel<T>& dp, Opt& opt) {
+io::Metadata load_training_state(const std::string& path, nn::Module<T>& m, DataParallel<T>& dp,
+                                 Opt& opt) {
   const std::vector<Parameter<T>> all = m.parameters();
   Opt single(all, opt.options());
   io::Metadata metadata = train::load_training_state(path, m, single);
@@ -97,7 +103,8 @@ io::Metadata load_training_state(const std::string& path, nn::Module<T>& m, Data
   for (std::size_t j = 0; j < mine.size(); ++j) {
     const std::size_t k = detail::position_of(all, mine[j]);
     if (k == all.size()) {
-      throw UsageError(remat::detail::cat("dist::load_training_state on rank ", dp.rank(), ": optimizer parameter ", j,
+      throw UsageError(remat::detail::cat("dist::load_training_state on rank ", dp.rank(),
+                                          ": optimizer parameter ", j,
                                           " is not a parameter of the model"));
     }
     shard.buffers.push_back(whole.buffers[k]);

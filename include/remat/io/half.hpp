@@ -3,8 +3,9 @@
 /// The 16-bit floating-point formats of model checkpoints, bit-exact as PyTorch converts them:
 /// bfloat16 (BF16: float's sign and 8-bit exponent, 7 mantissa bits) and IEEE half (F16: 5-bit
 /// exponent, 10 mantissa bits). Widening to float is exact for every bit pattern (subnormals,
-/// infinities; NaNs keep sign and payload and come out quiet); narrowing to bfloat16 rounds to nearest, ties to even, as
-/// a tensor's `.bfloat16()` does (tests/reference/half_reference.py checks every case against torch 1.13).
+/// infinities; NaNs keep sign and payload and come out quiet); narrowing to bfloat16 rounds to
+/// nearest, ties to even, as a tensor's `.bfloat16()` does (tests/reference/half_reference.py
+/// checks every case against torch 1.13).
 
 #include <bit>
 #include <cmath>
@@ -13,7 +14,9 @@
 namespace remat::io {
 
 /// The float a bfloat16 bit pattern holds: its 16 bits are float's upper half, so exact.
-inline float bf16_to_float(std::uint16_t bits) noexcept { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+inline float bf16_to_float(std::uint16_t bits) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 
 /// `value` rounded to the nearest bfloat16, ties to even; every NaN becomes 0xffff, as a
 /// tensor's `.bfloat16()` gives it in torch 1.13 (ATen's vectorized conversion; only the scalar
@@ -29,7 +32,9 @@ inline std::uint16_t float_to_bf16(float value) noexcept {
 
 /// A double narrowed as torch narrows it to bfloat16: to float first (round to nearest), then
 /// to bfloat16 (ATen converts a double tensor through float).
-inline std::uint16_t double_to_bf16(double value) noexcept { return float_to_bf16(static_cast<float>(value)); }
+inline std::uint16_t double_to_bf16(double value) noexcept {
+  return float_to_bf16(static_cast<float>(value));
+}
 
 /// The float an IEEE half bit pattern holds, exactly: subnormals scaled, infinities kept, NaN
 /// payloads shifted into float's mantissa with the sign kept and the quiet bit set.
@@ -39,7 +44,8 @@ inline float f16_to_float(std::uint16_t bits) noexcept {
   if (exponent == 0x1f) {
     // infinity, or a NaN with its payload shifted into float's mantissa and made quiet, as
     // torch (and the F16C instruction) does
-    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x400000u : 0u));
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13) |
+                                (mantissa != 0 ? 0x400000u : 0u));
   }
   if (exponent == 0) {
     // 0 or a subnormal: mantissa * 2^-24, exact in float (at most 10 significant bits).

@@ -56,7 +56,8 @@
 namespace remat::io {
 
 static_assert(std::endian::native == std::endian::little,
-              "remat/io writes the host's bytes as little-endian safetensors data: add byte swapping for this host");
+              "remat/io writes the host's bytes as little-endian safetensors data: add byte "
+              "swapping for this host");
 
 /// Free-form string metadata stored in the header's "__metadata__".
 using Metadata = std::map<std::string, std::string>;
@@ -84,9 +85,12 @@ inline std::size_t nesting_overflow(std::string_view text, int limit) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -100,8 +104,9 @@ inline std::size_t nesting_overflow(std::string_view text, int limit) {
 
 template <class T>
 constexpr const char* dtype_name() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>,
-                "remat/io reads float, double and int32 tensors");
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>,
+      "remat/io reads float, double and int32 tensors");
   return std::is_same_v<T, float> ? "F32" : std::is_same_v<T, double> ? "F64" : "I32";
 }
 
@@ -109,8 +114,9 @@ constexpr const char* dtype_name() {
 /// and F6 formats, and names that are no dtype).
 inline std::size_t dtype_size(std::string_view dtype) {
   static constexpr std::pair<std::string_view, std::size_t> sizes[] = {
-      {"F64", 8},     {"F32", 4},     {"BF16", 2},    {"F16", 2},     {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},
-      {"BOOL", 1},    {"U16", 2},     {"U32", 4},     {"U64", 8},     {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}};
+      {"F64", 8}, {"F32", 4},     {"BF16", 2},    {"F16", 2},    {"I64", 8}, {"I32", 4},
+      {"I16", 2}, {"I8", 1},      {"U8", 1},      {"BOOL", 1},   {"U16", 2}, {"U32", 4},
+      {"U64", 8}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}};
   for (const auto& [name, size] : sizes) {
     if (name == dtype) return size;
   }
@@ -118,18 +124,21 @@ inline std::size_t dtype_size(std::string_view dtype) {
 }
 
 /// Whether tensors of `dtype` read into float and double tensors (exactly, but F64 into float).
-inline bool is_float_dtype(std::string_view dtype) { return dtype == "F64" || dtype == "F32" || dtype == "BF16" || dtype == "F16"; }
+inline bool is_float_dtype(std::string_view dtype) {
+  return dtype == "F64" || dtype == "F32" || dtype == "BF16" || dtype == "F16";
+}
 
 /// Whether tensors of `dtype` read into Tensor<std::int32_t>.
 inline bool is_integer_dtype(std::string_view dtype) {
-  return dtype == "I64" || dtype == "I32" || dtype == "I16" || dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "U16" ||
-         dtype == "U32" || dtype == "U64";
+  return dtype == "I64" || dtype == "I32" || dtype == "I16" || dtype == "I8" || dtype == "U8" ||
+         dtype == "BOOL" || dtype == "U16" || dtype == "U32" || dtype == "U64";
 }
 
 /// Whether `dtype` is one of the format's dtype names.
 inline bool is_safetensors_dtype(std::string_view dtype) {
-  static constexpr std::string_view known[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
-                                               "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F32", "F64",     "I64", "U64"};
+  static constexpr std::string_view known[] = {
+      "BOOL", "U8",  "I8",   "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "I16",
+      "U16",  "F16", "BF16", "I32",     "U32",     "F32",     "F64", "I64",     "U64"};
   return std::find(std::begin(known), std::end(known), dtype) != std::end(known);
 }
 
@@ -140,10 +149,14 @@ inline std::size_t utf8_sequence_at(std::string_view text, std::size_t i) {
   std::size_t n = 0;
   unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
   if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) n = 1;
-  else if (c >= 0xe0 && c <= 0xef) n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-  else if (c >= 0xf0 && c <= 0xf4) n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-  else return 0;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 1;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else
+    return 0;
   if (n > text.size() - i - 1) return 0;
   for (std::size_t k = 1; k <= n; ++k) {
     const auto b = static_cast<unsigned char>(text[i + k]);
@@ -187,11 +200,14 @@ inline std::string brief(std::string_view text, std::size_t limit = 64) {
 }
 
 /// A JSON value fit for a message (see brief()).
-inline std::string brief_json(const nlohmann::json& value) { return brief(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)); }
+inline std::string brief_json(const nlohmann::json& value) {
+  return brief(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 /// An IoError for a failed system call: what was being done, the file, and strerror(err).
 inline IoError system_error(std::string_view doing, const std::string& path, int err) {
-  return IoError(remat::detail::cat("safetensors: ", doing, " ", path, " failed: ", std::strerror(err)));
+  return IoError(
+      remat::detail::cat("safetensors: ", doing, " ", path, " failed: ", std::strerror(err)));
 }
 
 /// Owns a file descriptor and closes it exactly once: by close(), which reports the error, or
@@ -238,15 +254,17 @@ inline void write_all(int fd, const void* data, std::size_t bytes, const std::st
 inline std::string resolve_links(const std::string& path) {
   std::string at = path;
   for (int hop = 0; hop < 40; ++hop) {  // Linux's own limit (MAXSYMLINKS)
-    struct stat st{};
+    struct stat st {};
     if (::lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at;
     std::vector<char> target(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : PATH_MAX) + 1);
     const ssize_t n = ::readlink(at.c_str(), target.data(), target.size());
     if (n < 0) throw system_error("following the link", at, errno);
-    if (static_cast<std::size_t>(n) == target.size()) throw system_error("following the link", at, ENAMETOOLONG);
+    if (static_cast<std::size_t>(n) == target.size())
+      throw system_error("following the link", at, ENAMETOOLONG);
     std::string next(target.data(), static_cast<std::size_t>(n));
     const auto slash = at.rfind('/');
-    if (next.front() != '/' && slash != std::string::npos) next = at.substr(0, slash + 1) + next;  // relative to the link
+    if (next.front() != '/' && slash != std::string::npos)
+      next = at.substr(0, slash + 1) + next;  // relative to the link
     at = std::move(next);
   }
   throw system_error("following the links of", path, ELOOP);
@@ -258,7 +276,8 @@ inline mode_t new_file_mode() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("Umask:", 0) == 0) return 0666 & ~static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+    if (line.rfind("Umask:", 0) == 0)
+      return 0666 & ~static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
   }
   return 0644;  // no /proc: the usual umask 022
 }
@@ -266,20 +285,28 @@ inline mode_t new_file_mode() {
 /// Flushes the directory `dir` so that a rename into it survives a crash.
 inline void sync_directory(const std::string& dir, const std::string& path) {
   Descriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) throw system_error(remat::detail::cat("saved ", path, " but opening its directory"), dir, errno);
-  if (::fsync(fd.get()) != 0) throw system_error(remat::detail::cat("saved ", path, " but flushing its directory"), dir, errno);
-  if (const int err = fd.close()) throw system_error(remat::detail::cat("saved ", path, " but closing its directory"), dir, err);
+  if (!fd.valid())
+    throw system_error(remat::detail::cat("saved ", path, " but opening its directory"), dir,
+                       errno);
+  if (::fsync(fd.get()) != 0)
+    throw system_error(remat::detail::cat("saved ", path, " but flushing its directory"), dir,
+                       errno);
+  if (const int err = fd.close())
+    throw system_error(remat::detail::cat("saved ", path, " but closing its directory"), dir, err);
 }
 
 /// Writes `chunks` to `path` atomically (see the file comment): a unique temporary next to the
 /// target, fsync, rename, fsync of the directory; the temporary is removed on every failure.
-inline void write_atomically(const std::string& path, std::span<const std::pair<const void*, std::size_t>> chunks) {
+inline void write_atomically(const std::string& path,
+                             std::span<const std::pair<const void*, std::size_t>> chunks) {
   const std::string target = resolve_links(path);
   const auto slash = target.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : target.substr(0, slash);
   const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
   mode_t mode = 0;
-  struct stat st{};
+  struct stat st {};
   if (::stat(target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw system_error("saving", path, EISDIR);
     mode = st.st_mode & 07777;  // an existing file keeps its permissions
@@ -290,13 +317,17 @@ inline void write_atomically(const std::string& path, std::span<const std::pair<
   }
   // A hidden, unique name in the same directory (a rename cannot cross file systems); the base
   // is cut so that the name stays within NAME_MAX.
-  std::string pattern = (slash == std::string::npos ? std::string() : target.substr(0, slash + 1)) + "." +
-                        base.substr(0, std::min<std::size_t>(base.size(), 200)) + ".tmp.XXXXXX";
+  std::string pattern = (slash == std::string::npos ? std::string() : target.substr(0, slash + 1)) +
+                        "." + base.substr(0, std::min<std::size_t>(base.size(), 200)) +
+                        ".tmp.XXXXXX";
   Descriptor fd(::mkostemp(pattern.data(), O_CLOEXEC));
-  if (!fd.valid()) throw system_error(remat::detail::cat("saving ", path, ": creating a temporary file in"), dir, errno);
+  if (!fd.valid())
+    throw system_error(remat::detail::cat("saving ", path, ": creating a temporary file in"), dir,
+                       errno);
   const std::string& temporary = pattern;  // mkostemp filled in the X's
   try {
-    if (::fchmod(fd.get(), mode) != 0) throw system_error("setting the permissions of", temporary, errno);
+    if (::fchmod(fd.get(), mode) != 0)
+      throw system_error("setting the permissions of", temporary, errno);
     for (const auto& [data, bytes] : chunks) write_all(fd.get(), data, bytes, temporary);
     if (::fsync(fd.get()) != 0) throw system_error("flushing", temporary, errno);
     if (const int err = fd.close()) throw system_error("closing", temporary, err);
@@ -322,12 +353,16 @@ struct HeaderEntry {
 /// The bytes before the data: the 8-byte length and the JSON header, padded with spaces so that
 /// the data starts 8-byte aligned, as the reference writer does. Offsets follow `entries` in
 /// order. Throws an IoError naming `path` for a name or metadata string that cannot be written.
-inline std::string encode_header(const std::string& path, const std::vector<HeaderEntry>& entries, const Metadata& metadata) {
-  const auto refuse = [&](const std::string& why) { throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": ", why)); };
+inline std::string encode_header(const std::string& path, const std::vector<HeaderEntry>& entries,
+                                 const Metadata& metadata) {
+  const auto refuse = [&](const std::string& why) {
+    throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": ", why));
+  };
   const auto check_utf8 = [&](std::string_view what, const std::string& text) {
     const std::size_t at = invalid_utf8_at(text);
     if (at != std::string_view::npos) {
-      refuse(remat::detail::cat(what, " '", brief(text), "' is not valid UTF-8 (byte ", at, "); JSON holds only UTF-8 text"));
+      refuse(remat::detail::cat(what, " '", brief(text), "' is not valid UTF-8 (byte ", at,
+                                "); JSON holds only UTF-8 text"));
     }
   };
   nlohmann::json header = nlohmann::json::object();
@@ -340,7 +375,8 @@ inline std::string encode_header(const std::string& path, const std::vector<Head
   for (const HeaderEntry& e : entries) {
     check_utf8("tensor name", e.name);
     if (e.name.empty() || e.name == "__metadata__" || header.contains(e.name)) {
-      refuse(remat::detail::cat("tensor name '", brief(e.name), "' is empty, reserved or repeated"));
+      refuse(
+          remat::detail::cat("tensor name '", brief(e.name), "' is empty, reserved or repeated"));
     }
     header[e.name] = {{"dtype", e.dtype},
                       {"shape", std::vector<std::int64_t>(e.shape.begin(), e.shape.end())},
@@ -350,7 +386,8 @@ inline std::string encode_header(const std::string& path, const std::vector<Head
   std::string text;
   try {
     text = header.dump();
-  } catch (const nlohmann::json::exception& e) {  // checked above; kept so that no JSON error escapes
+  } catch (
+      const nlohmann::json::exception& e) {  // checked above; kept so that no JSON error escapes
     refuse(brief(e.what(), 200));
   }
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -371,19 +408,22 @@ enum class StoreAs { native, bf16 };
 /// atomically, in `store` format. Every failure is an IoError naming the file (and strerror for
 /// system errors).
 template <class T>
-void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors, const Metadata& metadata = {}, StoreAs store = StoreAs::native) {
+void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors,
+          const Metadata& metadata = {}, StoreAs store = StoreAs::native) {
   static_assert(std::is_floating_point_v<T>, "remat/io saves float and double tensors");
   std::vector<detail::HeaderEntry> entries;
   std::vector<std::pair<const void*, std::size_t>> chunks(1);
   std::vector<std::vector<std::uint16_t>> narrowed;  // the BF16 copies, alive until written
   for (const auto& [name, t] : tensors) {
     if (!t.defined()) {
-      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '", detail::brief(name), "' is undefined"));
+      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '",
+                                       detail::brief(name), "' is undefined"));
     }
     if (store == StoreAs::bf16) {
       std::vector<std::uint16_t>& out = narrowed.emplace_back(static_cast<std::size_t>(t.numel()));
       for (std::size_t i = 0; i < out.size(); ++i) {
-        out[i] = std::is_same_v<T, float> ? float_to_bf16(static_cast<float>(t.data()[i])) : double_to_bf16(static_cast<double>(t.data()[i]));
+        out[i] = std::is_same_v<T, float> ? float_to_bf16(static_cast<float>(t.data()[i]))
+                                          : double_to_bf16(static_cast<double>(t.data()[i]));
       }
       entries.push_back({name, "BF16", t.shape(), out.size() * 2});
       chunks.emplace_back(out.data(), out.size() * 2);
@@ -403,7 +443,8 @@ namespace detail {
 /// in memory, or a file mmap refuses). Unmapped by the destructor.
 class Bytes {
  public:
-  explicit Bytes(std::vector<char> buffer) : buffer_(std::move(buffer)), view_(buffer_.data(), buffer_.size()) {}
+  explicit Bytes(std::vector<char> buffer)
+      : buffer_(std::move(buffer)), view_(buffer_.data(), buffer_.size()) {}
   Bytes(void* map, std::size_t size) : map_(map), view_(static_cast<const char*>(map), size) {}
   ~Bytes() {
     if (map_) ::munmap(map_, view_.size());
@@ -458,15 +499,20 @@ bool convert(std::string_view dtype, const char* from, std::size_t n, T* to) {
   if constexpr (std::is_floating_point_v<T>) {
     if (dtype == "F64") return widen(double{}, [](double s) { return static_cast<T>(s); });
     if (dtype == "F32") return widen(float{}, [](float s) { return static_cast<T>(s); });
-    if (dtype == "BF16") return widen(std::uint16_t{}, [](std::uint16_t s) { return static_cast<T>(bf16_to_float(s)); });
-    if (dtype == "F16") return widen(std::uint16_t{}, [](std::uint16_t s) { return static_cast<T>(f16_to_float(s)); });
+    if (dtype == "BF16")
+      return widen(std::uint16_t{},
+                   [](std::uint16_t s) { return static_cast<T>(bf16_to_float(s)); });
+    if (dtype == "F16")
+      return widen(std::uint16_t{},
+                   [](std::uint16_t s) { return static_cast<T>(f16_to_float(s)); });
   } else {
     if (dtype == "I64") return narrow(std::int64_t{});
     if (dtype == "I32") return narrow(std::int32_t{});
     if (dtype == "I16") return narrow(std::int16_t{});
     if (dtype == "I8") return narrow(std::int8_t{});
     if (dtype == "U8") return narrow(std::uint8_t{});
-    if (dtype == "BOOL") return widen(std::uint8_t{}, [](std::uint8_t s) { return static_cast<T>(s != 0); });
+    if (dtype == "BOOL")
+      return widen(std::uint8_t{}, [](std::uint8_t s) { return static_cast<T>(s != 0); });
     if (dtype == "U16") return narrow(std::uint16_t{});
     if (dtype == "U32") return narrow(std::uint32_t{});
     if (dtype == "U64") return narrow(std::uint64_t{});
@@ -490,10 +536,11 @@ class File {
   static File read(const std::string& path) {
     detail::Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) throw detail::system_error("opening", path, errno);
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw detail::system_error("reading", path, errno);
     if (S_ISDIR(st.st_mode)) throw detail::system_error("reading", path, EISDIR);
-    if (!S_ISREG(st.st_mode)) throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": not a regular file"));
+    if (!S_ISREG(st.st_mode))
+      throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": not a regular file"));
     const auto size = static_cast<std::size_t>(st.st_size);
     std::shared_ptr<const detail::Bytes> bytes;
     if (size == 0) {
@@ -501,14 +548,16 @@ class File {
     } else {
       void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
       if (map == MAP_FAILED) throw detail::system_error("mapping", path, errno);
-      bytes = std::make_shared<const detail::Bytes>(map, size);  // the mapping outlives the descriptor
+      bytes =
+          std::make_shared<const detail::Bytes>(map, size);  // the mapping outlives the descriptor
     }
     if (const int err = fd.close()) throw detail::system_error("closing", path, err);
     return File(path, std::move(bytes));
   }
 
   /// Parses and validates a file's bytes (`where` names it in messages).
-  File(std::string where, std::vector<char> bytes) : File(std::move(where), std::make_shared<const detail::Bytes>(std::move(bytes))) {}
+  File(std::string where, std::vector<char> bytes)
+      : File(std::move(where), std::make_shared<const detail::Bytes>(std::move(bytes))) {}
 
   const Metadata& metadata() const noexcept { return metadata_; }
   const std::map<std::string, Entry>& entries() const noexcept { return entries_; }
@@ -516,7 +565,9 @@ class File {
 
   const Entry& entry(const std::string& name) const {
     const auto it = entries_.find(name);
-    if (it == entries_.end()) throw IoError(remat::detail::cat("safetensors: ", path_, " has no tensor named '", detail::brief(name), "'"));
+    if (it == entries_.end())
+      throw IoError(remat::detail::cat("safetensors: ", path_, " has no tensor named '",
+                                       detail::brief(name), "'"));
     return it->second;
   }
 
@@ -534,9 +585,12 @@ class File {
   template <class T>
   bool reads_as(const std::string& name) const {
     const std::string& dtype = entry(name).dtype;
-    if constexpr (std::is_same_v<T, std::int32_t>) return detail::is_integer_dtype(dtype);
-    else if constexpr (std::is_same_v<T, float>) return detail::is_float_dtype(dtype) && dtype != "F64";
-    else return detail::is_float_dtype(dtype);
+    if constexpr (std::is_same_v<T, std::int32_t>)
+      return detail::is_integer_dtype(dtype);
+    else if constexpr (std::is_same_v<T, float>)
+      return detail::is_float_dtype(dtype) && dtype != "F64";
+    else
+      return detail::is_float_dtype(dtype);
   }
 
   /// The tensor called `name`, converted to T (see reads_as(); any other dtype is an IoError
@@ -557,15 +611,19 @@ class File {
     const Entry& e = entry(name);
     check_readable<T>(name);
     if (!out.defined() || !(out.shape() == e.shape)) {
-      throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " has shape ", e.shape, ", not the ",
+      throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_,
+                                       " has shape ", e.shape, ", not the ",
                                        out.defined() ? out.shape() : Shape{}, " expected"));
     }
     const std::size_t size = detail::dtype_size(e.dtype), n = static_cast<std::size_t>(out.numel());
-    constexpr std::size_t kSlice = std::size_t{1} << 22;  // elements per slice: 8-32 MiB of the file
+    constexpr std::size_t kSlice = std::size_t{1}
+                                   << 22;  // elements per slice: 8-32 MiB of the file
     for (std::size_t done = 0; done < n; done += kSlice) {
-      const std::size_t count = std::min(kSlice, n - done), at = data_start_ + e.begin + done * size;
+      const std::size_t count = std::min(kSlice, n - done),
+                        at = data_start_ + e.begin + done * size;
       if (!detail::convert<T>(e.dtype, bytes_.data() + at, count, out.data() + done)) {
-        throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype,
+        throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ",
+                                         path_, " is ", e.dtype,
                                          " and holds a value outside int32's range"));
       }
       storage_->release(at, at + count * size);
@@ -577,9 +635,11 @@ class File {
   void check_readable(const std::string& name) const {
     if (reads_as<T>(name)) return;
     const Entry& e = entry(name);
-    throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype, " ", e.shape,
-                                     ", which does not read into ", detail::dtype_name<T>(),
-                                     std::is_same_v<T, std::int32_t> ? " (integer dtypes do)" : " (F64, F32, BF16 and F16 do; F64 only into double)"));
+    throw IoError(remat::detail::cat(
+        "safetensors: tensor '", detail::brief(name), "' in ", path_, " is ", e.dtype, " ", e.shape,
+        ", which does not read into ", detail::dtype_name<T>(),
+        std::is_same_v<T, std::int32_t> ? " (integer dtypes do)"
+                                        : " (F64, F32, BF16 and F16 do; F64 only into double)"));
   }
 
  private:
@@ -592,24 +652,33 @@ class File {
   /// ignore the rest) and nests at most kMaxHeaderDepth levels.
   void scan(std::string_view header) const {
     if (header.empty()) fail("the header is empty (its length is 0)");
-    if (header.substr(0, 3) == "\xEF\xBB\xBF") fail("the header starts with a UTF-8 byte-order mark; it must start with '{'");
-    if (header.front() != '{') fail(remat::detail::cat("the header starts with '", detail::brief(header.substr(0, 1)), "', not '{'"));
+    if (header.substr(0, 3) == "\xEF\xBB\xBF")
+      fail("the header starts with a UTF-8 byte-order mark; it must start with '{'");
+    if (header.front() != '{')
+      fail(remat::detail::cat("the header starts with '", detail::brief(header.substr(0, 1)),
+                              "', not '{'"));
     if (const std::size_t nul = header.find('\0'); nul != std::string_view::npos) {
       fail(remat::detail::cat("the header holds a NUL byte at offset ", nul));
     }
-    if (const std::size_t i = detail::nesting_overflow(header, kMaxHeaderDepth); i != std::string_view::npos) {
-      fail(remat::detail::cat("the header nests deeper than ", kMaxHeaderDepth, " levels (at offset ", i, ")"));
+    if (const std::size_t i = detail::nesting_overflow(header, kMaxHeaderDepth);
+        i != std::string_view::npos) {
+      fail(remat::detail::cat("the header nests deeper than ", kMaxHeaderDepth,
+                              " levels (at offset ", i, ")"));
     }
   }
 
   void parse() {
-    if (bytes_.size() < 8) fail(remat::detail::cat("it has ", bytes_.size(), " bytes, fewer than the 8 of the header length"));
+    if (bytes_.size() < 8)
+      fail(remat::detail::cat("it has ", bytes_.size(),
+                              " bytes, fewer than the 8 of the header length"));
     std::uint64_t length = 0;
     std::memcpy(&length, bytes_.data(), 8);
-    if (length > kMaxHeaderBytes) fail(remat::detail::cat("the header length ", length, " exceeds the ", kMaxHeaderBytes, " allowed"));
+    if (length > kMaxHeaderBytes)
+      fail(remat::detail::cat("the header length ", length, " exceeds the ", kMaxHeaderBytes,
+                              " allowed"));
     if (length > bytes_.size() - 8) {
-      fail(remat::detail::cat("the header length ", length, " runs past the end of the file (", bytes_.size() - 8,
-                              " bytes follow it): truncated?"));
+      fail(remat::detail::cat("the header length ", length, " runs past the end of the file (",
+                              bytes_.size() - 8, " bytes follow it): truncated?"));
     }
     data_start_ = 8 + length;
     const std::size_t data_size = bytes_.size() - data_start_;
@@ -618,7 +687,8 @@ class File {
     // object's keys so far (the scan bounded how many objects can be open).
     std::vector<std::set<std::string>> open;
     std::string entry_name;
-    const auto no_repeats = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    const auto no_repeats = [&](int depth, nlohmann::json::parse_event_t event,
+                                nlohmann::json& parsed) {
       using E = nlohmann::json::parse_event_t;
       if (event == E::object_start) open.emplace_back();
       if (event == E::object_end) open.pop_back();
@@ -626,8 +696,12 @@ class File {
       const auto& key = parsed.get_ref<const std::string&>();
       if (depth == 1) entry_name = key;
       if (!open.back().insert(key).second) {
-        if (depth == 1) fail(remat::detail::cat("the name '", detail::brief(key), "' appears twice in the header"));
-        fail(remat::detail::cat("the key '", detail::brief(key), "' appears twice in the entry of '", detail::brief(entry_name), "'"));
+        if (depth == 1)
+          fail(remat::detail::cat("the name '", detail::brief(key),
+                                  "' appears twice in the header"));
+        fail(remat::detail::cat("the key '", detail::brief(key),
+                                "' appears twice in the entry of '", detail::brief(entry_name),
+                                "'"));
       }
       return true;
     };
@@ -653,46 +727,62 @@ class File {
     std::size_t at = 0;
     for (const auto& [begin, end, name] : spans) {
       if (begin != at) {
-        fail(remat::detail::cat("tensor '", detail::brief(name), "' starts at byte ", begin, " of the data, but the previous tensor ends at ",
-                                at, begin < at ? " (they overlap)" : " (a hole)"));
+        fail(remat::detail::cat("tensor '", detail::brief(name), "' starts at byte ", begin,
+                                " of the data, but the previous tensor ends at ", at,
+                                begin < at ? " (they overlap)" : " (a hole)"));
       }
       at = end;
     }
-    if (at != data_size) fail(remat::detail::cat("the tensors cover ", at, " bytes of data but ", data_size, " follow the header"));
+    if (at != data_size)
+      fail(remat::detail::cat("the tensors cover ", at, " bytes of data but ", data_size,
+                              " follow the header"));
   }
 
   void parse_metadata(const nlohmann::json& value) {
     if (!value.is_object()) fail("\"__metadata__\" is not an object");
     for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) fail(remat::detail::cat("metadata '", detail::brief(key), "' is not a string but ", detail::brief_json(v)));
+      if (!v.is_string())
+        fail(remat::detail::cat("metadata '", detail::brief(key), "' is not a string but ",
+                                detail::brief_json(v)));
       metadata_[key] = v.get<std::string>();
     }
   }
 
-  Entry parse_entry(const std::string& name, const nlohmann::json& value, std::size_t data_size) const {
-    const auto bad = [&](const std::string& why) { fail(remat::detail::cat("tensor '", detail::brief(name), "': ", why)); };
-    if (!value.is_object()) bad(remat::detail::cat("its entry is not an object but ", detail::brief_json(value)));
+  Entry parse_entry(const std::string& name, const nlohmann::json& value,
+                    std::size_t data_size) const {
+    const auto bad = [&](const std::string& why) {
+      fail(remat::detail::cat("tensor '", detail::brief(name), "': ", why));
+    };
+    if (!value.is_object())
+      bad(remat::detail::cat("its entry is not an object but ", detail::brief_json(value)));
     for (const auto& [key, v] : value.items()) {
-      if (key != "dtype" && key != "shape" && key != "data_offsets") bad(remat::detail::cat("unexpected field '", detail::brief(key), "'"));
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        bad(remat::detail::cat("unexpected field '", detail::brief(key), "'"));
     }
     if (!value.contains("dtype") || !value["dtype"].is_string()) bad("no dtype string");
     if (!value.contains("shape") || !value["shape"].is_array()) bad("no shape array");
-    if (!value.contains("data_offsets") || !value["data_offsets"].is_array() || value["data_offsets"].size() != 2) {
+    if (!value.contains("data_offsets") || !value["data_offsets"].is_array() ||
+        value["data_offsets"].size() != 2) {
       bad("no data_offsets pair");
     }
     Entry e;
     e.dtype = value["dtype"].get<std::string>();
     const std::size_t size = io::detail::dtype_size(e.dtype);
-    if (size == 0 && detail::is_safetensors_dtype(e.dtype)) bad(remat::detail::cat("dtype '", e.dtype, "' is not supported (remat does not read sub-byte dtypes)"));
-    if (size == 0) bad(remat::detail::cat("dtype '", detail::brief(e.dtype), "' is not a safetensors dtype"));
+    if (size == 0 && detail::is_safetensors_dtype(e.dtype))
+      bad(remat::detail::cat("dtype '", e.dtype,
+                             "' is not supported (remat does not read sub-byte dtypes)"));
+    if (size == 0)
+      bad(remat::detail::cat("dtype '", detail::brief(e.dtype), "' is not a safetensors dtype"));
     const auto& shape = value["shape"];
     if (shape.size() > static_cast<std::size_t>(Shape::kMaxRank)) {
-      bad(remat::detail::cat("its shape has ", shape.size(), " axes, more than the ", Shape::kMaxRank, " remat supports"));
+      bad(remat::detail::cat("its shape has ", shape.size(), " axes, more than the ",
+                             Shape::kMaxRank, " remat supports"));
     }
     std::vector<std::int64_t> dims;
     for (const auto& d : shape) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
-        bad(remat::detail::cat("shape ", detail::brief_json(shape), " holds a value that is not an integer in [0, 2^63)"));
+        bad(remat::detail::cat("shape ", detail::brief_json(shape),
+                               " holds a value that is not an integer in [0, 2^63)"));
       }
       dims.push_back(d.get<std::int64_t>());
     }
@@ -702,7 +792,8 @@ class File {
     for (const std::int64_t d : dims) {
       const auto extent = static_cast<std::uint64_t>(d);
       if (extent != 0 && nonzero > static_cast<std::uint64_t>(INT64_MAX) / extent) {
-        bad(remat::detail::cat("shape ", detail::brief_json(shape), " overflows: its extents multiply to more than 2^63"));
+        bad(remat::detail::cat("shape ", detail::brief_json(shape),
+                               " overflows: its extents multiply to more than 2^63"));
       }
       if (extent != 0) nonzero *= extent;
       count *= extent;
@@ -711,18 +802,22 @@ class File {
     const auto& offsets = value["data_offsets"];
     for (const auto& o : offsets) {
       if (!o.is_number_integer() || o.get<std::int64_t>() < 0) {
-        bad(remat::detail::cat("data_offsets ", detail::brief_json(offsets), " are not integers in [0, 2^63)"));
+        bad(remat::detail::cat("data_offsets ", detail::brief_json(offsets),
+                               " are not integers in [0, 2^63)"));
       }
     }
     const auto begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
     if (begin > end || end > data_size) {
-      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") fall outside the ", data_size, " bytes of data"));
+      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") fall outside the ", data_size,
+                             " bytes of data"));
     }
     // count * size may not fit in 64 bits (count < 2^63): compare without multiplying.
     if ((end - begin) % size != 0 || (end - begin) / size != count) {
-      const std::string needs = count <= UINT64_MAX / size ? std::to_string(count * size) : "more than 2^64";
-      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") hold ", end - begin, " bytes but ", e.dtype, " ", detail::brief_json(shape),
-                             " needs ", needs));
+      const std::string needs =
+          count <= UINT64_MAX / size ? std::to_string(count * size) : "more than 2^64";
+      bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") hold ", end - begin,
+                             " bytes but ", e.dtype, " ", detail::brief_json(shape), " needs ",
+                             needs));
     }
     e.begin = static_cast<std::size_t>(begin);
     e.end = static_cast<std::size_t>(end);

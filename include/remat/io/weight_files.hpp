@@ -42,7 +42,8 @@ struct Index {
 /// Whether `shard` names a file inside the index's folder: relative, no "." or ".." component,
 /// no empty component, no NUL.
 inline bool is_inside_folder(std::string_view shard) {
-  if (shard.empty() || shard.front() == '/' || shard.find('\0') != std::string_view::npos) return false;
+  if (shard.empty() || shard.front() == '/' || shard.find('\0') != std::string_view::npos)
+    return false;
   std::size_t at = 0;
   while (at <= shard.size()) {
     const std::size_t slash = std::min(shard.find('/', at), shard.size());
@@ -55,10 +56,14 @@ inline bool is_inside_folder(std::string_view shard) {
 
 /// Parses and validates an index file's text (`source` names it in messages).
 inline Index parse_index(std::string_view text, const std::string& source) {
-  const auto fail = [&](const std::string& why) -> void { throw IoError(remat::detail::cat("safetensors index ", source, ": ", why)); };
+  const auto fail = [&](const std::string& why) -> void {
+    throw IoError(remat::detail::cat("safetensors index ", source, ": ", why));
+  };
   // Bounded nesting, checked before parsing (nlohmann's parser recurses once per level).
-  if (const std::size_t i = detail::nesting_overflow(text, kMaxHeaderDepth); i != std::string_view::npos) {
-    fail(remat::detail::cat("JSON nests deeper than ", kMaxHeaderDepth, " levels (at byte ", i, ")"));
+  if (const std::size_t i = detail::nesting_overflow(text, kMaxHeaderDepth);
+      i != std::string_view::npos) {
+    fail(remat::detail::cat("JSON nests deeper than ", kMaxHeaderDepth, " levels (at byte ", i,
+                            ")"));
   }
   std::vector<std::set<std::string>> open;
   const auto no_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -66,7 +71,8 @@ inline Index parse_index(std::string_view text, const std::string& source) {
     if (event == E::object_start) open.emplace_back();
     if (event == E::object_end) open.pop_back();
     if (event == E::key && !open.back().insert(parsed.get_ref<const std::string&>()).second) {
-      fail(remat::detail::cat("the key '", brief(parsed.get_ref<const std::string&>()), "' appears twice"));
+      fail(remat::detail::cat("the key '", brief(parsed.get_ref<const std::string&>()),
+                              "' appears twice"));
     }
     return true;
   };
@@ -79,19 +85,25 @@ inline Index parse_index(std::string_view text, const std::string& source) {
   if (!j.is_object()) fail(remat::detail::cat("not a JSON object but ", brief_json(j)));
   Index index;
   if (const auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
-    if (!m->is_object()) fail(remat::detail::cat("\"metadata\" is not an object but ", brief_json(*m)));
+    if (!m->is_object())
+      fail(remat::detail::cat("\"metadata\" is not an object but ", brief_json(*m)));
     if (const auto t = m->find("total_size"); t != m->end()) {
-      if (!t->is_number_integer() || t->get<std::int64_t>() < 0) fail(remat::detail::cat("metadata.total_size ", brief_json(*t), " is not an integer >= 0"));
+      if (!t->is_number_integer() || t->get<std::int64_t>() < 0)
+        fail(remat::detail::cat("metadata.total_size ", brief_json(*t), " is not an integer >= 0"));
       index.total_size = t->get<std::uint64_t>();
     }
   }
   const auto w = j.find("weight_map");
   if (w == j.end() || !w->is_object()) fail("no \"weight_map\" object");
   for (const auto& [name, shard] : w->items()) {
-    if (!shard.is_string()) fail(remat::detail::cat("weight_map['", brief(name), "'] is not a file name but ", brief_json(shard)));
+    if (!shard.is_string())
+      fail(remat::detail::cat("weight_map['", brief(name), "'] is not a file name but ",
+                              brief_json(shard)));
     const auto& file = shard.get_ref<const std::string&>();
     if (!is_inside_folder(file)) {
-      fail(remat::detail::cat("weight_map['", brief(name), "'] = '", brief(file), "' is not a file inside the folder (absolute, empty, or with a '.' or '..' component)"));
+      fail(remat::detail::cat(
+          "weight_map['", brief(name), "'] = '", brief(file),
+          "' is not a file inside the folder (absolute, empty, or with a '.' or '..' component)"));
     }
     index.weight_map.emplace(name, file);
   }
@@ -110,18 +122,20 @@ inline std::string read_text(const std::string& path) {
     if (n < 0) throw system_error("reading", path, errno);
     if (n == 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > kMaxHeaderBytes) throw IoError(remat::detail::cat("safetensors index ", path, ": larger than ", kMaxHeaderBytes, " bytes"));
+    if (text.size() > kMaxHeaderBytes)
+      throw IoError(remat::detail::cat("safetensors index ", path, ": larger than ",
+                                       kMaxHeaderBytes, " bytes"));
   }
   return text;
 }
 
 inline bool is_directory(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 inline bool exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -139,7 +153,8 @@ class WeightFiles {
       if (detail::exists(index)) return open_index(index);
       const std::string single = path + "/" + kSingleName;
       if (!detail::exists(single)) {
-        throw IoError(remat::detail::cat("safetensors: the folder ", path, " holds neither ", kIndexName, " nor ", kSingleName));
+        throw IoError(remat::detail::cat("safetensors: the folder ", path, " holds neither ",
+                                         kIndexName, " nor ", kSingleName));
       }
       return open(single);
     }
@@ -160,7 +175,9 @@ class WeightFiles {
   /// The file holding tensor `name` (an IoError if none does).
   const File& file_of(const std::string& name) const {
     const auto it = where_.find(name);
-    if (it == where_.end()) throw IoError(remat::detail::cat("safetensors: no tensor named '", detail::brief(name), "' in ", describe()));
+    if (it == where_.end())
+      throw IoError(remat::detail::cat("safetensors: no tensor named '", detail::brief(name),
+                                       "' in ", describe()));
     return files_[it->second];
   }
   /// The files opened, in shard order.
@@ -174,13 +191,15 @@ class WeightFiles {
   void load(const std::vector<NamedTensor<T>>& targets) const {
     for (const auto& [name, t] : targets) {
       if (!contains(name)) {
-        throw IoError(remat::detail::cat("safetensors: the model expects a tensor '", detail::brief(name), "' ", t.shape(), " that ",
-                                         describe(), " does not hold"));
+        throw IoError(remat::detail::cat("safetensors: the model expects a tensor '",
+                                         detail::brief(name), "' ", t.shape(), " that ", describe(),
+                                         " does not hold"));
       }
       const File& f = file_of(name);
       const File::Entry& e = f.entry(name);
       if (!(e.shape == t.shape())) {
-        throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ", f.path(), " has shape ", e.shape,
+        throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ",
+                                         f.path(), " has shape ", e.shape,
                                          " but the model expects ", t.shape()));
       }
       f.check_readable<T>(name);
@@ -205,13 +224,15 @@ class WeightFiles {
         try {
           w.files_.push_back(File::read(dir + shard));
         } catch (const IoError& e) {
-          throw IoError(remat::detail::cat("safetensors index ", index_path, ": shard '", detail::brief(shard), "' (of tensor '",
+          throw IoError(remat::detail::cat("safetensors index ", index_path, ": shard '",
+                                           detail::brief(shard), "' (of tensor '",
                                            detail::brief(name), "'): ", e.what()));
         }
         it = shard_at.emplace(shard, w.files_.size() - 1).first;
       }
       if (!w.files_[it->second].contains(name)) {
-        throw IoError(remat::detail::cat("safetensors index ", index_path, " places tensor '", detail::brief(name), "' in ", dir + shard,
+        throw IoError(remat::detail::cat("safetensors index ", index_path, " places tensor '",
+                                         detail::brief(name), "' in ", dir + shard,
                                          ", which does not hold it"));
       }
       w.where_.emplace(name, it->second);
@@ -219,7 +240,9 @@ class WeightFiles {
     return w;
   }
 
-  std::string describe() const { return index_.empty() ? (files_.empty() ? std::string("no file") : files_[0].path()) : index_; }
+  std::string describe() const {
+    return index_.empty() ? (files_.empty() ? std::string("no file") : files_[0].path()) : index_;
+  }
 
   std::vector<File> files_;
   std::map<std::string, std::size_t> where_;  // tensor name -> its file in files_
@@ -232,14 +255,17 @@ class WeightFiles {
 /// metadata.total_size; one shard is written as model.safetensors with no index. Each file is
 /// written atomically (safetensors.hpp), the index last.
 template <class T>
-void save_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& tensors, std::size_t max_shard_bytes,
-                  const Metadata& metadata = {}, StoreAs store = StoreAs::native) {
+void save_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& tensors,
+                  std::size_t max_shard_bytes, const Metadata& metadata = {},
+                  StoreAs store = StoreAs::native) {
   const std::size_t element = store == StoreAs::bf16 ? 2 : sizeof(T);
   std::vector<std::vector<NamedTensor<T>>> shards(1);
   std::size_t in_last = 0, total = 0;
   for (const auto& nt : tensors) {
-    const std::size_t bytes = nt.second.defined() ? static_cast<std::size_t>(nt.second.numel()) * element : 0;
-    if (!shards.back().empty() && in_last + bytes > max_shard_bytes) shards.emplace_back(), in_last = 0;
+    const std::size_t bytes =
+        nt.second.defined() ? static_cast<std::size_t>(nt.second.numel()) * element : 0;
+    if (!shards.back().empty() && in_last + bytes > max_shard_bytes)
+      shards.emplace_back(), in_last = 0;
     shards.back().push_back(nt);
     in_last += bytes;
     total += bytes;

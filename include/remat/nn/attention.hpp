@@ -14,6 +14,8 @@ namespace remat::nn {
 enum class Attention { fused, flash };
 
 /// "fused" or "flash".
-inline const char* to_string(Attention a) noexcept { return a == Attention::flash ? "flash" : "fused"; }
+inline const char* to_string(Attention a) noexcept {
+  return a == Attention::flash ? "flash" : "fused";
+}
 
 }  // namespace remat::nn

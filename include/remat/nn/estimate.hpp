@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// "Will it fit?": the memory a GPT or Llama training step needs, predicted from its configuration and
-/// batch shape alone, before anything is allocated. Parameters, gradients and optimizer state
+/// "Will it fit?": the memory a GPT or Llama training step needs, predicted from its configuration
+/// and batch shape alone, before anything is allocated. Parameters, gradients and optimizer state
 /// come from the layer sizes; the blocks' activations come from a plan::Chain written from what
 /// each op keeps for backward (the same figures plan::profile measures on a real model), so every
 /// checkpoint plan can be priced with plan::predict; the logits from the loss's shape. For
@@ -35,10 +35,10 @@ struct LoraShape {
 
 /// One training step's shape: what estimate_memory() prices besides the model.
 struct StepShape {
-  std::int64_t batch = 8;                         ///< sequences per micro-batch (per backward pass)
-  std::int64_t time = 0;                          ///< tokens per sequence (0: the config's context)
+  std::int64_t batch = 8;  ///< sequences per micro-batch (per backward pass)
+  std::int64_t time = 0;   ///< tokens per sequence (0: the config's context)
   OptimizerKind optimizer = OptimizerKind::adamw;
-  bool chunked_loss = true;                       ///< GPT::loss's default; false: the full logits
+  bool chunked_loss = true;  ///< GPT::loss's default; false: the full logits
   /// Micro-batches per optimizer step. Memory does not depend on it (backward adds into the
   /// gradient buffers in place); the step trains on batch x accumulation sequences.
   std::int64_t accumulation = 1;
@@ -54,21 +54,24 @@ struct StepShape {
 
 /// Bytes a training step needs, as the library's allocator counts them.
 struct MemoryEstimate {
-  std::int64_t parameter_count = 0;    ///< the model's, adapters excluded
-  std::int64_t trainable_count = 0;    ///< parameters that get a gradient (adapters included)
-  std::int64_t adapter_count = 0;      ///< LoRA's A and B values
-  double parameters = 0;       ///< the weights, as stored (quantized linears in their format)
-  double adapters = 0;         ///< LoRA's A and B
-  double gradients = 0;        ///< one buffer per trainable parameter, reused from step to step
-  double optimizer_state = 0;  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
-  double data = 0;             ///< token ids and targets
-  double logits = 0;           ///< the (B T x V) logits of the plain loss (its gradient is as large)
-  double loss_chunk = 0;       ///< the logits chunk the chunked loss holds instead
+  std::int64_t parameter_count = 0;  ///< the model's, adapters excluded
+  std::int64_t trainable_count = 0;  ///< parameters that get a gradient (adapters included)
+  std::int64_t adapter_count = 0;    ///< LoRA's A and B values
+  double parameters = 0;             ///< the weights, as stored (quantized linears in their format)
+  double adapters = 0;               ///< LoRA's A and B
+  double gradients = 0;  ///< one buffer per trainable parameter, reused from step to step
+  double optimizer_state =
+      0;                  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
+  double data = 0;        ///< token ids and targets
+  double logits = 0;      ///< the (B T x V) logits of the plain loss (its gradient is as large)
+  double loss_chunk = 0;  ///< the logits chunk the chunked loss holds instead
   /// The blocks as a chain for the planners: plan::budget(estimate.chain, bytes) and friends.
   plan::Chain chain;
 
   /// Bytes held between steps.
-  double persistent() const noexcept { return parameters + adapters + gradients + optimizer_state + data; }
+  double persistent() const noexcept {
+    return parameters + adapters + gradients + optimizer_state + data;
+  }
   /// Peak bytes a step allocates on top of persistent() when its blocks run under `segments`
   /// (empty: no checkpointing); throws a PlanError if they do not fit the chain.
   double activations(const std::vector<plan::Segment>& segments = {}) const {
@@ -93,13 +96,15 @@ namespace remat::detail {
 inline double gpt_parameter_count(const nn::GPTConfig& c) {
   const auto w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
   const double block = 12 * w * w + 13 * w;
-  return v * w + static_cast<double>(c.context) * w + static_cast<double>(c.layers) * block + 2 * w + (c.tied ? 0 : v * w);
+  return v * w + static_cast<double>(c.context) * w + static_cast<double>(c.layers) * block +
+         2 * w + (c.tied ? 0 : v * w);
 }
 
 /// Bytes of the logits chunk linear_cross_entropy holds for `tokens` rows of a `vocab`-wide head.
 template <class T>
 double loss_chunk_bytes(std::int64_t vocab, double tokens) {
-  return std::min(static_cast<double>(default_chunk_rows(vocab, sizeof(T))), tokens) * static_cast<double>(vocab) * sizeof(T);
+  return std::min(static_cast<double>(default_chunk_rows(vocab, sizeof(T))), tokens) *
+         static_cast<double>(vocab) * sizeof(T);
 }
 
 /// The blocks' chain, op by op (N = B T rows, C wide, H heads, e bytes an element):
@@ -123,14 +128,16 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
 ///   gradient.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
-plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
+plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time,
+                      bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
   const bool flash = c.attention == nn::Attention::flash;
   const double dropout = c.dropout > 0 ? 1 : 0;
   // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs
   // its GEMMs multiply (the flash op skips the keys a block of queries cannot see)
-  double kept = b * static_cast<double>(c.heads) * t * t, forward_scratch = dropout * t * t, backward_scratch = (1 + dropout) * t * t;
+  double kept = b * static_cast<double>(c.heads) * t * t, forward_scratch = dropout * t * t,
+         backward_scratch = (1 + dropout) * t * t;
   double pairs = t * t;
   if (flash) {
     const std::int64_t rows = std::min(kFlashBlockRows, time);
@@ -138,15 +145,19 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
     forward_scratch = (1 + dropout) * static_cast<double>(rows) * t;
     backward_scratch = (2 + dropout) * static_cast<double>(rows) * t;
     pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows) pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
+      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
   }
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
   chain.activation_bytes.assign(layers, (15 * n * w + 4 * n + kept) * e);
-  chain.forward_transient_bytes.assign(layers, std::max(n * w, forward_scratch - 11 * n * w - 2 * n) * e);
-  chain.backward_transient_bytes.assign(layers, std::max((4 + dropout) * n * w, backward_scratch - 7 * n * w - 2 * n) * e);
-  // forward FLOPs: the four projections (24 N C^2) and attention's two (queries x keys) GEMMs per head
+  chain.forward_transient_bytes.assign(layers,
+                                       std::max(n * w, forward_scratch - 11 * n * w - 2 * n) * e);
+  chain.backward_transient_bytes.assign(
+      layers, std::max((4 + dropout) * n * w, backward_scratch - 7 * n * w - 2 * n) * e);
+  // forward FLOPs: the four projections (24 N C^2) and attention's two (queries x keys) GEMMs per
+  // head
   chain.forward_cost.assign(layers, 24 * n * w * w + 4 * b * pairs * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
@@ -179,7 +190,8 @@ struct BlockLinear {
 
 /// Whether `name` is one of the adapters' targets.
 inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
-  return lora.rank > 0 && std::find(lora.targets.begin(), lora.targets.end(), name) != lora.targets.end();
+  return lora.rank > 0 &&
+         std::find(lora.targets.begin(), lora.targets.end(), name) != lora.targets.end();
 }
 
 /// What a fine-tune changes in an estimate made for full training in T: the blocks' linear
@@ -199,29 +211,36 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 ///   beside the input gradient it makes (N in).
 /// (Figures checked against plan::profile and counted steps: tests/nn/finetune_estimate_test.cpp.)
 template <class T>
-void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers, const std::vector<BlockLinear>& linears,
-                    const std::vector<double>& stages, double rows, const nn::StepShape& step, bool first_input_freed) {
+void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
+                    const std::vector<BlockLinear>& linears, const std::vector<double>& stages,
+                    double rows, const nn::StepShape& step, bool first_input_freed) {
   const double e = sizeof(T), n_layers = static_cast<double>(layers);
   const nn::LoraShape& lora = step.lora;
   for (const std::string& t : lora.targets) {
-    const bool known = std::any_of(linears.begin(), linears.end(), [&](const BlockLinear& l) { return t == l.name; });
+    const bool known = std::any_of(linears.begin(), linears.end(),
+                                   [&](const BlockLinear& l) { return t == l.name; });
     if (!known) {
       std::string names;
       for (const BlockLinear& l : linears) names += std::string(names.empty() ? "" : ", ") + l.name;
-      throw UsageError(cat("nn::estimate_memory: LoRA target '", t, "' names no linear layer of the model (", names, ")"));
+      throw UsageError(cat("nn::estimate_memory: LoRA target '", t,
+                           "' names no linear layer of the model (", names, ")"));
     }
   }
-  double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0, backward = 0;
+  double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0,
+         backward = 0;
   const double width = linears.back().out;  // the block's output
   std::size_t first_stage = stages.size();
   for (const BlockLinear& l : linears) {
     linear_values += l.in * l.out;
     stored += step.storage == WeightStorage::f32
                   ? l.in * l.out * e
-                  : QuantizedWeight::bytes_for(static_cast<std::int64_t>(l.out), static_cast<std::int64_t>(l.in), step.storage,
+                  : QuantizedWeight::bytes_for(static_cast<std::int64_t>(l.out),
+                                               static_cast<std::int64_t>(l.in), step.storage,
                                                step.double_quant);
     if (step.storage != WeightStorage::f32) {
-      const double panel = std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in * e;
+      const double panel =
+          std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
+          e;
       forward = std::max(forward, panel);
       backward = std::max(backward, rows * l.in * e + panel);
     }
@@ -241,11 +260,13 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers, co
   m.adapter_count = static_cast<std::int64_t>(n_layers * adapter_values);
   m.adapters = n_layers * adapter_values * e;
   double trainable = count;
-  if (lora.rank > 0) trainable = n_layers * adapter_values;
-  else if (step.storage != WeightStorage::f32) trainable = count - n_layers * linear_values;
+  if (lora.rank > 0)
+    trainable = n_layers * adapter_values;
+  else if (step.storage != WeightStorage::f32)
+    trainable = count - n_layers * linear_values;
   m.trainable_count = static_cast<std::int64_t>(trainable);
   m.gradients = trainable * e;
-  m.optimizer_state = step.optimizer == nn::OptimizerKind::adamw ? 2 * m.gradients
+  m.optimizer_state = step.optimizer == nn::OptimizerKind::adamw          ? 2 * m.gradients
                       : step.optimizer == nn::OptimizerKind::sgd_momentum ? m.gradients
                                                                           : 0;
   plan::Chain& c = m.chain;
@@ -258,8 +279,11 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers, co
     // Its ops before the first adapter keep nothing but still make their values: bounded by
     // what the block would hold if it kept everything (what it does keep is a_0)
     const double whole = c.activation_bytes[0] + c.forward_transient_bytes[0];
-    for (std::size_t s = 0; s < first_stage && s < stages.size(); ++s) c.activation_bytes[0] -= stages[s] * e;
-    if (first_stage >= 2) c.forward_transient_bytes[0] = std::max(c.forward_transient_bytes[0], whole - c.activation_bytes[0]);
+    for (std::size_t s = 0; s < first_stage && s < stages.size(); ++s)
+      c.activation_bytes[0] -= stages[s] * e;
+    if (first_stage >= 2)
+      c.forward_transient_bytes[0] =
+          std::max(c.forward_transient_bytes[0], whole - c.activation_bytes[0]);
     // nor does it keep its input, the frozen embedding's output. Except (measured on counted
     // steps; plan::profile misses it) in a GPT whose first adapter is in the MLP: a (N, C)
     // tensor stays alive through the block's backward all the same, priced as its input.
@@ -274,19 +298,25 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers, co
 /// token ids and targets, the logits (plain or chunked), given the parameter count and the
 /// chain; then the fine-tune's storage and adapters (price_finetune).
 template <class T>
-nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step, std::int64_t time, plan::Chain chain,
-                                 std::int64_t layers, const std::vector<BlockLinear>& linears, const std::vector<double>& stages,
-                                 bool first_input_freed) {
+nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step,
+                                 std::int64_t time, plan::Chain chain, std::int64_t layers,
+                                 const std::vector<BlockLinear>& linears,
+                                 const std::vector<double>& stages, bool first_input_freed) {
   if (step.accumulation < 1 || step.lora.rank < 0) {
-    throw UsageError(cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ", step.accumulation,
-                         ", rank ", step.lora.rank));
+    throw UsageError(
+        cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
+            step.accumulation, ", rank ", step.lora.rank));
   }
-  if (step.lora.rank > 0 && step.lora.targets.empty()) throw UsageError("nn::estimate_memory: LoRA rank > 0 but no target names");
+  if (step.lora.rank > 0 && step.lora.targets.empty())
+    throw UsageError("nn::estimate_memory: LoRA rank > 0 but no target names");
   switch (step.optimizer) {
     case nn::OptimizerKind::sgd:
     case nn::OptimizerKind::sgd_momentum:
-    case nn::OptimizerKind::adamw: break;
-    default: throw UsageError(cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+    case nn::OptimizerKind::adamw:
+      break;
+    default:
+      throw UsageError(
+          cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
   }
   const double e = sizeof(T);
   nn::MemoryEstimate m;
@@ -313,30 +343,39 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   config.validate();
   const std::int64_t time = step.time == 0 ? config.context : step.time;
   if (step.batch < 1 || time < 1 || time > config.context) {
-    throw UsageError(remat::detail::cat("nn::estimate_memory: need batch >= 1 and 1 <= time <= context = ", config.context,
-                                        "; got batch ", step.batch, ", time ", time));
+    throw UsageError(remat::detail::cat(
+        "nn::estimate_memory: need batch >= 1 and 1 <= time <= context = ", config.context,
+        "; got batch ", step.batch, ", time ", time));
   }
   // Beyond 2^53 elements the doubles below stop being exact counts, and no machine holds that.
   constexpr double kMostElements = 9007199254740992.0;
   const double count = remat::detail::gpt_parameter_count(config);
-  const double largest = std::max({count, static_cast<double>(step.batch) * static_cast<double>(time) *
-                                              std::max({static_cast<double>(config.vocab), static_cast<double>(config.width),
-                                                       static_cast<double>(config.heads) * static_cast<double>(time)})});
+  const double largest = std::max(
+      {count, static_cast<double>(step.batch) * static_cast<double>(time) *
+                  std::max({static_cast<double>(config.vocab), static_cast<double>(config.width),
+                            static_cast<double>(config.heads) * static_cast<double>(time)})});
   if (!(largest < kMostElements) || config.layers > (std::int64_t{1} << 20)) {
-    throw UsageError(remat::detail::cat("nn::estimate_memory: a model of ", config.layers, " layers, width ", config.width,
-                                        ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
-                                        " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
+    throw UsageError(remat::detail::cat(
+        "nn::estimate_memory: a model of ", config.layers, " layers, width ", config.width,
+        ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
+        " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
-  const double n = static_cast<double>(step.batch) * static_cast<double>(time), w = static_cast<double>(config.width);
-  const double probs = static_cast<double>(step.batch) * static_cast<double>(config.heads) * static_cast<double>(time) * static_cast<double>(time);
+  const double n = static_cast<double>(step.batch) * static_cast<double>(time),
+               w = static_cast<double>(config.width);
+  const double probs = static_cast<double>(step.batch) * static_cast<double>(config.heads) *
+                       static_cast<double>(time) * static_cast<double>(time);
   // gpt_chain's kept elements by stage: ln1 | qkv's input, attention | proj's input, the residual,
   // ln2 | fc's input, GELU's input | GELU's output (the MLP's proj)
-  const std::vector<double> stages{2 * n, 4 * n * w + probs, 2 * n * w + 2 * n, 5 * n * w, 4 * n * w};
-  const std::vector<remat::detail::BlockLinear> linears{
-      {"qkv", w, 3 * w, true, 1}, {"proj", w, w, true, 2}, {"fc", w, 4 * w, true, 3}, {"proj", 4 * w, w, true, 4}};
-  return remat::detail::step_estimate<T>(count, config.vocab, step, time,
-                                         remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
-                                         linears, stages, false);
+  const std::vector<double> stages{2 * n, 4 * n * w + probs, 2 * n * w + 2 * n, 5 * n * w,
+                                   4 * n * w};
+  const std::vector<remat::detail::BlockLinear> linears{{"qkv", w, 3 * w, true, 1},
+                                                        {"proj", w, w, true, 2},
+                                                        {"fc", w, 4 * w, true, 3},
+                                                        {"proj", 4 * w, w, true, 4}};
+  return remat::detail::step_estimate<T>(
+      count, config.vocab, step, time,
+      remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
+      linears, stages, false);
 }
 
 }  // namespace remat::nn
@@ -348,9 +387,12 @@ namespace remat::detail {
 /// biases (C + 2 K) when present, the final norm, and the head unless it is tied.
 inline double llama_parameter_count(const nn::LlamaConfig& c) {
   const auto w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()), f = static_cast<double>(c.intermediate_size);
-  const double layer = 2 * w * w + 2 * w * kv + 3 * w * f + 2 * w + (c.attention_bias ? w + 2 * kv : 0);
-  return v * w + static_cast<double>(c.num_hidden_layers) * layer + w + (c.tie_word_embeddings ? 0 : v * w);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
+               f = static_cast<double>(c.intermediate_size);
+  const double layer =
+      2 * w * w + 2 * w * kv + 3 * w * f + 2 * w + (c.attention_bias ? w + 2 * kv : 0);
+  return v * w + static_cast<double>(c.num_hidden_layers) * layer + w +
+         (c.tie_word_embeddings ? 0 : v * w);
 }
 
 /// The decoder layers' chain, op by op (N = B T rows, C wide, K = kv heads x head size, F the
@@ -372,13 +414,17 @@ inline double llama_parameter_count(const nn::LlamaConfig& c) {
 ///   their gradient in backward, in place of the (T x T) scratch.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
-plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64_t time, bool chunked_loss) {
+plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64_t time,
+                        bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
-  const double n = b * t, w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()), f = static_cast<double>(c.intermediate_size);
+  const double n = b * t, w = static_cast<double>(c.hidden_size),
+               v = static_cast<double>(c.vocab_size);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
+               f = static_cast<double>(c.intermediate_size);
   // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs its
   // GEMMs multiply, as for GPT (gpt_chain)
-  double kept = b * static_cast<double>(c.num_attention_heads) * t * t, forward_scratch = 0, backward_scratch = t * t;
+  double kept = b * static_cast<double>(c.num_attention_heads) * t * t, forward_scratch = 0,
+         backward_scratch = t * t;
   double pairs = t * t;
   if (c.attention == nn::Attention::flash) {
     const std::int64_t rows = std::min(kFlashBlockRows, time);
@@ -386,19 +432,25 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
     forward_scratch = static_cast<double>(rows) * t;
     backward_scratch = 2 * static_cast<double>(rows) * t;
     pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows) pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
+      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
   }
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
   chain.activation_bytes.assign(layers, (5 * n * w + 2 * n * kv + 3 * n * f + 2 * n + kept) * e);
-  chain.forward_transient_bytes.assign(layers, std::max(n * w, forward_scratch - 2 * n * w - 3 * n * f - n + n * kv) * e);
-  chain.backward_transient_bytes.assign(layers, std::max({2 * n * f, n * w - n * f, backward_scratch + 2 * n * kv - n * w - 3 * n * f - n}) * e);
+  chain.forward_transient_bytes.assign(
+      layers, std::max(n * w, forward_scratch - 2 * n * w - 3 * n * f - n + n * kv) * e);
+  chain.backward_transient_bytes.assign(
+      layers,
+      std::max({2 * n * f, n * w - n * f, backward_scratch + 2 * n * kv - n * w - 3 * n * f - n}) *
+          e);
   // forward FLOPs: the seven projections and attention's two (queries x keys) GEMMs per head
   chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * pairs * w);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
-  chain.output_held = false;  // Llama::loss keeps no Var of the layers' output; the final norm saves it
+  chain.output_held =
+      false;  // Llama::loss keeps no Var of the layers' output; the final norm saves it
   chain.loss_output_bytes = 2 * e;
   // the loss keeps the final norm's output and one number a row, and the log-sum-exp of each row
   if (chunked_loss) {
@@ -425,34 +477,46 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   config.validate();
   const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
   if (step.batch < 1 || time < 1 || time > config.max_position_embeddings) {
-    throw UsageError(remat::detail::cat("nn::estimate_memory: need batch >= 1 and 1 <= time <= max_position_embeddings = ",
-                                        config.max_position_embeddings, "; got batch ", step.batch, ", time ", time));
+    throw UsageError(remat::detail::cat(
+        "nn::estimate_memory: need batch >= 1 and 1 <= time <= max_position_embeddings = ",
+        config.max_position_embeddings, "; got batch ", step.batch, ", time ", time));
   }
-  constexpr double kMostElements = 9007199254740992.0;  // 2^53: beyond it doubles stop counting exactly
+  constexpr double kMostElements =
+      9007199254740992.0;  // 2^53: beyond it doubles stop counting exactly
   const double count = remat::detail::llama_parameter_count(config);
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
-  const double largest = std::max(count, tokens * std::max({static_cast<double>(config.vocab_size), static_cast<double>(config.hidden_size),
-                                                            static_cast<double>(config.intermediate_size),
-                                                            static_cast<double>(config.num_attention_heads) * static_cast<double>(time)}));
+  const double largest = std::max(
+      count,
+      tokens *
+          std::max({static_cast<double>(config.vocab_size), static_cast<double>(config.hidden_size),
+                    static_cast<double>(config.intermediate_size),
+                    static_cast<double>(config.num_attention_heads) * static_cast<double>(time)}));
   if (!(largest < kMostElements) || config.num_hidden_layers > (std::int64_t{1} << 20)) {
-    throw UsageError(remat::detail::cat("nn::estimate_memory: a Llama of ", config.num_hidden_layers, " layers, hidden size ",
-                                        config.hidden_size, ", vocabulary ", config.vocab_size, " with batch ", step.batch, " x ",
-                                        time, " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
+    throw UsageError(remat::detail::cat(
+        "nn::estimate_memory: a Llama of ", config.num_hidden_layers, " layers, hidden size ",
+        config.hidden_size, ", vocabulary ", config.vocab_size, " with batch ", step.batch, " x ",
+        time, " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
   }
-  const double w = static_cast<double>(config.hidden_size), f = static_cast<double>(config.intermediate_size);
+  const double w = static_cast<double>(config.hidden_size),
+               f = static_cast<double>(config.intermediate_size);
   const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim());
-  const double probs = tokens * static_cast<double>(config.num_attention_heads) * static_cast<double>(time);
+  const double probs =
+      tokens * static_cast<double>(config.num_attention_heads) * static_cast<double>(time);
   // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention | o_proj's
   // input, the residual, the second norm | gate/up's input, swiglu's | down_proj's input
-  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + probs, 2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
+  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + probs,
+                                   2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
                                    tokens * f};
   const bool b = config.attention_bias;
-  const std::vector<remat::detail::BlockLinear> linears{{"q_proj", w, w, b, 1},    {"k_proj", w, kv, b, 1},   {"v_proj", w, kv, b, 1},
-                                                        {"o_proj", w, w, false, 2}, {"gate_proj", w, f, false, 3, f},
-                                                        {"up_proj", w, f, false, 3, f}, {"down_proj", f, w, false, 4}};
-  return remat::detail::step_estimate<T>(count, config.vocab_size, step, time,
-                                         remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
-                                         config.num_hidden_layers, linears, stages, true);
+  const std::vector<remat::detail::BlockLinear> linears{
+      {"q_proj", w, w, b, 1},           {"k_proj", w, kv, b, 1},
+      {"v_proj", w, kv, b, 1},          {"o_proj", w, w, false, 2},
+      {"gate_proj", w, f, false, 3, f}, {"up_proj", w, f, false, 3, f},
+      {"down_proj", f, w, false, 4}};
+  return remat::detail::step_estimate<T>(
+      count, config.vocab_size, step, time,
+      remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
+      config.num_hidden_layers, linears, stages, true);
 }
 
 }  // namespace remat::nn

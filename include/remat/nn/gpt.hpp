@@ -32,12 +32,14 @@ struct GPTConfig {
   Attention attention = Attention::fused;
 
   void validate() const {
-    const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 && width % heads == 0 &&
-                    dropout >= 0 && dropout < 1;
+    const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 &&
+                    width % heads == 0 && dropout >= 0 && dropout < 1;
     if (!ok) {
-      throw UsageError(detail::cat("GPTConfig: need positive sizes, width divisible by heads and dropout in [0, 1); got vocab ",
-                                   vocab, ", context ", context, ", layers ", layers, ", heads ", heads, ", width ", width,
-                                   ", dropout ", dropout));
+      throw UsageError(
+          detail::cat("GPTConfig: need positive sizes, width divisible by heads and dropout in [0, "
+                      "1); got vocab ",
+                      vocab, ", context ", context, ", layers ", layers, ", heads ", heads,
+                      ", width ", width, ", dropout ", dropout));
     }
   }
 };
@@ -72,31 +74,37 @@ class GPT : public Module<T> {
 
   /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T). Chunked by default:
   /// the (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
-  Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, const plan::Plan* plan = nullptr,
-              bool chunked = true) const {
+  Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+              const plan::Plan* plan = nullptr, bool chunked = true) const {
     if (!(targets.shape() == ids.shape())) {
-      throw ShapeError(detail::cat("GPT::loss: targets ", targets.shape(), " must have the shape of the ids ", ids.shape()));
+      throw ShapeError(detail::cat("GPT::loss: targets ", targets.shape(),
+                                   " must have the shape of the ids ", ids.shape()));
     }
     const Var<T> h = reshape(hidden(ids, plan), {-1, config_.width});
     const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
-    return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
+    return chunked ? linear_cross_entropy(h, head_weight(), flat)
+                   : cross_entropy(linear(h, head_weight()), flat);
   }
 
   /// Measures the blocks as a chain for the planners (plan::profile), on a batch: their input
   /// is the embeddings' output, made during the step; the loss is the head and the loss() of
   /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards.
-  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, bool chunked = true,
-                      plan::ProfileOptions options = {}) const {
+  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+                      bool chunked = true, plan::ProfileOptions options = {}) const {
     Tensor<T> embedded;
     {
       NoGradGuard no_grad;
       embedded = embed(ids).value();
     }
     const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
-    plan::Chain c = plan::profile(block_layers(), embedded, [&](const Var<T>& out) {
-      const Var<T> h = reshape(ln_f(out), {-1, config_.width});
-      return chunked ? linear_cross_entropy(h, head_weight(), flat) : cross_entropy(linear(h, head_weight()), flat);
-    }, options);
+    plan::Chain c = plan::profile(
+        block_layers(), embedded,
+        [&](const Var<T>& out) {
+          const Var<T> h = reshape(ln_f(out), {-1, config_.width});
+          return chunked ? linear_cross_entropy(h, head_weight(), flat)
+                         : cross_entropy(linear(h, head_weight()), flat);
+        },
+        options);
     c.input_made_in_step = true;
     c.output_held = false;  // loss() keeps no Var of the blocks' output (ln_f saves it)
     return c;
@@ -105,7 +113,8 @@ class GPT : public Module<T> {
   /// The blocks as a sequence of layers, for checkpoint_sequential() and plan::profile().
   std::vector<Layer> block_layers() const {
     std::vector<Layer> out;
-    for (const TransformerBlock<T>& block : blocks) out.push_back([&block](const Var<T>& x) { return block(x); });
+    for (const TransformerBlock<T>& block : blocks)
+      out.push_back([&block](const Var<T>& x) { return block(x); });
     return out;
   }
 
@@ -160,8 +169,9 @@ class GPT : public Module<T> {
 
   void check_ids(const Tensor<std::int32_t>& ids) const {
     if (!ids.defined() || ids.rank() != 2 || ids.dim(1) < 1 || ids.dim(1) > config_.context) {
-      throw ShapeError(detail::cat("GPT: token ids must be (B, T) with 1 <= T <= context = ", config_.context,
-                                   ", got shape ", ids.defined() ? ids.shape() : Shape{}));
+      throw ShapeError(
+          detail::cat("GPT: token ids must be (B, T) with 1 <= T <= context = ", config_.context,
+                      ", got shape ", ids.defined() ? ids.shape() : Shape{}));
     }
   }
 };

@@ -21,12 +21,16 @@ class Linear : public Module<T> {
  public:
   /// Weight and bias uniform in +-1/sqrt(in) (PyTorch), or weight normal(0, init_std) and bias 0.
   Linear(std::int64_t in, std::int64_t out, Rng& rng, bool with_bias = true, double init_std = 0) {
-    if (in < 1 || out < 1) throw ShapeError(detail::cat("nn::Linear: sizes must be positive, got ", in, " -> ", out));
+    if (in < 1 || out < 1)
+      throw ShapeError(detail::cat("nn::Linear: sizes must be positive, got ", in, " -> ", out));
     const double bound = 1.0 / std::sqrt(double(in));
-    weight = this->add_parameter("weight", init_std > 0 ? rng.normal_tensor<T>({out, in}, 0.0, init_std)
-                                                        : rng.uniform_tensor<T>({out, in}, -bound, bound));
+    weight = this->add_parameter("weight", init_std > 0
+                                               ? rng.normal_tensor<T>({out, in}, 0.0, init_std)
+                                               : rng.uniform_tensor<T>({out, in}, -bound, bound));
     if (with_bias) {
-      bias = this->add_parameter("bias", init_std > 0 ? Tensor<T>::zeros({out}) : rng.uniform_tensor<T>({out}, -bound, bound));
+      bias =
+          this->add_parameter("bias", init_std > 0 ? Tensor<T>::zeros({out})
+                                                   : rng.uniform_tensor<T>({out}, -bound, bound));
     }
     this->set_kind("Linear", in, out);
   }
@@ -40,19 +44,25 @@ class Linear : public Module<T> {
   /// is not quantized again.
   void quantize(WeightStorage storage, bool double_quant = true) {
     if (qweight_) {
-      throw UsageError(detail::cat("nn::Linear::quantize: the weight is already stored as ", to_string(qweight_->storage())));
+      throw UsageError(detail::cat("nn::Linear::quantize: the weight is already stored as ",
+                                   to_string(qweight_->storage())));
     }
     weight.freeze();
     if (storage == WeightStorage::f32) return;
-    qweight_ = std::make_shared<const QuantizedWeight>(QuantizedWeight::quantize(weight.value(), storage, double_quant));
+    qweight_ = std::make_shared<const QuantizedWeight>(
+        QuantizedWeight::quantize(weight.value(), storage, double_quant));
     this->remove_parameter("weight");
     weight = Parameter<T>();
   }
 
   /// How the weight is stored.
-  WeightStorage storage() const noexcept { return qweight_ ? qweight_->storage() : WeightStorage::f32; }
+  WeightStorage storage() const noexcept {
+    return qweight_ ? qweight_->storage() : WeightStorage::f32;
+  }
   /// The quantized weight (null while the weight is a float Parameter).
-  const std::shared_ptr<const QuantizedWeight>& quantized_weight() const noexcept { return qweight_; }
+  const std::shared_ptr<const QuantizedWeight>& quantized_weight() const noexcept {
+    return qweight_;
+  }
   std::int64_t in_features() const { return qweight_ ? qweight_->cols() : weight.dim(1); }
   std::int64_t out_features() const { return qweight_ ? qweight_->rows() : weight.dim(0); }
 
@@ -72,7 +82,8 @@ template <class T = float>
 class Embedding : public Module<T> {
  public:
   Embedding(std::int64_t num, std::int64_t dim, Rng& rng, double init_std = 1.0) {
-    if (num < 1 || dim < 1) throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
+    if (num < 1 || dim < 1)
+      throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
     weight = this->add_parameter("weight", rng.normal_tensor<T>({num, dim}, 0.0, init_std));
   }
 
@@ -104,7 +115,8 @@ template <class T = float>
 class Dropout : public Module<T> {
  public:
   explicit Dropout(double p) : p_(p) {
-    if (!(p >= 0.0 && p < 1.0)) throw UsageError(detail::cat("nn::Dropout: p must be in [0, 1), got ", p));
+    if (!(p >= 0.0 && p < 1.0))
+      throw UsageError(detail::cat("nn::Dropout: p must be in [0, 1), got ", p));
   }
 
   Var<T> operator()(const Var<T>& x) const { return dropout(x, p_, this->training()); }

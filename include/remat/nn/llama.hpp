@@ -34,35 +34,44 @@ struct LlamaConfig {
   std::int64_t intermediate_size = 11008;
   std::int64_t num_hidden_layers = 32;
   std::int64_t num_attention_heads = 32;
-  std::int64_t num_key_value_heads = 32;  ///< fewer than num_attention_heads: grouped-query attention
+  std::int64_t num_key_value_heads =
+      32;  ///< fewer than num_attention_heads: grouped-query attention
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;       ///< lm_head reuses model.embed_tokens.weight
-  bool attention_bias = false;            ///< q/k/v projections have biases (Qwen2: true)
+  bool tie_word_embeddings = false;  ///< lm_head reuses model.embed_tokens.weight
+  bool attention_bias = false;       ///< q/k/v projections have biases (Qwen2: true)
   std::int64_t max_position_embeddings = 2048;
-  double initializer_range = 0.02;        ///< normal(0, this) initialization of every matrix
-  std::uint64_t seed = 1;                 ///< initialization (not a Hugging Face field)
+  double initializer_range = 0.02;  ///< normal(0, this) initialization of every matrix
+  std::uint64_t seed = 1;           ///< initialization (not a Hugging Face field)
   /// The attention op (nn::Attention; not a Hugging Face field): flash keeps no (T x T)
   /// probabilities between forward and backward.
   Attention attention = Attention::fused;
 
-  std::int64_t head_dim() const noexcept { return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0; }
+  std::int64_t head_dim() const noexcept {
+    return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
+  }
 
   void validate() const {
-    const bool sizes = vocab_size >= 1 && hidden_size >= 1 && intermediate_size >= 1 && num_hidden_layers >= 1 &&
-                       num_attention_heads >= 1 && num_key_value_heads >= 1 && max_position_embeddings >= 1;
+    const bool sizes = vocab_size >= 1 && hidden_size >= 1 && intermediate_size >= 1 &&
+                       num_hidden_layers >= 1 && num_attention_heads >= 1 &&
+                       num_key_value_heads >= 1 && max_position_embeddings >= 1;
     const bool heads = sizes && hidden_size % num_attention_heads == 0 && head_dim() % 2 == 0 &&
                        num_attention_heads % num_key_value_heads == 0;
-    const bool numbers = rope_theta > 0 && std::isfinite(rope_theta) && rms_norm_eps > 0 && std::isfinite(rms_norm_eps) &&
-                         initializer_range > 0 && std::isfinite(initializer_range);
+    const bool numbers = rope_theta > 0 && std::isfinite(rope_theta) && rms_norm_eps > 0 &&
+                         std::isfinite(rms_norm_eps) && initializer_range > 0 &&
+                         std::isfinite(initializer_range);
     if (!heads || !numbers) {
       throw UsageError(detail::cat(
-          "LlamaConfig: need positive sizes, hidden_size divisible by num_attention_heads into an even head size, "
-          "num_key_value_heads dividing num_attention_heads, positive finite rope_theta, rms_norm_eps and initializer_range; got "
-          "vocab_size ", vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ", intermediate_size,
-          ", num_hidden_layers ", num_hidden_layers, ", num_attention_heads ", num_attention_heads, ", num_key_value_heads ",
-          num_key_value_heads, ", max_position_embeddings ", max_position_embeddings, ", rope_theta ", rope_theta,
-          ", rms_norm_eps ", rms_norm_eps, ", initializer_range ", initializer_range));
+          "LlamaConfig: need positive sizes, hidden_size divisible by num_attention_heads into an "
+          "even head size, "
+          "num_key_value_heads dividing num_attention_heads, positive finite rope_theta, "
+          "rms_norm_eps and initializer_range; got "
+          "vocab_size ",
+          vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ", intermediate_size,
+          ", num_hidden_layers ", num_hidden_layers, ", num_attention_heads ", num_attention_heads,
+          ", num_key_value_heads ", num_key_value_heads, ", max_position_embeddings ",
+          max_position_embeddings, ", rope_theta ", rope_theta, ", rms_norm_eps ", rms_norm_eps,
+          ", initializer_range ", initializer_range));
     }
   }
 };
@@ -90,8 +99,10 @@ class LlamaAttention : public Module<T> {
  public:
   LlamaAttention(const LlamaConfig& c, Rng& rng)
       : q_proj(c.hidden_size, c.hidden_size, rng, c.attention_bias, c.initializer_range),
-        k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias, c.initializer_range),
-        v_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias, c.initializer_range),
+        k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias,
+               c.initializer_range),
+        v_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias,
+               c.initializer_range),
         o_proj(c.hidden_size, c.hidden_size, rng, false, c.initializer_range),
         heads_(c.num_attention_heads),
         kv_heads_(c.num_key_value_heads),
@@ -106,8 +117,9 @@ class LlamaAttention : public Module<T> {
   /// x: (B, T, C) -> (B, T, C)
   Var<T> operator()(const Var<T>& x) const {
     const Var<T> q = q_proj(x), k = k_proj(x), v = v_proj(x);
-    return o_proj(kind_ == Attention::flash ? flash_grouped_query_attention(q, k, v, heads_, kv_heads_, rope_)
-                                            : grouped_query_attention(q, k, v, heads_, kv_heads_, rope_));
+    return o_proj(kind_ == Attention::flash
+                      ? flash_grouped_query_attention(q, k, v, heads_, kv_heads_, rope_)
+                      : grouped_query_attention(q, k, v, heads_, kv_heads_, rope_));
   }
 
   Linear<T> q_proj, k_proj, v_proj, o_proj;
@@ -142,7 +154,9 @@ template <class T = float>
 class LlamaDecoderLayer : public Module<T> {
  public:
   LlamaDecoderLayer(const LlamaConfig& c, Rng& rng)
-      : self_attn(c, rng), mlp(c, rng), input_layernorm(c.hidden_size, c.rms_norm_eps),
+      : self_attn(c, rng),
+        mlp(c, rng),
+        input_layernorm(c.hidden_size, c.rms_norm_eps),
         post_attention_layernorm(c.hidden_size, c.rms_norm_eps) {
     this->add_module("self_attn", self_attn);
     this->add_module("mlp", mlp);
@@ -190,10 +204,11 @@ class Llama : public Module<T> {
 
   /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T). Chunked by default:
   /// the (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
-  Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, const plan::Plan* plan = nullptr,
-              bool chunked = true) const {
+  Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+              const plan::Plan* plan = nullptr, bool chunked = true) const {
     if (!(targets.shape() == ids.shape())) {
-      throw ShapeError(detail::cat("Llama::loss: targets ", targets.shape(), " must have the shape of the ids ", ids.shape()));
+      throw ShapeError(detail::cat("Llama::loss: targets ", targets.shape(),
+                                   " must have the shape of the ids ", ids.shape()));
     }
     return head_loss(hidden(ids, plan), targets, chunked);
   }
@@ -201,15 +216,16 @@ class Llama : public Module<T> {
   /// Measures the layers as a chain for the planners (plan::profile), on a batch: their input
   /// is the embedding's output, made during the step; the loss is the head and the loss() of
   /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards.
-  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets, bool chunked = true,
-                      plan::ProfileOptions options = {}) const {
+  plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+                      bool chunked = true, plan::ProfileOptions options = {}) const {
     Tensor<T> embedded;
     {
       NoGradGuard no_grad;
       embedded = embed(ids).value();
     }
-    plan::Chain c = plan::profile(block_layers(), embedded, [&](const Var<T>& out) { return head_loss(norm(out), targets, chunked); },
-                                  options);
+    plan::Chain c = plan::profile(
+        block_layers(), embedded,
+        [&](const Var<T>& out) { return head_loss(norm(out), targets, chunked); }, options);
     c.input_made_in_step = true;
     c.output_held = false;  // loss() keeps no Var of the layers' output (the final norm saves it)
     return c;
@@ -218,7 +234,8 @@ class Llama : public Module<T> {
   /// The decoder layers as a sequence, for checkpoint_sequential() and plan::profile().
   std::vector<Layer> block_layers() const {
     std::vector<Layer> out;
-    for (const LlamaDecoderLayer<T>& layer : layers) out.push_back([&layer](const Var<T>& x) { return layer(x); });
+    for (const LlamaDecoderLayer<T>& layer : layers)
+      out.push_back([&layer](const Var<T>& x) { return layer(x); });
     return out;
   }
 
@@ -254,9 +271,11 @@ class Llama : public Module<T> {
   }
 
   Var<T> embed(const Tensor<std::int32_t>& ids) const {
-    if (!ids.defined() || ids.rank() != 2 || ids.dim(1) < 1 || ids.dim(1) > config_.max_position_embeddings) {
-      throw ShapeError(detail::cat("Llama: token ids must be (B, T) with 1 <= T <= max_position_embeddings = ",
-                                   config_.max_position_embeddings, ", got shape ", ids.defined() ? ids.shape() : Shape{}));
+    if (!ids.defined() || ids.rank() != 2 || ids.dim(1) < 1 ||
+        ids.dim(1) > config_.max_position_embeddings) {
+      throw ShapeError(detail::cat(
+          "Llama: token ids must be (B, T) with 1 <= T <= max_position_embeddings = ",
+          config_.max_position_embeddings, ", got shape ", ids.defined() ? ids.shape() : Shape{}));
     }
     return embed_tokens(ids);
   }
@@ -265,7 +284,8 @@ class Llama : public Module<T> {
   Var<T> head_loss(const Var<T>& h, const Tensor<std::int32_t>& targets, bool chunked) const {
     const Var<T> rows = reshape(h, {-1, config_.hidden_size});
     const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
-    return chunked ? linear_cross_entropy(rows, head_weight(), flat) : cross_entropy(linear(rows, head_weight()), flat);
+    return chunked ? linear_cross_entropy(rows, head_weight(), flat)
+                   : cross_entropy(linear(rows, head_weight()), flat);
   }
 };
 

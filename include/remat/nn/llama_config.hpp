@@ -30,13 +30,16 @@ inline void check_json_depth(const std::string& text, const std::string& source)
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
     if (in_string) {
-      if (ch == '\\') ++i;
-      else if (ch == '"') in_string = false;
+      if (ch == '\\')
+        ++i;
+      else if (ch == '"')
+        in_string = false;
     } else if (ch == '"') {
       in_string = true;
     } else if (ch == '[' || ch == '{') {
       if (++depth > kMaxConfigDepth) {
-        throw IoError(cat(source, ": JSON nested more than ", kMaxConfigDepth, " levels deep at byte ", i));
+        throw IoError(
+            cat(source, ": JSON nested more than ", kMaxConfigDepth, " levels deep at byte ", i));
       }
     } else if (ch == ']' || ch == '}') {
       --depth;
@@ -44,7 +47,8 @@ inline void check_json_depth(const std::string& text, const std::string& source)
   }
 }
 
-inline const nlohmann::json* config_field(const nlohmann::json& j, const char* name, bool required, const std::string& source) {
+inline const nlohmann::json* config_field(const nlohmann::json& j, const char* name, bool required,
+                                          const std::string& source) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) {
     if (required) throw IoError(cat(source, ": field '", name, "' is missing"));
@@ -53,7 +57,8 @@ inline const nlohmann::json* config_field(const nlohmann::json& j, const char* n
   return &*it;
 }
 
-inline void read_int(const nlohmann::json& j, const char* name, bool required, std::int64_t& out, const std::string& source) {
+inline void read_int(const nlohmann::json& j, const char* name, bool required, std::int64_t& out,
+                     const std::string& source) {
   const nlohmann::json* v = config_field(j, name, required, source);
   if (!v) return;
   if (!v->is_number_integer() || v->get<std::int64_t>() < 1) {
@@ -62,7 +67,8 @@ inline void read_int(const nlohmann::json& j, const char* name, bool required, s
   out = v->get<std::int64_t>();
 }
 
-inline void read_double(const nlohmann::json& j, const char* name, double& out, const std::string& source) {
+inline void read_double(const nlohmann::json& j, const char* name, double& out,
+                        const std::string& source) {
   const nlohmann::json* v = config_field(j, name, false, source);
   if (!v) return;
   if (!v->is_number() || !(v->get<double>() > 0)) {
@@ -71,10 +77,12 @@ inline void read_double(const nlohmann::json& j, const char* name, double& out, 
   out = v->get<double>();
 }
 
-inline void read_bool(const nlohmann::json& j, const char* name, bool& out, const std::string& source) {
+inline void read_bool(const nlohmann::json& j, const char* name, bool& out,
+                      const std::string& source) {
   const nlohmann::json* v = config_field(j, name, false, source);
   if (!v) return;
-  if (!v->is_boolean()) throw IoError(cat(source, ": field '", name, "' must be true or false, got ", v->dump()));
+  if (!v->is_boolean())
+    throw IoError(cat(source, ": field '", name, "' must be true or false, got ", v->dump()));
   out = v->get<bool>();
 }
 
@@ -85,9 +93,11 @@ namespace remat::nn {
 /// The LlamaConfig a parsed config.json describes; `source` names it in errors. Fields absent
 /// from the file take Hugging Face's defaults (num_key_value_heads = num_attention_heads;
 /// Qwen2's q/k/v projections always have biases).
-inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::string& source = "config.json") {
+inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
+                                          const std::string& source = "config.json") {
   namespace d = remat::detail;
-  if (!j.is_object()) throw IoError(detail::cat(source, ": expected a JSON object, got ", j.type_name()));
+  if (!j.is_object())
+    throw IoError(detail::cat(source, ": expected a JSON object, got ", j.type_name()));
   LlamaConfig c;
   const nlohmann::json* type = d::config_field(j, "model_type", false, source);
   const bool qwen2 = type && type->is_string() && type->get<std::string>() == "qwen2";
@@ -106,17 +116,21 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::st
   d::read_bool(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   c.attention_bias = qwen2;
   d::read_bool(j, "attention_bias", c.attention_bias, source);
-  if (const nlohmann::json* act = d::config_field(j, "hidden_act", false, source); act && *act != "silu") {
-    throw IoError(detail::cat(source, ": field 'hidden_act' is ", act->dump(), "; only \"silu\" is implemented"));
+  if (const nlohmann::json* act = d::config_field(j, "hidden_act", false, source);
+      act && *act != "silu") {
+    throw IoError(detail::cat(source, ": field 'hidden_act' is ", act->dump(),
+                              "; only \"silu\" is implemented"));
   }
   if (d::config_field(j, "rope_scaling", false, source)) {
-    throw IoError(detail::cat(source, ": field 'rope_scaling' is set; scaled rotary embeddings are not implemented"));
+    throw IoError(detail::cat(
+        source, ": field 'rope_scaling' is set; scaled rotary embeddings are not implemented"));
   }
   if (const nlohmann::json* hd = d::config_field(j, "head_dim", false, source);
-      hd && !(hd->is_number_integer() && hd->get<std::int64_t>() == c.hidden_size / c.num_attention_heads)) {
+      hd && !(hd->is_number_integer() &&
+              hd->get<std::int64_t>() == c.hidden_size / c.num_attention_heads)) {
     throw IoError(detail::cat(source, ": field 'head_dim' is ", hd->dump(),
-                                     "; only hidden_size / num_attention_heads = ", c.hidden_size / c.num_attention_heads,
-                                     " is implemented"));
+                              "; only hidden_size / num_attention_heads = ",
+                              c.hidden_size / c.num_attention_heads, " is implemented"));
   }
   try {
     c.validate();
@@ -127,7 +141,8 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::st
 }
 
 /// Parses config.json text; `source` names it in errors.
-inline LlamaConfig parse_llama_config(const std::string& text, const std::string& source = "config.json") {
+inline LlamaConfig parse_llama_config(const std::string& text,
+                                      const std::string& source = "config.json") {
   remat::detail::check_json_depth(text, source);
   nlohmann::json j;
   try {

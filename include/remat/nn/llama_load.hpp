@@ -25,7 +25,8 @@ namespace remat::nn {
 template <class T>
 void load_weights(Module<T>& model, const io::WeightFiles& files) {
   std::vector<io::NamedTensor<T>> targets;
-  for (auto& [name, p] : model.named_parameters()) targets.emplace_back(name, p.data());  // shares the parameter's storage
+  for (auto& [name, p] : model.named_parameters())
+    targets.emplace_back(name, p.data());  // shares the parameter's storage
   files.load(targets);
 }
 
@@ -34,7 +35,8 @@ void load_weights(Module<T>& model, const io::WeightFiles& files) {
 template <class T = float>
 Llama<T> load_llama(const std::string& dir) {
   const LlamaConfig config = load_llama_config(dir + "/config.json");
-  const io::WeightFiles files = io::WeightFiles::open(dir);  // before building: a bad folder fails fast
+  const io::WeightFiles files =
+      io::WeightFiles::open(dir);  // before building: a bad folder fails fast
   Llama<T> model(config);
   load_weights(model, files);
   return model;

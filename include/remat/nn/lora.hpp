@@ -34,11 +34,11 @@ namespace remat::nn::lora {
 
 /// PEFT's LoraConfig fields that remat supports (bias is always "none").
 struct Options {
-  std::int64_t rank = 8;              ///< r
-  double alpha = 16.0;                ///< lora_alpha; the adapters' output is scaled by alpha / rank
-  double dropout = 0.0;               ///< lora_dropout, on the adapters' input only
-  std::vector<std::string> targets;   ///< target_modules: last components of module paths
-  std::uint64_t seed = 0;             ///< initialization of the A matrices
+  std::int64_t rank = 8;             ///< r
+  double alpha = 16.0;               ///< lora_alpha; the adapters' output is scaled by alpha / rank
+  double dropout = 0.0;              ///< lora_dropout, on the adapters' input only
+  std::vector<std::string> targets;  ///< target_modules: last components of module paths
+  std::uint64_t seed = 0;            ///< initialization of the A matrices
   std::string base_model_name_or_path;  ///< written to adapter_config.json
 };
 
@@ -54,7 +54,8 @@ struct Adapter {
 template <class T = float>
 class Adapters {
  public:
-  Adapters(Options options, std::vector<Adapter<T>> adapters) : options_(std::move(options)), adapters_(std::move(adapters)) {}
+  Adapters(Options options, std::vector<Adapter<T>> adapters)
+      : options_(std::move(options)), adapters_(std::move(adapters)) {}
 
   const Options& options() const noexcept { return options_; }
   const std::vector<Adapter<T>>& adapters() const noexcept { return adapters_; }
@@ -82,7 +83,8 @@ class Adapters {
 
   /// "base_model.model.<path>.lora_A.weight", PEFT's name in adapter_model.safetensors.
   static std::string peft_name(const std::string& path, const char* which) {
-    return remat::detail::cat("base_model.model.", path.empty() ? std::string() : path + ".", which, ".weight");
+    return remat::detail::cat("base_model.model.", path.empty() ? std::string() : path + ".", which,
+                              ".weight");
   }
 
   /// Writes `dir`/adapter_model.safetensors and `dir`/adapter_config.json (PEFT's layout; the
@@ -91,7 +93,9 @@ class Adapters {
     check_not_merged("save_adapters");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) throw IoError(remat::detail::cat("lora::save_adapters: cannot create directory ", dir, ": ", ec.message()));
+    if (ec)
+      throw IoError(remat::detail::cat("lora::save_adapters: cannot create directory ", dir, ": ",
+                                       ec.message()));
     std::vector<io::NamedTensor<T>> tensors;
     for (const auto& [name, p] : named_parameters()) tensors.emplace_back(name, p.value());
     io::save<T>(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
@@ -126,24 +130,28 @@ class Adapters {
     try {
       config = nlohmann::json::parse(f);
     } catch (const nlohmann::json::exception& e) {
-      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " is not valid JSON: ", e.what()));
+      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path,
+                                       " is not valid JSON: ", e.what()));
     }
     const auto number = [&](const char* key) {
       if (!config.is_object() || !config.contains(key) || !config[key].is_number()) {
-        throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " has no number '", key, "'"));
+        throw IoError(
+            remat::detail::cat("lora::load_adapters: ", config_path, " has no number '", key, "'"));
       }
       return config[key].get<double>();
     };
     if (config.contains("peft_type") && config["peft_type"] != "LORA") {
-      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " is for peft_type ", config["peft_type"].dump(), ", not LORA"));
+      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " is for peft_type ",
+                                       config["peft_type"].dump(), ", not LORA"));
     }
     if (number("r") != double(options_.rank)) {
-      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " has r = ", number("r"), ", these adapters have rank ",
-                                options_.rank));
+      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " has r = ",
+                                       number("r"), ", these adapters have rank ", options_.rank));
     }
     if (number("lora_alpha") != options_.alpha) {
-      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path, " has lora_alpha = ", number("lora_alpha"),
-                                ", these adapters have alpha ", options_.alpha));
+      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path,
+                                       " has lora_alpha = ", number("lora_alpha"),
+                                       ", these adapters have alpha ", options_.alpha));
     }
     const std::string path = dir + "/adapter_model.safetensors";
     const io::File file = io::File::read(path);
@@ -151,19 +159,24 @@ class Adapters {
     std::set<std::string> expected;
     for (const auto& [name, p] : named_parameters()) {
       expected.insert(name);
-      if (!file.contains(name)) throw IoError(remat::detail::cat("lora::load_adapters: ", path, " has no tensor '", name, "'"));
+      if (!file.contains(name))
+        throw IoError(
+            remat::detail::cat("lora::load_adapters: ", path, " has no tensor '", name, "'"));
       const Shape& shape = file.entry(name).shape;
       if (!(shape == p.shape())) {
-        throw IoError(remat::detail::cat("lora::load_adapters: tensor '", name, "' in ", path, " has shape ", shape, ", the model's adapter ",
-                                  p.shape()));
+        throw IoError(remat::detail::cat("lora::load_adapters: tensor '", name, "' in ", path,
+                                         " has shape ", shape, ", the model's adapter ",
+                                         p.shape()));
       }
       loaded.emplace_back(p, file.tensor<T>(name));
     }
     for (const auto& [name, e] : file.entries()) {
       if (!expected.count(name)) {
-        throw IoError(remat::detail::cat("lora::load_adapters: ", path, " holds tensor '", name, "', which matches no adapter of the model (",
-                                  expected.size(), " adapter tensors, the first '", expected.empty() ? std::string("none") : *expected.begin(),
-                                  "')"));
+        throw IoError(remat::detail::cat("lora::load_adapters: ", path, " holds tensor '", name,
+                                         "', which matches no adapter of the model (",
+                                         expected.size(), " adapter tensors, the first '",
+                                         expected.empty() ? std::string("none") : *expected.begin(),
+                                         "')"));
       }
     }
     for (auto& [p, t] : loaded) p.data() = std::move(t);
@@ -183,8 +196,9 @@ class Adapters {
       }
       const Shape want{a.layer.out_features(), a.layer.in_features()};
       if (!w.defined() || !(w.shape() == want)) {
-        throw UsageError(remat::detail::cat("lora::merge: the base weight of '", a.path, "' is not a float (", want[0], ", ", want[1],
-                                     ") parameter; merging into a quantized base is not supported"));
+        throw UsageError(remat::detail::cat(
+            "lora::merge: the base weight of '", a.path, "' is not a float (", want[0], ", ",
+            want[1], ") parameter; merging into a quantized base is not supported"));
       }
       weights.push_back(w);
     }
@@ -200,7 +214,8 @@ class Adapters {
       for (std::int64_t o = 0; o < out; ++o) {
         for (std::int64_t c = 0; c < in; ++c) {
           double acc = 0;
-          for (std::int64_t k = 0; k < r; ++k) acc += double(B.data()[o * r + k]) * double(A.data()[k * in + c]);
+          for (std::int64_t k = 0; k < r; ++k)
+            acc += double(B.data()[o * r + k]) * double(A.data()[k * in + c]);
           w.data()[o * in + c] = T(double(w.data()[o * in + c]) + s * acc);
         }
       }
@@ -214,7 +229,9 @@ class Adapters {
 
  private:
   void check_not_merged(const char* what) const {
-    if (merged_) throw UsageError(remat::detail::cat("lora::", what, ": the adapters were merged into the base weights"));
+    if (merged_)
+      throw UsageError(
+          remat::detail::cat("lora::", what, ": the adapters were merged into the base weights"));
   }
 
   Options options_;
@@ -258,12 +275,15 @@ Adapter<T> wrap(const std::string& path, Module<T> layer, const Options& o, Rng&
 /// outside [0, 1), a target that names no Linear, or no layer wrapped at all.
 template <class T>
 Adapters<T> apply(Module<T>& model, Options options) {
-  if (options.rank < 1) throw UsageError(remat::detail::cat("lora::apply: rank must be >= 1, got ", options.rank));
+  if (options.rank < 1)
+    throw UsageError(remat::detail::cat("lora::apply: rank must be >= 1, got ", options.rank));
   if (!(std::isfinite(options.alpha) && options.alpha > 0)) {
-    throw UsageError(remat::detail::cat("lora::apply: alpha must be positive and finite, got ", options.alpha));
+    throw UsageError(
+        remat::detail::cat("lora::apply: alpha must be positive and finite, got ", options.alpha));
   }
   if (!(options.dropout >= 0 && options.dropout < 1)) {
-    throw UsageError(remat::detail::cat("lora::apply: dropout must be in [0, 1), got ", options.dropout));
+    throw UsageError(
+        remat::detail::cat("lora::apply: dropout must be in [0, 1), got ", options.dropout));
   }
   // Matched and checked first: a bad target changes nothing.
   std::vector<std::pair<std::string, Module<T>>> matched;
@@ -276,18 +296,21 @@ Adapters<T> apply(Module<T>& model, Options options) {
       if (m.kind() != "Linear" || !detail::targeted(path, options.targets)) continue;
       if (!seen.insert(m.identity()).second) continue;  // one layer registered under two paths
       if (m.has_forward_hook()) {
-        throw UsageError(remat::detail::cat("lora::apply: '", path, "' already has a forward hook (adapters applied twice?)"));
+        throw UsageError(remat::detail::cat(
+            "lora::apply: '", path, "' already has a forward hook (adapters applied twice?)"));
       }
       used.insert(path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1));
       matched.emplace_back(path, m);
     }
     for (const std::string& t : options.targets) {
       if (!used.count(t)) {
-        throw UsageError(remat::detail::cat("lora::apply: target '", t, "' names no Linear layer of the model (", matched.size(),
-                                            " layers matched the other targets)"));
+        throw UsageError(remat::detail::cat("lora::apply: target '", t,
+                                            "' names no Linear layer of the model (",
+                                            matched.size(), " layers matched the other targets)"));
       }
     }
-    if (matched.empty()) throw UsageError("lora::apply: no target names given, and the model is not a Linear");
+    if (matched.empty())
+      throw UsageError("lora::apply: no target names given, and the model is not a Linear");
   }
   if (matched.front().second.has_forward_hook()) {
     throw UsageError("lora::apply: the model already has a forward hook (adapters applied twice?)");

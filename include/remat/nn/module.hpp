@@ -58,7 +58,8 @@ class Module {
       const Entry& e = f.state->entries[f.next++];
       std::string name = f.prefix + e.name;
       if (e.child) {
-        stack.push_back(Frame{e.child.get(), std::move(name) + ".", 0});  // f is not used after this
+        stack.push_back(
+            Frame{e.child.get(), std::move(name) + ".", 0});  // f is not used after this
       } else if (seen.insert(e.param.identity()).second) {
         out.emplace_back(std::move(name), e.param);
       }
@@ -79,7 +80,8 @@ class Module {
     for (const auto& [n, p] : all) {
       if (n == name) return p;
     }
-    throw UsageError(detail::cat("Module: no parameter named '", name, "' (", all.size(), " parameters, the first is '",
+    throw UsageError(detail::cat("Module: no parameter named '", name, "' (", all.size(),
+                                 " parameters, the first is '",
                                  all.empty() ? std::string("none") : all.front().first, "')"));
   }
 
@@ -113,7 +115,8 @@ class Module {
         std::string path = f.prefix + it->name;
         stack.push_back(Frame{it->child, path + "."});
       }
-      if (f.state != state_) out.emplace_back(f.prefix.substr(0, f.prefix.size() - 1), Module(f.state));
+      if (f.state != state_)
+        out.emplace_back(f.prefix.substr(0, f.prefix.size() - 1), Module(f.state));
     }
     return out;
   }
@@ -128,7 +131,8 @@ class Module {
   /// [forward hooks]); an empty function removes it. Throws for a module that is not hookable.
   using ForwardHook = std::function<Var<T>(const Var<T>& x, const Var<T>& y)>;
   void set_forward_hook(ForwardHook hook) {
-    if (state_->kind.empty()) throw UsageError("Module::set_forward_hook: this module's forward does not call hooked()");
+    if (state_->kind.empty())
+      throw UsageError("Module::set_forward_hook: this module's forward does not call hooked()");
     state_->hook = std::move(hook);
   }
   bool has_forward_hook() const noexcept { return static_cast<bool>(state_->hook); }
@@ -141,8 +145,10 @@ class Module {
   /// UsageError when there is none.
   void detach(const std::string& name) {
     auto& entries = state_->entries;
-    const auto it = std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.child && e.name == name; });
-    if (it == entries.end()) throw UsageError(detail::cat("Module::detach: no child named '", name, "'"));
+    const auto it = std::find_if(entries.begin(), entries.end(),
+                                 [&](const Entry& e) { return e.child && e.name == name; });
+    if (it == entries.end())
+      throw UsageError(detail::cat("Module::detach: no child named '", name, "'"));
     entries.erase(it);
   }
 
@@ -191,8 +197,10 @@ class Module {
   /// it leaves parameters() and named_parameters(); handles to it stay valid.
   void remove_parameter(const std::string& name) {
     auto& es = state_->entries;
-    const auto it = std::find_if(es.begin(), es.end(), [&](const Entry& e) { return !e.child && e.name == name; });
-    if (it == es.end()) throw UsageError(detail::cat("Module: no parameter named '", name, "' to remove"));
+    const auto it = std::find_if(es.begin(), es.end(),
+                                 [&](const Entry& e) { return !e.child && e.name == name; });
+    if (it == es.end())
+      throw UsageError(detail::cat("Module: no parameter named '", name, "' to remove"));
     es.erase(it);
   }
 
@@ -202,7 +210,8 @@ class Module {
   void add_module(const std::string& name, const Module& child) {
     check_new_name(name);
     if (child.reaches(*state_)) {
-      throw UsageError(detail::cat("Module: adding '", name, "' would make the module its own descendant"));
+      throw UsageError(
+          detail::cat("Module: adding '", name, "' would make the module its own descendant"));
     }
     child.state_->training = state_->training;
     state_->entries.push_back(Entry{name, Parameter<T>(), child.state_});
@@ -212,7 +221,7 @@ class Module {
   struct State;
   struct Entry {
     std::string name;
-    Parameter<T> param;             // when child is null
+    Parameter<T> param;            // when child is null
     std::shared_ptr<State> child;  // a registered module
   };
   struct State {
@@ -258,11 +267,14 @@ class Module {
     std::size_t matched = 0;
     for (auto& [name, p] : named_parameters()) {
       if (name.compare(0, prefix.size(), prefix) != 0) continue;
-      if (frozen) p.freeze();
-      else p.unfreeze();
+      if (frozen)
+        p.freeze();
+      else
+        p.unfreeze();
       ++matched;
     }
-    if (matched == 0) throw UsageError(detail::cat("Module: no parameter name starts with '", prefix, "'"));
+    if (matched == 0)
+      throw UsageError(detail::cat("Module: no parameter name starts with '", prefix, "'"));
   }
 
   std::shared_ptr<State> state_ = std::make_shared<State>();

@@ -13,7 +13,8 @@ namespace remat::nn {
 template <class T>
 void quantize_blocks(GPT<T>& model, WeightStorage storage, bool double_quant = true) {
   for (TransformerBlock<T>& b : model.blocks) {
-    for (Linear<T>* l : {&b.attn.qkv, &b.attn.proj, &b.mlp.fc, &b.mlp.proj}) l->quantize(storage, double_quant);
+    for (Linear<T>* l : {&b.attn.qkv, &b.attn.proj, &b.mlp.fc, &b.mlp.proj})
+      l->quantize(storage, double_quant);
   }
 }
 
@@ -21,8 +22,8 @@ void quantize_blocks(GPT<T>& model, WeightStorage storage, bool double_quant = t
 template <class T>
 void quantize_blocks(Llama<T>& model, WeightStorage storage, bool double_quant = true) {
   for (LlamaDecoderLayer<T>& d : model.layers) {
-    for (Linear<T>* l : {&d.self_attn.q_proj, &d.self_attn.k_proj, &d.self_attn.v_proj, &d.self_attn.o_proj, &d.mlp.gate_proj,
-                         &d.mlp.up_proj, &d.mlp.down_proj}) {
+    for (Linear<T>* l : {&d.self_attn.q_proj, &d.self_attn.k_proj, &d.self_attn.v_proj,
+                         &d.self_attn.o_proj, &d.mlp.gate_proj, &d.mlp.up_proj, &d.mlp.down_proj}) {
       l->quantize(storage, double_quant);
     }
   }

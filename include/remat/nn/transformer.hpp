@@ -16,7 +16,8 @@ namespace remat::nn {
 template <class T = float>
 class MLP : public Module<T> {
  public:
-  MLP(std::int64_t d, std::int64_t hidden, double dropout, Rng& rng, double init_std = 0, double out_std = 0)
+  MLP(std::int64_t d, std::int64_t hidden, double dropout, Rng& rng, double init_std = 0,
+      double out_std = 0)
       : fc(d, hidden, rng, true, init_std), proj(hidden, d, rng, true, out_std), drop(dropout) {
     this->add_module("fc", fc);
     this->add_module("proj", proj);
@@ -34,12 +35,17 @@ class MLP : public Module<T> {
 template <class T = float>
 class CausalSelfAttention : public Module<T> {
  public:
-  CausalSelfAttention(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0,
-                      Attention kind = Attention::fused)
-      : qkv(d, 3 * d, rng, true, init_std), proj(d, d, rng, true, out_std), drop(dropout), heads_(heads), p_(dropout),
+  CausalSelfAttention(std::int64_t d, std::int64_t heads, double dropout, Rng& rng,
+                      double init_std = 0, double out_std = 0, Attention kind = Attention::fused)
+      : qkv(d, 3 * d, rng, true, init_std),
+        proj(d, d, rng, true, out_std),
+        drop(dropout),
+        heads_(heads),
+        p_(dropout),
         kind_(kind) {
     if (heads < 1 || d % heads != 0) {
-      throw ShapeError(detail::cat("nn::CausalSelfAttention: width ", d, " is not divisible by ", heads, " heads"));
+      throw ShapeError(detail::cat("nn::CausalSelfAttention: width ", d, " is not divisible by ",
+                                   heads, " heads"));
     }
     this->add_module("qkv", qkv);
     this->add_module("proj", proj);
@@ -72,9 +78,11 @@ class TransformerBlock : public Module<T> {
  public:
   /// init_std and out_std: normal initialization of the projections (0: PyTorch's default);
   /// GPT-2 scales the two residual projections' out_std by 1/sqrt(2 layers).
-  TransformerBlock(std::int64_t d, std::int64_t heads, double dropout, Rng& rng, double init_std = 0, double out_std = 0,
-                   Attention attention = Attention::fused)
-      : ln1(d), attn(d, heads, dropout, rng, init_std, out_std, attention), ln2(d),
+  TransformerBlock(std::int64_t d, std::int64_t heads, double dropout, Rng& rng,
+                   double init_std = 0, double out_std = 0, Attention attention = Attention::fused)
+      : ln1(d),
+        attn(d, heads, dropout, rng, init_std, out_std, attention),
+        ln2(d),
         mlp(d, 4 * d, dropout, rng, init_std, out_std) {
     this->add_module("ln1", ln1);
     this->add_module("attn", attn);

@@ -19,7 +19,9 @@ template <class T, class F>
 Tensor<T> apply_broadcast(const Broadcast& bc, const Tensor<T>& a, const Tensor<T>& b, F f) {
   Tensor<T> out(bc.out);
   if (bc.repeated < 0) {
-    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = f(view(a, s, e), view(b, s, e)); });
+    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {
+      view(out, s, e) = f(view(a, s, e), view(b, s, e));
+    });
     return out;
   }
   const std::int64_t n = bc.inner;
@@ -44,7 +46,9 @@ void add_broadcast_grad(Grads<T>& grads, int k, const Broadcast& bc, const Shape
   if (bc.repeated == k) {
     grads.add_with(k, shape, [&](Tensor<T>& dst, bool overwrite) {
       sum_rows_into(dst.data(), bc.outer, bc.inner, overwrite,
-                    [&](std::int64_t r, std::int64_t c0, std::int64_t c1) { return g(r * bc.inner + c0, r * bc.inner + c1); });
+                    [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                      return g(r * bc.inner + c0, r * bc.inner + c1);
+                    });
     });
     return;
   }
@@ -53,7 +57,8 @@ void add_broadcast_grad(Grads<T>& grads, int k, const Broadcast& bc, const Shape
     for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = g(s, e); });
   } else {  // the other operand repeats: keep each range inside one repetition (see operand())
     for_rows(bc.outer, bc.inner, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) view(out, r * bc.inner, (r + 1) * bc.inner) = g(r * bc.inner, (r + 1) * bc.inner);
+      for (std::int64_t r = r0; r < r1; ++r)
+        view(out, r * bc.inner, (r + 1) * bc.inner) = g(r * bc.inner, (r + 1) * bc.inner);
     });
   }
   grads.add(k, std::move(out));
@@ -62,7 +67,8 @@ void add_broadcast_grad(Grads<T>& grads, int k, const Broadcast& bc, const Shape
 /// Operand k's elements matching output elements [s, e): the same range, or for the repeating
 /// operand, the matching part of its one copy ([s, e) must then lie within one repetition).
 template <class T>
-ConstArrayView<T> operand(const Tensor<T>& t, int k, const Broadcast& bc, std::int64_t s, std::int64_t e) {
+ConstArrayView<T> operand(const Tensor<T>& t, int k, const Broadcast& bc, std::int64_t s,
+                          std::int64_t e) {
   if (bc.repeated != k) return view(t, s, e);
   const std::int64_t off = bc.inner == 0 ? 0 : s % bc.inner;
   return view(t, off, off + (e - s));
@@ -73,7 +79,8 @@ ConstArrayView<T> operand(const Tensor<T>& t, int k, const Broadcast& bc, std::i
 template <class T>
 class BinaryNode : public Node<T> {
  public:
-  BinaryNode(Broadcast bc, Shape a, Shape b) : bc_(std::move(bc)), a_(std::move(a)), b_(std::move(b)) {}
+  BinaryNode(Broadcast bc, Shape a, Shape b)
+      : bc_(std::move(bc)), a_(std::move(a)), b_(std::move(b)) {}
 
  protected:
   const Shape& operand_shape(int k) const noexcept { return k == 0 ? a_ : b_; }
@@ -93,7 +100,8 @@ class AddNode final : public BinaryNode<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     for (int k = 0; k < 2; ++k) {
       if (bc_.repeated == k) {
-        add_broadcast_grad(grads, k, bc_, this->operand_shape(k), [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
+        add_broadcast_grad(grads, k, bc_, this->operand_shape(k),
+                           [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
       } else {
         grads.add(k, gy.reshape(this->operand_shape(k)));
       }
@@ -114,11 +122,13 @@ class SubNode final : public BinaryNode<T> {
   }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     if (bc_.repeated == 0) {
-      add_broadcast_grad(grads, 0, bc_, a_, [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
+      add_broadcast_grad(grads, 0, bc_, a_,
+                         [&](std::int64_t s, std::int64_t e) { return view(gy, s, e); });
     } else {
       grads.add(0, gy.reshape(a_));
     }
-    add_broadcast_grad(grads, 1, bc_, b_, [&](std::int64_t s, std::int64_t e) { return -view(gy, s, e); });
+    add_broadcast_grad(grads, 1, bc_, b_,
+                       [&](std::int64_t s, std::int64_t e) { return -view(gy, s, e); });
   }
 
  private:
@@ -138,8 +148,12 @@ class MulNode final : public BinaryNode<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& a = this->saved(0);
     const Tensor<T>& b = this->saved(1);
-    add_broadcast_grad(grads, 0, bc_, a_, [&](std::int64_t s, std::int64_t e) { return view(gy, s, e) * operand(b, 1, bc_, s, e); });
-    add_broadcast_grad(grads, 1, bc_, b_, [&](std::int64_t s, std::int64_t e) { return view(gy, s, e) * operand(a, 0, bc_, s, e); });
+    add_broadcast_grad(grads, 0, bc_, a_, [&](std::int64_t s, std::int64_t e) {
+      return view(gy, s, e) * operand(b, 1, bc_, s, e);
+    });
+    add_broadcast_grad(grads, 1, bc_, b_, [&](std::int64_t s, std::int64_t e) {
+      return view(gy, s, e) * operand(a, 0, bc_, s, e);
+    });
   }
 
  private:
@@ -160,7 +174,9 @@ class DivNode final : public BinaryNode<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& a = this->saved(0);
     const Tensor<T>& b = this->saved(1);
-    add_broadcast_grad(grads, 0, bc_, a_, [&](std::int64_t s, std::int64_t e) { return view(gy, s, e) / operand(b, 1, bc_, s, e); });
+    add_broadcast_grad(grads, 0, bc_, a_, [&](std::int64_t s, std::int64_t e) {
+      return view(gy, s, e) / operand(b, 1, bc_, s, e);
+    });
     add_broadcast_grad(grads, 1, bc_, b_, [&](std::int64_t s, std::int64_t e) {
       return -view(gy, s, e) * operand(a, 0, bc_, s, e) / operand(b, 1, bc_, s, e).square();
     });
@@ -178,12 +194,15 @@ class AffineNode final : public Node<T> {
   const char* op_name() const noexcept override { return name_; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
-    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = alpha_ * view(in[0], s, e) + beta_; });
+    for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {
+      view(out, s, e) = alpha_ * view(in[0], s, e) + beta_;
+    });
     return out;
   }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     Tensor<T> gx(gy.shape());
-    for_chunks(gx.numel(), [&](std::int64_t s, std::int64_t e) { view(gx, s, e) = alpha_ * view(gy, s, e); });
+    for_chunks(gx.numel(),
+               [&](std::int64_t s, std::int64_t e) { view(gx, s, e) = alpha_ * view(gy, s, e); });
     grads.add(0, std::move(gx));
   }
 
@@ -207,41 +226,86 @@ Var<T> binary(const char* op, const Var<T>& a, const Var<T>& b) {
 
 /// a + b, broadcasting by NumPy's rules; gradients sum over the repeated axes.
 template <class T>
-Var<T> add(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::AddNode>("add", a, b); }
+Var<T> add(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return detail::binary<detail::AddNode>("add", a, b);
+}
 /// a - b, broadcasting by NumPy's rules.
 template <class T>
-Var<T> sub(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::SubNode>("sub", a, b); }
+Var<T> sub(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return detail::binary<detail::SubNode>("sub", a, b);
+}
 /// a * b element-wise, broadcasting by NumPy's rules.
 template <class T>
-Var<T> mul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::MulNode>("mul", a, b); }
+Var<T> mul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return detail::binary<detail::MulNode>("mul", a, b);
+}
 /// a / b element-wise, broadcasting by NumPy's rules.
 template <class T>
-Var<T> div(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return detail::binary<detail::DivNode>("div", a, b); }
+Var<T> div(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return detail::binary<detail::DivNode>("div", a, b);
+}
 
 /// -x
 template <class T>
-Var<T> neg(const Var<T>& x) { return detail::record_op<detail::AffineNode<T>>({&x}, "neg", T(-1), T(0)); }
+Var<T> neg(const Var<T>& x) {
+  return detail::record_op<detail::AffineNode<T>>({&x}, "neg", T(-1), T(0));
+}
 /// s * x for a scalar s.
 template <class T>
-Var<T> scale(const Var<T>& x, std::type_identity_t<T> s) { return detail::record_op<detail::AffineNode<T>>({&x}, "scale", s, T(0)); }
+Var<T> scale(const Var<T>& x, std::type_identity_t<T> s) {
+  return detail::record_op<detail::AffineNode<T>>({&x}, "scale", s, T(0));
+}
 /// x + s for a scalar s.
 template <class T>
-Var<T> add_scalar(const Var<T>& x, std::type_identity_t<T> s) { return detail::record_op<detail::AffineNode<T>>({&x}, "add_scalar", T(1), s); }
+Var<T> add_scalar(const Var<T>& x, std::type_identity_t<T> s) {
+  return detail::record_op<detail::AffineNode<T>>({&x}, "add_scalar", T(1), s);
+}
 
-template <class T> Var<T> operator+(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return add(a, b); }
-template <class T> Var<T> operator-(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return sub(a, b); }
-template <class T> Var<T> operator*(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return mul(a, b); }
-template <class T> Var<T> operator/(const Var<T>& a, const std::type_identity_t<Var<T>>& b) { return div(a, b); }
-template <class T> Var<T> operator-(const Var<T>& x) { return neg(x); }
-template <class T> Var<T> operator*(const Var<T>& x, std::type_identity_t<T> s) { return scale(x, s); }
-template <class T> Var<T> operator*(std::type_identity_t<T> s, const Var<T>& x) { return scale(x, s); }
-template <class T> Var<T> operator/(const Var<T>& x, std::type_identity_t<T> s) { return scale(x, T(1) / s); }
-template <class T> Var<T> operator+(const Var<T>& x, std::type_identity_t<T> s) { return add_scalar(x, s); }
-template <class T> Var<T> operator-(const Var<T>& x, std::type_identity_t<T> s) { return add_scalar(x, -s); }
+template <class T>
+Var<T> operator+(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return add(a, b);
+}
+template <class T>
+Var<T> operator-(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return sub(a, b);
+}
+template <class T>
+Var<T> operator*(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return mul(a, b);
+}
+template <class T>
+Var<T> operator/(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
+  return div(a, b);
+}
+template <class T>
+Var<T> operator-(const Var<T>& x) {
+  return neg(x);
+}
+template <class T>
+Var<T> operator*(const Var<T>& x, std::type_identity_t<T> s) {
+  return scale(x, s);
+}
+template <class T>
+Var<T> operator*(std::type_identity_t<T> s, const Var<T>& x) {
+  return scale(x, s);
+}
+template <class T>
+Var<T> operator/(const Var<T>& x, std::type_identity_t<T> s) {
+  return scale(x, T(1) / s);
+}
+template <class T>
+Var<T> operator+(const Var<T>& x, std::type_identity_t<T> s) {
+  return add_scalar(x, s);
+}
+template <class T>
+Var<T> operator-(const Var<T>& x, std::type_identity_t<T> s) {
+  return add_scalar(x, -s);
+}
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_arithmetic_names_registered = register_op_names({"add", "sub", "mul", "div", "neg", "scale", "add_scalar"});
+inline const bool k_arithmetic_names_registered =
+    register_op_names({"add", "sub", "mul", "div", "neg", "scale", "add_scalar"});
 }  // namespace detail
 
 }  // namespace remat

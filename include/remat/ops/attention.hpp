@@ -18,9 +18,15 @@ namespace detail {
 template <class T>
 class CausalAttentionNode final : public Node<T> {
  public:
-  CausalAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t channels, std::int64_t heads, double dropout,
-                      std::uint64_t seed)
-      : b_(batch), t_(time), c_(channels), h_(heads), d_(channels / heads), p_(dropout), seed_(seed),
+  CausalAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t channels,
+                      std::int64_t heads, double dropout, std::uint64_t seed)
+      : b_(batch),
+        t_(time),
+        c_(channels),
+        h_(heads),
+        d_(channels / heads),
+        p_(dropout),
+        seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))) {}
   const char* op_name() const noexcept override { return "causal_self_attention"; }
 
@@ -35,14 +41,16 @@ class CausalAttentionNode final : public Node<T> {
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
-        gemm<T>(false, true, t_, t_, d_, scale, q(qkv, b, h), 3 * c_, k(qkv, b, h), 3 * c_, T(0), p, t_);
+        gemm<T>(false, true, t_, t_, d_, scale, q(qkv, b, h), 3 * c_, k(qkv, b, h), 3 * c_, T(0), p,
+                t_);
         causal_softmax_rows(p);
         const T* weights = p;
         if (p_ > 0) {
           apply_dropout(p, dropped.data(), b, h);
           weights = dropped.data();
         }
-        gemm<T>(false, false, t_, d_, t_, T(1), weights, t_, v(qkv, b, h), 3 * c_, T(0), y.data() + b * t_ * c_ + h * d_, c_);
+        gemm<T>(false, false, t_, d_, t_, T(1), weights, t_, v(qkv, b, h), 3 * c_, T(0),
+                y.data() + b * t_ * c_ + h * d_, c_);
       }
     }
     this->save(0, qkv);
@@ -69,12 +77,15 @@ class CausalAttentionNode final : public Node<T> {
             apply_dropout(p, dropped.data(), b, h);
             weights = dropped.data();
           }
-          gemm<T>(true, false, t_, d_, t_, T(1), weights, t_, dy, c_, beta, g.data() + b * t_ * 3 * c_ + 2 * c_ + h * d_, 3 * c_);
+          gemm<T>(true, false, t_, d_, t_, T(1), weights, t_, dy, c_, beta,
+                  g.data() + b * t_ * 3 * c_ + 2 * c_ + h * d_, 3 * c_);
           gemm<T>(false, true, t_, t_, d_, T(1), dy, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
           if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h);
           softmax_backward_rows(p, dp.data(), scale);
-          gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta, g.data() + b * t_ * 3 * c_ + h * d_, 3 * c_);
-          gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta, g.data() + b * t_ * 3 * c_ + c_ + h * d_, 3 * c_);
+          gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta,
+                  g.data() + b * t_ * 3 * c_ + h * d_, 3 * c_);
+          gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta,
+                  g.data() + b * t_ * 3 * c_ + c_ + h * d_, 3 * c_);
         }
       }
     });
@@ -84,9 +95,15 @@ class CausalAttentionNode final : public Node<T> {
   /// A (T, T) block for one head's dropped-out weights; none without dropout.
   Tensor<T> dropout_scratch() const { return p_ > 0 ? Tensor<T>(Shape{t_, t_}) : Tensor<T>(); }
 
-  const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return qkv.data() + b * t_ * 3 * c_ + h * d_; }
-  const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + c_; }
-  const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + 2 * c_; }
+  const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return qkv.data() + b * t_ * 3 * c_ + h * d_;
+  }
+  const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return q(qkv, b, h) + c_;
+  }
+  const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return q(qkv, b, h) + 2 * c_;
+  }
 
   /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
   void causal_softmax_rows(T* p) const {
@@ -123,7 +140,8 @@ class CausalAttentionNode final : public Node<T> {
     const std::uint32_t threshold = threshold_;
     for_chunks(t_ * t_, [&](std::int64_t s, std::int64_t e) {
       for (std::int64_t i = s; i < e; ++i) {
-        dst[i] = rng.bits(base + static_cast<std::uint32_t>(i)) >= threshold ? src[i] * keep_scale : T(0);
+        dst[i] = rng.bits(base + static_cast<std::uint32_t>(i)) >= threshold ? src[i] * keep_scale
+                                                                             : T(0);
       }
     });
   }
@@ -143,14 +161,16 @@ template <class T>
 Var<T> causal_self_attention(const Var<T>& qkv, std::int64_t heads, double dropout = 0.0) {
   const Shape& s = qkv.shape();
   if (s.rank() != 3 || s[2] % 3 != 0 || heads < 1 || (s[2] / 3) % heads != 0) {
-    throw ShapeError(detail::cat("causal_self_attention: needs qkv of shape (B, T, 3C) with C divisible by heads = ",
-                                 heads, ", got ", s));
+    throw ShapeError(detail::cat(
+        "causal_self_attention: needs qkv of shape (B, T, 3C) with C divisible by heads = ", heads,
+        ", got ", s));
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
-    throw UsageError(detail::cat("causal_self_attention: dropout must be in [0, 1), got ", dropout));
+    throw UsageError(
+        detail::cat("causal_self_attention: dropout must be in [0, 1), got ", dropout));
   }
-  return detail::record_op<detail::CausalAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads, dropout,
-                                                           detail::rng_seed_for(qkv));
+  return detail::record_op<detail::CausalAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads,
+                                                           dropout, detail::rng_seed_for(qkv));
 }
 
 namespace detail {

@@ -38,9 +38,10 @@ inline Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
   const bool b_repeats = b.numel() <= a.numel() && is_suffix(b, a);
   const bool a_repeats = !b_repeats && is_suffix(a, b);
   if (!a_repeats && !b_repeats) {
-    throw ShapeError(cat(op, ": shapes ", a, " and ", b,
-                         " do not broadcast; one operand's shape must equal the trailing axes of the other's "
-                         "(like a bias of shape (C) against (N, C))"));
+    throw ShapeError(
+        cat(op, ": shapes ", a, " and ", b,
+            " do not broadcast; one operand's shape must equal the trailing axes of the other's "
+            "(like a bias of shape (C) against (N, C))"));
   }
   const Shape& big = b_repeats ? a : b;
   const Shape& small = b_repeats ? b : a;

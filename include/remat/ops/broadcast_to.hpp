@@ -21,8 +21,10 @@ inline Shape numpy_broadcast_shape(const char* op, const Shape& a, const Shape& 
   for (int i = 1; i <= rank; ++i) {
     const std::int64_t da = i <= a.rank() ? a[-i] : 1, db = i <= b.rank() ? b[-i] : 1;
     if (da != db && da != 1 && db != 1) {
-      throw ShapeError(cat(op, ": shapes ", a, " and ", b, " do not broadcast: axis ", -i, " has extents ", da, " and ", db,
-                           " (NumPy's rules: aligned from the last axis, each pair of extents equal or one of them 1)"));
+      throw ShapeError(cat(op, ": shapes ", a, " and ", b, " do not broadcast: axis ", -i,
+                           " has extents ", da, " and ", db,
+                           " (NumPy's rules: aligned from the last axis, each pair of extents "
+                           "equal or one of them 1)"));
     }
     dims[rank - i] = da == 1 ? db : da;
   }
@@ -95,8 +97,9 @@ class BroadcastToNode final : public Node<T> {
 template <class T>
 Var<T> broadcast_to(const Var<T>& x, const Shape& shape) {
   if (!(detail::numpy_broadcast_shape("broadcast_to", x.shape(), shape) == shape)) {
-    throw ShapeError(detail::cat("broadcast_to: shape ", x.shape(), " cannot be repeated to ", shape,
-                                 " (NumPy's rules: aligned from the last axis, each extent equal or 1)"));
+    throw ShapeError(
+        detail::cat("broadcast_to: shape ", x.shape(), " cannot be repeated to ", shape,
+                    " (NumPy's rules: aligned from the last axis, each extent equal or 1)"));
   }
   if (x.shape() == shape) return x;
   return detail::record_op<detail::BroadcastToNode<T>>({&x}, x.shape(), shape);

@@ -22,7 +22,8 @@ class EmbeddingNode final : public Node<T> {
     const std::int64_t c = table.dim(1), n = ids_.numel();
     Tensor<T> out(ids_.shape().appended(c));
     for_rows(n, c, [&](std::int64_t p0, std::int64_t p1) {
-      for (std::int64_t p = p0; p < p1; ++p) std::memcpy(out.data() + p * c, table.data() + ids_[p] * c, c * sizeof(T));
+      for (std::int64_t p = p0; p < p1; ++p)
+        std::memcpy(out.data() + p * c, table.data() + ids_[p] * c, c * sizeof(T));
     });
     this->save(0, table);  // only its shape is needed; sharing the buffer costs nothing
     return out;
@@ -34,7 +35,8 @@ class EmbeddingNode final : public Node<T> {
     const std::int64_t c = table.dim(1);
     grads.add_with(0, table.shape(), [&](Tensor<T>& g, bool overwrite) {
       if (overwrite) g.fill(T(0));
-      for (std::int64_t p = 0; p < ids_.numel(); ++p) view(g, ids_[p] * c, (ids_[p] + 1) * c) += view(gy, p * c, (p + 1) * c);
+      for (std::int64_t p = 0; p < ids_.numel(); ++p)
+        view(g, ids_[p] * c, (ids_[p] + 1) * c) += view(gy, p * c, (p + 1) * c);
     });
   }
 
@@ -43,10 +45,12 @@ class EmbeddingNode final : public Node<T> {
 };
 
 /// Throws an IndexError naming the first id outside [0, n).
-inline void check_ids(const char* op, const Tensor<std::int32_t>& ids, std::int64_t n, const char* what) {
+inline void check_ids(const char* op, const Tensor<std::int32_t>& ids, std::int64_t n,
+                      const char* what) {
   for (std::int64_t p = 0; p < ids.numel(); ++p) {
     if (ids[p] < 0 || ids[p] >= n) {
-      throw IndexError(cat(op, ": ", what, " ", ids[p], " at position ", p, " is out of range [0, ", n, ")"));
+      throw IndexError(
+          cat(op, ": ", what, " ", ids[p], " at position ", p, " is out of range [0, ", n, ")"));
     }
   }
 }
@@ -56,7 +60,8 @@ inline void check_ids(const char* op, const Tensor<std::int32_t>& ids, std::int6
 /// Rows of `table` (V, C) picked by `ids` (any shape, values in [0, V)): the result is (..., C).
 template <class T>
 Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
-  if (table.rank() != 2) throw ShapeError(detail::cat("embedding: the table must be (V, C), got shape ", table.shape()));
+  if (table.rank() != 2)
+    throw ShapeError(detail::cat("embedding: the table must be (V, C), got shape ", table.shape()));
   if (!ids.defined()) throw UsageError("embedding: the ids tensor is undefined");
   detail::check_ids("embedding", ids, table.dim(0), "id");
   return detail::record_op<detail::EmbeddingNode<T>>({&table}, ids);

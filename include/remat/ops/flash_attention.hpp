@@ -66,7 +66,8 @@ void flash_recompute_probs(T* s, std::int64_t ld, const T* lse, std::int64_t i0,
 
 /// dP := P (dP - rowsum(dP P)) * scale over the causal part of the block's rows, zero after.
 template <class T>
-void flash_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, std::int64_t i0, std::int64_t i1) {
+void flash_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, std::int64_t i0,
+                                 std::int64_t i1) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t i = i0 + r;
@@ -80,14 +81,23 @@ void flash_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, st
 }
 
 /// The first block of query rows a backward pass visits: the last, which sees every key.
-inline std::int64_t flash_last_block(std::int64_t time, std::int64_t rows) noexcept { return (time - 1) / rows * rows; }
+inline std::int64_t flash_last_block(std::int64_t time, std::int64_t rows) noexcept {
+  return (time - 1) / rows * rows;
+}
 
 template <class T>
 class FlashAttentionNode final : public Node<T> {
  public:
-  FlashAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t channels, std::int64_t heads, double dropout,
-                     std::uint64_t seed, std::int64_t block_rows)
-      : b_(batch), t_(time), c_(channels), h_(heads), d_(channels / heads), p_(dropout), seed_(seed),
+  FlashAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t channels,
+                     std::int64_t heads, double dropout, std::uint64_t seed,
+                     std::int64_t block_rows)
+      : b_(batch),
+        t_(time),
+        c_(channels),
+        h_(heads),
+        d_(channels / heads),
+        p_(dropout),
+        seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const char* op_name() const noexcept override { return "flash_causal_self_attention"; }
@@ -107,7 +117,8 @@ class FlashAttentionNode final : public Node<T> {
         for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           T* s = scores.data();
-          gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_, k(qkv, b, h), 3 * c_, T(0), s, t_);
+          gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
+                  k(qkv, b, h), 3 * c_, T(0), s, t_);
           flash_softmax_rows(s, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
           const T* weights = s;
           if (p_ > 0) {
@@ -148,19 +159,24 @@ class FlashAttentionNode final : public Node<T> {
             const T beta_q = overwrite ? T(0) : T(1);
             const T beta_kv = overwrite && i0 == last ? T(0) : T(1);
             T* p = probs.data();
-            gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_, k(qkv, b, h), 3 * c_, T(0), p, t_);
+            gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
+                    k(qkv, b, h), 3 * c_, T(0), p, t_);
             flash_recompute_probs(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
             const T* weights = p;
             if (p_ > 0) {
               apply_dropout(p, dropped.data(), b, h, i0, i1);
               weights = dropped.data();
             }
-            gemm<T>(true, false, i1, d_, rows, T(1), weights, t_, dy + i0 * c_, c_, beta_kv, gv, 3 * c_);
-            gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * c_, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
+            gemm<T>(true, false, i1, d_, rows, T(1), weights, t_, dy + i0 * c_, c_, beta_kv, gv,
+                    3 * c_);
+            gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * c_, c_, v(qkv, b, h), 3 * c_, T(0),
+                    dp.data(), t_);
             if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
             flash_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
-            gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta_q, gq + i0 * 3 * c_, 3 * c_);
-            gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q(qkv, b, h) + i0 * 3 * c_, 3 * c_, beta_kv, gk, 3 * c_);
+            gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta_q,
+                    gq + i0 * 3 * c_, 3 * c_);
+            gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q(qkv, b, h) + i0 * 3 * c_,
+                    3 * c_, beta_kv, gk, 3 * c_);
           }
         }
       }
@@ -171,14 +187,21 @@ class FlashAttentionNode final : public Node<T> {
   /// A (block_rows, T) buffer for one block's dropped-out weights; none without dropout.
   Tensor<T> dropout_scratch() const { return p_ > 0 ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>(); }
 
-  const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return qkv.data() + b * t_ * 3 * c_ + h * d_; }
-  const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + c_; }
-  const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const { return q(qkv, b, h) + 2 * c_; }
+  const T* q(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return qkv.data() + b * t_ * 3 * c_ + h * d_;
+  }
+  const T* k(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return q(qkv, b, h) + c_;
+  }
+  const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
+    return q(qkv, b, h) + 2 * c_;
+  }
 
   /// dst = src with the dropout mask of rows [i0, i1) (keys [0, i1)) of head (b, h) applied (dst
   /// may be src). Element (i, j) draws at counter ((b H + h) T + i) T + j, as in
   /// causal_self_attention, so both ops drop the same weights.
-  void apply_dropout(const T* src, T* dst, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1) const {
+  void apply_dropout(const T* src, T* dst, std::int64_t b, std::int64_t h, std::int64_t i0,
+                     std::int64_t i1) const {
     const CounterRng rng = CounterRng::at(seed_, this->id);
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p_));
     const std::uint32_t threshold = threshold_;
@@ -188,7 +211,8 @@ class FlashAttentionNode final : public Node<T> {
         const T* sr = src + r * t_;
         T* dr = dst + r * t_;
         for (std::int64_t j = 0; j < i1; ++j) {
-          dr[j] = rng.bits(base + static_cast<std::uint32_t>(j)) >= threshold ? sr[j] * keep_scale : T(0);
+          dr[j] = rng.bits(base + static_cast<std::uint32_t>(j)) >= threshold ? sr[j] * keep_scale
+                                                                              : T(0);
         }
       }
     });
@@ -213,23 +237,26 @@ Var<T> flash_causal_self_attention(const Var<T>& qkv, std::int64_t heads, double
                                    std::int64_t block_rows = kFlashBlockRows) {
   const Shape& s = qkv.shape();
   if (s.rank() != 3 || s[2] % 3 != 0 || heads < 1 || (s[2] / 3) % heads != 0) {
-    throw ShapeError(detail::cat("flash_causal_self_attention: needs qkv of shape (B, T, 3C) with C divisible by heads = ",
-                                 heads, ", got ", s));
+    throw ShapeError(detail::cat(
+        "flash_causal_self_attention: needs qkv of shape (B, T, 3C) with C divisible by heads = ",
+        heads, ", got ", s));
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
-    throw UsageError(detail::cat("flash_causal_self_attention: dropout must be in [0, 1), got ", dropout));
+    throw UsageError(
+        detail::cat("flash_causal_self_attention: dropout must be in [0, 1), got ", dropout));
   }
   if (block_rows < 1) {
-    throw UsageError(detail::cat("flash_causal_self_attention: block_rows must be at least 1, got ", block_rows,
-                                 " (qkv ", s, ")"));
+    throw UsageError(detail::cat("flash_causal_self_attention: block_rows must be at least 1, got ",
+                                 block_rows, " (qkv ", s, ")"));
   }
-  return detail::record_op<detail::FlashAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads, dropout,
-                                                          detail::rng_seed_for(qkv), block_rows);
+  return detail::record_op<detail::FlashAttentionNode<T>>(
+      {&qkv}, s[0], s[1], s[2] / 3, heads, dropout, detail::rng_seed_for(qkv), block_rows);
 }
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_flash_attention_names_registered = register_op_names({"flash_causal_self_attention"});
+inline const bool k_flash_attention_names_registered =
+    register_op_names({"flash_causal_self_attention"});
 }  // namespace detail
 
 }  // namespace remat

@@ -21,9 +21,16 @@ namespace detail {
 template <class T>
 class FlashGroupedQueryAttentionNode final : public Node<T> {
  public:
-  FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads,
-                                 std::int64_t dim, RopeOptions rope, std::int64_t block_rows)
-      : b_(batch), t_(time), h_(heads), g_(kv_heads), d_(dim), rep_(heads / kv_heads), rope_(rope),
+  FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
+                                 std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
+                                 std::int64_t block_rows)
+      : b_(batch),
+        t_(time),
+        h_(heads),
+        g_(kv_heads),
+        d_(dim),
+        rep_(heads / kv_heads),
+        rope_(rope),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
 
@@ -44,11 +51,11 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
       for (std::int64_t h = 0; h < h_; ++h) {
         for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(), kv_at(kr.data(), b, h), ckv(), T(0),
-                  scores.data(), t_);
+          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
+                  kv_at(kr.data(), b, h), ckv(), T(0), scores.data(), t_);
           flash_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1);
-          gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(), T(0),
-                  q_at(y.data(), b, h) + i0 * cq(), cq());
+          gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(),
+                  T(0), q_at(y.data(), b, h) + i0 * cq(), cq());
         }
       }
     }
@@ -60,9 +67,9 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
   }
 
   // Per block, P = exp(S - lse) recomputed; dV_g[0:i1] += P^T dY[i0:i1]; dP = dY V_g^T;
-  // dS = P (dP - rowsum(dP P)) / sqrt(D); dQr[i0:i1] = dS Kr_g[0:i1]; dKr_g[0:i1] += dS^T Qr[i0:i1];
-  // dQ, dK = inverse rotations of dQr, dKr. Blocks run last first: the last block of the first
-  // head of a group sees every key, so it writes all of the group's dK and dV.
+  // dS = P (dP - rowsum(dP P)) / sqrt(D); dQr[i0:i1] = dS Kr_g[0:i1]; dKr_g[0:i1] += dS^T
+  // Qr[i0:i1]; dQ, dK = inverse rotations of dQr, dKr. Blocks run last first: the last block of the
+  // first head of a group sees every key, so it writes all of the group's dK and dV.
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& qr = this->saved(0);
     const Tensor<T>& kr = this->saved(1);
@@ -88,20 +95,22 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           const bool first_write = first_of_group && i0 == last;
           T* p = probs.data();
-          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(), kv_at(kr.data(), b, h), ckv(), T(0), p,
-                  t_);
+          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
+                  kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
           flash_recompute_probs(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
           if (dv.dst) {
             const T beta = dv.overwrite && first_write ? T(0) : T(1);
-            gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta, kv_at(dv.dst->data(), b, h), ckv());
+            gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta,
+                    kv_at(dv.dst->data(), b, h), ckv());
           }
           if (!need_qk) continue;
-          gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h), ckv(), T(0), dp.data(), t_);
+          gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h),
+                  ckv(), T(0), dp.data(), t_);
           flash_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
-          gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
-                  q_at(dq.data(), b, h) + i0 * cq(), cq());
-          gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(), cq(), first_write ? T(0) : T(1),
-                  kv_at(dk.data(), b, h), ckv());
+          gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(),
+                  T(0), q_at(dq.data(), b, h) + i0 * cq(), cq());
+          gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(),
+                  cq(), first_write ? T(0) : T(1), kv_at(dk.data(), b, h), ckv());
         }
       }
     }
@@ -120,9 +129,13 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
   std::int64_t ckv() const noexcept { return g_ * d_; }
   /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
   template <class P>
-  P* q_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * cq() + h * d_; }
+  P* q_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * cq() + h * d_;
+  }
   template <class P>
-  P* kv_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * ckv() + (h / rep_) * d_; }
+  P* kv_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * ckv() + (h / rep_) * d_;
+  }
 
   std::int64_t b_, t_, h_, g_, d_, rep_;
   RopeOptions rope_;
@@ -135,29 +148,35 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
 /// queries and keys, the values and a log-sum-exp per query row for backward instead of the
 /// (B, H, T, T) probabilities, which backward recomputes `block_rows` query rows at a time.
 template <class T>
-Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k, const std::type_identity_t<Var<T>>& v,
-                                     std::int64_t heads, std::int64_t kv_heads, RopeOptions rope = {},
+Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
+                                     const std::type_identity_t<Var<T>>& v, std::int64_t heads,
+                                     std::int64_t kv_heads, RopeOptions rope = {},
                                      std::int64_t block_rows = kFlashBlockRows) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
-  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 && sq[1] >= 1 &&
-                  k.shape() == sq.with_last(sq[2] / heads * kv_heads) && v.shape() == k.shape();
+  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
+                  sq[1] >= 1 && k.shape() == sq.with_last(sq[2] / heads * kv_heads) &&
+                  v.shape() == k.shape();
   if (!ok) {
-    throw ShapeError(detail::cat("flash_grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v ",
-                                 "(B, T, kv_heads x D), kv_heads dividing heads; got q ", sq, ", k ", k.shape(), ", v ", v.shape(),
-                                 ", heads ", heads, ", kv_heads ", kv_heads));
+    throw ShapeError(detail::cat(
+        "flash_grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v ",
+        "(B, T, kv_heads x D), kv_heads dividing heads; got q ", sq, ", k ", k.shape(), ", v ",
+        v.shape(), ", heads ", heads, ", kv_heads ", kv_heads));
   }
   if (block_rows < 1) {
-    throw UsageError(detail::cat("flash_grouped_query_attention: block_rows must be at least 1, got ", block_rows, " (q ", sq, ")"));
+    throw UsageError(
+        detail::cat("flash_grouped_query_attention: block_rows must be at least 1, got ",
+                    block_rows, " (q ", sq, ")"));
   }
   detail::check_rope_options("flash_grouped_query_attention", rope);
-  return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads,
-                                                                      rope, block_rows);
+  return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>(
+      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows);
 }
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_flash_gqa_attention_names_registered = register_op_names({"flash_grouped_query_attention"});
+inline const bool k_flash_gqa_attention_names_registered =
+    register_op_names({"flash_grouped_query_attention"});
 }  // namespace detail
 
 }  // namespace remat

@@ -70,7 +70,8 @@ inline constexpr Isa eigen_isa() noexcept {
 /// The vector instructions an OpenBLAS kernel set uses, by the kernel set's name (OpenBLAS's
 /// names of its kernel families, not of CPU models: every CPU maps onto one of these).
 inline Isa openblas_kernel_isa(std::string core) {
-  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  std::transform(core.begin(), core.end(), core.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
   if (core == "skylakex" || core == "cooperlake" || core == "sapphirerapids") return Isa::avx512;
   if (core == "haswell" || core == "zen") return Isa::avx2;
   return Isa::baseline;
@@ -78,7 +79,8 @@ inline Isa openblas_kernel_isa(std::string core) {
 
 inline std::string openblas_name() {
   const std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
-  return config.substr(0, config.find(' ', config.find(' ') + 1)) + " (" + openblas_get_corename() + " kernels)";
+  return config.substr(0, config.find(' ', config.find(' ') + 1)) + " (" + openblas_get_corename() +
+         " kernels)";
 }
 
 /// Makes OpenBLAS use the kernel set `core` (as OPENBLAS_CORETYPE would at start-up) and says
@@ -98,9 +100,11 @@ inline bool openblas_use_core(const std::string& core) {
     ::unsetenv("OPENBLAS_CORETYPE");
   }
   std::string chosen = openblas_get_corename();
-  std::transform(chosen.begin(), chosen.end(), chosen.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  std::transform(chosen.begin(), chosen.end(), chosen.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
   std::string wanted = core;
-  std::transform(wanted.begin(), wanted.end(), wanted.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  std::transform(wanted.begin(), wanted.end(), wanted.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
   return chosen == wanted;
 }
 #endif
@@ -113,23 +117,32 @@ inline GemmChoice choose_gemm() {
   const std::string first = openblas_get_corename();
   const Isa chosen = openblas_kernel_isa(first);
   if (chosen >= cpu) {
-    return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen),
-                                                  "), all this CPU offers (", to_string(cpu), ")")}};
+    return {GemmPath::blas,
+            {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen),
+                                  "), all this CPU offers (", to_string(cpu), ")")}};
   }
   const std::string fix = cpu == Isa::avx512 ? "SkylakeX" : "Haswell";
   if (openblas_use_core(fix)) {
-    return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
-                                                  to_string(cpu), "; remat re-selected its ", fix, " kernels")}};
+    return {GemmPath::blas,
+            {openblas_name(),
+             cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+                 to_string(cpu), "; remat re-selected its ", fix, " kernels")}};
   }
   if (eigen_isa() > chosen) {
-    return {GemmPath::eigen, {eigen_name, cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
-                                              to_string(cpu), " and cannot change them; Eigen was compiled for ",
-                                              to_string(eigen_isa()))}};
+    return {GemmPath::eigen,
+            {eigen_name,
+             cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+                 to_string(cpu), " and cannot change them; Eigen was compiled for ",
+                 to_string(eigen_isa()))}};
   }
-  return {GemmPath::blas, {openblas_name(), cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
-                                                to_string(cpu), " and cannot change them; Eigen was compiled for no more")}};
+  return {GemmPath::blas,
+          {openblas_name(),
+           cat("OpenBLAS chose its ", first, " kernels (", to_string(chosen), ") on a CPU with ",
+               to_string(cpu), " and cannot change them; Eigen was compiled for no more")}};
 #else
-  return {GemmPath::eigen, {eigen_name, cat("built without OpenBLAS (REMAT_USE_BLAS=0); this CPU offers ", to_string(cpu))}};
+  return {GemmPath::eigen,
+          {eigen_name,
+           cat("built without OpenBLAS (REMAT_USE_BLAS=0); this CPU offers ", to_string(cpu))}};
 #endif
 }
 
@@ -151,7 +164,8 @@ namespace remat::detail {
 #if REMAT_USE_BLAS
 template <class T>
 void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+               const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+               std::int64_t ldc) {
   constexpr std::int64_t kMaxBlasInt = 0x7fffffff;
   if (m > kMaxBlasInt || n > kMaxBlasInt || k > kMaxBlasInt) {
     throw ShapeError(cat("matmul: extents (", m, ", ", n, ", ", k, ") exceed what BLAS can index"));
@@ -160,17 +174,20 @@ void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   const auto i = [](std::int64_t v) { return static_cast<blasint>(v); };
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
   } else {
     static_assert(std::is_same_v<T, double>, "gemm: float or double only");
-    cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
   }
 }
 #endif
 
 template <class T>
 void eigen_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+                const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+                std::int64_t ldc) {
   using Stride = Eigen::OuterStride<>;
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstMap = Eigen::Map<const Mat, 0, Stride>;
@@ -197,7 +214,8 @@ void eigen_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std:
 /// Row-major GEMM. op(A) is m x k, op(B) is k x n, C is m x n; lda, ldb, ldc are row strides.
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+          std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   const FloatModeGuard float_mode;  // this thread's part; OpenBLAS's own threads keep theirs
 #if REMAT_USE_BLAS

@@ -20,9 +20,15 @@ namespace detail {
 template <class T>
 class GroupedQueryAttentionNode final : public Node<T> {
  public:
-  GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads, std::int64_t dim,
-                            RopeOptions rope)
-      : b_(batch), t_(time), h_(heads), g_(kv_heads), d_(dim), rep_(heads / kv_heads), rope_(rope) {}
+  GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
+                            std::int64_t kv_heads, std::int64_t dim, RopeOptions rope)
+      : b_(batch),
+        t_(time),
+        h_(heads),
+        g_(kv_heads),
+        d_(dim),
+        rep_(heads / kv_heads),
+        rope_(rope) {}
   const char* op_name() const noexcept override { return "grouped_query_attention"; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
@@ -39,9 +45,11 @@ class GroupedQueryAttentionNode final : public Node<T> {
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
-        gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
+        gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h),
+                ckv(), T(0), p, t_);
         causal_softmax_rows(p);
-        gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0), q_at(y.data(), b, h), cq());
+        gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0),
+                q_at(y.data(), b, h), cq());
       }
     }
     this->save(0, qr);
@@ -74,14 +82,17 @@ class GroupedQueryAttentionNode final : public Node<T> {
         const bool first_of_group = h % rep_ == 0;
         if (dv.dst) {
           const T beta = dv.overwrite && first_of_group ? T(0) : T(1);
-          gemm<T>(true, false, t_, d_, t_, T(1), p, t_, dy, cq(), beta, kv_at(dv.dst->data(), b, h), ckv());
+          gemm<T>(true, false, t_, d_, t_, T(1), p, t_, dy, cq(), beta, kv_at(dv.dst->data(), b, h),
+                  ckv());
         }
         if (!need_qk) continue;
-        gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0), dp.data(), t_);
+        gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0),
+                dp.data(), t_);
         softmax_backward_rows(p, dp.data(), scale);
-        gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0), q_at(dq.data(), b, h), cq());
-        gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(), first_of_group ? T(0) : T(1),
-                kv_at(dk.data(), b, h), ckv());
+        gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
+                q_at(dq.data(), b, h), cq());
+        gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(),
+                first_of_group ? T(0) : T(1), kv_at(dk.data(), b, h), ckv());
       }
     }
     if (!need_qk) return;
@@ -98,9 +109,13 @@ class GroupedQueryAttentionNode final : public Node<T> {
   std::int64_t ckv() const noexcept { return g_ * d_; }
   /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
   template <class P>
-  P* q_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * cq() + h * d_; }
+  P* q_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * cq() + h * d_;
+  }
   template <class P>
-  P* kv_at(P* base, std::int64_t b, std::int64_t h) const { return base + b * t_ * ckv() + (h / rep_) * d_; }
+  P* kv_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * ckv() + (h / rep_) * d_;
+  }
 
   /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
   void causal_softmax_rows(T* p) const {
@@ -140,19 +155,24 @@ class GroupedQueryAttentionNode final : public Node<T> {
 /// queries and keys are rotated by positions rope.offset + t. With kv_heads == heads this is
 /// ordinary multi-head attention.
 template <class T>
-Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k, const std::type_identity_t<Var<T>>& v,
-                               std::int64_t heads, std::int64_t kv_heads, RopeOptions rope = {}) {
+Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
+                               const std::type_identity_t<Var<T>>& v, std::int64_t heads,
+                               std::int64_t kv_heads, RopeOptions rope = {}) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
-  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 && sq[1] >= 1 &&
-                  k.shape() == sq.with_last(sq[2] / heads * kv_heads) && v.shape() == k.shape();
+  const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
+                  sq[1] >= 1 && k.shape() == sq.with_last(sq[2] / heads * kv_heads) &&
+                  v.shape() == k.shape();
   if (!ok) {
-    throw ShapeError(detail::cat("grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v (B, T, kv_heads x D), "
-                                 "kv_heads dividing heads; got q ", sq, ", k ", k.shape(), ", v ", v.shape(), ", heads ", heads,
-                                 ", kv_heads ", kv_heads));
+    throw ShapeError(detail::cat(
+        "grouped_query_attention: needs q (B, T, heads x D) with D even and T >= 1, k and v (B, T, "
+        "kv_heads x D), "
+        "kv_heads dividing heads; got q ",
+        sq, ", k ", k.shape(), ", v ", v.shape(), ", heads ", heads, ", kv_heads ", kv_heads));
   }
   detail::check_rope_options("grouped_query_attention", rope);
-  return detail::record_op<detail::GroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope);
+  return detail::record_op<detail::GroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads,
+                                                                 kv_heads, sq[2] / heads, rope);
 }
 
 namespace detail {

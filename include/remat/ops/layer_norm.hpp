@@ -66,14 +66,16 @@ class LayerNormNode final : public Node<T> {
       grads.add(0, std::move(gx));
     }
     grads.add_with(1, this->saved(1).shape(), [&](Tensor<T>& g, bool overwrite) {
-      sum_rows_into(g.data(), rows, c, overwrite, [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
-        return view(gy, r * c + c0, r * c + c1) * xhat(r, c0, c1);
-      });
+      sum_rows_into(g.data(), rows, c, overwrite,
+                    [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                      return view(gy, r * c + c0, r * c + c1) * xhat(r, c0, c1);
+                    });
     });
     grads.add_with(2, this->saved(1).shape(), [&](Tensor<T>& g, bool overwrite) {
-      sum_rows_into(g.data(), rows, c, overwrite, [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
-        return view(gy, r * c + c0, r * c + c1);
-      });
+      sum_rows_into(g.data(), rows, c, overwrite,
+                    [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                      return view(gy, r * c + c0, r * c + c1);
+                    });
     });
   }
 
@@ -90,8 +92,9 @@ Var<T> layer_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& gamma,
                   const std::type_identity_t<Var<T>>& beta, std::type_identity_t<T> eps = T(1e-5)) {
   const Shape c{x.rank() ? x.dim(-1) : 0};
   if (x.rank() < 1 || x.dim(-1) < 1 || !(gamma.shape() == c) || !(beta.shape() == c)) {
-    throw ShapeError(detail::cat("layer_norm: input ", x.shape(), ", gamma ", gamma.shape(), " and beta ",
-                                 beta.shape(), " do not fit; gamma and beta must be (C,) for an input (..., C), C > 0"));
+    throw ShapeError(detail::cat(
+        "layer_norm: input ", x.shape(), ", gamma ", gamma.shape(), " and beta ", beta.shape(),
+        " do not fit; gamma and beta must be (C,) for an input (..., C), C > 0"));
   }
   if (!(eps > T(0))) throw UsageError(detail::cat("layer_norm: eps must be positive, got ", eps));
   return detail::record_op<detail::LayerNormNode<T>>({&x, &gamma, &beta}, T(eps));

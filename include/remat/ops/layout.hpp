@@ -27,15 +27,17 @@ class ReshapeNode final : public Node<T> {
 
 /// Copies the (rows x cols) matrices of `src` transposed into `dst`, for each of `batch`.
 template <class T>
-void transpose_matrices(const T* src, T* dst, std::int64_t batch, std::int64_t rows, std::int64_t cols) {
+void transpose_matrices(const T* src, T* dst, std::int64_t batch, std::int64_t rows,
+                        std::int64_t cols) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  parallel_for(batch, std::max<std::int64_t>(1, kElementwiseGrain / std::max<std::int64_t>(1, rows * cols)),
-               [&](std::int64_t b0, std::int64_t b1) {
-                 for (std::int64_t b = b0; b < b1; ++b) {
-                   Eigen::Map<Mat>(dst + b * rows * cols, cols, rows) =
-                       Eigen::Map<const Mat>(src + b * rows * cols, rows, cols).transpose();
-                 }
-               });
+  parallel_for(
+      batch, std::max<std::int64_t>(1, kElementwiseGrain / std::max<std::int64_t>(1, rows * cols)),
+      [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t b = b0; b < b1; ++b) {
+          Eigen::Map<Mat>(dst + b * rows * cols, cols, rows) =
+              Eigen::Map<const Mat>(src + b * rows * cols, rows, cols).transpose();
+        }
+      });
 }
 
 template <class T>
@@ -58,9 +60,11 @@ class TransposeNode final : public Node<T> {
 
 /// Copies columns [c0, c0 + width) of each row of a (rows x cols) buffer into (rows x width).
 template <class T>
-void copy_columns(const T* src, std::int64_t cols, std::int64_t c0, T* dst, std::int64_t width, std::int64_t rows) {
+void copy_columns(const T* src, std::int64_t cols, std::int64_t c0, T* dst, std::int64_t width,
+                  std::int64_t rows) {
   for_rows(rows, width, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) std::memcpy(dst + r * width, src + r * cols + c0, width * sizeof(T));
+    for (std::int64_t r = r0; r < r1; ++r)
+      std::memcpy(dst + r * width, src + r * cols + c0, width * sizeof(T));
   });
 }
 
@@ -81,7 +85,8 @@ class SliceNode final : public Node<T> {
     grads.add_with(0, in_, [&](Tensor<T>& gx, bool overwrite) {
       if (overwrite) gx.fill(T(0));
       for_rows(in_.rows(), width, [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r) view(gx, r * cols + begin_, r * cols + end_) += view(gy, r * width, (r + 1) * width);
+        for (std::int64_t r = r0; r < r1; ++r)
+          view(gx, r * cols + begin_, r * cols + end_) += view(gy, r * width, (r + 1) * width);
       });
     });
   }
@@ -103,7 +108,8 @@ class ConcatNode final : public Node<T> {
       for (std::int64_t r = r0; r < r1; ++r) {
         std::int64_t c = 0;
         for (std::size_t k = 0; k < in.size(); ++k) {
-          std::memcpy(out.data() + r * cols + c, in[k].data() + r * widths_[k], widths_[k] * sizeof(T));
+          std::memcpy(out.data() + r * cols + c, in[k].data() + r * widths_[k],
+                      widths_[k] * sizeof(T));
           c += widths_[k];
         }
       }
@@ -140,22 +146,23 @@ Var<T> reshape(const Var<T>& x, std::span<const std::int64_t> extents) {
     if (dims[i] == -1 && inferred < 0) {
       inferred = static_cast<int>(i);
     } else if (dims[i] < 0) {
-      throw ShapeError(detail::cat("reshape: extent ", dims[i], " is invalid; only one extent may be -1"));
+      throw ShapeError(
+          detail::cat("reshape: extent ", dims[i], " is invalid; only one extent may be -1"));
     } else {
       known *= dims[i];
     }
   }
   if (inferred >= 0) {
     if (known == 0 || x.numel() % known != 0) {
-      throw ShapeError(detail::cat("reshape: cannot infer the -1 extent to view ", x.shape(), " with ",
-                                   x.numel(), " elements"));
+      throw ShapeError(detail::cat("reshape: cannot infer the -1 extent to view ", x.shape(),
+                                   " with ", x.numel(), " elements"));
     }
     dims[inferred] = x.numel() / known;
   }
   const Shape out{std::span<const std::int64_t>(dims)};
   if (out.numel() != x.numel()) {
-    throw ShapeError(detail::cat("reshape: cannot view ", x.shape(), " (", x.numel(), " elements) as ", out,
-                                 " (", out.numel(), " elements)"));
+    throw ShapeError(detail::cat("reshape: cannot view ", x.shape(), " (", x.numel(),
+                                 " elements) as ", out, " (", out.numel(), " elements)"));
   }
   return detail::record_op<detail::ReshapeNode<T>>({&x}, x.shape(), out);
 }
@@ -174,7 +181,8 @@ Var<T> reshape(const Var<T>& x, const Shape& shape) {
 /// Swaps the last two axes (copies).
 template <class T>
 Var<T> transpose(const Var<T>& x) {
-  if (x.rank() < 2) throw ShapeError(detail::cat("transpose: needs at least two axes, got shape ", x.shape()));
+  if (x.rank() < 2)
+    throw ShapeError(detail::cat("transpose: needs at least two axes, got shape ", x.shape()));
   return detail::record_op<detail::TransposeNode<T>>({&x});
 }
 
@@ -182,7 +190,8 @@ Var<T> transpose(const Var<T>& x) {
 template <class T>
 Var<T> slice(const Var<T>& x, std::int64_t begin, std::int64_t end) {
   if (x.rank() < 1 || begin < 0 || end < begin || end > x.dim(-1)) {
-    throw IndexError(detail::cat("slice: range [", begin, ", ", end, ") does not fit the last axis of shape ", x.shape()));
+    throw IndexError(detail::cat("slice: range [", begin, ", ", end,
+                                 ") does not fit the last axis of shape ", x.shape()));
   }
   return detail::record_op<detail::SliceNode<T>>({&x}, x.shape(), begin, end);
 }
@@ -196,8 +205,8 @@ std::vector<Var<T>> split(const Var<T>& x, const std::vector<std::int64_t>& widt
     total += w;
   }
   if (x.rank() < 1 || total != x.dim(-1)) {
-    throw ShapeError(detail::cat("split: widths add up to ", total, " but the last axis of shape ", x.shape(),
-                                 " is ", x.rank() ? x.dim(-1) : 0));
+    throw ShapeError(detail::cat("split: widths add up to ", total, " but the last axis of shape ",
+                                 x.shape(), " is ", x.rank() ? x.dim(-1) : 0));
   }
   std::vector<Var<T>> parts;
   std::int64_t begin = 0;
@@ -212,7 +221,8 @@ std::vector<Var<T>> split(const Var<T>& x, const std::vector<std::int64_t>& widt
 template <class T>
 std::vector<Var<T>> split(const Var<T>& x, int parts) {
   if (parts < 1 || x.rank() < 1 || x.dim(-1) % parts != 0) {
-    throw ShapeError(detail::cat("split: cannot cut the last axis of shape ", x.shape(), " into ", parts, " equal parts"));
+    throw ShapeError(detail::cat("split: cannot cut the last axis of shape ", x.shape(), " into ",
+                                 parts, " equal parts"));
   }
   return split(x, std::vector<std::int64_t>(parts, x.dim(-1) / parts));
 }
@@ -226,8 +236,8 @@ Var<T> concat(const std::vector<Var<T>>& parts) {
   std::int64_t total = 0;
   for (const Var<T>& p : parts) {
     if (p.rank() < 1 || !(p.shape().dropped_back() == parts[0].shape().dropped_back())) {
-      throw ShapeError(detail::cat("concat: shape ", p.shape(), " does not match ", parts[0].shape(),
-                                   " on the axes before the last"));
+      throw ShapeError(detail::cat("concat: shape ", p.shape(), " does not match ",
+                                   parts[0].shape(), " on the axes before the last"));
     }
     widths.push_back(p.dim(-1));
     inputs.push_back(&p);
@@ -239,7 +249,8 @@ Var<T> concat(const std::vector<Var<T>>& parts) {
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_layout_names_registered = register_op_names({"reshape", "transpose", "slice", "concat"});
+inline const bool k_layout_names_registered =
+    register_op_names({"reshape", "transpose", "slice", "concat"});
 }  // namespace detail
 
 }  // namespace remat

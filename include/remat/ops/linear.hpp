@@ -33,8 +33,8 @@ class LinearNode final : public Node<T> {
     this->save(1, in[1]);
     Tensor<T> y(out_shape_);
     if (bias_) fill_rows(y, in[2], rows_, out_);
-    gemm<T>(false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(), in_, bias_ ? T(1) : T(0),
-            y.data(), out_);
+    gemm<T>(false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(), in_,
+            bias_ ? T(1) : T(0), y.data(), out_);
     return y;
   }
 
@@ -43,17 +43,19 @@ class LinearNode final : public Node<T> {
     const Tensor<T>& x = this->saved(0);
     const Tensor<T>& w = this->saved(1);
     grads.add_with(0, x.shape(), [&](Tensor<T>& gx, bool overwrite) {
-      gemm<T>(false, false, rows_, in_, out_, T(1), gy.data(), out_, w.data(), in_, overwrite ? T(0) : T(1),
-              gx.data(), in_);
+      gemm<T>(false, false, rows_, in_, out_, T(1), gy.data(), out_, w.data(), in_,
+              overwrite ? T(0) : T(1), gx.data(), in_);
     });
     grads.add_with(1, w.shape(), [&](Tensor<T>& gw, bool overwrite) {
-      gemm<T>(true, false, out_, in_, rows_, T(1), gy.data(), out_, x.data(), in_, overwrite ? T(0) : T(1),
-              gw.data(), in_);
+      gemm<T>(true, false, out_, in_, rows_, T(1), gy.data(), out_, x.data(), in_,
+              overwrite ? T(0) : T(1), gw.data(), in_);
     });
     if (bias_) {
       grads.add_with(2, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {
         sum_rows_into(gb.data(), rows_, out_, overwrite,
-                      [&](std::int64_t r, std::int64_t c0, std::int64_t c1) { return view(gy, r * out_ + c0, r * out_ + c1); });
+                      [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                        return view(gy, r * out_ + c0, r * out_ + c1);
+                      });
       });
     }
   }
@@ -67,11 +69,13 @@ class LinearNode final : public Node<T> {
 template <class T>
 void check_linear(const Shape& x, const Shape& w, const Shape* b) {
   if (w.rank() != 2 || x.rank() < 1 || x[-1] != w[1]) {
-    throw ShapeError(cat("linear: input ", x, " and weight ", w,
-                         " do not fit; the weight must be (out, in) with in equal to the input's last axis"));
+    throw ShapeError(
+        cat("linear: input ", x, " and weight ", w,
+            " do not fit; the weight must be (out, in) with in equal to the input's last axis"));
   }
   if (b && !(b->rank() == 1 && (*b)[0] == w[0])) {
-    throw ShapeError(cat("linear: bias ", *b, " does not fit weight ", w, "; it must be (", w[0], ",)"));
+    throw ShapeError(
+        cat("linear: bias ", *b, " does not fit weight ", w, "; it must be (", w[0], ",)"));
   }
 }
 
@@ -84,8 +88,8 @@ Var<T> linear(const Var<T>& x, const std::type_identity_t<Var<T>>& weight,
   const Shape sb = bias.shape();
   detail::check_linear<T>(x.shape(), weight.shape(), &sb);
   const std::int64_t out = weight.dim(0);
-  return detail::record_op<detail::LinearNode<T>>({&x, &weight, &bias}, x.shape().rows(), x.dim(-1), out, true,
-                                                  x.shape().with_last(out));
+  return detail::record_op<detail::LinearNode<T>>({&x, &weight, &bias}, x.shape().rows(), x.dim(-1),
+                                                  out, true, x.shape().with_last(out));
 }
 
 /// x W^T without a bias.
@@ -93,8 +97,8 @@ template <class T>
 Var<T> linear(const Var<T>& x, const std::type_identity_t<Var<T>>& weight) {
   detail::check_linear<T>(x.shape(), weight.shape(), nullptr);
   const std::int64_t out = weight.dim(0);
-  return detail::record_op<detail::LinearNode<T>>({&x, &weight}, x.shape().rows(), x.dim(-1), out, false,
-                                                  x.shape().with_last(out));
+  return detail::record_op<detail::LinearNode<T>>({&x, &weight}, x.shape().rows(), x.dim(-1), out,
+                                                  false, x.shape().with_last(out));
 }
 
 namespace detail {

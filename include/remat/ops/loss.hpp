@@ -67,13 +67,16 @@ class CrossEntropyNode final : public Node<T> {
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) {
   if (!targets.defined()) throw UsageError("cross_entropy: the targets tensor is undefined");
-  const bool fits = logits.rank() >= 1 && logits.dim(-1) >= 1 && targets.numel() == logits.shape().rows() &&
+  const bool fits = logits.rank() >= 1 && logits.dim(-1) >= 1 &&
+                    targets.numel() == logits.shape().rows() &&
                     (targets.shape() == logits.shape().dropped_back() || targets.rank() == 1);
   if (!fits) {
-    throw ShapeError(detail::cat("cross_entropy: logits ", logits.shape(), " and targets ", targets.shape(),
-                                 " do not fit; targets must have the logits' shape without its last axis"));
+    throw ShapeError(
+        detail::cat("cross_entropy: logits ", logits.shape(), " and targets ", targets.shape(),
+                    " do not fit; targets must have the logits' shape without its last axis"));
   }
-  if (logits.shape().rows() == 0) throw ShapeError(detail::cat("cross_entropy: logits ", logits.shape(), " have no rows"));
+  if (logits.shape().rows() == 0)
+    throw ShapeError(detail::cat("cross_entropy: logits ", logits.shape(), " have no rows"));
   detail::check_ids("cross_entropy", targets, logits.dim(-1), "target");
   return detail::record_op<detail::CrossEntropyNode<T>>({&logits}, targets);
 }
@@ -84,13 +87,15 @@ namespace detail {
 /// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
 /// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, at least one.
 inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
-  return std::max<std::int64_t>(1, (std::int64_t{8} << 20) / (vocab * static_cast<std::int64_t>(element_bytes)));
+  return std::max<std::int64_t>(
+      1, (std::int64_t{8} << 20) / (vocab * static_cast<std::int64_t>(element_bytes)));
 }
 
 template <class T>
 class LinearCrossEntropyNode final : public Node<T> {
  public:
-  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t chunk) : targets_(std::move(targets)), chunk_(chunk) {}
+  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t chunk)
+      : targets_(std::move(targets)), chunk_(chunk) {}
   const char* op_name() const noexcept override { return "linear_cross_entropy"; }
 
   // h: (N, C), W: (V, C) -> mean over rows of lse(h W^T) - (h W^T)[target]; saves h, W and lse.
@@ -103,13 +108,15 @@ class LinearCrossEntropyNode final : public Node<T> {
     std::vector<double> losses(static_cast<std::size_t>(n));
     for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(), v);
+      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(),
+              v);
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
           const auto row = view(logits, r * v, (r + 1) * v);
           const T m = row.maxCoeff();
           lse[r0 + r] = m + std::log((row - m).exp().sum());
-          losses[r0 + r] = static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
+          losses[r0 + r] =
+              static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
         }
       });
     }
@@ -133,7 +140,8 @@ class LinearCrossEntropyNode final : public Node<T> {
     Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
     for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), dlogits.data(), v);
+      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0),
+              dlogits.data(), v);
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
           auto row = view(dlogits, r * v, (r + 1) * v);
@@ -142,12 +150,13 @@ class LinearCrossEntropyNode final : public Node<T> {
         }
       });
       if (gh.dst) {
-        gemm<T>(false, false, rows, c, v, T(1), dlogits.data(), v, w.data(), c, gh.overwrite ? T(0) : T(1),
-                gh.dst->data() + r0 * c, c);
+        gemm<T>(false, false, rows, c, v, T(1), dlogits.data(), v, w.data(), c,
+                gh.overwrite ? T(0) : T(1), gh.dst->data() + r0 * c, c);
       }
       if (gw.dst) {
         const bool first = r0 == 0 && gw.overwrite;
-        gemm<T>(true, false, v, c, rows, T(1), dlogits.data(), v, h.data() + r0 * c, c, first ? T(0) : T(1), gw.dst->data(), c);
+        gemm<T>(true, false, v, c, rows, T(1), dlogits.data(), v, h.data() + r0 * c, c,
+                first ? T(0) : T(1), gw.dst->data(), c);
       }
     }
   }
@@ -169,19 +178,26 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   if (!targets.defined()) throw UsageError("linear_cross_entropy: the targets tensor is undefined");
   const Shape& sh = h.shape();
   const Shape& sw = weight.shape();
-  if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 || targets.numel() != sh.rows() || sh.rows() == 0) {
-    throw ShapeError(detail::cat("linear_cross_entropy: hidden ", sh, ", weight ", sw, " and targets ", targets.shape(),
-                                 " do not fit; need hidden (..., C), weight (V, C) and one target per row of hidden"));
+  if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 ||
+      targets.numel() != sh.rows() || sh.rows() == 0) {
+    throw ShapeError(detail::cat(
+        "linear_cross_entropy: hidden ", sh, ", weight ", sw, " and targets ", targets.shape(),
+        " do not fit; need hidden (..., C), weight (V, C) and one target per row of hidden"));
   }
-  if (chunk_rows < 0) throw UsageError(detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
+  if (chunk_rows < 0)
+    throw UsageError(
+        detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
   detail::check_ids("linear_cross_entropy", targets, sw[0], "target");
-  const std::int64_t chunk = chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
-  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, std::min(chunk, sh.rows()));
+  const std::int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
+  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets,
+                                                              std::min(chunk, sh.rows()));
 }
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_loss_names_registered = register_op_names({"cross_entropy", "linear_cross_entropy"});
+inline const bool k_loss_names_registered =
+    register_op_names({"cross_entropy", "linear_cross_entropy"});
 }  // namespace detail
 
 }  // namespace remat

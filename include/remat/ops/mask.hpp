@@ -49,7 +49,8 @@ class CausalMaskNode final : public Node<T> {
 template <class T>
 Var<T> causal_mask(const Var<T>& scores) {
   if (scores.rank() < 2 || scores.dim(-1) < scores.dim(-2)) {
-    throw ShapeError(detail::cat("causal_mask: needs scores (..., q, k) with k >= q, got shape ", scores.shape()));
+    throw ShapeError(detail::cat("causal_mask: needs scores (..., q, k) with k >= q, got shape ",
+                                 scores.shape()));
   }
   return detail::record_op<detail::CausalMaskNode<T>>({&scores});
 }

@@ -13,7 +13,8 @@ template <class T>
 class MatmulNode final : public Node<T> {
  public:
   // batch: number of (m x k) @ (k x n) products; shared_b: one b for all of them.
-  MatmulNode(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n, bool shared_b, Shape out)
+  MatmulNode(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n, bool shared_b,
+             Shape out)
       : batch_(batch), m_(m), k_(k), n_(n), shared_b_(shared_b), out_(out) {}
   const char* op_name() const noexcept override { return "matmul"; }
   bool can_resave() const noexcept override { return true; }
@@ -22,7 +23,8 @@ class MatmulNode final : public Node<T> {
     this->save(1, in[1]);
   }
   double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
-    return 2.0 * static_cast<double>(batch_) * static_cast<double>(m_) * static_cast<double>(k_) * static_cast<double>(n_);
+    return 2.0 * static_cast<double>(batch_) * static_cast<double>(m_) * static_cast<double>(k_) *
+           static_cast<double>(n_);
   }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -30,12 +32,13 @@ class MatmulNode final : public Node<T> {
     this->save(1, in[1]);
     Tensor<T> out(out_);
     if (shared_b_) {  // (batch*m, k) @ (k, n)
-      gemm<T>(false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_, in[1].data(), n_, T(0), out.data(), n_);
+      gemm<T>(false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_, in[1].data(), n_, T(0),
+              out.data(), n_);
       return out;
     }
     for (std::int64_t i = 0; i < batch_; ++i) {
-      gemm<T>(false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_, in[1].data() + i * k_ * n_, n_,
-              T(0), out.data() + i * m_ * n_, n_);
+      gemm<T>(false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_,
+              in[1].data() + i * k_ * n_, n_, T(0), out.data() + i * m_ * n_, n_);
     }
     return out;
   }
@@ -48,14 +51,15 @@ class MatmulNode final : public Node<T> {
     const std::int64_t products = shared_b_ ? 1 : batch_;
     grads.add_with(0, a.shape(), [&](Tensor<T>& ga, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm<T>(false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_, b.data() + i * k_ * n_, n_,
-                overwrite ? T(0) : T(1), ga.data() + i * rows * k_, k_);
+        gemm<T>(false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_,
+                b.data() + i * k_ * n_, n_, overwrite ? T(0) : T(1), ga.data() + i * rows * k_, k_);
       }
     });
     grads.add_with(1, b.shape(), [&](Tensor<T>& gb, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm<T>(true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_, gy.data() + i * rows * n_, n_,
-                overwrite ? T(0) : T(1), gb.data() + i * k_ * n_, n_);
+        gemm<T>(true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_,
+                gy.data() + i * rows * n_, n_, overwrite ? T(0) : T(1), gb.data() + i * k_ * n_,
+                n_);
       }
     });
   }
@@ -79,13 +83,15 @@ Var<T> matmul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
   };
   if (sa.rank() < 2 || sb.rank() < 2) throw fail("both operands need at least two axes");
   const std::int64_t m = sa[-2], k = sa[-1], n = sb[-1];
-  if (sb[-2] != k) throw fail("the last axis of the first must equal the second-to-last of the second");
+  if (sb[-2] != k)
+    throw fail("the last axis of the first must equal the second-to-last of the second");
   const bool shared_b = sb.rank() == 2;
   if (!shared_b && !(sa.dropped_back(2) == sb.dropped_back(2))) {
     throw fail("the leading (batch) axes must be equal, or the second operand must be a matrix");
   }
   const std::int64_t batch = sa.dropped_back(2).numel();
-  return detail::record_op<detail::MatmulNode<T>>({&a, &b}, batch, m, k, n, shared_b, sa.with_last(n));
+  return detail::record_op<detail::MatmulNode<T>>({&a, &b}, batch, m, k, n, shared_b,
+                                                  sa.with_last(n));
 }
 
 namespace detail {

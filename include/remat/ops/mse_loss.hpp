@@ -22,11 +22,14 @@ class MseLossNode final : public Node<T> {
   // d = input - target; none: d^2; sum: sum d^2; mean: sum d^2 / n. Saves d.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> d(in[0].shape());
-    for_chunks(d.numel(), [&](std::int64_t s, std::int64_t e) { view(d, s, e) = view(in[0], s, e) - view(in[1], s, e); });
+    for_chunks(d.numel(), [&](std::int64_t s, std::int64_t e) {
+      view(d, s, e) = view(in[0], s, e) - view(in[1], s, e);
+    });
     this->save(0, d);
     if (reduction_ == Reduction::none) {
       Tensor<T> out(d.shape());
-      for_chunks(d.numel(), [&](std::int64_t s, std::int64_t e) { view(out, s, e) = view(d, s, e).square(); });
+      for_chunks(d.numel(),
+                 [&](std::int64_t s, std::int64_t e) { view(out, s, e) = view(d, s, e).square(); });
       return out;
     }
     // One sequential sum: the same bits for any thread count.
@@ -39,14 +42,18 @@ class MseLossNode final : public Node<T> {
     const Tensor<T>& d = this->saved(0);
     Tensor<T> g(d.shape());
     if (reduction_ == Reduction::none) {
-      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) { view(g, s, e) = T(2) * view(d, s, e) * view(gy, s, e); });
+      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) {
+        view(g, s, e) = T(2) * view(d, s, e) * view(gy, s, e);
+      });
     } else {
       const T k = T(2) * gy[0] / (reduction_ == Reduction::mean ? T(d.numel()) : T(1));
-      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) { view(g, s, e) = k * view(d, s, e); });
+      for_chunks(g.numel(),
+                 [&](std::int64_t s, std::int64_t e) { view(g, s, e) = k * view(d, s, e); });
     }
     if (grads.needs(1)) {
       Tensor<T> neg(g.shape());
-      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) { view(neg, s, e) = -view(g, s, e); });
+      for_chunks(g.numel(),
+                 [&](std::int64_t s, std::int64_t e) { view(neg, s, e) = -view(g, s, e); });
       grads.add(1, std::move(neg));
     }
     grads.add(0, std::move(g));
@@ -61,9 +68,11 @@ class MseLossNode final : public Node<T> {
 /// Mean (or summed, or per-element) squared error between two Vars of one shape. The mean of an
 /// empty input is NaN, as in PyTorch.
 template <class T>
-Var<T> mse_loss(const Var<T>& input, const std::type_identity_t<Var<T>>& target, Reduction reduction = Reduction::mean) {
+Var<T> mse_loss(const Var<T>& input, const std::type_identity_t<Var<T>>& target,
+                Reduction reduction = Reduction::mean) {
   if (!(input.shape() == target.shape())) {
-    throw ShapeError(detail::cat("mse_loss: input ", input.shape(), " and target ", target.shape(), " must have the same shape"));
+    throw ShapeError(detail::cat("mse_loss: input ", input.shape(), " and target ", target.shape(),
+                                 " must have the same shape"));
   }
   if (reduction != Reduction::mean && reduction != Reduction::sum && reduction != Reduction::none) {
     throw UsageError(detail::cat("mse_loss: unknown reduction ", static_cast<int>(reduction)));

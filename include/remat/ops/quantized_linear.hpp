@@ -27,8 +27,14 @@ namespace detail {
 template <class T>
 class QuantizedLinearNode final : public Node<T> {
  public:
-  QuantizedLinearNode(std::shared_ptr<const QuantizedWeight> w, std::int64_t rows, bool bias, Shape out_shape)
-      : w_(std::move(w)), rows_(rows), in_(w_->cols()), out_(w_->rows()), bias_(bias), out_shape_(out_shape) {}
+  QuantizedLinearNode(std::shared_ptr<const QuantizedWeight> w, std::int64_t rows, bool bias,
+                      Shape out_shape)
+      : w_(std::move(w)),
+        rows_(rows),
+        in_(w_->cols()),
+        out_(w_->rows()),
+        bias_(bias),
+        out_shape_(out_shape) {}
   const char* op_name() const noexcept override { return "quantized_linear"; }
   // Backward needs only x: a kept output can be resaved from the replay (Note [kept nodes]).
   bool can_resave() const noexcept override { return true; }
@@ -45,8 +51,8 @@ class QuantizedLinearNode final : public Node<T> {
     Tensor<T> panel = scratch();
     for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
       w_->dequantize_rows(o0, o1, panel.data());
-      gemm<T>(false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_, panel.data(), in_, bias_ ? T(1) : T(0),
-              y.data() + o0, out_);
+      gemm<T>(false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_, panel.data(), in_,
+              bias_ ? T(1) : T(0), y.data() + o0, out_);
     });
     return y;
   }
@@ -66,17 +72,22 @@ class QuantizedLinearNode final : public Node<T> {
     if (bias_) {
       grads.add_with(1, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {
         sum_rows_into(gb.data(), rows_, out_, overwrite,
-                      [&](std::int64_t r, std::int64_t c0, std::int64_t c1) { return view(gy, r * out_ + c0, r * out_ + c1); });
+                      [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                        return view(gy, r * out_ + c0, r * out_ + c1);
+                      });
       });
     }
   }
 
  private:
-  std::int64_t panel_rows() const noexcept { return std::clamp<std::int64_t>(kQuantizedPanel / in_, 1, out_); }
+  std::int64_t panel_rows() const noexcept {
+    return std::clamp<std::int64_t>(kQuantizedPanel / in_, 1, out_);
+  }
   Tensor<T> scratch() const { return Tensor<T>({panel_rows(), in_}); }
   template <class Fn>
   void for_panels(Fn&& fn) const {
-    for (std::int64_t o0 = 0; o0 < out_; o0 += panel_rows()) fn(o0, std::min(out_, o0 + panel_rows()));
+    for (std::int64_t o0 = 0; o0 < out_; o0 += panel_rows())
+      fn(o0, std::min(out_, o0 + panel_rows()));
   }
 
   std::shared_ptr<const QuantizedWeight> w_;
@@ -87,11 +98,13 @@ class QuantizedLinearNode final : public Node<T> {
 
 inline void check_quantized_linear(const Shape& x, const QuantizedWeight& w, const Shape* b) {
   if (x.rank() < 1 || x[-1] != w.cols()) {
-    throw ShapeError(cat("quantized_linear: input ", x, " and ", to_string(w.storage()), " weight ", w.shape(),
-                         " do not fit; the weight must be (out, in) with in equal to the input's last axis"));
+    throw ShapeError(
+        cat("quantized_linear: input ", x, " and ", to_string(w.storage()), " weight ", w.shape(),
+            " do not fit; the weight must be (out, in) with in equal to the input's last axis"));
   }
   if (b && !(b->rank() == 1 && (*b)[0] == w.rows())) {
-    throw ShapeError(cat("quantized_linear: bias ", *b, " does not fit weight ", w.shape(), "; it must be (", w.rows(), ",)"));
+    throw ShapeError(cat("quantized_linear: bias ", *b, " does not fit weight ", w.shape(),
+                         "; it must be (", w.rows(), ",)"));
   }
 }
 
@@ -100,13 +113,14 @@ inline void check_quantized_linear(const Shape& x, const QuantizedWeight& w, con
 /// x deq(W)^T + b with a frozen quantized weight: x is (..., in), weight (out, in), bias (out).
 /// The node shares `weight` (no copy).
 template <class T>
-Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight, const std::type_identity_t<Var<T>>& bias) {
+Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight,
+              const std::type_identity_t<Var<T>>& bias) {
   if (!weight) throw UsageError("quantized_linear: null weight");
   const Shape sb = bias.shape();
   detail::check_quantized_linear(x.shape(), *weight, &sb);
   const std::int64_t out = weight->rows();
-  return detail::record_op<detail::QuantizedLinearNode<T>>({&x, &bias}, std::move(weight), x.shape().rows(), true,
-                                                           x.shape().with_last(out));
+  return detail::record_op<detail::QuantizedLinearNode<T>>(
+      {&x, &bias}, std::move(weight), x.shape().rows(), true, x.shape().with_last(out));
 }
 
 /// x deq(W)^T without a bias.
@@ -115,8 +129,8 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
   if (!weight) throw UsageError("quantized_linear: null weight");
   detail::check_quantized_linear(x.shape(), *weight, nullptr);
   const std::int64_t out = weight->rows();
-  return detail::record_op<detail::QuantizedLinearNode<T>>({&x}, std::move(weight), x.shape().rows(), false,
-                                                           x.shape().with_last(out));
+  return detail::record_op<detail::QuantizedLinearNode<T>>(
+      {&x}, std::move(weight), x.shape().rows(), false, x.shape().with_last(out));
 }
 
 namespace detail {

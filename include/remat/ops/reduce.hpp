@@ -49,7 +49,8 @@ class SumAllNode final : public Node<T> {
 template <class T>
 class SumAxisNode final : public Node<T> {
  public:
-  SumAxisNode(const char* name, Shape in, Shape out, std::int64_t outer, std::int64_t len, std::int64_t inner, T scale)
+  SumAxisNode(const char* name, Shape in, Shape out, std::int64_t outer, std::int64_t len,
+              std::int64_t inner, T scale)
       : name_(name), in_(in), out_(out), outer_(outer), len_(len), inner_(inner), scale_(scale) {}
   const char* op_name() const noexcept override { return name_; }
 
@@ -65,7 +66,8 @@ class SumAxisNode final : public Node<T> {
         }
         ArrayView<T> acc(out.data() + o * inner_, inner_);
         acc.setZero();
-        for (std::int64_t l = 0; l < len_; ++l) acc += ConstArrayView<T>(block + l * inner_, inner_);
+        for (std::int64_t l = 0; l < len_; ++l)
+          acc += ConstArrayView<T>(block + l * inner_, inner_);
         acc *= scale_;
       }
     });
@@ -77,7 +79,8 @@ class SumAxisNode final : public Node<T> {
     for_rows(outer_, len_ * inner_, [&](std::int64_t o0, std::int64_t o1) {
       for (std::int64_t o = o0; o < o1; ++o) {
         for (std::int64_t l = 0; l < len_; ++l) {
-          ArrayView<T>(gx.data() + (o * len_ + l) * inner_, inner_) = ConstArrayView<T>(gy.data() + o * inner_, inner_) * scale_;
+          ArrayView<T>(gx.data() + (o * len_ + l) * inner_, inner_) =
+              ConstArrayView<T>(gy.data() + o * inner_, inner_) * scale_;
         }
       }
     });
@@ -101,33 +104,43 @@ Var<T> reduce_axis(const char* name, const Var<T>& x, int axis, bool keepdim, bo
   const std::int64_t len = s[a];
   std::vector<std::int64_t> dims;
   for (int i = 0; i < s.rank(); ++i) {
-    if (i != a) dims.push_back(s[i]);
-    else if (keepdim) dims.push_back(1);
+    if (i != a)
+      dims.push_back(s[i]);
+    else if (keepdim)
+      dims.push_back(1);
   }
   const T scale = mean ? (len == 0 ? T(0) : T(1) / T(len)) : T(1);
-  return record_op<SumAxisNode<T>>({&x}, name, s, Shape(std::span<const std::int64_t>(dims)), outer, len, inner, scale);
+  return record_op<SumAxisNode<T>>({&x}, name, s, Shape(std::span<const std::int64_t>(dims)), outer,
+                                   len, inner, scale);
 }
 
 }  // namespace detail
 
 /// Sum of all elements, as a rank-0 Var.
 template <class T>
-Var<T> sum(const Var<T>& x) { return detail::record_op<detail::SumAllNode<T>>({&x}, "sum", x.shape(), T(1)); }
+Var<T> sum(const Var<T>& x) {
+  return detail::record_op<detail::SumAllNode<T>>({&x}, "sum", x.shape(), T(1));
+}
 
 /// Mean of all elements, as a rank-0 Var.
 template <class T>
 Var<T> mean(const Var<T>& x) {
-  if (x.numel() == 0) throw ShapeError(detail::cat("mean: the input of shape ", x.shape(), " has no elements"));
+  if (x.numel() == 0)
+    throw ShapeError(detail::cat("mean: the input of shape ", x.shape(), " has no elements"));
   return detail::record_op<detail::SumAllNode<T>>({&x}, "mean", x.shape(), T(1) / T(x.numel()));
 }
 
 /// Sum along one axis (negative counts from the end); keepdim keeps it with extent 1.
 template <class T>
-Var<T> sum(const Var<T>& x, int axis, bool keepdim = false) { return detail::reduce_axis("sum", x, axis, keepdim, false); }
+Var<T> sum(const Var<T>& x, int axis, bool keepdim = false) {
+  return detail::reduce_axis("sum", x, axis, keepdim, false);
+}
 
 /// Mean along one axis (negative counts from the end); keepdim keeps it with extent 1.
 template <class T>
-Var<T> mean(const Var<T>& x, int axis, bool keepdim = false) { return detail::reduce_axis("mean", x, axis, keepdim, true); }
+Var<T> mean(const Var<T>& x, int axis, bool keepdim = false) {
+  return detail::reduce_axis("mean", x, axis, keepdim, true);
+}
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).

@@ -43,7 +43,9 @@ class RmsNormNode final : public Node<T> {
     const Tensor<T>& rstd = this->saved(2);
     const auto w = view(this->saved(1), 0, this->saved(1).numel());
     const std::int64_t c = x.shape().last(), rows = x.shape().rows();
-    const auto xhat = [&](std::int64_t r, std::int64_t c0, std::int64_t c1) { return view(x, r * c + c0, r * c + c1) * rstd[r]; };
+    const auto xhat = [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+      return view(x, r * c + c0, r * c + c1) * rstd[r];
+    };
     if (grads.needs(0)) {
       Tensor<T> gx(x.shape());
       for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
@@ -57,9 +59,10 @@ class RmsNormNode final : public Node<T> {
       grads.add(0, std::move(gx));
     }
     grads.add_with(1, this->saved(1).shape(), [&](Tensor<T>& g, bool overwrite) {
-      sum_rows_into(g.data(), rows, c, overwrite, [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
-        return view(gy, r * c + c0, r * c + c1) * xhat(r, c0, c1);
-      });
+      sum_rows_into(g.data(), rows, c, overwrite,
+                    [&](std::int64_t r, std::int64_t c0, std::int64_t c1) {
+                      return view(gy, r * c + c0, r * c + c1) * xhat(r, c0, c1);
+                    });
     });
   }
 
@@ -71,7 +74,8 @@ class RmsNormNode final : public Node<T> {
 
 /// Scales each row of x (..., C) to unit root mean square, then by weight (C,).
 template <class T>
-Var<T> rms_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& weight, std::type_identity_t<T> eps = T(1e-6)) {
+Var<T> rms_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& weight,
+                std::type_identity_t<T> eps = T(1e-6)) {
   if (x.rank() < 1 || x.dim(-1) < 1 || !(weight.shape() == Shape{x.dim(-1)})) {
     throw ShapeError(detail::cat("rms_norm: input ", x.shape(), " and weight ", weight.shape(),
                                  " do not fit; weight must be (C,) for an input (..., C), C > 0"));

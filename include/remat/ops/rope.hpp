@@ -17,8 +17,8 @@ namespace remat {
 
 /// Where rotary embeddings start and how fast they turn.
 struct RopeOptions {
-  double theta = 10000.0;    ///< base of the frequencies (HF's rope_theta)
-  std::int64_t offset = 0;   ///< position of the first time step (tokens already seen)
+  double theta = 10000.0;   ///< base of the frequencies (HF's rope_theta)
+  std::int64_t offset = 0;  ///< position of the first time step (tokens already seen)
 };
 
 namespace detail {
@@ -29,7 +29,8 @@ namespace detail {
 /// Their cos and sin are taken in double and rounded once to T. A few KiB; rebuilt on every use.
 template <class T>
 struct RopeTable {
-  RopeTable(std::int64_t time, std::int64_t dim, const RopeOptions& o) : half(dim / 2), cos(time * half), sin(time * half) {
+  RopeTable(std::int64_t time, std::int64_t dim, const RopeOptions& o)
+      : half(dim / 2), cos(time * half), sin(time * half) {
     for (std::int64_t i = 0; i < half; ++i) {
       const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
       const float freq = 1.0f / std::pow(static_cast<float>(o.theta), exponent);
@@ -43,8 +44,8 @@ struct RopeTable {
 
   /// Rotates (inverse: rotates back) every head of `rows` rows of `heads` head vectors of size
   /// 2 half, row r at position r % time. Rows are `ld` elements apart; dst may be src.
-  void apply(const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst, std::int64_t rows, std::int64_t time,
-             std::int64_t heads, bool inverse) const {
+  void apply(const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst, std::int64_t rows,
+             std::int64_t time, std::int64_t heads, bool inverse) const {
     const T sign = inverse ? T(-1) : T(1);
     for_rows(rows, heads * 2 * half, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
@@ -89,7 +90,8 @@ class RopeNode final : public Node<T> {
   void run(const Tensor<T>& src, Tensor<T>& dst, bool inverse) const {
     const Shape& s = src.shape();
     const std::int64_t time = s[-3], heads = s[-2], dim = s[-1], width = heads * dim;
-    RopeTable<T>(time, dim, options_).apply(src.data(), width, dst.data(), width, s.numel() / width, time, heads, inverse);
+    RopeTable<T>(time, dim, options_)
+        .apply(src.data(), width, dst.data(), width, s.numel() / width, time, heads, inverse);
   }
 
   RopeOptions options_;
@@ -97,8 +99,9 @@ class RopeNode final : public Node<T> {
 
 inline void check_rope_options(const char* op, const RopeOptions& o) {
   if (!(o.theta > 0) || !std::isfinite(o.theta) || o.offset < 0) {
-    throw UsageError(cat(op, ": rope theta must be positive and finite and the offset non-negative; got theta ", o.theta,
-                         ", offset ", o.offset));
+    throw UsageError(
+        cat(op, ": rope theta must be positive and finite and the offset non-negative; got theta ",
+            o.theta, ", offset ", o.offset));
   }
 }
 
@@ -109,7 +112,8 @@ inline void check_rope_options(const char* op, const RopeOptions& o) {
 template <class T>
 Var<T> rope(const Var<T>& x, RopeOptions options = {}) {
   if (x.rank() < 3 || x.dim(-1) % 2 != 0 || x.dim(-1) < 2) {
-    throw ShapeError(detail::cat("rope: needs x of shape (..., T, H, D) with an even head size D, got ", x.shape()));
+    throw ShapeError(detail::cat(
+        "rope: needs x of shape (..., T, H, D) with an even head size D, got ", x.shape()));
   }
   detail::check_rope_options("rope", options);
   return detail::record_op<detail::RopeNode<T>>({&x}, options);

@@ -13,7 +13,9 @@ struct SiluOp {
   static constexpr const char* name = "silu";
   static constexpr Uses uses = Uses::input;
   template <class A>
-  static auto f(const A& x) { return x * x.logistic(); }
+  static auto f(const A& x) {
+    return x * x.logistic();
+  }
   template <class A>
   static void df(auto&& gx, const auto& gy, const A& x) {
     using T = typename A::Scalar;
@@ -51,7 +53,9 @@ class SwigluNode final : public Node<T> {
     }
     if (grads.needs(1)) {
       Tensor<T> g(up.shape());
-      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) { view(g, s, e) = view(gy, s, e) * SiluOp::f(view(gate, s, e)); });
+      for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) {
+        view(g, s, e) = view(gy, s, e) * SiluOp::f(view(gate, s, e));
+      });
       grads.add(1, std::move(g));
     }
   }
@@ -60,14 +64,18 @@ class SwigluNode final : public Node<T> {
 }  // namespace detail
 
 /// SiLU (swish): x sigmoid(x).
-template <class T> Var<T> silu(const Var<T>& x) { return detail::unary<detail::SiluOp>(x); }
+template <class T>
+Var<T> silu(const Var<T>& x) {
+  return detail::unary<detail::SiluOp>(x);
+}
 
 /// The SwiGLU gate: silu(gate) * up, element-wise, for two Vars of one shape. The MLP of Llama
 /// and Qwen2 is down(swiglu(gate(x), up(x))).
 template <class T>
 Var<T> swiglu(const Var<T>& gate, const std::type_identity_t<Var<T>>& up) {
   if (!(gate.shape() == up.shape())) {
-    throw ShapeError(detail::cat("swiglu: gate ", gate.shape(), " and up ", up.shape(), " must have the same shape"));
+    throw ShapeError(detail::cat("swiglu: gate ", gate.shape(), " and up ", up.shape(),
+                                 " must have the same shape"));
   }
   return detail::record_op<detail::SwigluNode<T>>({&gate, &up});
 }

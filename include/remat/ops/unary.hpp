@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Element-wise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, gelu_tanh. Each is a small struct
-/// holding its forward and its derivative side by side; UnaryNode runs them over the tensor.
+/// Element-wise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, gelu_tanh. Each is a small
+/// struct holding its forward and its derivative side by side; UnaryNode runs them over the tensor.
 
 #include <cmath>
 #include <numbers>
@@ -42,10 +42,14 @@ struct TanhOp {
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.tanh(); }
   template <class A>
-  static void df(auto&& gx, const auto& gy, const A& y) { gx = gy * (typename A::Scalar(1) - y.square()); }
+  static void df(auto&& gx, const auto& gy, const A& y) {
+    gx = gy * (typename A::Scalar(1) - y.square());
+  }
   // float: the same math, dispatched by instruction set (Note [ISA dispatch])
   static void vector_f(const float* x, float* y, std::int64_t n) { vec::tanh_forward(x, y, n); }
-  static void vector_df(const float* gy, const float* y, float* gx, std::int64_t n) { vec::tanh_backward(gy, y, gx, n); }
+  static void vector_df(const float* gy, const float* y, float* gx, std::int64_t n) {
+    vec::tanh_backward(gy, y, gx, n);
+  }
 };
 
 struct SigmoidOp {
@@ -53,14 +57,18 @@ struct SigmoidOp {
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.logistic(); }
   template <class A>
-  static void df(auto&& gx, const auto& gy, const A& y) { gx = gy * y * (typename A::Scalar(1) - y); }
+  static void df(auto&& gx, const auto& gy, const A& y) {
+    gx = gy * y * (typename A::Scalar(1) - y);
+  }
 };
 
 struct ReluOp {
   static constexpr const char* name = "relu";
   static constexpr Uses uses = Uses::output;
   template <class A>
-  static auto f(const A& x) { return x.cwiseMax(typename A::Scalar(0)); }
+  static auto f(const A& x) {
+    return x.cwiseMax(typename A::Scalar(0));
+  }
   template <class A>
   static void df(auto&& gx, const auto& gy, const A& y) {
     using T = typename A::Scalar;
@@ -72,7 +80,7 @@ struct ReluOp {
 struct GeluOp {
   static constexpr const char* name = "gelu";
   static constexpr Uses uses = Uses::input;
-  static constexpr double rsqrt2 = 0.7071067811865476;     // 1 / sqrt(2)
+  static constexpr double rsqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
   static constexpr double rsqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
   // Eigen's erf lives in its unsupported modules: the scalar std::erf, element by element.
   template <class A>
@@ -110,15 +118,20 @@ struct GeluTanhOp {
   static void df(auto&& gx, const auto& gy, const A& x) {
     using T = typename A::Scalar;
     gx = (T(c) * (x + T(k) * x.cube())).tanh();  // t, computed once, then used twice in place
-    gx = gy * (T(0.5) * (T(1) + gx) + T(0.5) * x * (T(1) - gx.square()) * T(c) * (T(1) + T(3 * k) * x.square()));
+    gx = gy * (T(0.5) * (T(1) + gx) +
+               T(0.5) * x * (T(1) - gx.square()) * T(c) * (T(1) + T(3 * k) * x.square()));
   }
   static void vector_f(const float* x, float* y, std::int64_t n) { vec::gelu_forward(x, y, n); }
-  static void vector_df(const float* gy, const float* x, float* gx, std::int64_t n) { vec::gelu_backward(gy, x, gx, n); }
+  static void vector_df(const float* gy, const float* x, float* gx, std::int64_t n) {
+    vec::gelu_backward(gy, x, gx, n);
+  }
 };
 
 /// Whether Op has float kernels dispatched by instruction set (used for T = float).
 template <class T, class Op>
-inline constexpr bool has_vector_kernel = std::is_same_v<T, float> && requires { &Op::vector_f; };
+inline constexpr bool has_vector_kernel = std::is_same_v<T, float>&& requires {
+  &Op::vector_f;
+};
 
 template <class T, class Op>
 class UnaryNode final : public Node<T> {
@@ -157,21 +170,47 @@ Var<T> unary(const Var<T>& x) {
 
 }  // namespace detail
 
-template <class T> Var<T> exp(const Var<T>& x) { return detail::unary<detail::ExpOp>(x); }
+template <class T>
+Var<T> exp(const Var<T>& x) {
+  return detail::unary<detail::ExpOp>(x);
+}
 /// Natural logarithm; inputs must be positive.
-template <class T> Var<T> log(const Var<T>& x) { return detail::unary<detail::LogOp>(x); }
-template <class T> Var<T> sqrt(const Var<T>& x) { return detail::unary<detail::SqrtOp>(x); }
-template <class T> Var<T> tanh(const Var<T>& x) { return detail::unary<detail::TanhOp>(x); }
-template <class T> Var<T> sigmoid(const Var<T>& x) { return detail::unary<detail::SigmoidOp>(x); }
-template <class T> Var<T> relu(const Var<T>& x) { return detail::unary<detail::ReluOp>(x); }
+template <class T>
+Var<T> log(const Var<T>& x) {
+  return detail::unary<detail::LogOp>(x);
+}
+template <class T>
+Var<T> sqrt(const Var<T>& x) {
+  return detail::unary<detail::SqrtOp>(x);
+}
+template <class T>
+Var<T> tanh(const Var<T>& x) {
+  return detail::unary<detail::TanhOp>(x);
+}
+template <class T>
+Var<T> sigmoid(const Var<T>& x) {
+  return detail::unary<detail::SigmoidOp>(x);
+}
+template <class T>
+Var<T> relu(const Var<T>& x) {
+  return detail::unary<detail::ReluOp>(x);
+}
 /// GELU, exact: x Phi(x) with the normal CDF written through erf (PyTorch's default gelu).
-template <class T> Var<T> gelu(const Var<T>& x) { return detail::unary<detail::GeluOp>(x); }
+template <class T>
+Var<T> gelu(const Var<T>& x) {
+  return detail::unary<detail::GeluOp>(x);
+}
 /// GELU with the tanh approximation (GPT-2's; PyTorch's gelu(approximate='tanh')).
-template <class T> Var<T> gelu_tanh(const Var<T>& x) { return detail::unary<detail::GeluTanhOp>(x); }
+template <class T>
+Var<T> gelu_tanh(const Var<T>& x) {
+  return detail::unary<detail::GeluTanhOp>(x);
+}
 
 namespace detail {
 /// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_unary_names_registered = register_op_names({ExpOp::name, LogOp::name, SqrtOp::name, TanhOp::name, SigmoidOp::name, ReluOp::name, GeluOp::name, GeluTanhOp::name});
+inline const bool k_unary_names_registered =
+    register_op_names({ExpOp::name, LogOp::name, SqrtOp::name, TanhOp::name, SigmoidOp::name,
+                       ReluOp::name, GeluOp::name, GeluTanhOp::name});
 }  // namespace detail
 
 }  // namespace remat

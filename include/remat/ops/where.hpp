@@ -38,7 +38,8 @@ class WhereNode final : public Node<T> {
       if (!grads.needs(k)) continue;
       Tensor<T> g(gy.shape());
       const bool pick = k == 0;
-      for_masked(g.numel(), cond_, [&](std::int64_t i, bool m) { g[i] = m == pick ? gy[i] : T(0); });
+      for_masked(g.numel(), cond_,
+                 [&](std::int64_t i, bool m) { g[i] = m == pick ? gy[i] : T(0); });
       grads.add(k, std::move(g));
     }
   }
@@ -87,8 +88,10 @@ inline bool mask_fits(const Shape& mask, const Shape& x) {
 template <class T>
 Var<T> where(const Tensor<bool>& cond, const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
   if (!cond.defined() || !(a.shape() == b.shape()) || !detail::mask_fits(cond.shape(), a.shape())) {
-    throw ShapeError(detail::cat("where: cond ", cond.defined() ? cond.shape() : Shape{}, ", a ", a.shape(), " and b ",
-                                 b.shape(), " do not fit; a and b need one shape, cond that shape or a trailing part of it"));
+    throw ShapeError(detail::cat(
+        "where: cond ", cond.defined() ? cond.shape() : Shape{}, ", a ", a.shape(), " and b ",
+        b.shape(),
+        " do not fit; a and b need one shape, cond that shape or a trailing part of it"));
   }
   return detail::record_op<detail::WhereNode<T>>({&a, &b}, cond.clone());
 }
@@ -98,7 +101,8 @@ Var<T> where(const Tensor<bool>& cond, const Var<T>& a, const std::type_identity
 template <class T>
 Var<T> masked_fill(const Var<T>& x, const Tensor<bool>& mask, std::type_identity_t<T> value) {
   if (!mask.defined() || !detail::mask_fits(mask.shape(), x.shape())) {
-    throw ShapeError(detail::cat("masked_fill: mask ", mask.defined() ? mask.shape() : Shape{}, " does not fit x ", x.shape(),
+    throw ShapeError(detail::cat("masked_fill: mask ", mask.defined() ? mask.shape() : Shape{},
+                                 " does not fit x ", x.shape(),
                                  "; it must be x's shape or a trailing part of it"));
   }
   return detail::record_op<detail::MaskedFillNode<T>>({&x}, mask.clone(), T(value));

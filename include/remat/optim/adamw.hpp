@@ -46,19 +46,21 @@ class AdamW final : public Optimizer<T> {
  private:
   void init() {
     const AdamWOptions& options = options_;
-    const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
-                    options.eps > 0 && options.weight_decay >= 0;
+    const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 &&
+                    options.beta2 < 1 && options.eps > 0 && options.weight_decay >= 0;
     if (!ok) {
-      throw UsageError(detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
-                                   options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
-                                   ", weight_decay ", options.weight_decay));
+      throw UsageError(
+          detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
+                      options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
+                      ", weight_decay ", options.weight_decay));
     }
     m_.resize(this->parameters().size());
     v_.resize(this->parameters().size());
     updates_.assign(this->parameters().size(), 0);
   }
 
-  void save_slot(std::size_t i, std::map<std::string, Tensor<T>>& buffers, std::map<std::string, std::int64_t>& counters) const override {
+  void save_slot(std::size_t i, std::map<std::string, Tensor<T>>& buffers,
+                 std::map<std::string, std::int64_t>& counters) const override {
     if (m_[i].defined()) buffers["m"] = m_[i].clone();
     if (v_[i].defined()) buffers["v"] = v_[i].clone();
     counters["updates"] = updates_[i];
@@ -67,13 +69,16 @@ class AdamW final : public Optimizer<T> {
                          const std::map<std::string, std::int64_t>& counters) const override {
     // update() allocates both moments on a parameter's first update and counts every update.
     const bool moments = buffers.count("m") != 0;
-    if (moments != (buffers.count("v") != 0)) return "it has one of the moments m and v without the other";
+    if (moments != (buffers.count("v") != 0))
+      return "it has one of the moments m and v without the other";
     if (moments != (counters.at("updates") > 0)) {
-      return detail::cat("its update count is ", counters.at("updates"), " but it has ", moments ? "" : "no ", "moments");
+      return detail::cat("its update count is ", counters.at("updates"), " but it has ",
+                         moments ? "" : "no ", "moments");
     }
     return "";
   }
-  void load_slot(std::size_t i, const std::map<std::string, Tensor<T>>& buffers, const std::map<std::string, std::int64_t>& counters) override {
+  void load_slot(std::size_t i, const std::map<std::string, Tensor<T>>& buffers,
+                 const std::map<std::string, std::int64_t>& counters) override {
     const bool moments = buffers.count("m") != 0;
     m_[i] = moments ? buffers.at("m").clone() : Tensor<T>();
     v_[i] = moments ? buffers.at("v").clone() : Tensor<T>();
@@ -90,12 +95,15 @@ class AdamW final : public Optimizer<T> {
     const T b1 = T(options_.beta1), b2 = T(options_.beta2);
     const T c1 = T(1.0 / (1.0 - std::pow(options_.beta1, t)));
     const T c2 = T(1.0 / (1.0 - std::pow(options_.beta2, t)));
-    const T decay = T(1) - lr * T(this->weight_decay_of(i, options_.weight_decay)), eps = T(options_.eps);
+    const T decay = T(1) - lr * T(this->weight_decay_of(i, options_.weight_decay)),
+            eps = T(options_.eps);
     // One fused pass per chunk: the update is memory-bound, so each array is read once.
     detail::for_chunks(value.numel(), [&](std::int64_t s, std::int64_t e) {
-      if constexpr (std::is_same_v<T, float>) {  // dispatched by instruction set (Note [ISA dispatch])
+      if constexpr (std::is_same_v<T,
+                                   float>) {  // dispatched by instruction set (Note [ISA dispatch])
         const detail::AdamWConstants k{b1, b2, lr, c1, c2, decay, eps};
-        detail::vec::adamw_update(value.data() + s, m_[i].data() + s, v_[i].data() + s, grad.data() + s, e - s, k);
+        detail::vec::adamw_update(value.data() + s, m_[i].data() + s, v_[i].data() + s,
+                                  grad.data() + s, e - s, k);
         return;
       }
       auto p = detail::view(value, s, e);

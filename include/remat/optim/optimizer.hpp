@@ -62,7 +62,9 @@ struct ParamGroup {
 /// and embedding tables (a module path ending in "embed_tokens", "wte", "wpe" or "embedding").
 inline bool biases_norms_embeddings(const std::string& name, const Shape& shape) {
   if (shape.rank() < 2) return true;
-  const std::string module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 ? name.substr(0, name.size() - 7) : name;
+  const std::string module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0
+                                 ? name.substr(0, name.size() - 7)
+                                 : name;
   const std::size_t dot = module.rfind('.');
   const std::string last = dot == std::string::npos ? module : module.substr(dot + 1);
   return last == "embed_tokens" || last == "wte" || last == "wpe" || last == "embedding";
@@ -80,8 +82,11 @@ struct GroupOptions {
 ///   AdamW opt(optim::param_groups(model.named_parameters(), {.weight_decay = 0.1,
 ///                                 .no_decay = optim::biases_norms_embeddings}), {.lr = 3e-4});
 template <class T>
-std::vector<ParamGroup<T>> param_groups(const std::vector<std::pair<std::string, Parameter<T>>>& named, const GroupOptions& options) {
-  if (!(options.weight_decay >= 0.0)) throw UsageError(detail::cat("param_groups: weight_decay must be >= 0, got ", options.weight_decay));
+std::vector<ParamGroup<T>> param_groups(
+    const std::vector<std::pair<std::string, Parameter<T>>>& named, const GroupOptions& options) {
+  if (!(options.weight_decay >= 0.0))
+    throw UsageError(
+        detail::cat("param_groups: weight_decay must be >= 0, got ", options.weight_decay));
   ParamGroup<T> plain{{}, 0.0, 1.0}, decayed{{}, options.weight_decay, 1.0};
   for (const auto& [name, p] : named) {
     if (p.frozen()) continue;
@@ -104,12 +109,14 @@ class Optimizer {
   }
 
   /// Parameters in groups, in the groups' order (Note at the top of this file).
-  explicit Optimizer(const std::vector<ParamGroup<T>>& groups, double lr, const char* name) : lr_(lr), name_(name) {
+  explicit Optimizer(const std::vector<ParamGroup<T>>& groups, double lr, const char* name)
+      : lr_(lr), name_(name) {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const ParamGroup<T>& group = groups[g];
       if (!(group.lr_scale >= 0.0) || (group.weight_decay && !(*group.weight_decay >= 0.0))) {
-        throw UsageError(detail::cat(name_, ": group ", g, " needs lr_scale >= 0 and weight_decay >= 0, got ", group.lr_scale, " and ",
-                                     group.weight_decay.value_or(0.0)));
+        throw UsageError(detail::cat(name_, ": group ", g,
+                                     " needs lr_scale >= 0 and weight_decay >= 0, got ",
+                                     group.lr_scale, " and ", group.weight_decay.value_or(0.0)));
       }
       for (const Parameter<T>& p : group.params) {
         params_.push_back(p);
@@ -149,16 +156,17 @@ class Optimizer {
       Parameter<T>& p = params_[i];
       if (p.frozen() || !p.grad().defined()) continue;
       if (!(p.grad().shape() == p.shape())) {
-        throw ShapeError(detail::cat(name_, ": parameter ", i, " has shape ", p.shape(), " but its gradient has shape ",
-                                     p.grad().shape()));
+        throw ShapeError(detail::cat(name_, ": parameter ", i, " has shape ", p.shape(),
+                                     " but its gradient has shape ", p.grad().shape()));
       }
       update(i, p.data(), p.grad());
       any = true;
     }
     if (!any) {
-      throw UsageError(detail::cat(name_, ".step(): none of the ", params_.size(),
-                                   " parameters has a gradient; call tape.backward(loss) before step(), "
-                                   "and check that the loss uses this optimizer's parameters"));
+      throw UsageError(
+          detail::cat(name_, ".step(): none of the ", params_.size(),
+                      " parameters has a gradient; call tape.backward(loss) before step(), "
+                      "and check that the loss uses this optimizer's parameters"));
     }
     ++steps_;
   }
@@ -197,13 +205,17 @@ class Optimizer {
   /// optimizer's state, another number of parameters, a buffer or counter it does not know or of
   /// the wrong shape, a negative count, or buffers and counters that contradict each other.
   void check_state(const OptimizerState<T>& s) const {
-    const auto bad = [&](const std::string& why) { throw UsageError(detail::cat(name_, ".load_state: ", why)); };
-    if (s.optimizer != name_) bad(detail::cat("the state is of ", s.optimizer.empty() ? "no optimizer" : s.optimizer, ", not of ", name_));
+    const auto bad = [&](const std::string& why) {
+      throw UsageError(detail::cat(name_, ".load_state: ", why));
+    };
+    if (s.optimizer != name_)
+      bad(detail::cat("the state is of ", s.optimizer.empty() ? "no optimizer" : s.optimizer,
+                      ", not of ", name_));
     if (s.steps < 0) bad(detail::cat("negative step count ", s.steps));
     if (!(s.lr >= 0.0)) bad(detail::cat("learning rate must be >= 0, got ", s.lr));
     if (s.buffers.size() != params_.size() || s.counters.size() != params_.size()) {
-      bad(detail::cat("the state is for ", s.buffers.size(), " parameters (", s.counters.size(), " with counters), this optimizer has ",
-                      params_.size()));
+      bad(detail::cat("the state is for ", s.buffers.size(), " parameters (", s.counters.size(),
+                      " with counters), this optimizer has ", params_.size()));
     }
     const std::vector<std::string> buffers = buffer_names(), counters = counter_names();
     const auto known = [](const std::vector<std::string>& names, const std::string& n) {
@@ -211,19 +223,26 @@ class Optimizer {
     };
     for (std::size_t i = 0; i < params_.size(); ++i) {
       for (const auto& [n, t] : s.buffers[i]) {
-        if (!known(buffers, n)) bad(detail::cat("parameter ", i, " has a buffer '", n, "' that ", name_, " does not keep"));
+        if (!known(buffers, n))
+          bad(detail::cat("parameter ", i, " has a buffer '", n, "' that ", name_,
+                          " does not keep"));
         if (!t.defined() || !(t.shape() == params_[i].shape())) {
-          bad(detail::cat("buffer '", n, "' of parameter ", i, " has shape ", t.defined() ? t.shape() : Shape{}, ", the parameter ",
+          bad(detail::cat("buffer '", n, "' of parameter ", i, " has shape ",
+                          t.defined() ? t.shape() : Shape{}, ", the parameter ",
                           params_[i].shape()));
         }
       }
       for (const std::string& n : counters) {
         const auto it = s.counters[i].find(n);
-        if (it == s.counters[i].end()) bad(detail::cat("parameter ", i, " has no counter '", n, "'"));
-        if (it->second < 0) bad(detail::cat("counter '", n, "' of parameter ", i, " is negative (", it->second, ")"));
+        if (it == s.counters[i].end())
+          bad(detail::cat("parameter ", i, " has no counter '", n, "'"));
+        if (it->second < 0)
+          bad(detail::cat("counter '", n, "' of parameter ", i, " is negative (", it->second, ")"));
       }
       for (const auto& [n, c] : s.counters[i]) {
-        if (!known(counters, n)) bad(detail::cat("parameter ", i, " has a counter '", n, "' that ", name_, " does not keep"));
+        if (!known(counters, n))
+          bad(detail::cat("parameter ", i, " has a counter '", n, "' that ", name_,
+                          " does not keep"));
       }
       const std::string why = check_slot(s.buffers[i], s.counters[i]);
       if (!why.empty()) bad(detail::cat("parameter ", i, ": ", why));
@@ -241,7 +260,9 @@ class Optimizer {
 
  protected:
   /// Parameter i's learning rate: lr() times its group's lr_scale.
-  double lr_of(std::size_t i) const noexcept { return lr_scale_.empty() ? lr_ : lr_ * lr_scale_[i]; }
+  double lr_of(std::size_t i) const noexcept {
+    return lr_scale_.empty() ? lr_ : lr_ * lr_scale_[i];
+  }
   /// Parameter i's weight decay: its group's, or `fallback` (the optimizer's option).
   double weight_decay_of(std::size_t i, double fallback) const noexcept {
     return decay_.empty() || !decay_[i] ? fallback : *decay_[i];
@@ -263,12 +284,14 @@ class Optimizer {
 
  private:
   void check_lr(double lr) const {
-    if (!(lr >= 0.0)) throw UsageError(detail::cat(name_, ": learning rate must be >= 0, got ", lr));
+    if (!(lr >= 0.0))
+      throw UsageError(detail::cat(name_, ": learning rate must be >= 0, got ", lr));
   }
 
   std::vector<Parameter<T>> params_;
-  std::vector<std::optional<double>> decay_;  // per parameter, from its group (empty without groups)
-  std::vector<double> lr_scale_;              // the same
+  std::vector<std::optional<double>>
+      decay_;                     // per parameter, from its group (empty without groups)
+  std::vector<double> lr_scale_;  // the same
   double lr_;
   const char* name_;
   std::int64_t steps_ = 0;

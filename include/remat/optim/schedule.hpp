@@ -17,9 +17,12 @@ class CosineSchedule {
  public:
   CosineSchedule(double peak, std::int64_t warmup, std::int64_t total, double min_lr = 0)
       : peak_(peak), min_(min_lr), warmup_(warmup), total_(total) {
-    if (!(peak > 0) || !(min_lr >= 0) || min_lr > peak || warmup < 0 || total < 1 || warmup > total) {
-      throw UsageError(detail::cat("CosineSchedule: need 0 <= min_lr <= peak, peak > 0 and 0 <= warmup <= total, total >= 1; got peak ",
-                                   peak, ", min_lr ", min_lr, ", warmup ", warmup, ", total ", total));
+    if (!(peak > 0) || !(min_lr >= 0) || min_lr > peak || warmup < 0 || total < 1 ||
+        warmup > total) {
+      throw UsageError(
+          detail::cat("CosineSchedule: need 0 <= min_lr <= peak, peak > 0 and 0 <= warmup <= "
+                      "total, total >= 1; got peak ",
+                      peak, ", min_lr ", min_lr, ", warmup ", warmup, ", total ", total));
     }
   }
 

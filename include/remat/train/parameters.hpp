@@ -24,7 +24,8 @@ namespace detail {
 /// Checks that `file` holds exactly `expected` (name -> shape) in dtype T, naming what is
 /// missing, unexpected or of the wrong shape.
 template <class T>
-void check_names(const io::File& file, const std::string& path, const std::vector<std::pair<std::string, Shape>>& expected) {
+void check_names(const io::File& file, const std::string& path,
+                 const std::vector<std::pair<std::string, Shape>>& expected) {
   std::vector<std::string> missing, wrong;
   for (const auto& [name, shape] : expected) {
     if (!file.contains(name)) {
@@ -33,12 +34,14 @@ void check_names(const io::File& file, const std::string& path, const std::vecto
     }
     const io::File::Entry& e = file.entry(name);
     if (e.dtype != io::detail::dtype_name<T>() || !(e.shape == shape)) {
-      wrong.push_back(remat::detail::cat(name, " (file: ", e.dtype, " ", e.shape, ", model: ", io::detail::dtype_name<T>(), " ", shape, ")"));
+      wrong.push_back(remat::detail::cat(name, " (file: ", e.dtype, " ", e.shape, ", model: ",
+                                         io::detail::dtype_name<T>(), " ", shape, ")"));
     }
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, e] : file.entries()) {
-    const bool known = std::any_of(expected.begin(), expected.end(), [&](const auto& x) { return x.first == name; });
+    const bool known = std::any_of(expected.begin(), expected.end(),
+                                   [&](const auto& x) { return x.first == name; });
     if (!known) unexpected.push_back(io::detail::brief(name));
   }
   if (missing.empty() && wrong.empty() && unexpected.empty()) return;
@@ -52,11 +55,13 @@ void check_names(const io::File& file, const std::string& path, const std::vecto
   if (!missing.empty()) why += remat::detail::cat(" missing: ", list(missing), ";");
   if (!unexpected.empty()) why += remat::detail::cat(" unexpected: ", list(unexpected), ";");
   if (!wrong.empty()) why += remat::detail::cat(" wrong dtype or shape: ", list(wrong), ";");
-  throw IoError(remat::detail::cat("safetensors: ", path, " does not match the model; nothing was loaded;", why));
+  throw IoError(remat::detail::cat("safetensors: ", path,
+                                   " does not match the model; nothing was loaded;", why));
 }
 
 template <class T>
-std::vector<std::pair<std::string, Shape>> shapes_of(const nn::Module<T>& m, const std::string& prefix = "") {
+std::vector<std::pair<std::string, Shape>> shapes_of(const nn::Module<T>& m,
+                                                     const std::string& prefix = "") {
   std::vector<std::pair<std::string, Shape>> out;
   for (const auto& [name, p] : m.named_parameters()) out.emplace_back(prefix + name, p.shape());
   return out;
@@ -74,7 +79,8 @@ void copy_into(const io::File& file, const std::string& name, const Parameter<T>
 
 /// Writes the module's parameters under their dotted names.
 template <class T>
-void save_parameters(const std::string& path, const nn::Module<T>& m, const Metadata& metadata = {}) {
+void save_parameters(const std::string& path, const nn::Module<T>& m,
+                     const Metadata& metadata = {}) {
   std::vector<io::NamedTensor<T>> tensors;
   for (const auto& [name, p] : m.named_parameters()) tensors.emplace_back(name, p.value());
   io::save(path, tensors, metadata);

@@ -26,14 +26,18 @@ std::vector<std::size_t> optimizer_slots(const nn::Module<T>& m, const optim::Op
   std::vector<std::size_t> slots;
   const auto& params = opt.parameters();
   for (const auto& [name, p] : m.named_parameters()) {
-    const auto it = std::find_if(params.begin(), params.end(), [&](const auto& q) { return q.identity() == p.identity(); });
+    const auto it = std::find_if(params.begin(), params.end(),
+                                 [&](const auto& q) { return q.identity() == p.identity(); });
     if (it == params.end()) {
-      throw UsageError(remat::detail::cat("train: parameter '", name, "' of the model is not among the ", opt.name(), " optimizer's parameters"));
+      throw UsageError(remat::detail::cat("train: parameter '", name,
+                                          "' of the model is not among the ", opt.name(),
+                                          " optimizer's parameters"));
     }
     slots.push_back(static_cast<std::size_t>(it - params.begin()));
   }
   if (slots.size() != params.size()) {
-    throw UsageError(remat::detail::cat("train: the ", opt.name(), " optimizer holds ", params.size(), " parameters, the model ", slots.size()));
+    throw UsageError(remat::detail::cat("train: the ", opt.name(), " optimizer holds ",
+                                        params.size(), " parameters, the model ", slots.size()));
   }
   return slots;
 }
@@ -47,7 +51,8 @@ inline std::string prefix_of(const char* optimizer) {
 
 inline std::string format_double(double x) {
   char buffer[64];
-  const auto r = std::to_chars(buffer, buffer + sizeof buffer, x);  // shortest text that reads back exactly
+  const auto r =
+      std::to_chars(buffer, buffer + sizeof buffer, x);  // shortest text that reads back exactly
   return std::string(buffer, r.ptr);
 }
 
@@ -62,9 +67,11 @@ N metadata_number(const io::File& file, const std::string& path, const std::stri
     if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return value;
   }
   if (it == file.metadata().end()) {
-    throw IoError(remat::detail::cat("safetensors: ", path, " has no '", key, "' metadata; nothing was loaded"));
+    throw IoError(remat::detail::cat("safetensors: ", path, " has no '", key,
+                                     "' metadata; nothing was loaded"));
   }
-  throw IoError(remat::detail::cat("safetensors: ", path, " has an invalid '", key, "' metadata value '", io::detail::brief(it->second),
+  throw IoError(remat::detail::cat("safetensors: ", path, " has an invalid '", key,
+                                   "' metadata value '", io::detail::brief(it->second),
                                    "'; nothing was loaded"));
 }
 
@@ -73,14 +80,15 @@ N metadata_number(const io::File& file, const std::string& path, const std::stri
 /// Writes the parameters and the optimizer's state (see the file comment) and `metadata`, to
 /// resume training exactly. `metadata` may not use the keys the state takes.
 template <class T>
-void save_training_state(const std::string& path, const nn::Module<T>& m, const optim::Optimizer<T>& opt, Metadata metadata = {}) {
+void save_training_state(const std::string& path, const nn::Module<T>& m,
+                         const optim::Optimizer<T>& opt, Metadata metadata = {}) {
   const auto slots = detail::optimizer_slots(m, opt);
   const optim::OptimizerState<T> state = opt.state();
   const std::string prefix = detail::prefix_of(opt.name());
   const auto put = [&](const std::string& key, std::string value) {
     if (!metadata.emplace(key, std::move(value)).second) {
-      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": the metadata key '", io::detail::brief(key),
-                                       "' is taken by the training state"));
+      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": the metadata key '",
+                                       io::detail::brief(key), "' is taken by the training state"));
     }
   };
   put("optimizer", state.optimizer);
@@ -91,8 +99,10 @@ void save_training_state(const std::string& path, const nn::Module<T>& m, const 
   for (const auto& [name, p] : m.named_parameters()) {
     tensors.emplace_back("model." + name, p.value());
     const std::size_t k = slots[i++];
-    for (const auto& [buffer, t] : state.buffers[k]) tensors.emplace_back(prefix + "." + buffer + "." + name, t);
-    for (const auto& [counter, c] : state.counters[k]) put(prefix + "." + counter + "." + name, std::to_string(c));
+    for (const auto& [buffer, t] : state.buffers[k])
+      tensors.emplace_back(prefix + "." + buffer + "." + name, t);
+    for (const auto& [counter, c] : state.counters[k])
+      put(prefix + "." + counter + "." + name, std::to_string(c));
   }
   io::save(path, tensors, metadata);
 }
@@ -107,7 +117,9 @@ Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::O
   const auto kind = file.metadata().find("optimizer");
   if (kind == file.metadata().end() || kind->second != opt.name()) {
     throw IoError(remat::detail::cat("safetensors: ", path, " holds the state of ",
-                                     kind == file.metadata().end() ? "no optimizer" : "'" + io::detail::brief(kind->second) + "'",
+                                     kind == file.metadata().end()
+                                         ? "no optimizer"
+                                         : "'" + io::detail::brief(kind->second) + "'",
                                      ", not of ", opt.name(), "; nothing was loaded"));
   }
   const std::string prefix = detail::prefix_of(opt.name());
@@ -124,10 +136,12 @@ Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::O
     for (const std::string& buffer : opt.buffer_names()) {
       // A buffer is optional (not allocated before a parameter's first update); the optimizer's
       // check_state() decides whether its absence fits the counters.
-      if (file.contains(prefix + "." + buffer + "." + name)) expected.emplace_back(prefix + "." + buffer + "." + name, p.shape());
+      if (file.contains(prefix + "." + buffer + "." + name))
+        expected.emplace_back(prefix + "." + buffer + "." + name, p.shape());
     }
     for (const std::string& counter : opt.counter_names()) {
-      state.counters[k][counter] = detail::metadata_number<std::int64_t>(file, path, prefix + "." + counter + "." + name);
+      state.counters[k][counter] =
+          detail::metadata_number<std::int64_t>(file, path, prefix + "." + counter + "." + name);
     }
   }
   detail::check_names<T>(file, path, expected);
@@ -142,7 +156,9 @@ Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::O
   try {
     opt.check_state(state);
   } catch (const UsageError& e) {
-    throw IoError(remat::detail::cat("safetensors: ", path, " holds an optimizer state that does not fit: ", e.what(), "; nothing was loaded"));
+    throw IoError(remat::detail::cat("safetensors: ", path,
+                                     " holds an optimizer state that does not fit: ", e.what(),
+                                     "; nothing was loaded"));
   }
   for (const auto& [name, p] : m.named_parameters()) detail::copy_into(file, "model." + name, p);
   opt.load_state(state);

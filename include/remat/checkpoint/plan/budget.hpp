@@ -31,21 +31,28 @@ class OneLevelPlanner {
   }
 
   /// Local peak of layer s run plainly, x_s pinned before it or not:
-  ///   a_s + max([not pinned] b_s + b_{s+1} + tau_s, [not pinned, i_s] b_s + [o_s] b_{s+1} + b_{s+1} + beta_s + L)
+  ///   a_s + max([not pinned] b_s + b_{s+1} + tau_s, [not pinned, i_s] b_s + [o_s] b_{s+1} +
+  ///   b_{s+1} + beta_s + L)
   /// (o_s: the layer keeps its output, unless that output is x_n and the caller holds it; i_s: it
   /// keeps its input; the second b_{s+1} is the incoming gradient; L = after_loss()).
-  double plain_peak(std::size_t s, bool input_pinned) const { return plain_peak(c_, s, input_pinned); }
+  double plain_peak(std::size_t s, bool input_pinned) const {
+    return plain_peak(c_, s, input_pinned);
+  }
   double plain_peak(const Chain& c, std::size_t s, bool input_pinned) const {
     const double out = c.boundary(s + 1);
     // the last layer's saved output is the copy the caller holds (counted in after_loss())
     const double kept_out = c.keeps_output(s) && !(s + 1 == n_ && c.output_held) ? out : 0.0;
     const double in = input_pinned ? 0.0 : c.boundary(s);
     const double in_kept = input_pinned || !c.keeps_input(s) ? 0.0 : c.boundary(s);
-    return c.activation(s) + std::max(in + out + c.tau(s), in_kept + kept_out + out + c.beta(s, !c.output_held) + after_loss());
+    return c.activation(s) +
+           std::max(in + out + c.tau(s),
+                    in_kept + kept_out + out + c.beta(s, !c.output_held) + after_loss());
   }
 
   /// What a plain layer s adds to the bytes pinned for the blocks after it.
-  double plain_pins(std::size_t s, bool input_pinned) const { return plain_pins(c_, s, input_pinned); }
+  double plain_pins(std::size_t s, bool input_pinned) const {
+    return plain_pins(c_, s, input_pinned);
+  }
   static double plain_pins(const Chain& c, std::size_t s, bool input_pinned) {
     return c.activation(s) + (!input_pinned && c.keeps_input(s) ? c.boundary(s) : 0.0) +
            (c.keeps_output(s) ? c.boundary(s + 1) : 0.0);
@@ -53,16 +60,19 @@ class OneLevelPlanner {
 
   /// What stays alive from the loss to the end of the backward pass: the loss value and its
   /// seed, and x_n when the caller holds it.
-  double after_loss() const noexcept { return c_.loss_output_bytes + (c_.output_held ? c_.boundary(n_) : 0.0); }
+  double after_loss() const noexcept {
+    return c_.loss_output_bytes + (c_.output_held ? c_.boundary(n_) : 0.0);
+  }
 
   /// Local peaks of every segment [s, e), e = s+1 .. n, in one pass over e, without its input
   /// x_s (the caller adds b_s unless the block before pins it).
   std::vector<double> segment_peaks(std::size_t s) const {
     std::vector<double> peak(n_ + 1, 0);
-    double first_pass = 0;            // max over l of [l > s] b_l + b_{l+1} + tau_segment_l
-    double replay_without_grad = 0;   // max over l of K_{l-1} + the replay's peak (x_l, a_l, x_{l+1} included)
-    double backward = 0;              // max over l of K_l + [o_l] b_{l+1} + b_{l+1} + beta_l
-    double kept = 0;                  // K_l: what layers s..l pin, x_s aside (a_j, and x_j if i_j or o_{j-1})
+    double first_pass = 0;  // max over l of [l > s] b_l + b_{l+1} + tau_segment_l
+    double replay_without_grad =
+        0;                // max over l of K_{l-1} + the replay's peak (x_l, a_l, x_{l+1} included)
+    double backward = 0;  // max over l of K_l + [o_l] b_{l+1} + b_{l+1} + beta_l
+    double kept = 0;      // K_l: what layers s..l pin, x_s aside (a_j, and x_j if i_j or o_{j-1})
     for (std::size_t l = s; l < n_; ++l) {
       const double in = l > s ? c_.boundary(l) : 0.0;
       const double out = c_.boundary(l + 1);
@@ -71,11 +81,15 @@ class OneLevelPlanner {
       const bool held = l == s || c_.keeps_output(l - 1);
       first_pass = std::max(first_pass, in + out + c_.tau_segment(l));
       // (x_s is counted by the caller: the peak's share of it comes off)
-      replay_without_grad = std::max(replay_without_grad, kept + c_.replay_peak(l, true, held) - (l == s ? c_.boundary(l) : 0.0));
-      kept += c_.activation(l) + (l > s && (c_.keeps_input(l) || c_.keeps_output(l - 1)) ? in : 0.0);
-      backward = std::max(backward, kept + (c_.keeps_output(l) ? out : 0.0) + out + c_.beta(l, true));  // a replay's copy
+      replay_without_grad = std::max(replay_without_grad, kept + c_.replay_peak(l, true, held) -
+                                                              (l == s ? c_.boundary(l) : 0.0));
+      kept +=
+          c_.activation(l) + (l > s && (c_.keeps_input(l) || c_.keeps_output(l - 1)) ? in : 0.0);
+      backward = std::max(backward, kept + (c_.keeps_output(l) ? out : 0.0) + out +
+                                        c_.beta(l, true));  // a replay's copy
       const std::size_t e = l + 1;
-      peak[e] = std::max(first_pass, std::max(replay_without_grad + c_.boundary(e), backward) + after_loss());
+      peak[e] = std::max(first_pass,
+                         std::max(replay_without_grad + c_.boundary(e), backward) + after_loss());
     }
     return peak;
   }
@@ -111,16 +125,19 @@ class OneLevelPlanner {
         for (int v = -1; v < static_cast<int>(variants_.size()); ++v) {  // plain, or under a policy
           const Chain& c = v < 0 ? c_ : variants_[static_cast<std::size_t>(v)];
           const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
-          const double replay = v < 0 ? 0.0 : c_.policies[static_cast<std::size_t>(v)].replay_cost[s];
+          const double replay =
+              v < 0 ? 0.0 : c_.policies[static_cast<std::size_t>(v)].replay_cost[s];
           for (std::size_t i = 0; i < from.size(); ++i) {
             if (from[i].pre + plain <= budget) {
               push(s + 1, c.keeps_output(s),
-                   State{from[i].cost + replay, from[i].pre + pins, std::max(from[i].peak, from[i].pre + plain), k, i, false, v});
+                   State{from[i].cost + replay, from[i].pre + pins,
+                         std::max(from[i].peak, from[i].pre + plain), k, i, false, v});
             }
           }
         }
         const double in = pinned ? 0.0 : c_.boundary(s);  // a segment captures its input
-        const double least_pre = from.back().pre;  // the frontier is sorted by pinned bytes, falling
+        const double least_pre =
+            from.back().pre;  // the frontier is sorted by pinned bytes, falling
         double seg_cost = 0, kept = in;
         for (std::size_t e = s + 1; e <= n_; ++e) {
           // A segment's replay keeps at least its input and its layers' activations; that only
@@ -130,7 +147,9 @@ class OneLevelPlanner {
           seg_cost += c_.cost(e - 1);
           // from is sorted by recompute up, pinned bytes down: the states that fit are a suffix
           for (std::size_t i = from.size(); i-- > 0 && from[i].pre + in + seg[e] <= budget;) {
-            push(e, false, State{from[i].cost + seg_cost, from[i].pre + in, std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
+            push(e, false,
+                 State{from[i].cost + seg_cost, from[i].pre + in,
+                       std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
           }
         }
       }
@@ -144,8 +163,10 @@ class OneLevelPlanner {
       for (std::size_t i = 0; i < frontier[k].size(); ++i) {
         const State& st = frontier[k][i];
         // the loss runs while it holds x_n (pinned already when f = 1), then x_n's gradient exists
-        const double loss_extra = std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
-        const double peak = std::max(st.peak, st.pre + (f == 1 ? 0.0 : out) + c_.loss_bytes + c_.loss_output_bytes + loss_extra);
+        const double loss_extra =
+            std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
+        const double peak = std::max(st.peak, st.pre + (f == 1 ? 0.0 : out) + c_.loss_bytes +
+                                                  c_.loss_output_bytes + loss_extra);
         if (peak > budget) continue;
         if (st.cost < best.recompute || (st.cost == best.recompute && peak < best.peak)) {
           best.recompute = st.cost;
@@ -159,7 +180,9 @@ class OneLevelPlanner {
     for (std::size_t k = pick_k, i = pick; k / 2 > 0;) {
       const State& st = frontier[k][i];
       if (st.segment) best.segments.push_back(Segment{st.from / 2, k / 2, {}});
-      if (st.variant >= 0) best.segments.push_back(Segment{st.from / 2, k / 2, {}, c_.policies[static_cast<std::size_t>(st.variant)].policy});
+      if (st.variant >= 0)
+        best.segments.push_back(Segment{
+            st.from / 2, k / 2, {}, c_.policies[static_cast<std::size_t>(st.variant)].policy});
       i = st.index;
       k = st.from;
     }
@@ -169,9 +192,9 @@ class OneLevelPlanner {
 
  private:
   struct State {
-    double cost;       // recompute so far
-    double pre;        // bytes pinned by the blocks before this cut
-    double peak;       // highest peak so far
+    double cost;        // recompute so far
+    double pre;         // bytes pinned by the blocks before this cut
+    double peak;        // highest peak so far
     std::size_t from;   // the previous cut's frontier (2 cut + flag)
     std::size_t index;  // the previous state, in frontier[from]
     bool segment;       // whether [from, here) is a segment (else one plain layer)
@@ -211,7 +234,8 @@ class OneLevelPlanner {
 inline Plan budget(const Chain& chain, double budget_bytes) {
   chain.validate("plan::budget");
   if (!(budget_bytes > 0) || !std::isfinite(budget_bytes)) {
-    throw PlanError(remat::detail::cat("plan::budget: the budget must be a positive number of bytes, got ", budget_bytes));
+    throw PlanError(remat::detail::cat(
+        "plan::budget: the budget must be a positive number of bytes, got ", budget_bytes));
   }
   const auto one_level = detail::OneLevelPlanner(chain).best(budget_bytes);
   Plan best;
@@ -225,7 +249,8 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
   for (std::size_t j = 1; j < chain.layers(); ++j) smallest = std::min(smallest, chain.boundary(j));
   std::size_t lo = 0, hi = chain.layers();
   // compared as doubles first: a huge budget's quotient may not fit a size_t
-  if (smallest > 0 && budget_bytes / smallest < static_cast<double>(hi)) hi = static_cast<std::size_t>(budget_bytes / smallest);
+  if (smallest > 0 && budget_bytes / smallest < static_cast<double>(hi))
+    hi = static_cast<std::size_t>(budget_bytes / smallest);
   Plan nested;
   bool nested_found = false;
   while (lo <= hi) {
@@ -245,7 +270,9 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
     return nested;
   }
   if (found) return best;
-  throw PlanError(remat::detail::cat("plan::budget: no plan fits in ", budget_bytes, " bytes; the smallest feasible budget for this chain is ",
-                                     optimal(chain, 0).peak_bytes, " bytes (predicted peak of the binomial plan with no checkpoints)"));
+  throw PlanError(remat::detail::cat(
+      "plan::budget: no plan fits in ", budget_bytes,
+      " bytes; the smallest feasible budget for this chain is ", optimal(chain, 0).peak_bytes,
+      " bytes (predicted peak of the binomial plan with no checkpoints)"));
 }
 }  // namespace remat::plan

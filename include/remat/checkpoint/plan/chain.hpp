@@ -21,64 +21,85 @@ namespace remat::plan {
 /// layer behaves, seen from the rest of the chain, like a plain layer that keeps less and whose
 /// backward replays part of its forward first; these are that layer's figures.
 struct PolicyCosts {
-  SavePolicy policy;                            ///< the policy (matched to plans by name)
-  std::vector<double> activation_bytes;         ///< what layer l keeps from its first pass besides x_l, x_{l+1}
-  std::vector<double> forward_transient_bytes;  ///< above x_l, a_l and x_{l+1} while it runs forward
-  std::vector<double> backward_transient_bytes; ///< above what is live when its backward starts, replay included
+  SavePolicy policy;  ///< the policy (matched to plans by name)
+  std::vector<double>
+      activation_bytes;  ///< what layer l keeps from its first pass besides x_l, x_{l+1}
+  std::vector<double>
+      forward_transient_bytes;  ///< above x_l, a_l and x_{l+1} while it runs forward
+  std::vector<double>
+      backward_transient_bytes;  ///< above what is live when its backward starts, replay included
   std::optional<double> last_unheld_backward_transient_bytes;  ///< as Chain's, for the last layer
-  std::vector<bool> saves_input;                ///< x_l stays alive until its backward (captured or saved)
-  std::vector<bool> saves_output;               ///< x_{l+1} stays alive until its backward
-  std::vector<double> replay_cost;              ///< its backward's replay, in the chain's cost unit
+  std::vector<bool> saves_input;    ///< x_l stays alive until its backward (captured or saved)
+  std::vector<bool> saves_output;   ///< x_{l+1} stays alive until its backward
+  std::vector<double> replay_cost;  ///< its backward's replay, in the chain's cost unit
 
   /// Throws a PlanError naming the policy and the first inconsistency.
   void validate(std::size_t n, const char* who) const {
     const auto fail = [&](const std::string& what) {
-      throw PlanError(remat::detail::cat(who, ": the chain's costs for policy '", policy.name(), "' ", what));
+      throw PlanError(
+          remat::detail::cat(who, ": the chain's costs for policy '", policy.name(), "' ", what));
     };
-    if (!policy.keeps_anything()) fail("keep nothing: a layer under save_nothing is a segment of the chain itself");
-    for (const auto* v : {&activation_bytes, &forward_transient_bytes, &backward_transient_bytes, &replay_cost}) {
-      if (v->size() != n) fail(remat::detail::cat("have ", v->size(), " values where the chain has ", n, " layers"));
+    if (!policy.keeps_anything())
+      fail("keep nothing: a layer under save_nothing is a segment of the chain itself");
+    for (const auto* v :
+         {&activation_bytes, &forward_transient_bytes, &backward_transient_bytes, &replay_cost}) {
+      if (v->size() != n)
+        fail(remat::detail::cat("have ", v->size(), " values where the chain has ", n, " layers"));
       for (std::size_t i = 0; i < n; ++i) {
-        if (!((*v)[i] >= 0) || !std::isfinite((*v)[i])) fail(remat::detail::cat("have the value ", (*v)[i], " for layer ", i, "; values must be finite and >= 0"));
+        if (!((*v)[i] >= 0) || !std::isfinite((*v)[i]))
+          fail(remat::detail::cat("have the value ", (*v)[i], " for layer ", i,
+                                  "; values must be finite and >= 0"));
       }
     }
     if (saves_input.size() != n || saves_output.size() != n) {
-      fail(remat::detail::cat("have ", saves_input.size(), " saves_input and ", saves_output.size(), " saves_output flags for ", n, " layers"));
+      fail(remat::detail::cat("have ", saves_input.size(), " saves_input and ", saves_output.size(),
+                              " saves_output flags for ", n, " layers"));
     }
     const double last = last_unheld_backward_transient_bytes.value_or(0);
-    if (!(last >= 0) || !std::isfinite(last)) fail(remat::detail::cat("have a last-layer backward size of ", last));
+    if (!(last >= 0) || !std::isfinite(last))
+      fail(remat::detail::cat("have a last-layer backward size of ", last));
   }
 };
 
 /// What the planners know about a chain of n layers. Bytes are per step; costs are in any unit
 /// (seconds, FLOPs, or 1 per layer).
 struct Chain {
-  std::vector<double> boundary_bytes;            ///< n + 1: x_0 (the input) ... x_n (the output)
-  std::vector<double> activation_bytes;          ///< n: what layer l keeps for backward besides x_l, x_{l+1}
-  std::vector<double> forward_transient_bytes;   ///< n (or empty: 0): temporaries while l runs forward
+  std::vector<double> boundary_bytes;  ///< n + 1: x_0 (the input) ... x_n (the output)
+  std::vector<double>
+      activation_bytes;  ///< n: what layer l keeps for backward besides x_l, x_{l+1}
+  std::vector<double>
+      forward_transient_bytes;  ///< n (or empty: 0): temporaries while l runs forward
   /// The other ways a layer runs (Note [four ways a layer runs] in plan/simulator.hpp), n each
   /// or empty; empty means the upper bound from the plain first pass (a_l + tau_l for a run
   /// that keeps nothing, tau_l for a replay that keeps a_l). "Held": x_l stays alive through the
   /// layer; "free": a replay drops x_l after its last use, so those are whole peaks, above what
   /// else was live, x_l, a_l and x_{l+1} included.
-  std::vector<double> segment_transient_bytes;  ///< first pass inside a segment: above x_l and x_{l+1}
-  std::vector<double> replay_transient_bytes;   ///< replay keeping a_l, x_l held: above x_l, a_l and x_{l+1}
-  std::vector<double> replay_free_peak_bytes;   ///< replay keeping a_l, x_l free: the whole peak
-  std::vector<double> dropped_transient_bytes;  ///< replay keeping nothing, x_l held: above x_l and x_{l+1}
-  std::vector<double> dropped_free_peak_bytes;  ///< replay keeping nothing, x_l free: the whole peak
-  std::vector<double> backward_transient_bytes;  ///< n (or empty: 0): temporaries while l runs backward
+  std::vector<double>
+      segment_transient_bytes;  ///< first pass inside a segment: above x_l and x_{l+1}
+  std::vector<double>
+      replay_transient_bytes;  ///< replay keeping a_l, x_l held: above x_l, a_l and x_{l+1}
+  std::vector<double> replay_free_peak_bytes;  ///< replay keeping a_l, x_l free: the whole peak
+  std::vector<double>
+      dropped_transient_bytes;  ///< replay keeping nothing, x_l held: above x_l and x_{l+1}
+  std::vector<double>
+      dropped_free_peak_bytes;  ///< replay keeping nothing, x_l free: the whole peak
+  std::vector<double>
+      backward_transient_bytes;  ///< n (or empty: 0): temporaries while l runs backward
   /// The last layer's backward temporaries when the output it keeps (tanh's, relu's) is held by
   /// nothing else, so its backward frees it early: a replayed copy, or x_n when the caller does
   /// not hold it (unset: backward_transient_bytes[n-1]).
   std::optional<double> last_unheld_backward_transient_bytes;
-  std::vector<double> forward_cost;              ///< n (or empty: 1 each): cost of layer l's forward
-  std::vector<bool> saves_output;                ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
-  std::vector<bool> saves_input;                 ///< n (or empty: all true): layer l keeps x_l for its backward
-  double loss_bytes = 0;                         ///< what the loss keeps from its forward to its backward
-  double loss_output_bytes = 0;                  ///< the loss value and its seed gradient, alive to the end
-  double loss_forward_transient_bytes = 0;       ///< temporaries while the loss runs forward (a logits chunk)
-  double loss_backward_transient_bytes = 0;      ///< temporaries while the loss runs backward, x_n's gradient included
-  bool input_made_in_step = false;               ///< x_0 is computed during the step (it then counts)
+  std::vector<double> forward_cost;  ///< n (or empty: 1 each): cost of layer l's forward
+  std::vector<bool>
+      saves_output;  ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
+  std::vector<bool> saves_input;  ///< n (or empty: all true): layer l keeps x_l for its backward
+  double loss_bytes = 0;          ///< what the loss keeps from its forward to its backward
+  double loss_output_bytes = 0;   ///< the loss value and its seed gradient, alive to the end
+  double loss_forward_transient_bytes =
+      0;  ///< temporaries while the loss runs forward (a logits chunk)
+  double loss_backward_transient_bytes =
+      0;  ///< temporaries while the loss runs backward, x_n's gradient included
+  bool input_made_in_step = false;  ///< x_0 is computed during the step (it then counts)
   /// The caller holds the output x_n until the backward pass ends, as `auto y = model(x);
   /// tape.backward(loss(y));` does and plan::profile measures. false: x_n lives until the
   /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
@@ -99,30 +120,43 @@ struct Chain {
     return c;
   }
 
-  double boundary(std::size_t j) const noexcept { return j == 0 && !input_made_in_step ? 0.0 : boundary_bytes[j]; }
+  double boundary(std::size_t j) const noexcept {
+    return j == 0 && !input_made_in_step ? 0.0 : boundary_bytes[j];
+  }
   double activation(std::size_t l) const noexcept { return activation_bytes[l]; }
-  double tau(std::size_t l) const noexcept { return forward_transient_bytes.empty() ? 0.0 : forward_transient_bytes[l]; }
+  double tau(std::size_t l) const noexcept {
+    return forward_transient_bytes.empty() ? 0.0 : forward_transient_bytes[l];
+  }
   double tau_segment(std::size_t l) const noexcept {
     return segment_transient_bytes.empty() ? activation(l) + tau(l) : segment_transient_bytes[l];
   }
-  double tau_replay(std::size_t l) const noexcept { return replay_transient_bytes.empty() ? tau(l) : replay_transient_bytes[l]; }
+  double tau_replay(std::size_t l) const noexcept {
+    return replay_transient_bytes.empty() ? tau(l) : replay_transient_bytes[l];
+  }
   double tau_dropped(std::size_t l) const noexcept {
     return dropped_transient_bytes.empty() ? activation(l) + tau(l) : dropped_transient_bytes[l];
   }
   /// The peak of replaying layer l above what else is live, its input x_l included: held (x_l
   /// alive throughout) or free (dropped after its last use), keeping a_l or not.
   double replay_peak(std::size_t l, bool keeps, bool input_held) const noexcept {
-    const double held = boundary(l) + boundary(l + 1) + (keeps ? activation(l) + tau_replay(l) : tau_dropped(l));
+    const double held =
+        boundary(l) + boundary(l + 1) + (keeps ? activation(l) + tau_replay(l) : tau_dropped(l));
     const std::vector<double>& free = keeps ? replay_free_peak_bytes : dropped_free_peak_bytes;
     return input_held || free.empty() ? held : free[l];
   }
   /// beta_l, for the last layer whether its kept output is held by anything else or not.
   double beta(std::size_t l, bool output_unheld) const noexcept {
-    return output_unheld && l + 1 == layers() && last_unheld_backward_transient_bytes ? *last_unheld_backward_transient_bytes : beta(l);
+    return output_unheld && l + 1 == layers() && last_unheld_backward_transient_bytes
+               ? *last_unheld_backward_transient_bytes
+               : beta(l);
   }
-  double beta(std::size_t l) const noexcept { return backward_transient_bytes.empty() ? 0.0 : backward_transient_bytes[l]; }
+  double beta(std::size_t l) const noexcept {
+    return backward_transient_bytes.empty() ? 0.0 : backward_transient_bytes[l];
+  }
   double cost(std::size_t l) const noexcept { return forward_cost.empty() ? 1.0 : forward_cost[l]; }
-  bool keeps_output(std::size_t l) const noexcept { return saves_output.empty() || saves_output[l]; }
+  bool keeps_output(std::size_t l) const noexcept {
+    return saves_output.empty() || saves_output[l];
+  }
   bool keeps_input(std::size_t l) const noexcept { return saves_input.empty() || saves_input[l]; }
   double total_cost() const noexcept {
     double s = 0;
@@ -133,16 +167,21 @@ struct Chain {
   /// Throws a PlanError naming the first inconsistency (sizes, negative or non-finite values).
   void validate(const char* who) const {
     const std::size_t n = layers();
-    const auto fail = [&](const std::string& what) { throw PlanError(std::string(who) + ": chain " + what); };
+    const auto fail = [&](const std::string& what) {
+      throw PlanError(std::string(who) + ": chain " + what);
+    };
     if (n == 0) fail("has no layers");
     if (boundary_bytes.size() != n + 1) {
-      fail(detail::cat("has ", n, " layers but ", boundary_bytes.size(), " boundary sizes (needs ", n + 1, ")"));
+      fail(detail::cat("has ", n, " layers but ", boundary_bytes.size(), " boundary sizes (needs ",
+                       n + 1, ")"));
     }
     const auto check = [&](const std::vector<double>& v, const char* name, bool optional) {
       if (optional && v.empty()) return;
-      if (v.size() != n && v != boundary_bytes) fail(detail::cat("has ", n, " layers but ", v.size(), " ", name));
+      if (v.size() != n && v != boundary_bytes)
+        fail(detail::cat("has ", n, " layers but ", v.size(), " ", name));
       for (std::size_t i = 0; i < v.size(); ++i) {
-        if (!(v[i] >= 0) || !std::isfinite(v[i])) fail(detail::cat("has ", name, "[", i, "] = ", v[i], "; values must be finite and >= 0"));
+        if (!(v[i] >= 0) || !std::isfinite(v[i]))
+          fail(detail::cat("has ", name, "[", i, "] = ", v[i], "; values must be finite and >= 0"));
       }
     };
     check(boundary_bytes, "boundary_bytes", false);
@@ -155,16 +194,22 @@ struct Chain {
     check(dropped_free_peak_bytes, "dropped_free_peak_bytes", true);
     check(backward_transient_bytes, "backward_transient_bytes", true);
     check(forward_cost, "forward_cost", true);
-    if (!saves_output.empty() && saves_output.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_output.size(), " saves_output flags"));
-    if (!saves_input.empty() && saves_input.size() != n) fail(remat::detail::cat("has ", n, " layers but ", saves_input.size(), " saves_input flags"));
-    for (double v : {loss_bytes, loss_output_bytes, loss_forward_transient_bytes, loss_backward_transient_bytes,
-                     last_unheld_backward_transient_bytes.value_or(0)}) {
-      if (!(v >= 0) || !std::isfinite(v)) fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
+    if (!saves_output.empty() && saves_output.size() != n)
+      fail(remat::detail::cat("has ", n, " layers but ", saves_output.size(),
+                              " saves_output flags"));
+    if (!saves_input.empty() && saves_input.size() != n)
+      fail(remat::detail::cat("has ", n, " layers but ", saves_input.size(), " saves_input flags"));
+    for (double v :
+         {loss_bytes, loss_output_bytes, loss_forward_transient_bytes,
+          loss_backward_transient_bytes, last_unheld_backward_transient_bytes.value_or(0)}) {
+      if (!(v >= 0) || !std::isfinite(v))
+        fail(remat::detail::cat("has a loss size of ", v, "; it must be finite and >= 0"));
     }
     for (std::size_t i = 0; i < policies.size(); ++i) {
       policies[i].validate(n, who);
       for (std::size_t j = 0; j < i; ++j) {
-        if (policies[j].policy == policies[i].policy) fail(remat::detail::cat("has two entries for policy '", policies[i].policy.name(), "'"));
+        if (policies[j].policy == policies[i].policy)
+          fail(remat::detail::cat("has two entries for policy '", policies[i].policy.name(), "'"));
       }
     }
   }
@@ -211,12 +256,18 @@ enum class Kind { none, every, sqrt, budget, optimal, custom };
 /// The planner's name: "none", "every", "sqrt", "budget", "optimal" or "custom".
 inline const char* to_string(Kind k) noexcept {
   switch (k) {
-    case Kind::none: return "none";
-    case Kind::every: return "every";
-    case Kind::sqrt: return "sqrt";
-    case Kind::budget: return "budget";
-    case Kind::optimal: return "optimal";
-    case Kind::custom: break;
+    case Kind::none:
+      return "none";
+    case Kind::every:
+      return "every";
+    case Kind::sqrt:
+      return "sqrt";
+    case Kind::budget:
+      return "budget";
+    case Kind::optimal:
+      return "optimal";
+    case Kind::custom:
+      break;
   }
   return "custom";
 }
@@ -231,14 +282,16 @@ inline std::string format_bytes(double bytes) {
     ++u;
   }
   std::ostringstream out;
-  if (u == 0) out << std::llround(v) << " B";
-  else out << std::fixed << std::setprecision(2) << v << " " << units[u];
+  if (u == 0)
+    out << std::llround(v) << " B";
+  else
+    out << std::fixed << std::setprecision(2) << v << " " << units[u];
   return out.str();
 }
 
 /// A plan: which layers run inside which segments, and what that is predicted to cost.
 struct Plan {
-  Kind kind = Kind::custom;      ///< which planner made it
+  Kind kind = Kind::custom;  ///< which planner made it
   std::size_t layers = 0;
   std::vector<Segment> segments;  ///< top level, in order, disjoint; other layers run plainly
   double peak_bytes = 0;          ///< predicted peak above what was live before the step
@@ -257,8 +310,9 @@ struct Plan {
   std::size_t segment_count() const noexcept { return count(segments); }
 
   /// One line: planner, segments, depth, predicted peak (in B, KiB or MiB) and recompute, e.g.
-  /// "budget: 3 segments over 12 layers, depth 1, predicted peak 1.50 MiB, recompute 25.0 % of a forward",
-  /// then one indented line per layer (layer_notes) when the plan was made from measured sizes.
+  /// "budget: 3 segments over 12 layers, depth 1, predicted peak 1.50 MiB, recompute 25.0 % of a
+  /// forward", then one indented line per layer (layer_notes) when the plan was made from measured
+  /// sizes.
   std::string describe() const {
     std::string out = summary();
     if (predicted) {
@@ -270,9 +324,12 @@ struct Plan {
   /// The first line of describe().
   std::string summary() const {
     std::ostringstream out;
-    out << to_string(kind) << ": " << segment_count() << " segments over " << layers << " layers, depth " << depth();
+    out << to_string(kind) << ": " << segment_count() << " segments over " << layers
+        << " layers, depth " << depth();
     if (predicted) out << ", predicted peak " << format_bytes(peak_bytes);
-    out << ", recompute " << remat::detail::cat(std::fixed, std::setprecision(1), recompute_fraction * 100) << " % of a forward";
+    out << ", recompute "
+        << remat::detail::cat(std::fixed, std::setprecision(1), recompute_fraction * 100)
+        << " % of a forward";
     if (slots >= 0) out << ", " << slots << " slots";
     return out.str();
   }

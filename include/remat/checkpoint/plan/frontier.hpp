@@ -26,14 +26,16 @@ inline constexpr std::size_t kFrontierBudgets = 32;
 inline std::vector<Plan> frontier(const Chain& chain) {
   chain.validate("plan::frontier");
   std::vector<Plan> candidates{none(chain), every(chain), sqrt(chain)};
-  for (std::size_t k = 0; k < std::min(chain.layers(), kFrontierSlots + 1); ++k) candidates.push_back(optimal(chain, k));
+  for (std::size_t k = 0; k < std::min(chain.layers(), kFrontierSlots + 1); ++k)
+    candidates.push_back(optimal(chain, k));
   std::vector<double> peaks;
   for (const Plan& p : candidates) peaks.push_back(p.peak_bytes);
   std::sort(peaks.begin(), peaks.end());
   if (!chain.policies.empty() && peaks.size() > 1) {
     // policy layers reach peaks between the layer-level plans'
     const double low = peaks.front(), high = peaks.back();
-    for (std::size_t i = 1; i < kFrontierBudgets; ++i) peaks.push_back(low + (high - low) * static_cast<double>(i) / kFrontierBudgets);
+    for (std::size_t i = 1; i < kFrontierBudgets; ++i)
+      peaks.push_back(low + (high - low) * static_cast<double>(i) / kFrontierBudgets);
     std::sort(peaks.begin(), peaks.end());
   }
   peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());

@@ -30,7 +30,11 @@ class NestedPlanner {
   static constexpr std::size_t kExactLayers = 96;
 
   NestedPlanner(const Chain& c, std::size_t slots)
-      : c_(c), n_(c.layers()), k_(std::min<std::size_t>(slots, n_)), exact_(n_ <= kExactLayers), prefix_(n_ + 1, 0) {
+      : c_(c),
+        n_(c.layers()),
+        k_(std::min<std::size_t>(slots, n_)),
+        exact_(n_ <= kExactLayers),
+        prefix_(n_ + 1, 0) {
     for (std::size_t l = 0; l < n_; ++l) prefix_[l + 1] = prefix_[l] + (exact_ ? c.cost(l) : 1.0);
     const std::size_t ranges = exact_ ? (n_ + 1) * (n_ + 1) : n_ + 1;
     for (Table* table : {&t_, &h_}) {
@@ -99,7 +103,8 @@ class NestedPlanner {
     if (root) {
       best.cost = get(false, s, e, k).cost;  // one child over the whole range
     } else {
-      best.cost = forward(s, e) + (e - s > 1 ? get(false, s, e - 1, k).cost : 0.0);  // last layer direct
+      best.cost =
+          forward(s, e) + (e - s > 1 ? get(false, s, e - 1, k).cost : 0.0);  // last layer direct
     }
     // T's split at m = e - 1 costs what the direct last layer costs and spends a checkpoint.
     const std::size_t last = root ? e - 1 : e - 2;
@@ -114,8 +119,10 @@ class NestedPlanner {
       std::size_t lo = s + 1, hi = last;
       while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        if (cost(mid + 1) - cost(mid) >= 0) hi = mid;
-        else lo = mid + 1;
+        if (cost(mid + 1) - cost(mid) >= 0)
+          hi = mid;
+        else
+          lo = mid + 1;
       }
       m = lo;
     }
@@ -186,6 +193,8 @@ inline Plan optimal(const Chain& chain, std::size_t slots) {
   return p;
 }
 /// optimal() from a layer count alone (layers of equal cost, no memory prediction).
-inline Plan optimal(std::size_t n, std::size_t slots) { return detail::unmeasured(optimal(Chain::uniform(n), slots)); }
+inline Plan optimal(std::size_t n, std::size_t slots) {
+  return detail::unmeasured(optimal(Chain::uniform(n), slots));
+}
 
 }  // namespace remat::plan

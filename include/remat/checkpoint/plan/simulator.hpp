@@ -74,17 +74,19 @@ namespace detail {
 
 /// Throws a PlanError unless the segments are sorted, disjoint, non-empty, nested strictly
 /// inside their parents and inside [0, n).
-inline void check_segments(const std::vector<Segment>& segs, std::size_t begin, std::size_t end, std::size_t n,
-                           const char* who) {
+inline void check_segments(const std::vector<Segment>& segs, std::size_t begin, std::size_t end,
+                           std::size_t n, const char* who) {
   std::size_t at = begin;
   for (const Segment& s : segs) {
     if (s.begin < at || s.end <= s.begin || s.end > end) {
-      throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") is empty, overlaps another, or leaves ",
-                                         end == n && begin == 0 ? "the chain" : "its parent", " [", begin, ", ", end,
-                                         "); segments must be sorted, disjoint and nested"));
+      throw PlanError(remat::detail::cat(
+          who, ": segment [", s.begin, ", ", s.end, ") is empty, overlaps another, or leaves ",
+          end == n && begin == 0 ? "the chain" : "its parent", " [", begin, ", ", end,
+          "); segments must be sorted, disjoint and nested"));
     }
     if (s.children.size() == 1 && s.children[0].begin == s.begin && s.children[0].end == s.end) {
-      throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") holds a child over the same layers"));
+      throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end,
+                                         ") holds a child over the same layers"));
     }
     check_segments(s.children, s.begin, s.end, n, who);
     at = s.end;
@@ -94,7 +96,8 @@ inline void check_segments(const std::vector<Segment>& segs, std::size_t begin, 
 /// Throws a PlanError unless `plan` was made for n layers and its segments fit them.
 inline void check_plan(const Plan& plan, std::size_t n, const char* who) {
   if (plan.layers != n) {
-    throw PlanError(remat::detail::cat(who, ": the plan (", to_string(plan.kind), ") is for ", plan.layers, " layers but ", n, " were given"));
+    throw PlanError(remat::detail::cat(who, ": the plan (", to_string(plan.kind), ") is for ",
+                                       plan.layers, " layers but ", n, " were given"));
   }
   check_segments(plan.segments, 0, n, n, who);
 }
@@ -103,7 +106,14 @@ inline void check_plan(const Plan& plan, std::size_t n, const char* who) {
 class Simulator {
  public:
   Simulator(const Chain& chain, const std::vector<Segment>& top)
-      : c_(chain), n_(chain.layers()), pins_(n_ + 2, 0), captures_(n_ + 1, 0), kept_(n_, 0), out_slot_(n_, 0), innermost_(n_, -1), starting_(n_) {
+      : c_(chain),
+        n_(chain.layers()),
+        pins_(n_ + 2, 0),
+        captures_(n_ + 1, 0),
+        kept_(n_, 0),
+        out_slot_(n_, 0),
+        innermost_(n_, -1),
+        starting_(n_) {
     flatten(top, -1, 1);
   }
 
@@ -148,7 +158,9 @@ class Simulator {
     }
   }
 
-  int depth_of_layer(std::size_t l) const noexcept { return innermost_[l] < 0 ? 0 : segs_[innermost_[l]].depth; }
+  int depth_of_layer(std::size_t l) const noexcept {
+    return innermost_[l] < 0 ? 0 : segs_[innermost_[l]].depth;
+  }
 
   /// Bytes of boundary slot j; slot n + 1 is x_n recomputed by a replay (Note [memory model]).
   double bytes(std::size_t j) const noexcept { return c_.boundary(std::min(j, n_)); }
@@ -173,7 +185,8 @@ class Simulator {
   void capture(int s) {
     segs_[s].captured = true;
     const std::size_t j = segs_[s].begin;
-    if (c_.boundary(j) > 0 && captures_[j]++ == 0) ++checkpoints_;  // nested segments may share an input
+    if (c_.boundary(j) > 0 && captures_[j]++ == 0)
+      ++checkpoints_;  // nested segments may share an input
     pin(j);
   }
   void uncapture(int s) {
@@ -193,7 +206,8 @@ class Simulator {
       const bool keeps = depth_of_layer(l) == level;
       // Note [four ways a layer runs]
       if (level == 0) {  // the caller's Var holds x_l while the layer runs
-        touch(current + c_.boundary(l + 1) + (keeps ? c_.activation(l) + c_.tau(l) : c_.tau_segment(l)));
+        touch(current + c_.boundary(l + 1) +
+              (keeps ? c_.activation(l) + c_.tau(l) : c_.tau_segment(l)));
       } else {  // a replay drops x_l after its last use unless something pins it
         touch(c_.replay_peak(l, keeps, pins_[l] > 0) - (pins_[l] > 0 ? c_.boundary(l) : 0.0));
       }
@@ -211,13 +225,15 @@ class Simulator {
 
   void materialize(std::size_t l) {
     chain_.clear();
-    for (int s = innermost_[l]; s >= 0 && !segs_[s].materialized; s = segs_[s].parent) chain_.push_back(s);
+    for (int s = innermost_[l]; s >= 0 && !segs_[s].materialized; s = segs_[s].parent)
+      chain_.push_back(s);
     for (std::size_t i = chain_.size(); i-- > 0;) replay(chain_[i]);
   }
 
   void replay(int s) {
     Flat& seg = segs_[s];
-    const int trailing = seg.last_child >= 0 && segs_[seg.last_child].end == seg.end ? seg.last_child : -1;
+    const int trailing =
+        seg.last_child >= 0 && segs_[seg.last_child].end == seg.end ? seg.last_child : -1;
     const std::size_t stop = trailing >= 0 ? segs_[trailing].begin : seg.end;
     for (std::size_t l = seg.begin; l < stop; ++l) result_.recompute += c_.cost(l);
     forward(seg.begin, stop, seg.depth);
@@ -248,7 +264,8 @@ namespace detail {
 /// The layers of `segments` that run under a policy keeping something (Note [policy layers]):
 /// per layer, the index into chain.policies, or -1. Throws a PlanError for a policy segment the
 /// simulator does not model or whose policy the chain has no costs for.
-inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segment>& segments, const char* who) {
+inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segment>& segments,
+                                      const char* who) {
   std::vector<int> out(chain.layers(), -1);
   struct Walk {
     const Chain& chain;
@@ -258,17 +275,22 @@ inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segm
       for (const Segment& s : list) {
         if (s.policy.keeps_anything()) {
           if (!top || s.end != s.begin + 1 || !s.children.empty()) {
-            throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ")", top ? "" : " (nested)", " carries the policy '",
-                                               s.policy.name(), "'; predictions model a policy segment over one layer at the top level "
-                                               "(Note [policy layers]): split it, or use plan::with_policy() for an unpredicted plan"));
+            throw PlanError(remat::detail::cat(
+                who, ": segment [", s.begin, ", ", s.end, ")", top ? "" : " (nested)",
+                " carries the policy '", s.policy.name(),
+                "'; predictions model a policy segment over one layer at the top level "
+                "(Note [policy layers]): split it, or use plan::with_policy() for an unpredicted "
+                "plan"));
           }
           const int p = chain.policy_index(s.policy);
           if (p < 0) {
             std::string known;
-            for (const PolicyCosts& q : chain.policies) known += (known.empty() ? "" : ", ") + q.policy.name();
-            throw PlanError(remat::detail::cat(who, ": segment [", s.begin, ", ", s.end, ") carries the policy '", s.policy.name(),
-                                               "', which the chain has no costs for (it has: ", known.empty() ? "none" : known,
-                                               "); profile the chain with that policy (ProfileOptions::policies)"));
+            for (const PolicyCosts& q : chain.policies)
+              known += (known.empty() ? "" : ", ") + q.policy.name();
+            throw PlanError(remat::detail::cat(
+                who, ": segment [", s.begin, ", ", s.end, ") carries the policy '", s.policy.name(),
+                "', which the chain has no costs for (it has: ", known.empty() ? "none" : known,
+                "); profile the chain with that policy (ProfileOptions::policies)"));
           }
           out[s.begin] = p;
         }
@@ -288,7 +310,8 @@ struct Resolved {
   double replay_cost = 0;
 };
 
-inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>& segments, const std::vector<int>& layer_policy) {
+inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>& segments,
+                                 const std::vector<int>& layer_policy) {
   Resolved r{chain, {}, 0};
   r.chain.policies.clear();
   for (const Segment& s : segments) {
@@ -322,7 +345,8 @@ inline Prediction predict(const Chain& chain, const std::vector<Segment>& segmen
   chain.validate("plan::predict");
   detail::check_segments(segments, 0, chain.layers(), chain.layers(), "plan::predict");
   const std::vector<int> layer_policy = detail::policy_layers(chain, segments, "plan::predict");
-  if (std::all_of(layer_policy.begin(), layer_policy.end(), [](int p) { return p < 0; })) return detail::Simulator(chain, segments).run();
+  if (std::all_of(layer_policy.begin(), layer_policy.end(), [](int p) { return p < 0; }))
+    return detail::Simulator(chain, segments).run();
   const detail::Resolved r = detail::resolve_policies(chain, segments, layer_policy);
   Prediction p = detail::Simulator(r.chain, r.segments).run();
   p.recompute += r.replay_cost;
@@ -332,7 +356,8 @@ inline Prediction predict(const Chain& chain, const std::vector<Segment>& segmen
 namespace detail {
 
 /// Plan::layer_notes: per layer, how it runs under `segments` and what it keeps and replays.
-inline std::vector<std::string> layer_notes(const Chain& chain, const std::vector<Segment>& segments) {
+inline std::vector<std::string> layer_notes(const Chain& chain,
+                                            const std::vector<Segment>& segments) {
   const std::size_t n = chain.layers();
   std::vector<const Segment*> innermost(n, nullptr);
   std::vector<int> depth(n, 0);
@@ -351,7 +376,9 @@ inline std::vector<std::string> layer_notes(const Chain& chain, const std::vecto
   };
   Walk{innermost, depth}(segments, 1);
   const auto percent = [](double part, double whole) {
-    return whole > 0 ? remat::detail::cat(std::llround(100 * part / whole), " % of its forward time") : std::string("no forward time");
+    return whole > 0
+               ? remat::detail::cat(std::llround(100 * part / whole), " % of its forward time")
+               : std::string("no forward time");
   };
   std::vector<std::string> notes;
   for (std::size_t l = 0; l < n; ++l) {
@@ -365,14 +392,17 @@ inline std::vector<std::string> layer_notes(const Chain& chain, const std::vecto
         note += s->policy.name() + " (no costs measured for it)";
       } else {
         const PolicyCosts& q = chain.policies[static_cast<std::size_t>(p)];
-        note += remat::detail::cat(s->policy.name(), ", keeps ", format_bytes(q.activation_bytes[l]), ", replays the rest (",
-                                   format_bytes(std::max(0.0, chain.activation(l) - q.activation_bytes[l])), ", ",
-                                   percent(q.replay_cost[l], chain.cost(l)), ")");
+        note += remat::detail::cat(
+            s->policy.name(), ", keeps ", format_bytes(q.activation_bytes[l]),
+            ", replays the rest (",
+            format_bytes(std::max(0.0, chain.activation(l) - q.activation_bytes[l])), ", ",
+            percent(q.replay_cost[l], chain.cost(l)), ")");
       }
     } else {
-      note += remat::detail::cat("replayed in segment [", s->begin, ", ", s->end, ") at depth ", depth[l], ", recomputes ",
-                                 format_bytes(chain.activation(l)));
-      if (l == s->begin) note += ", the segment keeps its input (" + format_bytes(chain.boundary(l)) + ")";
+      note += remat::detail::cat("replayed in segment [", s->begin, ", ", s->end, ") at depth ",
+                                 depth[l], ", recomputes ", format_bytes(chain.activation(l)));
+      if (l == s->begin)
+        note += ", the segment keeps its input (" + format_bytes(chain.boundary(l)) + ")";
     }
     notes.push_back(std::move(note));
   }
