@@ -166,7 +166,7 @@ struct GptModel {
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
     // attention scores and weighted values over the whole context (2 T C); plus the head.
     const double blocks =
-        2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * context * kWidth);
+        2.0 * tokens * kLayers * (12.0 * kWidth * kWidth + 2.0 * double(context) * kWidth);
     const double head = 2.0 * tokens * kWidth * kVocab;  // chunked: 1 GEMM forward, 3 backward
     m.flops = [blocks, head](double recompute) { return (3 + recompute) * blocks + 4 * head; };
     return m;

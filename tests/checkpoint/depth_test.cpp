@@ -10,7 +10,7 @@ using namespace remat;
 TEST_CASE("a 10,000-layer chain trains with a nested plan inside a 2 MiB activation budget",
           "[checkpoint][depth]") {
   constexpr int kLayers = 10000, kWidth = 64, kBatch = 64;
-  constexpr double kBudget = 2.0 * 1024 * 1024;
+  constexpr std::size_t kBudget = 2 * 1024 * 1024;
   remat::test::ChainModel model(kLayers, kWidth, "tanh", 1);
   Rng rng(2);
   const auto x = rng.normal_tensor<float>({kBatch, kWidth});
