@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Global-norm gradient clipping: scales every gradient by max_norm / norm when the L2 norm of
-/// all of them together exceeds max_norm (PyTorch's clip_grad_norm_).
+/// Global-norm gradient clipping: scales every gradient by max_norm / (norm + 1e-6) when the L2
+/// norm of all of them together exceeds max_norm (PyTorch's clip_grad_norm_, epsilon included).
 
 #include <cmath>
 #include <vector>
