@@ -13,24 +13,19 @@
 #include "remat/core/record.hpp"
 #include "remat/ops/flash_attention.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/rope.hpp"
 
 namespace remat {
 namespace detail {
 
 template <class T>
-class FlashGroupedQueryAttentionNode final : public Node<T> {
+class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
  public:
   FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
                                  std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
                                  std::int64_t block_rows)
-      : b_(batch),
-        t_(time),
-        h_(heads),
-        g_(kv_heads),
-        d_(dim),
-        rep_(heads / kv_heads),
-        rope_(rope),
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
 
@@ -39,10 +34,8 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
   // P = softmax(causal(S)), lse = log-sum-exp of each row, y[i0:i1] = P V_g[0:i1].
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& v = in[2];
-    const RopeTable<T> table(t_, d_, rope_);
     Tensor<T> qr(in[0].shape()), kr(in[1].shape());
-    table.apply(in[0].data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, false);
-    table.apply(in[1].data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, false);
+    rotate(in[0], in[1], qr, kr, false);
     Tensor<T> y(in[0].shape());
     Tensor<T> lse(Shape{b_, h_, t_});
     Tensor<T> scores(Shape{rows_, t_});
@@ -117,28 +110,12 @@ class FlashGroupedQueryAttentionNode final : public Node<T> {
     if (!need_qk) return;
     probs.reset();
     dp.reset();
-    const RopeTable<T> table(t_, d_, rope_);
-    table.apply(dq.data(), cq(), dq.data(), cq(), b_ * t_, t_, h_, true);
-    table.apply(dk.data(), ckv(), dk.data(), ckv(), b_ * t_, t_, g_, true);
+    rotate(dq, dk, dq, dk, true);
     grads.add(0, std::move(dq));
     grads.add(1, std::move(dk));
   }
 
  private:
-  std::int64_t cq() const noexcept { return h_ * d_; }
-  std::int64_t ckv() const noexcept { return g_ * d_; }
-  /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
-  template <class P>
-  P* q_at(P* base, std::int64_t b, std::int64_t h) const {
-    return base + b * t_ * cq() + h * d_;
-  }
-  template <class P>
-  P* kv_at(P* base, std::int64_t b, std::int64_t h) const {
-    return base + b * t_ * ckv() + (h / rep_) * d_;
-  }
-
-  std::int64_t b_, t_, h_, g_, d_, rep_;
-  RopeOptions rope_;
   std::int64_t rows_;
 };
 

@@ -17,11 +17,12 @@
 namespace remat {
 namespace detail {
 
-template <class T>
-class GroupedQueryAttentionNode final : public Node<T> {
- public:
-  GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
-                            std::int64_t kv_heads, std::int64_t dim, RopeOptions rope)
+/// The extents of a grouped-query attention over (B, T, H D) queries and (B, T, G D) keys and
+/// values, where each head sits in them, and its RoPE: what the fused and the flash node share.
+class GqaLayout {
+ protected:
+  GqaLayout(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads,
+            std::int64_t dim, RopeOptions rope)
       : b_(batch),
         t_(time),
         h_(heads),
@@ -29,16 +30,46 @@ class GroupedQueryAttentionNode final : public Node<T> {
         d_(dim),
         rep_(heads / kv_heads),
         rope_(rope) {}
+
+  std::int64_t cq() const noexcept { return h_ * d_; }
+  std::int64_t ckv() const noexcept { return g_ * d_; }
+  /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
+  template <class P>
+  P* q_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * cq() + h * d_;
+  }
+  template <class P>
+  P* kv_at(P* base, std::int64_t b, std::int64_t h) const {
+    return base + b * t_ * ckv() + (h / rep_) * d_;
+  }
+
+  /// Rotates queries q into qr and keys k into kr (inverse: rotates back; in place is allowed).
+  template <class T>
+  void rotate(const Tensor<T>& q, const Tensor<T>& k, Tensor<T>& qr, Tensor<T>& kr,
+              bool inverse) const {
+    const RopeTable<T> table(t_, d_, rope_);
+    table.apply(q.data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, inverse);
+    table.apply(k.data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, inverse);
+  }
+
+  std::int64_t b_, t_, h_, g_, d_, rep_;
+  RopeOptions rope_;
+};
+
+template <class T>
+class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
+ public:
+  GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
+                            std::int64_t kv_heads, std::int64_t dim, RopeOptions rope)
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope) {}
   const char* op_name() const noexcept override { return "grouped_query_attention"; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
   // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& v = in[2];
-    const RopeTable<T> table(t_, d_, rope_);
     Tensor<T> qr(in[0].shape()), kr(in[1].shape());
-    table.apply(in[0].data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, false);
-    table.apply(in[1].data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, false);
+    rotate(in[0], in[1], qr, kr, false);
     Tensor<T> y(in[0].shape());
     Tensor<T> probs(Shape{b_, h_, t_, t_});
     const T scale = T(1) / std::sqrt(T(d_));
@@ -97,26 +128,12 @@ class GroupedQueryAttentionNode final : public Node<T> {
     }
     if (!need_qk) return;
     dp.reset();
-    const RopeTable<T> table(t_, d_, rope_);
-    table.apply(dq.data(), cq(), dq.data(), cq(), b_ * t_, t_, h_, true);
-    table.apply(dk.data(), ckv(), dk.data(), ckv(), b_ * t_, t_, g_, true);
+    rotate(dq, dk, dq, dk, true);
     grads.add(0, std::move(dq));
     grads.add(1, std::move(dk));
   }
 
  private:
-  std::int64_t cq() const noexcept { return h_ * d_; }
-  std::int64_t ckv() const noexcept { return g_ * d_; }
-  /// Head h of batch b in a (B, T, H D) buffer, and the key/value head it reads in (B, T, G D).
-  template <class P>
-  P* q_at(P* base, std::int64_t b, std::int64_t h) const {
-    return base + b * t_ * cq() + h * d_;
-  }
-  template <class P>
-  P* kv_at(P* base, std::int64_t b, std::int64_t h) const {
-    return base + b * t_ * ckv() + (h / rep_) * d_;
-  }
-
   /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
   void causal_softmax_rows(T* p) const {
     for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
@@ -142,9 +159,6 @@ class GroupedQueryAttentionNode final : public Node<T> {
       }
     });
   }
-
-  std::int64_t b_, t_, h_, g_, d_, rep_;
-  RopeOptions rope_;
 };
 
 }  // namespace detail
