@@ -219,18 +219,23 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   if (m == 0 || n == 0) return;
   const FloatModeGuard float_mode;  // this thread's part; OpenBLAS's own threads keep theirs
 #if REMAT_USE_BLAS
-  // Eigen's GEMM is chosen only when it was compiled for wider vectors than OpenBLAS's kernels
-  // (choose_gemm()), never when it was compiled for the baseline, as users' default flags do:
-  // then it is not even instantiated, which saves a third of a small program's compile time.
-  if constexpr (eigen_isa() == Isa::baseline) {
-    blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  } else if (gemm_choice().path == GemmPath::blas) {
+  // The first GEMM makes the choice, re-selecting OpenBLAS's kernels if they fall short (Note
+  // [GEMM kernel choice]); every GEMM must pass here, whichever path it then takes.
+  const GemmPath path = gemm_choice().path;
+  // Eigen's GEMM is chosen only when it was compiled for wider vectors than OpenBLAS's kernels,
+  // never when it was compiled for the baseline, as users' default flags do: then it is not even
+  // instantiated, which saves a third of a small program's compile time.
+  if (eigen_isa() == Isa::baseline || path == GemmPath::blas) {
     blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-#endif
+  if constexpr (eigen_isa() != Isa::baseline) {
+    eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#else
   eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
 }
 
 }  // namespace remat::detail
