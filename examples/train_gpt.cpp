@@ -16,16 +16,10 @@
 // With --json the last line is a JSON object: first_val_loss, final_val_loss, tokens_per_s,
 // act_peak_mb, seconds, steps, checkpoint, world_size.
 //
-// Built with MPI (the remat::mpi target defines REMAT_WITH_MPI), it runs unchanged under
-// `mpirun -np N train_gpt ...`: data-parallel, --batch rows per rank. Every rank draws the same
-// batch of N x --batch windows and takes its own slice, so N ranks train as one process with
-// --batch N x B would (to float rounding); gradients are averaged during the backward pass
-// (remat::dist::DataParallel); only rank 0 evaluates, prints, logs and saves; tokens_per_s counts
-// the whole job.
+// Built with MPI, it runs unchanged under `mpirun -np N train_gpt ...` (ranks.hpp): --batch rows
+// per rank, N ranks train as one process with --batch N x B would (to float rounding), only
+// rank 0 evaluates, prints, logs and saves; tokens_per_s counts the whole job.
 #include <remat/remat.hpp>
-#ifdef REMAT_WITH_MPI
-#include <remat/dist/data_parallel.hpp>
-#endif
 
 #include <unistd.h>
 
@@ -41,6 +35,7 @@
 
 #include "corpus.hpp"
 #include "flags.hpp"
+#include "ranks.hpp"
 
 #ifndef REMAT_EXAMPLE_DATA
 #define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
@@ -134,14 +129,9 @@ constexpr const char* kProgram = "train_gpt";
 }  // namespace
 
 int main(int argc, char** argv) {
-#ifdef REMAT_WITH_MPI
-  const remat::dist::Environment mpi(argc, argv);
-  const remat::dist::Communicator comm = remat::dist::Communicator::world();
-  const int rank = comm.rank(), ranks = comm.size();
-#else
-  const int rank = 0, ranks = 1;
-#endif
-  const bool root = rank == 0;  // the rank that evaluates, prints, logs and saves
+  ranks::Job job(argc, argv);
+  const int ranks = job.size();
+  const bool root = job.root();  // the rank that evaluates, prints, logs and saves
   try {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
@@ -185,11 +175,7 @@ int main(int argc, char** argv) {
             resumed["steps"] + ", " + resumed["seed"] + ")");
       }
     }
-#ifdef REMAT_WITH_MPI
-    // Equal starting weights on every rank (rank 0's), gradients averaged during backward.
-    std::optional<remat::dist::DataParallel<float>> dp;
-    if (ranks > 1) dp.emplace(comm, gpt.parameters());
-#endif
+    job.replicate(gpt.parameters());  // rank 0's weights everywhere; the optimizer holds all
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
@@ -226,8 +212,7 @@ int main(int argc, char** argv) {
     for (std::int64_t step = start; step < end; ++step) {
       // the job's batch, the same on every rank; this rank trains on its slice of it
       corpus::fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y, kProgram);
-      x = x.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
-      y = y.narrow_rows(rank * o.batch, (rank + 1) * o.batch).clone();
+      x = job.slice(x), y = job.slice(y);
       optimizer.set_lr(schedule(step));
       const auto s0 = std::chrono::steady_clock::now();
       float loss = 0;
@@ -241,14 +226,7 @@ int main(int argc, char** argv) {
         remat::Tape tape(remat::TapeOptions{
             .seed = remat::detail::mix64(o.seed ^ remat::detail::mix64(std::uint64_t(step)))});
         const remat::Var<float> l = gpt.loss(x, y, &plan);
-#ifdef REMAT_WITH_MPI
-        if (dp)
-          dp->backward(tape, l);
-        else
-          tape.backward(l);
-#else
-        tape.backward(l);
-#endif
+        job.backward(tape, l);
         loss = l.item();
         peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
       }
@@ -257,13 +235,10 @@ int main(int argc, char** argv) {
         trace->save_chrome_json(o.trace);
         trace.reset();
       }
-      remat::optim::clip_grad_norm(gpt.parameters(),
-                                   1.0);  // the averaged gradients: equal on every rank
-      optimizer.step();
+      job.clip_grad_norm(gpt.parameters(), 1.0);
+      job.step(optimizer);
       optimizer.zero_grad();
-#ifdef REMAT_WITH_MPI
-      if (dp) loss = float(comm.all_reduce(double(loss)) / ranks);  // the job's batch's loss
-#endif
+      loss = float(job.mean(loss));  // the job's batch's loss
       const double step_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       const double elapsed =
@@ -331,12 +306,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const remat::Error& e) {
-    if (ranks > 1) std::fprintf(stderr, "rank %d: ", rank);
-    std::fprintf(stderr, "%s\n", e.what());
-#ifdef REMAT_WITH_MPI
-    // the other ranks may wait in a reduction this rank will never join: end the whole job
-    if (ranks > 1) remat::dist::abort(1);
-#endif
-    return 1;
+    return job.fail(e.what());
   }
 }

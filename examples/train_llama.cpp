@@ -4,7 +4,8 @@
 //   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
 //               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
 //               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
-//               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--sample N] [--json]  (--help)
+//               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--sample N] [--json]
+//               [--zero]    (--help)
 //
 // Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
 // prints a live progress line on a terminal (plain lines otherwise) and the validation loss every
@@ -18,7 +19,12 @@
 // (the shape flags are ignored), and a vocabulary saved in its remat_eval.json must be the
 // corpus'. With --json the last line is a JSON object:
 // first_val_loss, final_val_loss (all 17 digits), tokens_per_s, act_peak_mb, seconds, steps,
-// checkpoint.
+// checkpoint, world_size.
+//
+// Built with MPI, it runs unchanged under `mpirun -np N train_llama ...` (ranks.hpp): --batch
+// rows per rank, N ranks train as one process with --batch N x B would (to float rounding), only
+// rank 0 evaluates, prints, logs and saves; tokens_per_s counts the whole job. --zero shards the
+// AdamW state over the ranks (ZeRO-1): each keeps the moments of 1/N of the parameters.
 #include <remat/nn/llama_config.hpp>
 #include <remat/nn/llama_load.hpp>
 #include <remat/remat.hpp>
@@ -35,6 +41,7 @@
 
 #include "corpus.hpp"
 #include "flags.hpp"
+#include "ranks.hpp"
 
 #ifndef REMAT_EXAMPLE_DATA
 #define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
@@ -52,7 +59,7 @@ struct Options {
   std::string checkpoint = "none";
   std::int64_t eval_every = 50, eval_batches = 8, sample = 300;
   std::string log, save_hf, init_from;
-  bool json = false;
+  bool json = false, zero = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -78,7 +85,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--context", o.context, "tokens per sequence")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step")
+  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps")
@@ -111,7 +118,10 @@ Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", o.json,
                "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, "
-               "act_peak_mb, seconds, steps, checkpoint");
+               "act_peak_mb, seconds, steps, checkpoint, world_size");
+  app.add_flag("--zero", o.zero,
+               "under mpirun: each rank keeps the optimizer state of 1/N of the parameters "
+               "(ZeRO-1)");
   flags::parse(app, argc, argv);
   if (o.context < 2) {
     std::fprintf(stderr, "train_llama: --context must be at least 2\n");
@@ -178,10 +188,13 @@ remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus
 }  // namespace
 
 int main(int argc, char** argv) {
+  ranks::Job job(argc, argv);
+  const std::int64_t ranks = job.size();
+  const bool root = job.root();  // the rank that evaluates, prints, logs and saves
   try {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
-    const bool tty = ::isatty(STDOUT_FILENO);
+    const bool tty = root && ::isatty(STDOUT_FILENO);
     const Corpus corpus = Corpus::load(o.data, "", kProgram);
     const remat::nn::LlamaConfig config{
         .vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
@@ -206,7 +219,9 @@ int main(int argc, char** argv) {
             c.max_position_embeddings, " of ", o.init_from, "/config.json"));
       }
     }
-    remat::optim::AdamW<float> optimizer(model.parameters(), {.lr = o.lr, .weight_decay = 0.1});
+    // rank 0's weights on every rank; with --zero this rank's optimizer holds its range only
+    remat::optim::AdamW<float> optimizer(job.replicate(model.parameters(), o.zero),
+                                         {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
     const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
                                                 o.steps, o.lr / 10);
@@ -214,8 +229,8 @@ int main(int argc, char** argv) {
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
-    const Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context,
-                                                   val_rng, kProgram);
+    const Batches val = corpus::validation_batches(corpus.val, o.eval_batches, o.batch * ranks,
+                                                   o.context, val_rng, kProgram);  // the job's
     const auto validation_loss = [&] { return corpus::mean_loss(model, val); };
 
     remat::Tensor<std::int32_t> x, y;
@@ -224,14 +239,14 @@ int main(int argc, char** argv) {
     const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, model, o.layers, x, y, kProgram);
 
     std::FILE* log = nullptr;
-    if (!o.log.empty()) {
+    if (!o.log.empty() && root) {
       log = std::fopen(o.log.c_str(), "w");
       if (!log) throw remat::IoError("train_llama: cannot write " + o.log);
       std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
     }
-    const double first_val = validation_loss();
+    const double first_val = root ? validation_loss() : 0.0;
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
-    if (!o.json) {
+    if (!o.json && root) {
       std::printf(
           "%zu characters of text, vocabulary %zu, %lld parameters (%lld query heads, %lld "
           "key/value heads), checkpoint %s (%s)\n",
@@ -243,7 +258,9 @@ int main(int argc, char** argv) {
 
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t step = 0; step < o.steps; ++step) {
-      corpus::fill_batch(corpus.train, o.batch, o.context, data_rng, x, y, kProgram);
+      // the job's batch, the same on every rank; this rank trains on its slice of it
+      corpus::fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y, kProgram);
+      x = job.slice(x), y = job.slice(y);
       optimizer.set_lr(schedule(step));
       const auto s0 = std::chrono::steady_clock::now();
       float loss = 0;
@@ -251,26 +268,27 @@ int main(int argc, char** argv) {
         remat::memory::Probe probe;
         remat::Tape tape;
         const remat::Var<float> l = model.loss(x, y, &plan);
-        tape.backward(l);
+        job.backward(tape, l);
         loss = l.item();
         peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));
       }
-      remat::optim::clip_grad_norm(model.parameters(), 1.0);
-      optimizer.step();
+      job.clip_grad_norm(model.parameters(), 1.0);
+      job.step(optimizer);
       optimizer.zero_grad();
+      loss = float(job.mean(loss));  // the job's batch's loss
       const double step_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      tokens_per_s = double((step + 1) * o.batch * o.context) / elapsed;
-      const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+      tokens_per_s = double((step + 1) * o.batch * ranks * o.context) / elapsed;
+      const bool evaluate = root && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
       if (evaluate) last_val = validation_loss();
       if (log) {
         std::fprintf(log, "%lld,%.9g,%s,%.6g,%.0f,%.2f\n", static_cast<long long>(step + 1), loss,
                      evaluate ? std::to_string(last_val).c_str() : "", schedule(step),
-                     double(o.batch * o.context) / step_s, peak_mb);
+                     double(o.batch * ranks * o.context) / step_s, peak_mb);
       }
-      if (o.json) continue;
+      if (o.json || !root) continue;
       const double eta = elapsed / double(step + 1) * double(o.steps - step - 1);
       if (tty) {
         std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s",
@@ -288,6 +306,7 @@ int main(int argc, char** argv) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+    if (!root) return 0;
     if (!o.save_hf.empty()) save_hf_folder(o.save_hf, model, corpus, val, last_val);
     if (o.sample > 0 && !o.json) {
       remat::Rng sample_rng(o.seed + 99);
@@ -303,9 +322,9 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, "
           "\"act_peak_mb\": %.2f, "
-          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\"}\n",
+          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %lld}\n",
           first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps),
-          o.checkpoint.c_str());
+          o.checkpoint.c_str(), static_cast<long long>(ranks));
     } else {
       std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val,
                   last_val, seconds, tokens_per_s, o.save_hf.empty() ? "" : ", saved in ",
@@ -313,10 +332,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const remat::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    return job.fail(e.what());
   } catch (const std::filesystem::filesystem_error& e) {
-    std::fprintf(stderr, "train_llama: %s\n", e.what());
-    return 1;
+    return job.fail((std::string("train_llama: ") + e.what()).c_str());
   }
 }

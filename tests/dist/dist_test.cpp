@@ -353,6 +353,23 @@ TEST_CASE("frozen parameters are not reduced and stay put", "[dist][dp]") {
     CHECK(std::find(bucket.begin(), bucket.end(), std::size_t(1)) == bucket.end());
 }
 
+TEST_CASE("with DDP's 25 MiB buckets a small model still gets several buckets", "[dist][dp]") {
+  // Note [buckets]: a bucket holds at most an eighth of the gradient bytes, or one parameter
+  const Result r =
+      train(Setup{.steps = 1, .bucket_bytes = std::size_t(25) << 20}, world().size(), &world());
+  remat::nn::GPT<float> gpt(tiny_gpt());
+  const auto params = gpt.parameters();
+  std::size_t total = 0;
+  for (const auto& p : params) total += p.value().bytes();
+  CHECK(r.layout.size() >= 8);
+  for (const auto& bucket : r.layout) {
+    std::size_t bytes = 0;
+    for (std::size_t p : bucket) bytes += params[p].value().bytes();
+    CAPTURE(bucket.size(), bytes, total);
+    CHECK((bytes <= std::max<std::size_t>(total / 8, 1) || bucket.size() == 1));
+  }
+}
+
 TEST_CASE("the bucket layout follows the order gradients become final", "[dist][dp]") {
   const Result r = train(Setup{.steps = 1}, world().size(), &world());
   // The head (the last parameter) is final first; the embeddings (parameters 0 and 1) after every

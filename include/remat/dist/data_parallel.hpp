@@ -14,7 +14,11 @@
 /// collectives in the same order, and the sums are the same bits from one run to the next. The
 /// first bucket is small (1 MiB, as DDP's), so the first reduction starts early in the sweep.
 /// Open MPI moves non-blocking collectives forward only inside MPI calls, so the hook also tests
-/// the oldest pending request at every node it is called for.
+/// the oldest pending request at every node it is called for, and writes a finished bucket's
+/// averages into the gradients there and then: after the sweep, only the buckets still in flight
+/// are waited for and unpacked. A bucket holds at most an eighth of the gradient bytes (and at
+/// most bucket_bytes): with DDP's 25 MiB alone, a model of a few MiB has one bucket that can only
+/// start when the sweep ends, and nothing overlaps.
 ///
 /// Note [ZeRO-1]: with shard_optimizer_state, the trainable parameters are split into one
 /// contiguous range per rank, balanced by bytes. A bucket holds its parameters in list order, so
@@ -42,7 +46,8 @@
 namespace remat::dist {
 
 struct DataParallelOptions {
-  /// Gradient bytes per bucket (PyTorch DDP's default, 25 MiB). Larger: fewer, more efficient
+  /// Gradient bytes per bucket at most (PyTorch DDP's default, 25 MiB; a bucket also holds at most
+  /// an eighth of the model's gradient bytes, Note [buckets]). Larger: fewer, more efficient
   /// messages; smaller: the first reduction starts earlier in the sweep.
   std::size_t bucket_bytes = std::size_t(25) << 20;
   /// The first bucket's size: the gradients final first go out early (DDP's 1 MiB).
@@ -318,13 +323,16 @@ class DataParallel {
       if (ua != ub) return ua;
       return ua ? first_leaf_[a] > first_leaf_[b] : a > b;
     });
+    std::size_t total = 0;
+    for (std::size_t p : order) total += params_[p].value().bytes();
+    const std::size_t eighth = std::max<std::size_t>(total / 8, 1);
     std::uint64_t fingerprint = 0;
-    std::size_t bytes = 0, cap = options_.first_bucket_bytes;
+    std::size_t bytes = 0, cap = std::min(options_.first_bucket_bytes, eighth);
     bucket_of_.assign(params_.size(), 0);
     for (std::size_t p : order) {
       const std::size_t b = params_[p].value().bytes();
       if (buckets_.empty() || (bytes > 0 && bytes + b > cap)) {
-        if (!buckets_.empty()) cap = options_.bucket_bytes;
+        if (!buckets_.empty()) cap = std::min(options_.bucket_bytes, eighth);
         buckets_.emplace_back();
         bytes = 0;
         fingerprint = remat::detail::mix64(fingerprint ^ 0x9e3779b97f4a7c15ULL);
@@ -375,7 +383,7 @@ class DataParallel {
       if (it != index_.end() && first_leaf_[it->second] == n.id && !params_[it->second].frozen())
         ready(it->second);
     }
-    if (tested_ < launched_ && buckets_[tested_].request.test()) ++tested_;
+    if (tested_ < launched_ && buckets_[tested_].request.test()) unpack(buckets_[tested_++]);
   }
 
   /// Parameter p's gradient is final: copy it into its bucket, and start every bucket that is
@@ -411,33 +419,38 @@ class DataParallel {
     }
   }
 
-  /// After the sweep: parameters it never reached contribute zeros; wait for every bucket and
-  /// write the averages into the gradients.
+  /// After the sweep: parameters it never reached contribute zeros; wait for the buckets still in
+  /// flight and write their averages into the gradients.
   void finish() {
     for (Bucket& b : buckets_) {
       for (std::size_t p : b.members) ready(p);
     }
+    for (; tested_ < buckets_.size(); ++tested_) {
+      buckets_[tested_].request.wait();
+      unpack(buckets_[tested_]);
+    }
+  }
+
+  /// A reduced bucket's averages into its members' gradients (with sharded state: this rank's
+  /// members only; the others' gradients are marked stale).
+  void unpack(Bucket& b) {
     const T scale = T(1) / T(size());
-    for (Bucket& b : buckets_) {
-      b.request.wait();
-      std::int64_t mine_at = 0;
-      for (std::size_t k = 0; k < b.members.size(); ++k) {
-        const std::size_t p = b.members[k];
-        remat::detail::ParamState<T>& s = *params_[p].param_state();
-        if (options_.shard_optimizer_state && owner(p) != rank()) {
-          s.grad_valid =
-              false;  // another rank updates p; this rank's local sum is not its gradient
-          continue;
-        }
-        const T* src =
-            options_.shard_optimizer_state ? b.mine.data() + mine_at : b.data.data() + b.offsets[k];
-        mine_at += numel(p);
-        if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
-          s.grad = Tensor<T>(s.value.shape());
-        T* dst = s.grad.data();
-        for (std::int64_t i = 0; i < numel(p); ++i) dst[i] = src[i] * scale;
-        s.grad_valid = true;
+    std::int64_t mine_at = 0;
+    for (std::size_t k = 0; k < b.members.size(); ++k) {
+      const std::size_t p = b.members[k];
+      remat::detail::ParamState<T>& s = *params_[p].param_state();
+      if (options_.shard_optimizer_state && owner(p) != rank()) {
+        s.grad_valid = false;  // another rank updates p; this rank's local sum is not its gradient
+        continue;
       }
+      const T* src =
+          options_.shard_optimizer_state ? b.mine.data() + mine_at : b.data.data() + b.offsets[k];
+      mine_at += numel(p);
+      if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
+        s.grad = Tensor<T>(s.value.shape());
+      T* dst = s.grad.data();
+      for (std::int64_t i = 0; i < numel(p); ++i) dst[i] = src[i] * scale;
+      s.grad_valid = true;
     }
   }
 
