@@ -2,10 +2,12 @@
 // step then still waits for its gradient reductions, and how long those reductions take with
 // nothing else running. One JSON line from rank 0 (medians over the steps after the first two):
 // wait_s is the least wait over the ranks (the rank that finished its sweep last waits for the
-// reductions only), max_wait_s the most (which adds waiting for that straggler).
+// reductions only), max_wait_s the most (which adds waiting for that straggler); last_bucket_mb
+// is the size of the bucket that only starts when the sweep ends.
 //
 //   mpirun -np N dist_bench [--layers 4] [--width 128] [--heads 4] [--context 64] [--vocab 96]
 //                           [--batch 16] [--steps 20] [--bucket-mb 25] [--first-bucket-mb 1]
+//                           [--min-buckets 8]
 //                           [--checkpoint none|every] [--threads 1]      (--help lists them)
 #include <remat/dist/data_parallel.hpp>
 #include <remat/remat.hpp>
@@ -33,9 +35,9 @@ int main(int argc, char** argv) {
   remat::dist::Environment mpi(argc, argv);
   const auto comm = remat::dist::Communicator::world();
   std::map<std::string, double> o = {
-      {"--layers", 4},          {"--width", 128}, {"--heads", 4},  {"--context", 64},
-      {"--vocab", 96},          {"--batch", 16},  {"--steps", 20}, {"--bucket-mb", 25},
-      {"--first-bucket-mb", 1}, {"--threads", 1}};
+      {"--layers", 4},          {"--width", 128},     {"--heads", 4},  {"--context", 64},
+      {"--vocab", 96},          {"--batch", 16},      {"--steps", 20}, {"--bucket-mb", 25},
+      {"--first-bucket-mb", 1}, {"--min-buckets", 8}, {"--threads", 1}};
   const std::map<std::string, const char*> help = {
       {"--layers", "transformer blocks"},
       {"--width", "hidden size"},
@@ -45,19 +47,15 @@ int main(int argc, char** argv) {
       {"--batch", "sequences per step and rank"},
       {"--steps", "steps timed (medians over those after the first two)"},
       {"--bucket-mb", "gradient bucket size (MiB)"},
-      {"--first-bucket-mb", "size of the first (last-reduced) bucket (MiB)"},
+      {"--first-bucket-mb", "size of the first bucket (the first reduced) (MiB)"},
+      {"--min-buckets", "buckets at least (a bucket holds at most 1/N of the gradient)"},
       {"--threads", "worker threads per rank"}};
   std::string checkpoint = "none";
   CLI::App app(
       "Data-parallel step timing (run under mpirun): backward, wait for reductions, reductions "
       "alone.");
-  for (auto& [name, value] : o) {
-    // a bucket of 0 MiB is allowed (one gradient per bucket); the sizes of the model are not
-    const bool mb = name.size() > 3 && name.compare(name.size() - 3, 3, "-mb") == 0;
-    app.add_option(name, value, help.at(name))
-        ->check(mb ? flags::non_negative : flags::positive)
-        ->capture_default_str();
-  }
+  for (auto& [name, value] : o)
+    app.add_option(name, value, help.at(name))->check(flags::positive)->capture_default_str();
   app.add_option("--checkpoint", checkpoint, "checkpoint plan")
       ->check(CLI::IsMember({"none", "every"}))
       ->capture_default_str();
@@ -74,7 +72,8 @@ int main(int argc, char** argv) {
     remat::dist::DataParallel<float> dp(
         comm, gpt.parameters(),
         {.bucket_bytes = std::size_t(o["--bucket-mb"] * 1048576),
-         .first_bucket_bytes = std::size_t(o["--first-bucket-mb"] * 1048576)});
+         .first_bucket_bytes = std::size_t(o["--first-bucket-mb"] * 1048576),
+         .min_buckets = std::size_t(o["--min-buckets"])});
     remat::optim::AdamW<float> opt(dp.optimizer_parameters());
     const auto layers = static_cast<std::size_t>(n("--layers"));
     const remat::plan::Plan plan =
@@ -111,16 +110,22 @@ int main(int argc, char** argv) {
     }
     const double alone = dp.time_reduction_alone(9);
     const double step = median(step_s);
+    // the bucket reduced after the sweep ends: what no overlap can hide (docs/distributed.md)
+    const auto layout = dp.bucket_layout();
+    std::size_t last_bucket_bytes = 0;
+    for (std::size_t p : layout.back()) last_bucket_bytes += gpt.parameters()[p].value().bytes();
     if (comm.rank() == 0) {
       std::printf(
           "{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
           "\"started_during_backward\": %zu, \"step_s\": %.5f, \"forward_s\": %.5f, "
           "\"backward_s\": %.5f, \"update_s\": %.5f, \"wait_s\": %.6f, \"max_wait_s\": %.6f, "
-          "\"reduce_alone_s\": %.6f, \"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
+          "\"reduce_alone_s\": %.6f, \"last_bucket_mb\": %.3f, \"tokens_per_s\": %.0f, "
+          "\"checkpoint\": \"%s\"}\n",
           comm.size(), static_cast<long long>(gpt.parameter_count()),
           double(dp.stats().bytes) / 1048576.0, dp.stats().buckets,
           dp.stats().started_during_backward, step, median(forward_s), median(backward_s),
           median(update_s), median(wait_s), median(max_wait_s), alone,
+          double(last_bucket_bytes) / 1048576.0,
           double(n("--batch") * n("--context") * comm.size()) / step, checkpoint.c_str());
     }
   } catch (const remat::Error& e) {

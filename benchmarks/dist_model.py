@@ -5,6 +5,7 @@ For N machines joined by links of B bit/s, each step all-reduces the fp32 gradie
 with a ring: every machine sends and receives 2(N-1)/N x gradient bytes, in 2(N-1) messages per
 bucket, each paying a latency alpha. All buckets but the last are reduced while backward still
 runs; the last (the embeddings: their gradients are final when backward ends) cannot be hidden.
+A bucket holds at most 25 MiB and at most an eighth of the gradient (DataParallel's layout).
 
     comm(N)  = 2(N-1)/N * G / B  +  buckets * 2(N-1) * alpha
     last(N)  = 2(N-1)/N * G_last / B  +  2(N-1) * alpha
@@ -24,10 +25,16 @@ def ring(n, grad_bytes, buckets, last_bytes, link_bits, alpha):
     return comm, last
 
 
-def table(name, params, forward, backward, update, tokens, bucket_mb, first_mb, last_bytes, alpha):
+def bucket_count(grad, bucket_mb=25, first_mb=1):
+    """DataParallel's layout, parameters aside: a first bucket, then full ones; none holds more
+    than bucket_mb nor more than an eighth of the gradient bytes."""
+    cap = min(bucket_mb * 2**20, grad / 8)
+    first = min(first_mb * 2**20, cap)
+    return 1 + max(0, -(-(grad - first) // cap)) if grad > first else 1
+
+
+def table(name, params, forward, backward, update, tokens, buckets, last_bytes, alpha):
     grad = 4.0 * params
-    bucket = bucket_mb * 2**20
-    buckets = 1 + max(0, -(-(grad - first_mb * 2**20) // bucket)) if grad > first_mb * 2**20 else 1
     one = forward + backward + update
     print(f"\n{name}: {params / 1e6:,.1f} M parameters, {grad / 2**20:,.1f} MiB of fp32 gradients in {int(buckets)} "
           f"buckets; one machine: forward {forward:.3g} s + backward {backward:.3g} s + update {update:.3g} s "
@@ -56,14 +63,16 @@ def main():
     ap.add_argument("--gpt-forward", type=float, required=True)
     ap.add_argument("--gpt-backward", type=float, required=True)
     ap.add_argument("--gpt-update", type=float, required=True)
+    ap.add_argument("--gpt-buckets", type=int, required=True, help="dist_bench's buckets")
+    ap.add_argument("--gpt-last-mb", type=float, required=True, help="dist_bench's last_bucket_mb")
     ap.add_argument("--gflops", type=float, required=True, help="sustained GFLOP/s of one machine (measured)")
     ap.add_argument("--faster", type=float, default=32, help="a second 2B table for machines this much faster")
     args = ap.parse_args()
     # The gpt example (dist_bench defaults: 4 blocks, width 128, context 64, vocab 96, 16 rows).
     gpt_params = 826_112
-    # its last bucket: all but the first 1 MiB (measured layout: 2 buckets)
-    table("gpt example", gpt_params, args.gpt_forward, args.gpt_backward, args.gpt_update, 16 * 64, 25, 1,
-          4 * gpt_params - 2**20, args.alpha)
+    # its layout as dist_bench measures it: the bucket count and the last bucket's size
+    table("gpt example", gpt_params, args.gpt_forward, args.gpt_backward, args.gpt_update, 16 * 64,
+          args.gpt_buckets, args.gpt_last_mb * 2**20, args.alpha)
     # A 2B Qwen-class model: width 2048, 28 layers, vocab 248,000; grouped-query attention with 16
     # query and 8 key/value heads of 128, SwiGLU MLP of 6144, tied embeddings.
     width, layers, vocab, kv, ffn = 2048, 28, 248_000, 1024, 6144
@@ -74,11 +83,12 @@ def main():
     seconds = flops / (args.gflops * 1e9)
     # the update reads p, g, m, v and writes p, m, v: 28 bytes per parameter at an assumed 20 GB/s
     # its last bucket: the embedding (2 GB: a bucket of its own), final only when backward ends
+    buckets = bucket_count(4.0 * params)
     table("2B Qwen-class model, machines like this one", params, seconds / 3, 2 * seconds / 3, 28.0 * params / 20e9,
-          tokens, 25, 1, vocab * width * 4, args.alpha)
+          tokens, buckets, vocab * width * 4, args.alpha)
     fast = seconds / args.faster
     table(f"2B Qwen-class model, machines {args.faster:g} x faster", params, fast / 3, 2 * fast / 3,
-          28.0 * params / 20e9, tokens, 25, 1, vocab * width * 4, args.alpha)
+          28.0 * params / 20e9, tokens, buckets, vocab * width * 4, args.alpha)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ struct Setup {
   bool freeze_wpe = false;
   bool shard = false;
   std::size_t bucket_bytes = 4096;  // small, so the tiny model still has several buckets
+  std::size_t min_buckets = 8;
   // AdamW's eps: see kBound for why the comparisons use 1e-4 rather than the default 1e-8
   double eps = 1e-4;
 };
@@ -177,6 +178,7 @@ Result train(const Setup& s, int ranks, const dist::Communicator* comm) {
     dp.emplace(*comm, gpt.parameters(),
                dist::DataParallelOptions{.bucket_bytes = s.bucket_bytes,
                                          .first_bucket_bytes = 1024,
+                                         .min_buckets = s.min_buckets,
                                          .shard_optimizer_state = s.shard});
   const std::vector<remat::Parameter<float>> held =
       dp ? dp->optimizer_parameters() : gpt.parameters();
@@ -354,7 +356,8 @@ TEST_CASE("frozen parameters are not reduced and stay put", "[dist][dp]") {
 }
 
 TEST_CASE("with DDP's 25 MiB buckets a small model still gets several buckets", "[dist][dp]") {
-  // Note [buckets]: a bucket holds at most an eighth of the gradient bytes, or one parameter
+  // Note [buckets]: a bucket holds at most 1/min_buckets (8) of the gradient bytes, or one
+  // parameter
   const Result r =
       train(Setup{.steps = 1, .bucket_bytes = std::size_t(25) << 20}, world().size(), &world());
   remat::nn::GPT<float> gpt(tiny_gpt());
@@ -368,6 +371,11 @@ TEST_CASE("with DDP's 25 MiB buckets a small model still gets several buckets", 
     CAPTURE(bucket.size(), bytes, total);
     CHECK((bytes <= std::max<std::size_t>(total / 8, 1) || bucket.size() == 1));
   }
+  // min_buckets = 1: DDP's layout, a first bucket of 1 KiB and one bucket for all the rest
+  const Result ddp =
+      train(Setup{.steps = 1, .bucket_bytes = std::size_t(25) << 20, .min_buckets = 1},
+            world().size(), &world());
+  CHECK(ddp.layout.size() == 2);
 }
 
 TEST_CASE("the bucket layout follows the order gradients become final", "[dist][dp]") {
@@ -516,6 +524,8 @@ TEST_CASE("DataParallel refuses misuse with clear errors", "[dist][dp]") {
       Catch::Contains("parameter 1") && Catch::Contains("frozen after the DataParallel was made"));
   CHECK_THROWS_WITH(dist::DataParallel<float>(world(), {gpt.parameters()[0], gpt.parameters()[0]}),
                     Catch::Contains("listed twice"));
+  CHECK_THROWS_WITH(dist::DataParallel<float>(world(), gpt.parameters(), {.min_buckets = 0}),
+                    Catch::Contains("min_buckets must be positive"));
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 /// Open MPI moves non-blocking collectives forward only inside MPI calls, so the hook also tests
 /// the oldest pending request at every node it is called for, and writes a finished bucket's
 /// averages into the gradients there and then: after the sweep, only the buckets still in flight
-/// are waited for and unpacked. A bucket holds at most an eighth of the gradient bytes (and at
-/// most bucket_bytes): with DDP's 25 MiB alone, a model of a few MiB has one bucket that can only
+/// are waited for and unpacked. A bucket holds at most bucket_bytes and at most 1/min_buckets of
+/// the gradient bytes: with DDP's 25 MiB alone, a model of a few MiB has one bucket that can only
 /// start when the sweep ends, and nothing overlaps.
 ///
 /// Note [ZeRO-1]: with shard_optimizer_state, the trainable parameters are split into one
@@ -46,12 +46,15 @@
 namespace remat::dist {
 
 struct DataParallelOptions {
-  /// Gradient bytes per bucket at most (PyTorch DDP's default, 25 MiB; a bucket also holds at most
-  /// an eighth of the model's gradient bytes, Note [buckets]). Larger: fewer, more efficient
-  /// messages; smaller: the first reduction starts earlier in the sweep.
+  /// Gradient bytes per bucket at most (PyTorch DDP's default, 25 MiB). Larger: fewer, more
+  /// efficient messages; smaller: the first reduction starts earlier in the sweep.
   std::size_t bucket_bytes = std::size_t(25) << 20;
   /// The first bucket's size: the gradients final first go out early (DDP's 1 MiB).
   std::size_t first_bucket_bytes = std::size_t(1) << 20;
+  /// Buckets per step at least, parameters permitting (a bucket holds at most 1/min_buckets of
+  /// the gradient bytes), so that a small model's reductions overlap its backward too. 1: only
+  /// bucket_bytes decides (DDP); on many machines each bucket pays the ring's latency.
+  std::size_t min_buckets = 8;
   /// ZeRO stage 1 (Note [ZeRO-1]): each rank keeps optimizer state for 1/N of the parameters.
   bool shard_optimizer_state = false;
 };
@@ -73,8 +76,10 @@ class DataParallel {
   DataParallel(Communicator comm, std::vector<Parameter<T>> params,
                DataParallelOptions options = {})
       : comm_(comm), params_(std::move(params)), options_(options) {
-    if (options_.bucket_bytes == 0 || options_.first_bucket_bytes == 0) {
-      throw UsageError("DataParallel: bucket_bytes and first_bucket_bytes must be positive");
+    if (options_.bucket_bytes == 0 || options_.first_bucket_bytes == 0 ||
+        options_.min_buckets == 0) {
+      throw UsageError(
+          "DataParallel: bucket_bytes, first_bucket_bytes and min_buckets must be positive");
     }
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -325,14 +330,14 @@ class DataParallel {
     });
     std::size_t total = 0;
     for (std::size_t p : order) total += params_[p].value().bytes();
-    const std::size_t eighth = std::max<std::size_t>(total / 8, 1);
+    const std::size_t share = std::max<std::size_t>(total / options_.min_buckets, 1);
     std::uint64_t fingerprint = 0;
-    std::size_t bytes = 0, cap = std::min(options_.first_bucket_bytes, eighth);
+    std::size_t bytes = 0, cap = std::min(options_.first_bucket_bytes, share);
     bucket_of_.assign(params_.size(), 0);
     for (std::size_t p : order) {
       const std::size_t b = params_[p].value().bytes();
       if (buckets_.empty() || (bytes > 0 && bytes + b > cap)) {
-        if (!buckets_.empty()) cap = std::min(options_.bucket_bytes, eighth);
+        if (!buckets_.empty()) cap = std::min(options_.bucket_bytes, share);
         buckets_.emplace_back();
         bytes = 0;
         fingerprint = remat::detail::mix64(fingerprint ^ 0x9e3779b97f4a7c15ULL);
