@@ -165,6 +165,8 @@ remat::plan::Plan make_plan(const char* name, std::size_t layers) {
   const std::string s = name;
   if (s == "every") return remat::plan::every(layers);
   if (s == "sqrt") return remat::plan::sqrt(layers);
+  if (s == "every+save_matmuls")
+    return remat::plan::with_policy(remat::plan::every(layers), remat::save_matmuls());
   return remat::plan::none(layers);
 }
 
@@ -313,8 +315,10 @@ void check_matches_one_process(const Setup& s, double bound = kBound) {
   if (n == 1) CHECK(bitwise_equal(spread.params, alone.params));  // one rank sums nothing
 }
 
-TEST_CASE("N ranks x b rows train like one process x N*b rows (AdamW, every plan)", "[dist][dp]") {
-  for (const char* plan : {"none", "every", "sqrt"}) check_matches_one_process(Setup{.plan = plan});
+TEST_CASE("N ranks x b rows train like one process x N*b rows (AdamW, every plan and a policy)",
+          "[dist][dp]") {
+  for (const char* plan : {"none", "every", "sqrt", "every+save_matmuls"})
+    check_matches_one_process(Setup{.plan = plan});
 }
 
 TEST_CASE("with AdamW's default eps the losses still match, the parameters to lr / 10",
@@ -322,12 +326,15 @@ TEST_CASE("with AdamW's default eps the losses still match, the parameters to lr
   check_matches_one_process(Setup{.eps = 1e-8}, kDefaultEpsBound);
 }
 
-TEST_CASE("checkpoint plans give bitwise-equal data-parallel training", "[dist][dp]") {
+TEST_CASE("checkpoint plans and policies give bitwise-equal data-parallel training", "[dist][dp]") {
   const Result none = train(Setup{.steps = 6, .plan = "none"}, world().size(), &world());
   const Result every = train(Setup{.steps = 6, .plan = "every"}, world().size(), &world());
   const Result sqrt = train(Setup{.steps = 6, .plan = "sqrt"}, world().size(), &world());
+  const Result policy =
+      train(Setup{.steps = 6, .plan = "every+save_matmuls"}, world().size(), &world());
   CHECK(bitwise_equal(none.params, every.params));
   CHECK(bitwise_equal(none.params, sqrt.params));
+  CHECK(bitwise_equal(none.params, policy.params));
   CHECK(none.layout.size() > 2);  // the buckets are several: reductions start during the sweep
 }
 
