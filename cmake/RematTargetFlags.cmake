@@ -45,7 +45,8 @@ function(remat_configure_target target)
   # Designated initializers that omit defaulted fields (TapeOptions{.seed = 1}) are the intended
   # style; GCC 12's -Wmissing-field-initializers flags them anyway.
   # GCC 12 reports `"text" + std::string` at -O3 as an overlapping memcpy (its bug 105329): off.
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wno-missing-field-initializers
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
+                         -Wno-missing-field-initializers
                          $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>
                          ${REMAT_WERROR_FLAGS} ${REMAT_ARCH_FLAGS} ${REMAT_SANITIZE_FLAGS})
   target_link_options(${target} PRIVATE ${REMAT_SANITIZE_FLAGS})

@@ -72,10 +72,13 @@ std::vector<Case> with_flash_cases() {
   return out;
 }
 
+/// The vocabulary as the token-id type.
+std::int32_t estimate_vocab(const Case& c) { return static_cast<std::int32_t>(c.config.vocab); }
+
 template <class T>
 plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
-  const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
-  const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
+  const auto ids = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 5);
+  const auto targets = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 6);
   gpt.profile(ids, targets,
               c.chunked);  // the first backward allocates the gradients: profile once more
   return gpt.profile(ids, targets, c.chunked);
@@ -87,8 +90,8 @@ plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
 double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base,
                          double* between_steps) {
   nn::GPT<float> gpt(c.config);
-  const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
-  const auto targets = remat::test::ids({c.batch, c.time}, c.config.vocab, 6);
+  const auto ids = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 5);
+  const auto targets = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 6);
   optim::AdamW<float> adam(gpt.parameters());
   for (int step = 0; step < 2; ++step) {
     if (step == 1) memory::reset_peak();
@@ -122,7 +125,7 @@ TEST_CASE("estimate_memory's gradients and optimizer state are what a real step 
       const auto e = nn::estimate_memory<float>(
           c.config, {.batch = c.batch, .time = c.time, .optimizer = kind});
       nn::GPT<float> gpt(c.config);
-      const auto ids = remat::test::ids({c.batch, c.time}, c.config.vocab, 5);
+      const auto ids = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 5);
       {
         Tape tape;
         tape.backward(gpt.loss(ids, ids));
