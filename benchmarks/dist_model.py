@@ -65,6 +65,11 @@ def main():
     ap.add_argument("--gpt-update", type=float, required=True)
     ap.add_argument("--gpt-buckets", type=int, required=True, help="dist_bench's buckets")
     ap.add_argument("--gpt-last-mb", type=float, required=True, help="dist_bench's last_bucket_mb")
+    ap.add_argument("--llama-forward", type=float, required=True)
+    ap.add_argument("--llama-backward", type=float, required=True)
+    ap.add_argument("--llama-update", type=float, required=True)
+    ap.add_argument("--llama-buckets", type=int, required=True, help="dist_bench --model llama's buckets")
+    ap.add_argument("--llama-last-mb", type=float, required=True, help="its last_bucket_mb")
     ap.add_argument("--gflops", type=float, required=True, help="sustained GFLOP/s of one machine (measured)")
     ap.add_argument("--faster", type=float, default=32, help="a second 2B table for machines this much faster")
     args = ap.parse_args()
@@ -73,6 +78,11 @@ def main():
     # its layout as dist_bench measures it: the bucket count and the last bucket's size
     table("gpt example", gpt_params, args.gpt_forward, args.gpt_backward, args.gpt_update, 16 * 64,
           args.gpt_buckets, args.gpt_last_mb * 2**20, args.alpha)
+    # The llama example (train_llama's defaults: 6 layers, width 256, 4 query and 2 key/value
+    # heads, SwiGLU 512, context 64, 16 rows; dist_bench --model llama --layers 6 --width 256).
+    llama_params = 3_591_424
+    table("llama example", llama_params, args.llama_forward, args.llama_backward, args.llama_update,
+          16 * 64, args.llama_buckets, args.llama_last_mb * 2**20, args.alpha)
     # A 2B Qwen-class model: width 2048, 28 layers, vocab 248,000; grouped-query attention with 16
     # query and 8 key/value heads of 128, SwiGLU MLP of 6144, tied embeddings.
     width, layers, vocab, kv, ffn = 2048, 28, 248_000, 1024, 6144
