@@ -375,7 +375,9 @@ void print_json(const Model& model, const Result& r, const RunInfo& run) {
 }
 
 /// The plans of a sweep: none, every, sqrt, budgets between sqrt's and none's peaks and below,
-/// and binomial plans with a few checkpoint counts; each once.
+/// and binomial plans with a few checkpoint counts; each once. With op-level choices (a chain
+/// profiled under policies) every budget is planned twice, op-level (budget:) and layer-level
+/// (budget_layers:), so the figure shows both frontiers.
 std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(
     const remat::plan::Chain& chain) {
   namespace plan = remat::plan;
@@ -385,9 +387,13 @@ std::vector<std::pair<std::string, remat::plan::Plan>> sweep_plans(
   for (double fraction : {0.75, 0.5, 0.3, 0.2, 0.1, 0.05}) {
     const double bytes = fraction * none_peak;
     if (bytes < least) continue;
-    char name[32];
-    std::snprintf(name, sizeof name, "budget:%.1f", bytes / (1024.0 * 1024.0));
-    out.emplace_back(name, plan::budget(chain, bytes));
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.1f", bytes / (1024.0 * 1024.0));
+    out.emplace_back(std::string("budget:") + mib, make_plan(std::string("budget:") + mib, chain));
+    if (!chain.policies.empty()) {
+      const std::string layers = std::string("budget_layers:") + mib;
+      out.emplace_back(layers, make_plan(layers, chain));
+    }
   }
   // binomial plans recomputing at most four forward passes (fewer slots cost more)
   for (std::size_t slots : {16, 8, 4, 2, 1}) {

@@ -2,6 +2,7 @@
 """Regenerates docs/benchmarks.md, its figures and its raw data, from measurements.
 
     benchmarks/report.py [--build build/release] [--rounds 3] [--steps 5] [--docs docs]
+    benchmarks/report.py --frontier [--build ...]   (only docs/figures/frontier_gpt.png)
 
 Measures, on this machine:
   - the single-precision GEMM rate (benchmarks/ops_bench);
@@ -184,37 +185,53 @@ def torch_points(results, model):
     return points
 
 
-def plot_sweep(figures, model, torch_pts, cpu):
-    """Draws figures/sweep_MODEL.png from remat_bench's sweep_MODEL.csv and PyTorch's points
-    (also written to sweep_MODEL_torch.csv): activation peak against step time, one point a plan."""
+def plot_sweep(figures, model, torch_pts, cpu, name="sweep"):
+    """Draws figures/NAME_MODEL.png from remat_bench's sweep in NAME_MODEL.csv and PyTorch's points
+    (also written to NAME_MODEL_torch.csv): activation peak against step time, one point a plan."""
     import csv
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    with open(os.path.join(figures, f"sweep_{model}.csv"), newline="") as f:
+    with open(os.path.join(figures, f"{name}_{model}.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
-    with open(os.path.join(figures, f"sweep_{model}_torch.csv"), "w", newline="") as f:
+    with open(os.path.join(figures, f"{name}_{model}_torch.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["mode", "step_s", "act_peak_mb"])
         w.writerows((label, f"{x:.4f}", f"{y:.3f}") for label, x, y in torch_pts)
     fig, ax = plt.subplots(figsize=(9, 5.6), dpi=120)
     xs, ys = [float(r["step_s"]) for r in rows], [float(r["act_peak_mb"]) for r in rows]
-    ax.scatter(xs, ys, s=36, color="#1f77b4", zorder=3, label="remat, measured")
-    ax.scatter([float(r["predicted_step_s"]) for r in rows], [float(r["predicted_peak_mb"]) for r in rows], s=70,
-               facecolors="none", edgecolors="#1f77b4", linewidths=1.2, zorder=2, label="remat, predicted before the step")
+    # With op-level plans in the sweep (gpt), its budget: points are op-level and budget_layers:
+    # the layer-level planner's on the same budgets; the fixed plans are layer-level.
+    op_level = any(r["mode"].startswith("budget_layers:") for r in rows)
+    groups = [("remat", "#1f77b4", [i for i in range(len(rows))])]
+    if op_level:
+        ops = [i for i, r in enumerate(rows) if r["mode"].startswith("budget:")]
+        groups = [("remat, layer-level plans", "#1f77b4", [i for i in range(len(rows)) if i not in ops]),
+                  ("remat, op-level plans", "#2ca02c", ops)]
+    for group, color, idx in groups:
+        ax.scatter([xs[i] for i in idx], [ys[i] for i in idx], s=36, color=color, zorder=3, label=f"{group}, measured")
+        ax.scatter([float(rows[i]["predicted_step_s"]) for i in idx], [float(rows[i]["predicted_peak_mb"]) for i in idx],
+                   s=70, facecolors="none", edgecolors=color, linewidths=1.2, zorder=2,
+                   label=f"{group}, predicted before the step")
     # labels above or below the measured points (a prediction sits at the same height, to one
     # side), alternating so that neighbours do not overlap
-    order = sorted(range(len(rows)), key=lambda i: ys[i])
-    for k, i in enumerate(order):
-        ax.annotate(rows[i]["mode"], (xs[i], ys[i]), xytext=(0, 8 if k % 2 == 0 else -9), textcoords="offset points",
+    # Budgets that chose the same plan as another mode share one label ("every = budget:66.1").
+    same_plan = {}
+    for i, r in enumerate(rows):
+        same_plan.setdefault((r["predicted_peak_mb"], r["recompute"], r["segments"], r["depth"]), []).append(i)
+    firsts = sorted((members[0], " = ".join(rows[i]["mode"] for i in members)) for members in same_plan.values())
+    order = sorted(firsts, key=lambda f: ys[f[0]])
+    for k, (i, text) in enumerate(order):
+        ax.annotate(text, (xs[i], ys[i]), xytext=(0, 8 if k % 2 == 0 else -9), textcoords="offset points",
                     ha="center", va="bottom" if k % 2 == 0 else "top", fontsize=8, color="#1f4e79")
     if torch_pts:
         ax.scatter([p[1] for p in torch_pts], [p[2] for p in torch_pts], s=44, marker="s", color="#d62728", zorder=3,
                    label="PyTorch 1.13, same model and plan")
-        for label, x, y in torch_pts:
-            ax.annotate(label, (x, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=8, color="#8b1a1a")
+        for k, (label, x, y) in enumerate(sorted(torch_pts, key=lambda p: p[1])):
+            ax.annotate(label, (x, y), xytext=(0, 7 if k % 2 == 0 else -8), textcoords="offset points", ha="center",
+                        va="bottom" if k % 2 == 0 else "top", fontsize=8, color="#8b1a1a")
     ax.set_yscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")  # 300, not 3 x 10^2
     ax.yaxis.set_major_formatter(plain)
@@ -227,13 +244,35 @@ def plot_sweep(figures, model, torch_pts, cpu):
     # below the axes, where it hides no point
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(os.path.join(figures, f"sweep_{model}.png"))
+    fig.savefig(os.path.join(figures, f"{name}_{model}.png"))
     plt.close(fig)
 
 
 def plot_all(docs, results, cpu):
     for model in MODELS:
         plot_sweep(os.path.join(docs, "figures"), model, torch_points(results, model), cpu)
+
+
+def frontier(args, bench, torch_ref):
+    """figures/frontier_gpt.png for the guide's "What to save": gpt's sweep (layer-level and
+    op-level budget plans on the same budgets) and PyTorch's none, every and sqrt, in one run."""
+    import shutil
+    import tempfile
+    figures = os.path.join(args.docs, "figures")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([bench, "--sweep", "gpt", "--steps", str(args.steps), "--out", tmp, "--threads", "1"],
+                             check=True, capture_output=True, text=True, env=CLEAN_ENV).stdout
+        shutil.copy(os.path.join(tmp, "sweep_gpt.csv"), os.path.join(figures, "frontier_gpt.csv"))
+    cpu = json.loads(out.splitlines()[0])["cpu"]
+    points = []
+    for mode in ("none", "every", "sqrt"):
+        for config in ("installed", "best") if mode == "none" else ("installed",):
+            got = run_json(["/usr/bin/python3", torch_ref, "--model", "gpt", "--mode", mode, "--steps", str(args.steps),
+                            "--threads", "1", "--config", config])
+            points.append((mode + (" (best config)" if config == "best" else ""), got["step_s"], got["act_peak_mb"]))
+            log(f"torch gpt {mode} {config}: {got['step_s']:.3f} s, {got['act_peak_mb']:.1f} MiB")
+    plot_sweep(figures, "gpt", points, cpu, name="frontier")
+    log(f"wrote {figures}/frontier_gpt.png")
 
 
 def load_results(docs):
@@ -250,6 +289,8 @@ def main():
     ap.add_argument("--docs", default="docs")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch (its tables are then left out)")
     ap.add_argument("--plot-only", action="store_true", help="only redraw the figures from the last run's data")
+    ap.add_argument("--frontier", action="store_true",
+                    help="only measure and draw figures/frontier_gpt.png (op-level and layer-level plans, PyTorch)")
     args = ap.parse_args()
     if args.plot_only:
         results, cpu = load_results(args.docs)
@@ -262,6 +303,9 @@ def main():
     torch_ref = os.path.join(here, "torch_reference.py")
     os.makedirs(os.path.join(args.docs, "figures"), exist_ok=True)
     os.makedirs(os.path.join(args.docs, "data"), exist_ok=True)
+    if args.frontier:
+        frontier(args, bench, torch_ref)
+        return
 
     gemm = [json.loads(l) for l in subprocess.run([ops, "--threads", "1", "--repeat", "3"], check=True, capture_output=True,
                                                    text=True, env=CLEAN_ENV).stdout.splitlines() if '"gemm"' in l]
