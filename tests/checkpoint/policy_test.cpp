@@ -208,7 +208,7 @@ TEST_CASE("a kept op's side effects and random draws happen once", "[checkpoint]
 
 TEST_CASE("save_matmuls on residual MLP blocks costs between save_nothing and no checkpoint",
           "[checkpoint][policy][memory]") {
-  // x + down(relu(up(x))): the issue's minimal block, at a few random sizes
+  // x + down(relu(up(x))), the smallest block that once broke the prediction, at random sizes
   remat::Rng rng(8);
   for (int c = 0; c < 6; ++c) {
     const std::int64_t width = 16 << rng.uniform_int(3), hidden = 4 * width,

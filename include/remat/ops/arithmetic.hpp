@@ -9,7 +9,7 @@
 #include "remat/core/record.hpp"
 #include "remat/ops/broadcast.hpp"
 #include "remat/ops/broadcast_to.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 
 namespace remat {
 namespace detail {

@@ -9,7 +9,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/rng.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/ops/gemm.hpp"
 
 namespace remat {

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/rope.hpp"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 
 namespace remat {
 namespace detail {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gemm.hpp"
 

@@ -4,7 +4,7 @@
 /// or none). Both sides get gradients, so a target computed by the model is differentiable too.
 
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 
 namespace remat {
 

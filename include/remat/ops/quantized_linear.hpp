@@ -13,7 +13,7 @@
 
 #include "remat/core/quantized.hpp"
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/ops/gemm.hpp"
 
 namespace remat {

@@ -8,7 +8,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/vector_kernels.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 
 namespace remat {
 namespace detail {

@@ -5,7 +5,7 @@
 /// scores), repeated over the leading axes. Gradients flow to the picked side only.
 
 #include "remat/core/record.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 
 namespace remat {
 namespace detail {

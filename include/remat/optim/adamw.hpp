@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "remat/core/vector_kernels.hpp"
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/optim/optimizer.hpp"
 
 namespace remat::optim {

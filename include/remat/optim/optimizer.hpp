@@ -171,7 +171,8 @@ class Optimizer {
     ++steps_;
   }
 
-  /// Drops every parameter's gradient (the next backward allocates fresh ones).
+  /// Forgets every parameter's gradient; the buffers stay and the next backward overwrites
+  /// them (Parameter::zero_grad).
   void zero_grad() noexcept {
     for (Parameter<T>& p : params_) p.zero_grad();
   }

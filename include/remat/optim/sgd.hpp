@@ -3,7 +3,7 @@
 /// SGD with momentum and (coupled, L2) weight decay, PyTorch's formulation:
 /// g = grad + wd * p; v = momentum * v + g (v = g on the first step); p -= lr * v.
 
-#include "remat/ops/elementwise.hpp"
+#include "remat/core/elementwise.hpp"
 #include "remat/optim/optimizer.hpp"
 
 namespace remat::optim {
