@@ -34,77 +34,25 @@
 #include <vector>
 
 #include "corpus.hpp"
-#include "flags.hpp"
 #include "ranks.hpp"
-
-#ifndef REMAT_EXAMPLE_DATA
-#define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
-#endif
+#include "training_flags.hpp"
 
 namespace {
 
-struct Options {
-  std::string data = REMAT_EXAMPLE_DATA;
-  std::int64_t layers = 4, width = 128, heads = 4, context = 64, batch = 16, steps = 600;
-  double lr = 3e-3, dropout = 0.0;
-  std::uint64_t seed = 1;
-  int threads = 0;
-  std::string checkpoint = "none";
-  std::int64_t eval_every = 100, eval_batches = 8, stop_after = 0, sample = 300;
-  std::string log, save = "train_gpt.safetensors", resume;
-  std::string trace;
-  bool json = false;
+struct Options : flags::Training {
+  double dropout = 0.0;
+  std::int64_t stop_after = 0;
+  std::string save = "train_gpt.safetensors", resume, trace;
 };
 
 Options parse(int argc, char** argv) {
-  Options o;
-  // attention needs a context of two tokens or more
-  const CLI::Validator at_least_two(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        return !text.empty() && *end == '\0' && v >= 2 ? ""
-                                                       : "'" + text + "' is not an integer >= 2";
-      },
-      ">=2");
+  Options o;  // flags::Training's defaults are train_gpt's
   CLI::App app("Trains a character-level GPT on a text file, with any checkpoint plan.");
-  app.add_option("--data", o.data, "UTF-8 text to train on")->capture_default_str();
-  app.add_option("--layers", o.layers, "transformer blocks")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
-  app.add_option("--heads", o.heads, "attention heads (must divide --width)")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--context", o.context, "tokens per sequence (>= 2)")
-      ->check(at_least_two)
-      ->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps of the run")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the weights, batches and dropout")
-      ->capture_default_str();
+  flags::add_training_flags(app, o, "transformer blocks", "attention heads (must divide --width)",
+                            "print one JSON object at the end instead of progress");
   app.add_option("--dropout", o.dropout, "dropout probability")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
-      ->check(flags::non_negative)
-      ->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
-      ->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation losses")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--log", o.log, "CSV file for the loss curve");
   app.add_option("--save", o.save,
                  "file for the weights and optimizer state at the end ('' for none)")
       ->capture_default_str();
@@ -113,10 +61,6 @@ Options parse(int argc, char** argv) {
                  "stop (and save) after this step of the run (0: run all --steps)")
       ->check(flags::non_negative)
       ->capture_default_str();
-  app.add_option("--sample", o.sample, "characters to generate at the end")
-      ->check(flags::non_negative)
-      ->capture_default_str();
-  app.add_flag("--json", o.json, "print one JSON object at the end instead of progress");
   app.add_option("--trace", o.trace,
                  "write a memory timeline (Chrome trace JSON) of the first step after warm-up");
   flags::parse(app, argc, argv);

@@ -40,93 +40,42 @@
 #include <vector>
 
 #include "corpus.hpp"
-#include "flags.hpp"
 #include "ranks.hpp"
-
-#ifndef REMAT_EXAMPLE_DATA
-#define REMAT_EXAMPLE_DATA "examples/data/corpus.txt"
-#endif
+#include "training_flags.hpp"
 
 namespace {
 
-struct Options {
-  std::string data = REMAT_EXAMPLE_DATA;
-  std::int64_t layers = 6, width = 256, heads = 4, kv_heads = 2, mlp = 512, context = 64,
-               batch = 16, steps = 300;
-  double lr = 3e-3;
-  std::uint64_t seed = 1;
-  int threads = 0;
-  std::string checkpoint = "none";
-  std::int64_t eval_every = 50, eval_batches = 8, sample = 300;
-  std::string log, save_hf, init_from;
-  bool json = false, zero = false;
+struct Options : flags::Training {
+  std::int64_t kv_heads = 2, mlp = 512;
+  std::string save_hf, init_from;
+  bool zero = false;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
+  o.layers = 6, o.width = 256, o.steps = 300, o.eval_every = 50;  // train_llama's defaults
   CLI::App app(
       "Trains a small character-level Llama-style model (GQA, RoPE, RMSNorm, SwiGLU) with any "
       "checkpoint plan.");
-  app.add_option("--data", o.data, "text file to train on (the last tenth is for validation)")
-      ->capture_default_str();
-  app.add_option("--layers", o.layers, "decoder layers")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--width", o.width, "hidden size")->check(flags::positive)->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads (must divide --width into an even head size)")
-      ->check(flags::positive)
-      ->capture_default_str();
+  flags::add_training_flags(app, o, "decoder layers",
+                            "query heads (must divide --width into an even head size)",
+                            "end with one JSON object: first_val_loss, final_val_loss, "
+                            "tokens_per_s, act_peak_mb, seconds, steps, checkpoint, world_size");
   app.add_option("--kv-heads", o.kv_heads, "key/value heads (must divide --heads)")
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--mlp", o.mlp, "intermediate size of the SwiGLU MLP")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--context", o.context, "tokens per sequence")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step (per rank under mpirun)")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the initialization and the batches")
-      ->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
-      ->check(flags::non_negative)
-      ->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "none, every, sqrt or budget:<MiB>")
-      ->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation losses")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")
-      ->check(flags::positive)
-      ->capture_default_str();
-  app.add_option("--log", o.log, "CSV file for the loss curve");
   app.add_option("--save-hf", o.save_hf,
                  "folder to write config.json, model.safetensors and remat_eval.json to");
   app.add_option(
       "--init-from", o.init_from,
       "Hugging Face folder to start from (config.json + weights; sets the model's shape)");
-  app.add_option("--sample", o.sample, "characters to generate at the end")
-      ->check(flags::non_negative)
-      ->capture_default_str();
-  app.add_flag("--json", o.json,
-               "end with one JSON object: first_val_loss, final_val_loss, tokens_per_s, "
-               "act_peak_mb, seconds, steps, checkpoint, world_size");
   app.add_flag("--zero", o.zero,
                "under mpirun: each rank keeps the optimizer state of 1/N of the parameters "
                "(ZeRO-1)");
   flags::parse(app, argc, argv);
-  if (o.context < 2) {
-    std::fprintf(stderr, "train_llama: --context must be at least 2\n");
-    std::exit(2);
-  }
   return o;
 }
 
