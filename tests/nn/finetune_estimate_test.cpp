@@ -1,7 +1,7 @@
 // nn::estimate_memory for fine-tuning: every weight storage x LoRA on/off x checkpoint plan on
-// generated small GPT and Llama configurations, against what the allocator counts. The weights,
-// adapters, gradients, optimizer state and data must be exact; a whole step's peak within 2 %
-// (3 % with adapters, see below).
+// generated small GPT and Llama configurations (several seeds), against what the allocator
+// counts. The weights, adapters, gradients, optimizer state and data must be exact; a whole
+// step's peak within 2 %.
 #include "support/gradcheck.hpp"
 
 #include <remat/nn/estimate.hpp>
@@ -18,13 +18,14 @@ namespace {
 
 using remat::WeightStorage;
 
-// Configurations generated per model. Their steps have 32 to 128 token rows: with fewer, the
-// few hundred bytes of temporaries the estimate prices roughly (a quantized panel, the adapters'
-// sums) are several per cent of the whole, and the 2 % bound does not hold (docs/guide.md).
+// Configurations generated per model and seed. Their steps have 32 to 128 token rows: with
+// fewer, the few hundred bytes the estimate does not count (GPT's position ids, the loss's
+// scalars) become a visible share of the whole.
 #ifndef REMAT_FT_SEED
 #define REMAT_FT_SEED 2026
 #endif
 constexpr int kFtConfigs = 3;
+constexpr std::uint64_t kFtSeeds[] = {REMAT_FT_SEED, 1, 2, 3};
 
 /// A random non-empty subset of `names`, in the given order.
 std::vector<std::string> ft_targets(const std::vector<std::string>& names, remat::Rng& rng) {
@@ -107,11 +108,7 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
         CHECK(e.parameters == c.weights);
         CHECK(e.adapters == c.adapters);
         CHECK(e.persistent() == c.between_steps);
-        // Issue 12's target is 2 %. It holds for every storage without adapters; with adapters
-        // the estimate misses the first block's temporaries (its ops before the first adapter
-        // run without saving; plan::profile itself mispredicts some of these) by up to 2.6 % on
-        // the configurations generated here, so that is the bound asserted (docs/guide.md).
-        CHECK(std::abs(e.total(p) - c.peak) <= (step.lora.rank > 0 ? 0.03 : 0.02) * c.peak);
+        CHECK(std::abs(e.total(p) - c.peak) <= 0.02 * c.peak);
       }
     }
   }
@@ -119,53 +116,155 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
 
 }  // namespace
 
-TEST_CASE(
-    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
-    "adapters), GPT",
-    "[nn][estimate][lora]") {
-  remat::Rng rng(REMAT_FT_SEED);
-  for (int i = 0; i < kFtConfigs; ++i) {
-    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (2 + rng.uniform_int(3));
-    const std::int64_t time = 16 + rng.uniform_int(17), layers = 2 + rng.uniform_int(3);
-    const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60),
-                                      .context = time,
-                                      .layers = layers,
-                                      .heads = heads,
-                                      .width = width,
-                                      .seed = std::uint64_t(i + 1)};
-    INFO("GPT: " << layers << " layers, width " << width << ", " << heads << " heads, vocab "
-                 << config.vocab);
-    ft_check_all<remat::nn::GPT<float>>(
-        config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"}, config.vocab,
-        2 + rng.uniform_int(3), time, rng);
+TEST_CASE("estimate_memory prices every storage x LoRA x plan within 2 % of the counted step, GPT",
+          "[nn][estimate][lora]") {
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t heads = 1 + rng.uniform_int(2),
+                         width = heads * 8 * (2 + rng.uniform_int(3));
+      const std::int64_t time = 16 + rng.uniform_int(17), layers = 2 + rng.uniform_int(3);
+      const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60),
+                                        .context = time,
+                                        .layers = layers,
+                                        .heads = heads,
+                                        .width = width,
+                                        .seed = std::uint64_t(i + 1)};
+      INFO("seed " << seed << ", GPT: " << layers << " layers, width " << width << ", " << heads
+                   << " heads, vocab " << config.vocab);
+      ft_check_all<remat::nn::GPT<float>>(
+          config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"},
+          config.vocab, 2 + rng.uniform_int(3), time, rng);
+    }
   }
 }
 
 TEST_CASE(
-    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
-    "adapters), Llama",
+    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step, Llama",
     "[nn][estimate][lora]") {
-  remat::Rng rng(REMAT_FT_SEED + 1);
-  for (int i = 0; i < kFtConfigs; ++i) {
-    const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
-    const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)),
-                       time = 16 + rng.uniform_int(17);
-    const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60),
-                                        .hidden_size = width,
-                                        .intermediate_size = 16 + rng.uniform_int(80),
-                                        .num_hidden_layers = 2 + rng.uniform_int(3),
-                                        .num_attention_heads = heads,
-                                        .num_key_value_heads = kv,
-                                        .attention_bias = rng.uniform() < 0.5,
-                                        .max_position_embeddings = time,
-                                        .seed = std::uint64_t(i + 1)};
-    INFO("Llama: " << config.num_hidden_layers << " layers, width " << width << ", heads " << heads
-                   << "/" << kv << ", mlp " << config.intermediate_size << ", vocab "
-                   << config.vocab_size);
-    ft_check_all<remat::nn::Llama<float>>(
-        config, [&] { return remat::nn::Llama<float>(config); },
-        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-        config.vocab_size, 2 + rng.uniform_int(3), time, rng);
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 1);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+      const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)),
+                         time = 16 + rng.uniform_int(17);
+      const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60),
+                                          .hidden_size = width,
+                                          .intermediate_size = 16 + rng.uniform_int(80),
+                                          .num_hidden_layers = 2 + rng.uniform_int(3),
+                                          .num_attention_heads = heads,
+                                          .num_key_value_heads = kv,
+                                          .attention_bias = rng.uniform() < 0.5,
+                                          .max_position_embeddings = time,
+                                          .seed = std::uint64_t(i + 1)};
+      INFO("seed " << seed << ", Llama: " << config.num_hidden_layers << " layers, width " << width
+                   << ", heads " << heads << "/" << kv << ", mlp " << config.intermediate_size
+                   << ", vocab " << config.vocab_size);
+      ft_check_all<remat::nn::Llama<float>>(
+          config, [&] { return remat::nn::Llama<float>(config); },
+          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+          config.vocab_size, 2 + rng.uniform_int(3), time, rng);
+    }
+  }
+}
+
+namespace {
+
+/// The counted peak of a second training step of `model` (AdamW on what is not frozen) under
+/// `plan` (none: no plan at all), relative to what was live before it, and plan::profile's
+/// prediction of the same step from a chain measured on the model.
+template <class Model>
+std::pair<double, double> ft_peak_and_profile(Model& model, const remat::plan::Plan* plan,
+                                              std::int64_t vocab, std::int64_t batch,
+                                              std::int64_t time, bool chunked) {
+  std::vector<remat::Parameter<float>> trainable;
+  for (const auto& p : model.parameters()) {
+    if (!p.frozen()) trainable.push_back(p);
+  }
+  remat::optim::AdamW<float> adam(trainable, {.lr = 1e-3});
+  const auto ids = remat::test::ids({batch, time}, std::int32_t(vocab), 3);
+  const auto targets = remat::test::ids({batch, time}, std::int32_t(vocab), 4);
+  double peak = 0;
+  for (int s = 0; s < 2; ++s) {
+    const std::size_t base = remat::memory::live_bytes();
+    remat::memory::reset_peak();
+    remat::Tape tape;
+    tape.backward(model.loss(ids, targets, plan, chunked));
+    adam.step();
+    adam.zero_grad();
+    peak = double(remat::memory::peak_bytes() - base);
+  }
+  const remat::plan::Chain chain = model.profile(ids, targets, chunked);
+  for (auto& p : trainable) p.zero_grad();
+  return {peak, plan ? remat::plan::predict(chain, plan->segments).peak_bytes : 0.0};
+}
+
+/// LoRA on `targets` only, over frozen float blocks.
+template <class Model>
+std::optional<remat::nn::lora::Adapters<float>> ft_adapt(Model& model,
+                                                         const std::vector<std::string>& targets) {
+  remat::nn::quantize_blocks(model, WeightStorage::f32, false);
+  return remat::nn::lora::apply(model, {.rank = 2, .alpha = 4, .targets = targets, .seed = 7});
+}
+
+}  // namespace
+
+// With LoRA whose first adapter sits late in the first block (GPT's fc or proj, Llama's MLP),
+// nothing saves the blocks' input x_0: it must die once the first block has read it. Under a
+// plan, GPT::hidden and Llama::hidden used to keep a Var of x_0 through the whole forward pass, one
+// (B T, C) tensor more than the same step without a plan and than plan::profile's prediction.
+TEST_CASE("Under a plan the blocks' input dies after the first block, as plan::profile predicts",
+          "[nn][estimate][lora][profile]") {
+  // Small vocabularies: the loss then holds less than the last block's forward, where the step
+  // peaks with x_0 still alive if something holds it.
+  remat::Rng rng(17);
+  for (int i = 0; i < 12; ++i) {
+    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (2 + rng.uniform_int(3));
+    const std::int64_t time = 16 + rng.uniform_int(17), batch = 2 + rng.uniform_int(3);
+    const bool chunked = rng.uniform() < 0.5;
+    const remat::nn::GPTConfig gpt{.vocab = 10 + rng.uniform_int(10),
+                                   .context = time,
+                                   .layers = 2 + rng.uniform_int(3),
+                                   .heads = heads,
+                                   .width = width,
+                                   .seed = std::uint64_t(i + 1)};
+    const std::string gpt_target = rng.uniform() < 0.5 ? "fc" : "proj";
+    const remat::nn::LlamaConfig llama{.vocab_size = 10 + rng.uniform_int(10),
+                                       .hidden_size = width,
+                                       .intermediate_size = 16 + rng.uniform_int(80),
+                                       .num_hidden_layers = 2 + rng.uniform_int(3),
+                                       .num_attention_heads = heads,
+                                       .num_key_value_heads = heads,
+                                       .max_position_embeddings = time,
+                                       .seed = std::uint64_t(i + 1)};
+    const std::vector<std::string> mlp{"gate_proj", "up_proj", "down_proj"};
+    const std::string llama_target = mlp[std::size_t(rng.uniform_int(3))];
+    INFO("width " << width << ", " << heads << " heads, batch " << batch << " x " << time << ", "
+                  << (chunked ? "chunked" : "plain") << " loss; GPT LoRA on " << gpt_target
+                  << ", Llama LoRA on " << llama_target);
+    const auto check = [&](auto& model, std::int64_t vocab) {
+      const auto [plain, unused] = ft_peak_and_profile(model, nullptr, vocab, batch, time, chunked);
+      const std::size_t n = model.block_layers().size();
+      const remat::plan::Chain shape = remat::plan::Chain::uniform(n);
+      for (const remat::plan::Plan& p :
+           {remat::plan::none(shape), remat::plan::every(shape), remat::plan::sqrt(shape)}) {
+        const auto [counted, predicted] =
+            ft_peak_and_profile(model, &p, vocab, batch, time, chunked);
+        INFO(remat::plan::to_string(p.kind) << ": counted " << counted << " B, predicted "
+                                            << predicted << " B, without a plan " << plain << " B");
+        if (p.kind == remat::plan::Kind::none) CHECK(counted == plain);
+        // within one float per token row (B T x 4 bytes; x_0 held is B T x C of them): GPT's
+        // position ids (4 T bytes) are not in the chain, and with the plain loss the Llama
+        // prediction comes out one float a row above the count
+        CHECK(std::abs(predicted - counted) <= 4.0 * double(batch * time));
+      }
+    };
+    remat::nn::GPT<float> g(gpt);
+    const auto ga = ft_adapt(g, {gpt_target});
+    check(g, gpt.vocab);
+    remat::nn::Llama<float> l(llama);
+    const auto la = ft_adapt(l, {llama_target});
+    check(l, llama.vocab_size);
   }
 }
 

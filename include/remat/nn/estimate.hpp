@@ -200,12 +200,16 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 /// adapters every base parameter is frozen, so the first block's ops before its first adapted
 /// linear read nothing that needs a gradient and keep nothing (the tape records no node that
 /// needs none).
-/// Nor does the first block keep its input (but see below for a GPT).
+/// Nor does the first block keep its input: GPT::hidden and Llama::hidden hand it over to the
+/// blocks, and it dies once the first block has read it.
 /// - Each adapter keeps A's output (N r) for B's backward (A's input is the base layer's, kept
-///   already). When its hook adds, the base output, B's output, its scaled copy and the sum are
-///   alive (4 N out), of which the block keeps only what its later ops save: the forward
-///   temporaries are at least 4 N out less what the block keeps after the linear, less the
-///   block's output.
+///   already). When its hook adds in the first pass, the base output, B's output, its scaled copy
+///   and the sum are alive (4 N out: the hook's expression holds its temporaries to its end), of
+///   which the block keeps only what its later ops save: the forward temporaries are at least
+///   4 N out less what the block keeps after the linear, less the block's output. A replay drops
+///   B's output once scaled (3 N out): the replay's temporaries (Chain::replay_transient_bytes)
+///   are at least 3 N out less the same. Without that figure the simulator would take the first
+///   pass's for replays, and over-price nested plans by about one (N, C) tensor.
 /// - A quantized linear dequantizes panels of at most kQuantizedPanel values into a float
 ///   scratch: the forward temporaries are at least the largest panel; backward, the panel sits
 ///   beside the input gradient it makes (N in).
@@ -213,7 +217,7 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 template <class T>
 void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                     const std::vector<BlockLinear>& linears, const std::vector<double>& stages,
-                    double rows, const nn::StepShape& step, bool first_input_freed) {
+                    double rows, const nn::StepShape& step) {
   const double e = sizeof(T), n_layers = static_cast<double>(layers);
   const nn::LoraShape& lora = step.lora;
   for (const std::string& t : lora.targets) {
@@ -227,7 +231,7 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
     }
   }
   double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0,
-         backward = 0;
+         backward = 0, replay = 0;
   const double width = linears.back().out;  // the block's output
   std::size_t first_stage = stages.size();
   for (const BlockLinear& l : linears) {
@@ -242,6 +246,7 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
           std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
           e;
       forward = std::max(forward, panel);
+      replay = std::max(replay, panel);
       backward = std::max(backward, rows * l.in * e + panel);
     }
     if (lora_targeted(lora, l.name)) {
@@ -253,6 +258,7 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
       double after = -rows * (l.in + l.sibling);
       for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
       forward = std::max(forward, (4 * rows * l.out - after - rows * width) * e);
+      replay = std::max(replay, (3 * rows * l.out - after - rows * width) * e);
       first_stage = std::min(first_stage, l.stage);
     }
   }
@@ -270,7 +276,9 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                       : step.optimizer == nn::OptimizerKind::sgd_momentum ? m.gradients
                                                                           : 0;
   plan::Chain& c = m.chain;
+  if (lora.rank > 0) c.replay_transient_bytes = c.forward_transient_bytes;
   for (std::size_t l = 0; l < c.layers(); ++l) {
+    if (lora.rank > 0) c.replay_transient_bytes[l] = std::max(c.replay_transient_bytes[l], replay);
     c.activation_bytes[l] += adapter_kept;
     c.forward_transient_bytes[l] = std::max(c.forward_transient_bytes[l], forward);
     c.backward_transient_bytes[l] = std::max(c.backward_transient_bytes[l], backward);
@@ -284,13 +292,9 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
     if (first_stage >= 2)
       c.forward_transient_bytes[0] =
           std::max(c.forward_transient_bytes[0], whole - c.activation_bytes[0]);
-    // nor does it keep its input, the frozen embedding's output. Except (measured on counted
-    // steps; plan::profile misses it) in a GPT whose first adapter is in the MLP: a (N, C)
-    // tensor stays alive through the block's backward all the same, priced as its input.
-    if (first_input_freed || first_stage <= 2) {
-      c.saves_input.assign(c.layers(), true);
-      c.saves_input[0] = false;
-    }
+    // nor does it keep its input, the frozen embedding's output
+    c.saves_input.assign(c.layers(), true);
+    c.saves_input[0] = false;
   }
 }
 
@@ -301,7 +305,7 @@ template <class T>
 nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step,
                                  std::int64_t time, plan::Chain chain, std::int64_t layers,
                                  const std::vector<BlockLinear>& linears,
-                                 const std::vector<double>& stages, bool first_input_freed) {
+                                 const std::vector<double>& stages) {
   if (step.accumulation < 1 || step.lora.rank < 0) {
     throw UsageError(
         cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
@@ -326,7 +330,7 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   m.logits = tokens * static_cast<double>(vocab) * e;
   m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
   m.chain = std::move(chain);
-  price_finetune<T>(m, count, layers, linears, stages, tokens, step, first_input_freed);
+  price_finetune<T>(m, count, layers, linears, stages, tokens, step);
   return m;
 }
 
@@ -375,7 +379,7 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   return remat::detail::step_estimate<T>(
       count, config.vocab, step, time,
       remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
-      linears, stages, false);
+      linears, stages);
 }
 
 }  // namespace remat::nn
@@ -516,7 +520,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   return remat::detail::step_estimate<T>(
       count, config.vocab_size, step, time,
       remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
-      config.num_hidden_layers, linears, stages, true);
+      config.num_hidden_layers, linears, stages);
 }
 
 }  // namespace remat::nn

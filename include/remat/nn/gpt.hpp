@@ -60,7 +60,7 @@ class GPT : public Module<T> {
   Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
     Var<T> x = embed(ids);
     if (plan) {
-      x = checkpoint_sequential(block_layers(), *plan, x);
+      x = checkpoint_sequential(block_layers(), *plan, std::move(x));
     } else {
       for (const TransformerBlock<T>& block : blocks) x = block(x);
     }
