@@ -268,6 +268,119 @@ TEST_CASE("Under a plan the blocks' input dies after the first block, as plan::p
   }
 }
 
+namespace {
+
+/// Plans over `e`'s chain with layers under save_matmuls(): every layer, every other layer (the
+/// rest in save_nothing segments but the last), and what plan::budget() picks at three budgets
+/// between every() and none().
+std::vector<remat::plan::Plan> ft_policy_plans(const remat::nn::MemoryEstimate& e) {
+  const std::size_t n = e.chain.layers();
+  std::vector<remat::plan::Segment> all, alternate;
+  for (std::size_t l = 0; l < n; ++l) {
+    all.push_back({l, l + 1, {}, remat::save_matmuls()});
+    if (l % 2 == 0)
+      alternate.push_back({l, l + 1, {}, remat::save_matmuls()});
+    else if (l + 1 < n)
+      alternate.push_back({l, l + 1, {}, remat::save_nothing()});
+  }
+  std::vector<remat::plan::Plan> plans{remat::plan::custom(e.chain, all),
+                                       remat::plan::custom(e.chain, alternate)};
+  const double low = remat::plan::every(e.chain).peak_bytes,
+               high = remat::plan::none(e.chain).peak_bytes;
+  for (const double f : {0.1, 0.4, 0.7})
+    plans.push_back(remat::plan::budget(e.chain, low + f * (high - low)));
+  return plans;
+}
+
+template <class Model, class Config>
+void ft_check_policies(const Config& config, const std::function<Model()>& make, std::int64_t vocab,
+                       std::int64_t batch, std::int64_t time, bool chunked) {
+  remat::nn::StepShape step{.batch = batch, .time = time, .chunked_loss = chunked};
+  step.policies = {remat::save_nothing(), remat::save_matmuls()};
+  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+  REQUIRE(e.chain.policies.size() == 1);  // save_nothing() is a plain segment, not a policy
+  for (const remat::plan::Plan& p : ft_policy_plans(e)) {
+    const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
+    INFO((chunked ? "chunked" : "plain")
+         << " loss, batch " << batch << " x " << time << ", " << p.describe() << ": estimated "
+         << e.total(p) << " B, counted " << c.peak << " B");
+    CHECK(std::abs(e.total(p) - c.peak) <= 0.02 * c.peak);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("estimate_memory prices layers under save_matmuls within 2 % of the counted step",
+          "[nn][estimate][policy]") {
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 7);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      // long sequences too: attention's (T x T) values, which save_matmuls does not keep, then
+      // make the first pass's peak
+      const std::int64_t heads = 1 + rng.uniform_int(2),
+                         width = heads * 8 * (1 + rng.uniform_int(3));
+      const std::int64_t time = 16 + rng.uniform_int(120);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::GPTConfig gpt{
+          .vocab = 10 + rng.uniform_int(60),
+          .context = time,
+          .layers = 2 + rng.uniform_int(3),
+          .heads = heads,
+          .width = width,
+          .dropout = rng.uniform() < 0.5 ? 0.1 : 0.0,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", GPT: " << gpt.layers << " layers, width " << width << ", " << heads
+                   << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
+                   << (flash ? ", flash" : ", fused"));
+      ft_check_policies<remat::nn::GPT<float>>(
+          gpt, [&] { return remat::nn::GPT<float>(gpt); }, gpt.vocab, 1 + rng.uniform_int(3), time,
+          rng.uniform() < 0.6);
+    }
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+      const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
+                         time = 16 + rng.uniform_int(120);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::LlamaConfig llama{
+          .vocab_size = 10 + rng.uniform_int(60),
+          .hidden_size = width,
+          .intermediate_size = 8 + rng.uniform_int(100),
+          .num_hidden_layers = 2 + rng.uniform_int(3),
+          .num_attention_heads = heads,
+          .num_key_value_heads = kv,
+          .attention_bias = rng.uniform() < 0.5,
+          .max_position_embeddings = time,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", Llama: " << llama.num_hidden_layers << " layers, width " << width
+                   << ", heads " << heads << "/" << kv << ", mlp " << llama.intermediate_size
+                   << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
+      ft_check_policies<remat::nn::Llama<float>>(
+          llama, [&] { return remat::nn::Llama<float>(llama); }, llama.vocab_size,
+          1 + rng.uniform_int(3), time, rng.uniform() < 0.6);
+    }
+  }
+}
+
+TEST_CASE("estimate_memory names the save policies it cannot price", "[nn][estimate][errors]") {
+  const remat::nn::GPTConfig gpt{.vocab = 20, .context = 8, .layers = 2, .heads = 2, .width = 8};
+  remat::nn::StepShape step{.batch = 1};
+  step.policies = {remat::save_ops({"gelu"})};
+  std::string msg =
+      remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
+  CHECK(msg.find("'save_ops(gelu)'") != std::string::npos);
+  step.policies = {remat::save_matmuls()};
+  step.storage = WeightStorage::nf4;
+  msg = remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
+  CHECK(msg.find("save_matmuls") != std::string::npos);
+  CHECK(msg.find("nf4") != std::string::npos);
+  // without the policy priced, a plan that carries it is a PlanError from the simulator
+  const remat::nn::MemoryEstimate plain = remat::nn::estimate_memory<float>(gpt, {.batch = 1});
+  const remat::plan::Plan p{.layers = 2, .segments = {{0, 1, {}, remat::save_matmuls()}}};
+  CHECK_THROWS_AS(plain.total(p), remat::PlanError);
+}
+
 TEST_CASE("QuantizedWeight::bytes_for is what quantize() allocates, for generated shapes",
           "[core][quantized][estimate]") {
   remat::Rng rng(5);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "remat/checkpoint/plan.hpp"
+#include "remat/core/save_policy.hpp"
 #include "remat/core/quantized.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
@@ -50,6 +51,13 @@ struct StepShape {
   /// Adapters: with a rank > 0 every base parameter is frozen (lora::apply) and only the
   /// adapters get gradients and optimizer state.
   LoraShape lora;
+  /// Save policies to price each layer under, in a checkpoint segment of its own, as
+  /// plan::ProfileOptions::policies does for a profiled chain: they land in
+  /// MemoryEstimate::chain.policies, so plans with such segments can be priced
+  /// (MemoryEstimate::total) and plan::budget() chooses among them. Priced: save_matmuls() for
+  /// float weights without adapters; policies that keep nothing are skipped; any other policy,
+  /// or save_matmuls() with quantized weights or adapters, is a UsageError.
+  std::vector<SavePolicy> policies;
 };
 
 /// Bytes a training step needs, as the library's allocator counts them.
@@ -107,6 +115,28 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
          static_cast<double>(vocab) * sizeof(T);
 }
 
+/// What an attention op keeps (elements), its scratch in forward and in backward, and the
+/// (query x key) pairs its GEMMs multiply, for B sequences of T tokens and H heads: the fused op
+/// keeps its (T x T) probabilities per head, its scratch is one or two (T x T) blocks (the
+/// dropped weights with dropout); the flash op keeps one log-sum-exp per query row and works in
+/// (R x T) blocks, R = min(kFlashBlockRows, T), skipping the keys a block of queries cannot see.
+struct AttentionFigures {
+  double kept, forward_scratch, backward_scratch, pairs;
+};
+
+inline AttentionFigures attention_figures(bool flash, bool dropout, std::int64_t batch,
+                                          std::int64_t heads, std::int64_t time) {
+  const double b = static_cast<double>(batch), h = static_cast<double>(heads),
+               t = static_cast<double>(time), d = dropout ? 1 : 0;
+  if (!flash) return {b * h * t * t, d * t * t, (1 + d) * t * t, t * t};
+  const std::int64_t rows = std::min(kFlashBlockRows, time);
+  double pairs = 0;
+  for (std::int64_t i0 = 0; i0 < time; i0 += rows)
+    pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+  const double r = static_cast<double>(rows);
+  return {b * h * t, (1 + d) * r * t, (2 + d) * r * t, pairs};
+}
+
 /// The blocks' chain, op by op (N = B T rows, C wide, H heads, e bytes an element):
 /// - kept per block: ln1 and ln2 keep two numbers a row (4N), the qkv projection its input (NC),
 ///   attention the packed qkv (3NC) and its probabilities (B H T^2), the output projection its
@@ -132,22 +162,9 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
                       bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
-  const bool flash = c.attention == nn::Attention::flash;
   const double dropout = c.dropout > 0 ? 1 : 0;
-  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs
-  // its GEMMs multiply (the flash op skips the keys a block of queries cannot see)
-  double kept = b * static_cast<double>(c.heads) * t * t, forward_scratch = dropout * t * t,
-         backward_scratch = (1 + dropout) * t * t;
-  double pairs = t * t;
-  if (flash) {
-    const std::int64_t rows = std::min(kFlashBlockRows, time);
-    kept = b * static_cast<double>(c.heads) * t;
-    forward_scratch = (1 + dropout) * static_cast<double>(rows) * t;
-    backward_scratch = (2 + dropout) * static_cast<double>(rows) * t;
-    pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
-      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
-  }
+  const auto [kept, forward_scratch, backward_scratch, pairs] =
+      attention_figures(c.attention == nn::Attention::flash, c.dropout > 0, batch, c.heads, time);
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
@@ -334,6 +351,51 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   return m;
 }
 
+/// A block run under save_matmuls() in a segment of its own (Note [policy layers] in
+/// plan/simulator.hpp), from the model's op-by-op figures: what it keeps (the linears' outputs),
+/// its first pass's temporaries above that, the extra peak of its backward's replay above what
+/// the plain block keeps, and the replay's cost (attention's two GEMMs; the linears are kept).
+struct MatmulPolicyShape {
+  double kept, forward, replay, replay_cost;
+};
+
+/// Adds the costs of step.policies to m.chain (StepShape::policies). A block under
+/// save_matmuls() keeps `kept`, pins its input and not its output; its backward first replays
+/// what the plain block would have kept (a_l - kept), and peaks at the larger of the plain
+/// block's backward (beta_l) and the replay's own peak, above that.
+inline void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
+                           const MatmulPolicyShape& shape) {
+  for (const SavePolicy& policy : step.policies) {
+    if (!policy.keeps_anything() || m.chain.policy_index(policy) >= 0) continue;
+    if (!(policy == save_matmuls())) {
+      throw UsageError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
+                           "'; it prices save_matmuls() (plan::profile measures any policy on a "
+                           "real model: ProfileOptions::policies)"));
+    }
+    if (step.storage != WeightStorage::f32 || step.lora.rank > 0) {
+      throw UsageError(
+          cat("nn::estimate_memory: save_matmuls() is priced for float weights "
+              "without adapters; got storage ",
+              to_string(step.storage), ", LoRA rank ", step.lora.rank,
+              " (plan::profile measures it on a real model)"));
+    }
+    plan::Chain& c = m.chain;
+    const std::size_t n = c.layers();
+    plan::PolicyCosts q;
+    q.policy = policy;
+    q.activation_bytes.assign(n, shape.kept);
+    q.forward_transient_bytes.assign(n, shape.forward);
+    q.backward_transient_bytes.resize(n);
+    for (std::size_t l = 0; l < n; ++l)
+      q.backward_transient_bytes[l] =
+          c.activation(l) - shape.kept + std::max(shape.replay, c.beta(l));
+    q.saves_input.assign(n, true);
+    q.saves_output.assign(n, false);
+    q.replay_cost.assign(n, shape.replay_cost);
+    c.policies.push_back(std::move(q));
+  }
+}
+
 }  // namespace remat::detail
 
 namespace remat::nn {
@@ -376,10 +438,25 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
                                                         {"proj", w, w, true, 2},
                                                         {"fc", w, 4 * w, true, 3},
                                                         {"proj", 4 * w, w, true, 4}};
-  return remat::detail::step_estimate<T>(
+  MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab, step, time,
       remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
       linears, stages);
+  // Under save_matmuls a block keeps the outputs of qkv (3NC), proj (NC), fc (4NC) and the MLP's
+  // proj (NC); the first pass peaks at the block's last residual add, its MLP's values alive
+  // (5 NC, 6 with the dropped copy), or at attention's values, which it no longer keeps, beside
+  // its scratch (less what the block keeps after it). The replay inside backward stays below the
+  // plain block's backward. (Checked against counted steps: tests/nn/finetune_estimate_test.cpp.)
+  const auto att = remat::detail::attention_figures(
+      config.attention == Attention::flash, config.dropout > 0, step.batch, config.heads, time);
+  const double e = sizeof(T), dropout = config.dropout > 0 ? 1 : 0;
+  remat::detail::price_policies(
+      m, step,
+      {.kept = 9 * n * w * e,
+       .forward = std::max((5 + dropout) * n * w, att.kept + att.forward_scratch - 5 * n * w) * e,
+       .replay = 0,
+       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  return m;
 }
 
 }  // namespace remat::nn
@@ -425,20 +502,8 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
                v = static_cast<double>(c.vocab_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
                f = static_cast<double>(c.intermediate_size);
-  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs its
-  // GEMMs multiply, as for GPT (gpt_chain)
-  double kept = b * static_cast<double>(c.num_attention_heads) * t * t, forward_scratch = 0,
-         backward_scratch = t * t;
-  double pairs = t * t;
-  if (c.attention == nn::Attention::flash) {
-    const std::int64_t rows = std::min(kFlashBlockRows, time);
-    kept = b * static_cast<double>(c.num_attention_heads) * t;
-    forward_scratch = static_cast<double>(rows) * t;
-    backward_scratch = 2 * static_cast<double>(rows) * t;
-    pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
-      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
-  }
+  const auto [kept, forward_scratch, backward_scratch, pairs] = attention_figures(
+      c.attention == nn::Attention::flash, false, batch, c.num_attention_heads, time);
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
@@ -517,10 +582,26 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
       {"v_proj", w, kv, b, 1},          {"o_proj", w, w, false, 2},
       {"gate_proj", w, f, false, 3, f}, {"up_proj", w, f, false, 3, f},
       {"down_proj", f, w, false, 4}};
-  return remat::detail::step_estimate<T>(
+  MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab_size, step, time,
       remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
       config.num_hidden_layers, linears, stages);
+  // Under save_matmuls a layer keeps the outputs of its seven projections (3NC + 2NK + 2NF); the
+  // first pass peaks in the MLP (NC + NF above that) or at attention's values, which it no longer
+  // keeps, beside its scratch (less the gate and up outputs it keeps after it, plus the rotated
+  // keys); the replay inside backward peaks 4NC + NK above what it restores, unless the plain
+  // layer's backward peaks higher. (Checked against counted steps:
+  // tests/nn/finetune_estimate_test.cpp.)
+  const auto att = remat::detail::attention_figures(config.attention == Attention::flash, false,
+                                                    step.batch, config.num_attention_heads, time);
+  const double e = sizeof(T), n = tokens;
+  remat::detail::price_policies(
+      m, step,
+      {.kept = (3 * n * w + 2 * n * kv + 2 * n * f) * e,
+       .forward = std::max(n * w + n * f, att.kept + att.forward_scratch + n * kv - 2 * n * f) * e,
+       .replay = (4 * n * w + n * kv) * e,
+       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  return m;
 }
 
 }  // namespace remat::nn
