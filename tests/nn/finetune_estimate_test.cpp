@@ -94,9 +94,11 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
                                 .double_quant = rng.uniform() < 0.7};
       if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
       const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+      const double low = remat::plan::every(e.chain).peak_bytes,
+                   high = remat::plan::none(e.chain).peak_bytes;
       for (const remat::plan::Plan& p :
            {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
-            remat::plan::optimal(e.chain, 1)}) {
+            remat::plan::optimal(e.chain, 1), remat::plan::budget(e.chain, (low + high) / 2)}) {
         const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
         std::string targets;
         for (const std::string& t : step.lora.targets) targets += t + " ";
@@ -129,9 +131,14 @@ TEST_CASE("estimate_memory prices every storage x LoRA x plan within 2 % of the 
                                         .layers = layers,
                                         .heads = heads,
                                         .width = width,
-                                        .seed = std::uint64_t(i + 1)};
+                                        .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
+                                        .seed = std::uint64_t(i + 1),
+                                        .attention = rng.uniform() < 0.5
+                                                         ? remat::nn::Attention::flash
+                                                         : remat::nn::Attention::fused};
       INFO("seed " << seed << ", GPT: " << layers << " layers, width " << width << ", " << heads
-                   << " heads, vocab " << config.vocab);
+                   << " heads, vocab " << config.vocab << ", dropout " << config.dropout << ", "
+                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
       ft_check_all<remat::nn::GPT<float>>(
           config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"},
           config.vocab, 2 + rng.uniform_int(3), time, rng);
@@ -156,10 +163,14 @@ TEST_CASE(
                                           .num_key_value_heads = kv,
                                           .attention_bias = rng.uniform() < 0.5,
                                           .max_position_embeddings = time,
-                                          .seed = std::uint64_t(i + 1)};
+                                          .seed = std::uint64_t(i + 1),
+                                          .attention = rng.uniform() < 0.5
+                                                           ? remat::nn::Attention::flash
+                                                           : remat::nn::Attention::fused};
       INFO("seed " << seed << ", Llama: " << config.num_hidden_layers << " layers, width " << width
                    << ", heads " << heads << "/" << kv << ", mlp " << config.intermediate_size
-                   << ", vocab " << config.vocab_size);
+                   << ", vocab " << config.vocab_size << ", "
+                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
       ft_check_all<remat::nn::Llama<float>>(
           config, [&] { return remat::nn::Llama<float>(config); },
           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
@@ -294,24 +305,33 @@ std::vector<remat::plan::Plan> ft_policy_plans(const remat::nn::MemoryEstimate& 
 
 template <class Model, class Config>
 void ft_check_policies(const Config& config, const std::function<Model()>& make, std::int64_t vocab,
-                       std::int64_t batch, std::int64_t time, bool chunked) {
-  remat::nn::StepShape step{.batch = batch, .time = time, .chunked_loss = chunked};
+                       std::int64_t batch, std::int64_t time, remat::Rng& rng) {
+  const WeightStorage storages[] = {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8,
+                                    WeightStorage::nf4};
+  remat::nn::StepShape step{.batch = batch,
+                            .time = time,
+                            .chunked_loss = rng.uniform() < 0.6,
+                            .storage = storages[rng.uniform_int(4)],
+                            .double_quant = rng.uniform() < 0.7};
   step.policies = {remat::save_nothing(), remat::save_matmuls()};
   const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
   REQUIRE(e.chain.policies.size() == 1);  // save_nothing() is a plain segment, not a policy
   for (const remat::plan::Plan& p : ft_policy_plans(e)) {
     const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
-    INFO((chunked ? "chunked" : "plain")
-         << " loss, batch " << batch << " x " << time << ", " << p.describe() << ": estimated "
-         << e.total(p) << " B, counted " << c.peak << " B");
+    INFO("storage " << remat::to_string(step.storage) << ", "
+                    << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
+                    << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
+                    << " B, counted " << c.peak << " B");
     CHECK(std::abs(e.total(p) - c.peak) <= 0.02 * c.peak);
   }
 }
 
 }  // namespace
 
-TEST_CASE("estimate_memory prices layers under save_matmuls within 2 % of the counted step",
-          "[nn][estimate][policy]") {
+TEST_CASE(
+    "estimate_memory prices layers under save_matmuls within 2 % of the counted step, every "
+    "storage",
+    "[nn][estimate][policy]") {
   for (const std::uint64_t seed : kFtSeeds) {
     remat::Rng rng(seed + 7);
     for (int i = 0; i < kFtConfigs; ++i) {
@@ -335,7 +355,7 @@ TEST_CASE("estimate_memory prices layers under save_matmuls within 2 % of the co
                    << (flash ? ", flash" : ", fused"));
       ft_check_policies<remat::nn::GPT<float>>(
           gpt, [&] { return remat::nn::GPT<float>(gpt); }, gpt.vocab, 1 + rng.uniform_int(3), time,
-          rng.uniform() < 0.6);
+          rng);
     }
     for (int i = 0; i < kFtConfigs; ++i) {
       const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
@@ -358,7 +378,7 @@ TEST_CASE("estimate_memory prices layers under save_matmuls within 2 % of the co
                    << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
       ft_check_policies<remat::nn::Llama<float>>(
           llama, [&] { return remat::nn::Llama<float>(llama); }, llama.vocab_size,
-          1 + rng.uniform_int(3), time, rng.uniform() < 0.6);
+          1 + rng.uniform_int(3), time, rng);
     }
   }
 }
@@ -372,9 +392,10 @@ TEST_CASE("estimate_memory names the save policies it cannot price", "[nn][estim
   CHECK(msg.find("'save_ops(gelu)'") != std::string::npos);
   step.policies = {remat::save_matmuls()};
   step.storage = WeightStorage::nf4;
+  step.lora = {.rank = 2, .targets = {"fc"}};
   msg = remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
   CHECK(msg.find("save_matmuls") != std::string::npos);
-  CHECK(msg.find("nf4") != std::string::npos);
+  CHECK(msg.find("LoRA rank 2") != std::string::npos);
   // without the policy priced, a plan that carries it is a PlanError from the simulator
   const remat::nn::MemoryEstimate plain = remat::nn::estimate_memory<float>(gpt, {.batch = 1});
   const remat::plan::Plan p{.layers = 2, .segments = {{0, 1, {}, remat::save_matmuls()}}};

@@ -203,7 +203,18 @@ struct BlockLinear {
   /// Output width of a linear that reads the same input and may run first (gate_proj and
   /// up_proj: the order a compiler evaluates call arguments in is unspecified).
   double sibling = 0;
+  /// Its output goes through dropout (GPT's two projections with dropout > 0): while its backward
+  /// runs, the dropout's (N, out) input gradient is alive beside the one it makes.
+  bool dropped = false;
 };
+
+/// The float scratch a quantized linear dequantizes its weight into: panels of whole rows, at
+/// most kQuantizedPanel values (at least one row).
+template <class T>
+double quantized_panel_bytes(const BlockLinear& l) {
+  return std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
+         sizeof(T);
+}
 
 /// Whether `name` is one of the adapters' targets.
 inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
@@ -228,8 +239,10 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 ///   are at least 3 N out less the same. Without that figure the simulator would take the first
 ///   pass's for replays, and over-price nested plans by about one (N, C) tensor.
 /// - A quantized linear dequantizes panels of at most kQuantizedPanel values into a float
-///   scratch: the forward temporaries are at least the largest panel; backward, the panel sits
-///   beside the input gradient it makes (N in).
+///   scratch: in forward the panel sits beside the linear's output (N out), less what the block
+///   keeps after the linear and its output; backward, beside the input gradient it makes (N in)
+///   and its output's gradient through dropout (N out) when dropout follows it, less what the
+///   block kept after the linear (freed by then).
 /// (Figures checked against plan::profile and counted steps: tests/nn/finetune_estimate_test.cpp.)
 template <class T>
 void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
@@ -258,22 +271,22 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                   : QuantizedWeight::bytes_for(static_cast<std::int64_t>(l.out),
                                                static_cast<std::int64_t>(l.in), step.storage,
                                                step.double_quant);
+    // kept from the linear's output on: its stage less its input (and a sibling's output, which
+    // may exist already), and the later stages; not yet made while it runs forward, freed already
+    // when its backward runs
+    double after = -rows * (l.in + l.sibling);
+    for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
     if (step.storage != WeightStorage::f32) {
-      const double panel =
-          std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
-          e;
-      forward = std::max(forward, panel);
-      replay = std::max(replay, panel);
-      backward = std::max(backward, rows * l.in * e + panel);
+      const double panel = quantized_panel_bytes<T>(l);
+      forward = std::max(forward, (rows * l.out - after - rows * width) * e + panel);
+      replay = std::max(replay, (rows * l.out - after - rows * width) * e + panel);
+      backward =
+          std::max(backward, (rows * l.in + (l.dropped ? rows * l.out : 0) - after) * e + panel);
     }
     if (lora_targeted(lora, l.name)) {
       const double r = static_cast<double>(lora.rank);
       adapter_values += r * (l.in + l.out);
       adapter_kept += rows * r * e;
-      // kept from the linear's output on: its stage less its input (and a sibling's output, which
-      // may exist already), and the later stages
-      double after = -rows * (l.in + l.sibling);
-      for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
       forward = std::max(forward, (4 * rows * l.out - after - rows * width) * e);
       replay = std::max(replay, (3 * rows * l.out - after - rows * width) * e);
       first_stage = std::min(first_stage, l.stage);
@@ -363,8 +376,14 @@ struct MatmulPolicyShape {
 /// save_matmuls() keeps `kept`, pins its input and not its output; its backward first replays
 /// what the plain block would have kept (a_l - kept), and peaks at the larger of the plain
 /// block's backward (beta_l) and the replay's own peak, above that.
-inline void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
-                           const MatmulPolicyShape& shape) {
+template <class T>
+void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
+                    const std::vector<BlockLinear>& linears, const MatmulPolicyShape& shape) {
+  // quantized weights: the largest dequantized panel on top of the float block's figures
+  double panel = 0;
+  if (step.storage != WeightStorage::f32) {
+    for (const BlockLinear& l : linears) panel = std::max(panel, quantized_panel_bytes<T>(l));
+  }
   for (const SavePolicy& policy : step.policies) {
     if (!policy.keeps_anything() || m.chain.policy_index(policy) >= 0) continue;
     if (!(policy == save_matmuls())) {
@@ -372,19 +391,18 @@ inline void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
                            "'; it prices save_matmuls() (plan::profile measures any policy on a "
                            "real model: ProfileOptions::policies)"));
     }
-    if (step.storage != WeightStorage::f32 || step.lora.rank > 0) {
+    if (step.lora.rank > 0) {
       throw UsageError(
-          cat("nn::estimate_memory: save_matmuls() is priced for float weights "
-              "without adapters; got storage ",
-              to_string(step.storage), ", LoRA rank ", step.lora.rank,
-              " (plan::profile measures it on a real model)"));
+          cat("nn::estimate_memory: save_matmuls() is priced without adapters; got "
+              "LoRA rank ",
+              step.lora.rank, " (plan::profile measures it on a real model)"));
     }
     plan::Chain& c = m.chain;
     const std::size_t n = c.layers();
     plan::PolicyCosts q;
     q.policy = policy;
     q.activation_bytes.assign(n, shape.kept);
-    q.forward_transient_bytes.assign(n, shape.forward);
+    q.forward_transient_bytes.assign(n, shape.forward + panel);
     q.backward_transient_bytes.resize(n);
     for (std::size_t l = 0; l < n; ++l)
       q.backward_transient_bytes[l] =
@@ -428,16 +446,18 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   }
   const double n = static_cast<double>(step.batch) * static_cast<double>(time),
                w = static_cast<double>(config.width);
-  const double probs = static_cast<double>(step.batch) * static_cast<double>(config.heads) *
-                       static_cast<double>(time) * static_cast<double>(time);
-  // gpt_chain's kept elements by stage: ln1 | qkv's input, attention | proj's input, the residual,
-  // ln2 | fc's input, GELU's input | GELU's output (the MLP's proj)
-  const std::vector<double> stages{2 * n, 4 * n * w + probs, 2 * n * w + 2 * n, 5 * n * w,
+  const auto att = remat::detail::attention_figures(
+      config.attention == Attention::flash, config.dropout > 0, step.batch, config.heads, time);
+  // gpt_chain's kept elements by stage: ln1 | qkv's input, attention (its probabilities, or the
+  // flash op's log-sum-exps) | proj's input, the residual, ln2 | fc's input, GELU's input |
+  // GELU's output (the MLP's proj)
+  const std::vector<double> stages{2 * n, 4 * n * w + att.kept, 2 * n * w + 2 * n, 5 * n * w,
                                    4 * n * w};
+  const bool dropped = config.dropout > 0;
   const std::vector<remat::detail::BlockLinear> linears{{"qkv", w, 3 * w, true, 1},
-                                                        {"proj", w, w, true, 2},
+                                                        {"proj", w, w, true, 2, 0, dropped},
                                                         {"fc", w, 4 * w, true, 3},
-                                                        {"proj", 4 * w, w, true, 4}};
+                                                        {"proj", 4 * w, w, true, 4, 0, dropped}};
   MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab, step, time,
       remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
@@ -447,11 +467,9 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   // (5 NC, 6 with the dropped copy), or at attention's values, which it no longer keeps, beside
   // its scratch (less what the block keeps after it). The replay inside backward stays below the
   // plain block's backward. (Checked against counted steps: tests/nn/finetune_estimate_test.cpp.)
-  const auto att = remat::detail::attention_figures(
-      config.attention == Attention::flash, config.dropout > 0, step.batch, config.heads, time);
   const double e = sizeof(T), dropout = config.dropout > 0 ? 1 : 0;
-  remat::detail::price_policies(
-      m, step,
+  remat::detail::price_policies<T>(
+      m, step, linears,
       {.kept = 9 * n * w * e,
        .forward = std::max((5 + dropout) * n * w, att.kept + att.forward_scratch - 5 * n * w) * e,
        .replay = 0,
@@ -569,11 +587,12 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   const double w = static_cast<double>(config.hidden_size),
                f = static_cast<double>(config.intermediate_size);
   const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim());
-  const double probs =
-      tokens * static_cast<double>(config.num_attention_heads) * static_cast<double>(time);
-  // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention | o_proj's
-  // input, the residual, the second norm | gate/up's input, swiglu's | down_proj's input
-  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + probs,
+  const auto att = remat::detail::attention_figures(config.attention == Attention::flash, false,
+                                                    step.batch, config.num_attention_heads, time);
+  // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention (its
+  // probabilities, or the flash op's log-sum-exps) | o_proj's input, the residual, the second
+  // norm | gate/up's input, swiglu's | down_proj's input
+  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + att.kept,
                                    2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
                                    tokens * f};
   const bool b = config.attention_bias;
@@ -592,11 +611,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   // keys); the replay inside backward peaks 4NC + NK above what it restores, unless the plain
   // layer's backward peaks higher. (Checked against counted steps:
   // tests/nn/finetune_estimate_test.cpp.)
-  const auto att = remat::detail::attention_figures(config.attention == Attention::flash, false,
-                                                    step.batch, config.num_attention_heads, time);
   const double e = sizeof(T), n = tokens;
-  remat::detail::price_policies(
-      m, step,
+  remat::detail::price_policies<T>(
+      m, step, linears,
       {.kept = (3 * n * w + 2 * n * kv + 2 * n * f) * e,
        .forward = std::max(n * w + n * f, att.kept + att.forward_scratch + n * kv - 2 * n * f) * e,
        .replay = (4 * n * w + n * kv) * e,
