@@ -54,9 +54,9 @@ struct StepShape {
   /// Save policies to price each layer under, in a checkpoint segment of its own, as
   /// plan::ProfileOptions::policies does for a profiled chain: they land in
   /// MemoryEstimate::chain.policies, so plans with such segments can be priced
-  /// (MemoryEstimate::total) and plan::budget() chooses among them. Priced: save_matmuls() for
-  /// float weights without adapters; policies that keep nothing are skipped; any other policy,
-  /// or save_matmuls() with quantized weights or adapters, is a UsageError.
+  /// (MemoryEstimate::total) and plan::budget() chooses among them. Priced: save_matmuls(), for
+  /// every weight storage but not with adapters; policies that keep nothing are skipped; any
+  /// other policy, or save_matmuls() with adapters, is a UsageError.
   std::vector<SavePolicy> policies;
 };
 
