@@ -6,8 +6,8 @@
 //               [--heads H] [--kv-heads G] [--mlp F] [--context T] [--vocab V] [--tied]
 //               [--batch B] [--time T] [--accumulate K] [--dtype float|double]
 //               [--optimizer adamw|momentum|sgd] [--storage f32|bf16|int8|nf4] [--no-double-quant]
-//               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--memory GiB]
-//               [--budget MiB] [--json]          (--help)
+//               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--save-matmuls]
+//               [--memory GiB] [--budget MiB] [--json]          (--help)
 //
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
 // with a batch of 8. --model llama prices a Llama (--kv-heads, --mlp; --width is the hidden
@@ -19,7 +19,10 @@
 // --lora-targets (default: every linear of a block) and trains only them. --memory is what you
 // have (default: this machine's physical memory); the last lines give, for each plan, the
 // largest micro-batch that fits in it. --budget adds the plan with the least recompute whose
-// activations fit in that many MiB. With --json the output is one JSON object instead.
+// activations fit in that many MiB. --save-matmuls prices layers under the save_matmuls policy
+// (each in a segment of its own, keeping the linears' outputs): it adds the plan with every layer
+// so, and lets --budget choose such layers too (not with LoRA: an error). With --json the output
+// is one JSON object instead.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/llama_config.hpp>
@@ -74,7 +77,7 @@ Options parse(int argc, char** argv) {
               targets;
   std::int64_t kv_heads = 0, mlp = 0, lora_rank = 0;
   bool no_double_quant = false;
-  bool plain_loss = false;
+  bool plain_loss = false, save_matmuls = false;
   CLI::App app(
       "Will it fit? Predicts the memory of one GPT training step before allocating anything:\n"
       "parameters, gradients, optimizer state, activations under each checkpoint plan, logits,\n"
@@ -120,6 +123,9 @@ Options parse(int argc, char** argv) {
   app.add_flag("--tied", o.config.tied, "the head shares the token embedding");
   app.add_flag("--plain-loss", plain_loss,
                "price the plain loss (full logits) instead of the chunked one");
+  app.add_flag("--save-matmuls", save_matmuls,
+               "also price every layer under the save_matmuls policy (in a segment of its own), "
+               "and let --budget choose it per layer; not with --lora-rank");
   app.add_option("--memory", o.memory_gib, "memory you have, GiB (default: this machine's)")
       ->check(flags::positive);
   app.add_option("--budget", o.budget_mib,
@@ -132,6 +138,7 @@ Options parse(int argc, char** argv) {
                      : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
                                                : remat::nn::OptimizerKind::sgd;
   o.step.chunked_loss = !plain_loss;
+  if (save_matmuls) o.step.policies = {remat::save_matmuls()};
   o.step.storage = storage == "bf16"   ? remat::WeightStorage::bf16
                    : storage == "int8" ? remat::WeightStorage::int8
                    : storage == "nf4"  ? remat::WeightStorage::nf4
@@ -175,10 +182,17 @@ MemoryEstimate estimate(const Options& o, std::int64_t batch) {
                             : remat::nn::estimate_memory<float>(o.config, step);
 }
 
-/// The plans priced: none, every, sqrt, two- and one-slot optimal, and --budget's.
+/// The plans priced: none, every, sqrt, two- and one-slot optimal, with --save-matmuls every
+/// layer under that policy, and --budget's.
 std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
   std::vector<plan::Plan> out = {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
                                  plan::optimal(e.chain, 2), plan::optimal(e.chain, 1)};
+  if (!o.step.policies.empty()) {
+    std::vector<plan::Segment> layers;
+    for (std::size_t l = 0; l < e.chain.layers(); ++l)
+      layers.push_back({l, l + 1, {}, remat::save_matmuls()});
+    out.push_back(plan::custom(e.chain, std::move(layers)));
+  }
   if (o.budget_mib > 0) out.push_back(plan::budget(e.chain, o.budget_mib * (1 << 20)));
   return out;
 }
@@ -188,6 +202,8 @@ std::string name(const plan::Plan& p, const Options& o) {
   char buf[64];
   if (p.kind == remat::plan::Kind::budget)
     std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
+  else if (p.kind == remat::plan::Kind::custom)
+    return "save_matmuls";  // the only custom plan priced: every layer under it
   else if (p.kind == remat::plan::Kind::optimal)
     std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
   else

@@ -1,7 +1,7 @@
 // nn::estimate_memory for fine-tuning: every weight storage x LoRA on/off x checkpoint plan on
-// generated small GPT and Llama configurations, against what the allocator counts. The weights,
-// adapters, gradients, optimizer state and data must be exact; a whole step's peak within 2 %
-// (3 % with adapters, see below).
+// generated small GPT and Llama configurations (several seeds), against what the allocator
+// counts. The weights, adapters, gradients, optimizer state and data must be exact; a whole
+// step's peak within 2 %.
 #include "support/gradcheck.hpp"
 
 #include <remat/nn/estimate.hpp>
@@ -18,13 +18,14 @@ namespace {
 
 using remat::WeightStorage;
 
-// Configurations generated per model. Their steps have 32 to 128 token rows: with fewer, the
-// few hundred bytes of temporaries the estimate prices roughly (a quantized panel, the adapters'
-// sums) are several per cent of the whole, and the 2 % bound does not hold (docs/guide.md).
+// Configurations generated per model and seed. Their steps have 32 to 128 token rows: with
+// fewer, the few hundred bytes the estimate does not count (GPT's position ids, the loss's
+// scalars) become a visible share of the whole.
 #ifndef REMAT_FT_SEED
 #define REMAT_FT_SEED 2026
 #endif
 constexpr int kFtConfigs = 3;
+constexpr std::uint64_t kFtSeeds[] = {REMAT_FT_SEED, 1, 2, 3};
 
 /// A random non-empty subset of `names`, in the given order.
 std::vector<std::string> ft_targets(const std::vector<std::string>& names, remat::Rng& rng) {
@@ -93,9 +94,11 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
                                 .double_quant = rng.uniform() < 0.7};
       if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
       const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+      const double low = remat::plan::every(e.chain).peak_bytes,
+                   high = remat::plan::none(e.chain).peak_bytes;
       for (const remat::plan::Plan& p :
            {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
-            remat::plan::optimal(e.chain, 1)}) {
+            remat::plan::optimal(e.chain, 1), remat::plan::budget(e.chain, (low + high) / 2)}) {
         const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
         std::string targets;
         for (const std::string& t : step.lora.targets) targets += t + " ";
@@ -107,11 +110,7 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
         CHECK(e.parameters == c.weights);
         CHECK(e.adapters == c.adapters);
         CHECK(e.persistent() == c.between_steps);
-        // Issue 12's target is 2 %. It holds for every storage without adapters; with adapters
-        // the estimate misses the first block's temporaries (its ops before the first adapter
-        // run without saving; plan::profile itself mispredicts some of these) by up to 2.6 % on
-        // the configurations generated here, so that is the bound asserted (docs/guide.md).
-        CHECK(std::abs(e.total(p) - c.peak) <= (step.lora.rank > 0 ? 0.03 : 0.02) * c.peak);
+        CHECK(std::abs(e.total(p) - c.peak) <= 0.02 * c.peak);
       }
     }
   }
@@ -119,54 +118,288 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
 
 }  // namespace
 
-TEST_CASE(
-    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
-    "adapters), GPT",
-    "[nn][estimate][lora]") {
-  remat::Rng rng(REMAT_FT_SEED);
-  for (int i = 0; i < kFtConfigs; ++i) {
-    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (2 + rng.uniform_int(3));
-    const std::int64_t time = 16 + rng.uniform_int(17), layers = 2 + rng.uniform_int(3);
-    const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60),
-                                      .context = time,
-                                      .layers = layers,
-                                      .heads = heads,
-                                      .width = width,
-                                      .seed = std::uint64_t(i + 1)};
-    INFO("GPT: " << layers << " layers, width " << width << ", " << heads << " heads, vocab "
-                 << config.vocab);
-    ft_check_all<remat::nn::GPT<float>>(
-        config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"}, config.vocab,
-        2 + rng.uniform_int(3), time, rng);
+TEST_CASE("estimate_memory prices every storage x LoRA x plan within 2 % of the counted step, GPT",
+          "[nn][estimate][lora]") {
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t heads = 1 + rng.uniform_int(2),
+                         width = heads * 8 * (2 + rng.uniform_int(3));
+      const std::int64_t time = 16 + rng.uniform_int(17), layers = 2 + rng.uniform_int(3);
+      const remat::nn::GPTConfig config{.vocab = 10 + rng.uniform_int(60),
+                                        .context = time,
+                                        .layers = layers,
+                                        .heads = heads,
+                                        .width = width,
+                                        .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
+                                        .seed = std::uint64_t(i + 1),
+                                        .attention = rng.uniform() < 0.5
+                                                         ? remat::nn::Attention::flash
+                                                         : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", GPT: " << layers << " layers, width " << width << ", " << heads
+                   << " heads, vocab " << config.vocab << ", dropout " << config.dropout << ", "
+                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
+      ft_check_all<remat::nn::GPT<float>>(
+          config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"},
+          config.vocab, 2 + rng.uniform_int(3), time, rng);
+    }
   }
 }
 
 TEST_CASE(
-    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step (3 % with "
-    "adapters), Llama",
+    "estimate_memory prices every storage x LoRA x plan within 2 % of the counted step, Llama",
     "[nn][estimate][lora]") {
-  remat::Rng rng(REMAT_FT_SEED + 1);
-  for (int i = 0; i < kFtConfigs; ++i) {
-    const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
-    const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)),
-                       time = 16 + rng.uniform_int(17);
-    const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60),
-                                        .hidden_size = width,
-                                        .intermediate_size = 16 + rng.uniform_int(80),
-                                        .num_hidden_layers = 2 + rng.uniform_int(3),
-                                        .num_attention_heads = heads,
-                                        .num_key_value_heads = kv,
-                                        .attention_bias = rng.uniform() < 0.5,
-                                        .max_position_embeddings = time,
-                                        .seed = std::uint64_t(i + 1)};
-    INFO("Llama: " << config.num_hidden_layers << " layers, width " << width << ", heads " << heads
-                   << "/" << kv << ", mlp " << config.intermediate_size << ", vocab "
-                   << config.vocab_size);
-    ft_check_all<remat::nn::Llama<float>>(
-        config, [&] { return remat::nn::Llama<float>(config); },
-        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-        config.vocab_size, 2 + rng.uniform_int(3), time, rng);
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 1);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+      const std::int64_t width = heads * 4 * (2 + rng.uniform_int(3)),
+                         time = 16 + rng.uniform_int(17);
+      const remat::nn::LlamaConfig config{.vocab_size = 10 + rng.uniform_int(60),
+                                          .hidden_size = width,
+                                          .intermediate_size = 16 + rng.uniform_int(80),
+                                          .num_hidden_layers = 2 + rng.uniform_int(3),
+                                          .num_attention_heads = heads,
+                                          .num_key_value_heads = kv,
+                                          .attention_bias = rng.uniform() < 0.5,
+                                          .max_position_embeddings = time,
+                                          .seed = std::uint64_t(i + 1),
+                                          .attention = rng.uniform() < 0.5
+                                                           ? remat::nn::Attention::flash
+                                                           : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", Llama: " << config.num_hidden_layers << " layers, width " << width
+                   << ", heads " << heads << "/" << kv << ", mlp " << config.intermediate_size
+                   << ", vocab " << config.vocab_size << ", "
+                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
+      ft_check_all<remat::nn::Llama<float>>(
+          config, [&] { return remat::nn::Llama<float>(config); },
+          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+          config.vocab_size, 2 + rng.uniform_int(3), time, rng);
+    }
   }
+}
+
+namespace {
+
+/// The counted peak of a second training step of `model` (AdamW on what is not frozen) under
+/// `plan` (none: no plan at all), relative to what was live before it, and plan::profile's
+/// prediction of the same step from a chain measured on the model.
+template <class Model>
+std::pair<double, double> ft_peak_and_profile(Model& model, const remat::plan::Plan* plan,
+                                              std::int64_t vocab, std::int64_t batch,
+                                              std::int64_t time, bool chunked) {
+  std::vector<remat::Parameter<float>> trainable;
+  for (const auto& p : model.parameters()) {
+    if (!p.frozen()) trainable.push_back(p);
+  }
+  remat::optim::AdamW<float> adam(trainable, {.lr = 1e-3});
+  const auto ids = remat::test::ids({batch, time}, std::int32_t(vocab), 3);
+  const auto targets = remat::test::ids({batch, time}, std::int32_t(vocab), 4);
+  double peak = 0;
+  for (int s = 0; s < 2; ++s) {
+    const std::size_t base = remat::memory::live_bytes();
+    remat::memory::reset_peak();
+    remat::Tape tape;
+    tape.backward(model.loss(ids, targets, plan, chunked));
+    adam.step();
+    adam.zero_grad();
+    peak = double(remat::memory::peak_bytes() - base);
+  }
+  const remat::plan::Chain chain = model.profile(ids, targets, chunked);
+  for (auto& p : trainable) p.zero_grad();
+  return {peak, plan ? remat::plan::predict(chain, plan->segments).peak_bytes : 0.0};
+}
+
+/// LoRA on `targets` only, over frozen float blocks.
+template <class Model>
+std::optional<remat::nn::lora::Adapters<float>> ft_adapt(Model& model,
+                                                         const std::vector<std::string>& targets) {
+  remat::nn::quantize_blocks(model, WeightStorage::f32, false);
+  return remat::nn::lora::apply(model, {.rank = 2, .alpha = 4, .targets = targets, .seed = 7});
+}
+
+}  // namespace
+
+// With LoRA whose first adapter sits late in the first block (GPT's fc or proj, Llama's MLP),
+// nothing saves the blocks' input x_0: it must die once the first block has read it. Under a
+// plan, GPT::hidden and Llama::hidden used to keep a Var of x_0 through the whole forward pass, one
+// (B T, C) tensor more than the same step without a plan and than plan::profile's prediction.
+TEST_CASE("Under a plan the blocks' input dies after the first block, as plan::profile predicts",
+          "[nn][estimate][lora][profile]") {
+  // Small vocabularies: the loss then holds less than the last block's forward, where the step
+  // peaks with x_0 still alive if something holds it.
+  remat::Rng rng(17);
+  for (int i = 0; i < 12; ++i) {
+    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (2 + rng.uniform_int(3));
+    const std::int64_t time = 16 + rng.uniform_int(17), batch = 2 + rng.uniform_int(3);
+    const bool chunked = rng.uniform() < 0.5;
+    const remat::nn::GPTConfig gpt{.vocab = 10 + rng.uniform_int(10),
+                                   .context = time,
+                                   .layers = 2 + rng.uniform_int(3),
+                                   .heads = heads,
+                                   .width = width,
+                                   .seed = std::uint64_t(i + 1)};
+    const std::string gpt_target = rng.uniform() < 0.5 ? "fc" : "proj";
+    const remat::nn::LlamaConfig llama{.vocab_size = 10 + rng.uniform_int(10),
+                                       .hidden_size = width,
+                                       .intermediate_size = 16 + rng.uniform_int(80),
+                                       .num_hidden_layers = 2 + rng.uniform_int(3),
+                                       .num_attention_heads = heads,
+                                       .num_key_value_heads = heads,
+                                       .max_position_embeddings = time,
+                                       .seed = std::uint64_t(i + 1)};
+    const std::vector<std::string> mlp{"gate_proj", "up_proj", "down_proj"};
+    const std::string llama_target = mlp[std::size_t(rng.uniform_int(3))];
+    INFO("width " << width << ", " << heads << " heads, batch " << batch << " x " << time << ", "
+                  << (chunked ? "chunked" : "plain") << " loss; GPT LoRA on " << gpt_target
+                  << ", Llama LoRA on " << llama_target);
+    const auto check = [&](auto& model, std::int64_t vocab) {
+      const auto [plain, unused] = ft_peak_and_profile(model, nullptr, vocab, batch, time, chunked);
+      const std::size_t n = model.block_layers().size();
+      const remat::plan::Chain shape = remat::plan::Chain::uniform(n);
+      for (const remat::plan::Plan& p :
+           {remat::plan::none(shape), remat::plan::every(shape), remat::plan::sqrt(shape)}) {
+        const auto [counted, predicted] =
+            ft_peak_and_profile(model, &p, vocab, batch, time, chunked);
+        INFO(remat::plan::to_string(p.kind) << ": counted " << counted << " B, predicted "
+                                            << predicted << " B, without a plan " << plain << " B");
+        if (p.kind == remat::plan::Kind::none) CHECK(counted == plain);
+        // within one float per token row (B T x 4 bytes; x_0 held is B T x C of them): GPT's
+        // position ids (4 T bytes) are not in the chain, and with the plain loss the Llama
+        // prediction comes out one float a row above the count
+        CHECK(std::abs(predicted - counted) <= 4.0 * double(batch * time));
+      }
+    };
+    remat::nn::GPT<float> g(gpt);
+    const auto ga = ft_adapt(g, {gpt_target});
+    check(g, gpt.vocab);
+    remat::nn::Llama<float> l(llama);
+    const auto la = ft_adapt(l, {llama_target});
+    check(l, llama.vocab_size);
+  }
+}
+
+namespace {
+
+/// Plans over `e`'s chain with layers under save_matmuls(): every layer, every other layer (the
+/// rest in save_nothing segments but the last), and what plan::budget() picks at three budgets
+/// between every() and none().
+std::vector<remat::plan::Plan> ft_policy_plans(const remat::nn::MemoryEstimate& e) {
+  const std::size_t n = e.chain.layers();
+  std::vector<remat::plan::Segment> all, alternate;
+  for (std::size_t l = 0; l < n; ++l) {
+    all.push_back({l, l + 1, {}, remat::save_matmuls()});
+    if (l % 2 == 0)
+      alternate.push_back({l, l + 1, {}, remat::save_matmuls()});
+    else if (l + 1 < n)
+      alternate.push_back({l, l + 1, {}, remat::save_nothing()});
+  }
+  std::vector<remat::plan::Plan> plans{remat::plan::custom(e.chain, all),
+                                       remat::plan::custom(e.chain, alternate)};
+  const double low = remat::plan::every(e.chain).peak_bytes,
+               high = remat::plan::none(e.chain).peak_bytes;
+  for (const double f : {0.1, 0.4, 0.7})
+    plans.push_back(remat::plan::budget(e.chain, low + f * (high - low)));
+  return plans;
+}
+
+template <class Model, class Config>
+void ft_check_policies(const Config& config, const std::function<Model()>& make, std::int64_t vocab,
+                       std::int64_t batch, std::int64_t time, remat::Rng& rng) {
+  const WeightStorage storages[] = {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8,
+                                    WeightStorage::nf4};
+  remat::nn::StepShape step{.batch = batch,
+                            .time = time,
+                            .chunked_loss = rng.uniform() < 0.6,
+                            .storage = storages[rng.uniform_int(4)],
+                            .double_quant = rng.uniform() < 0.7};
+  step.policies = {remat::save_nothing(), remat::save_matmuls()};
+  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+  REQUIRE(e.chain.policies.size() == 1);  // save_nothing() is a plain segment, not a policy
+  for (const remat::plan::Plan& p : ft_policy_plans(e)) {
+    const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
+    INFO("storage " << remat::to_string(step.storage) << ", "
+                    << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
+                    << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
+                    << " B, counted " << c.peak << " B");
+    CHECK(std::abs(e.total(p) - c.peak) <= 0.02 * c.peak);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "estimate_memory prices layers under save_matmuls within 2 % of the counted step, every "
+    "storage",
+    "[nn][estimate][policy]") {
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 7);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      // long sequences too: attention's (T x T) values, which save_matmuls does not keep, then
+      // make the first pass's peak
+      const std::int64_t heads = 1 + rng.uniform_int(2),
+                         width = heads * 8 * (1 + rng.uniform_int(3));
+      const std::int64_t time = 16 + rng.uniform_int(120);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::GPTConfig gpt{
+          .vocab = 10 + rng.uniform_int(60),
+          .context = time,
+          .layers = 2 + rng.uniform_int(3),
+          .heads = heads,
+          .width = width,
+          .dropout = rng.uniform() < 0.5 ? 0.1 : 0.0,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", GPT: " << gpt.layers << " layers, width " << width << ", " << heads
+                   << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
+                   << (flash ? ", flash" : ", fused"));
+      ft_check_policies<remat::nn::GPT<float>>(
+          gpt, [&] { return remat::nn::GPT<float>(gpt); }, gpt.vocab, 1 + rng.uniform_int(3), time,
+          rng);
+    }
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+      const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
+                         time = 16 + rng.uniform_int(120);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::LlamaConfig llama{
+          .vocab_size = 10 + rng.uniform_int(60),
+          .hidden_size = width,
+          .intermediate_size = 8 + rng.uniform_int(100),
+          .num_hidden_layers = 2 + rng.uniform_int(3),
+          .num_attention_heads = heads,
+          .num_key_value_heads = kv,
+          .attention_bias = rng.uniform() < 0.5,
+          .max_position_embeddings = time,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", Llama: " << llama.num_hidden_layers << " layers, width " << width
+                   << ", heads " << heads << "/" << kv << ", mlp " << llama.intermediate_size
+                   << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
+      ft_check_policies<remat::nn::Llama<float>>(
+          llama, [&] { return remat::nn::Llama<float>(llama); }, llama.vocab_size,
+          1 + rng.uniform_int(3), time, rng);
+    }
+  }
+}
+
+TEST_CASE("estimate_memory names the save policies it cannot price", "[nn][estimate][errors]") {
+  const remat::nn::GPTConfig gpt{.vocab = 20, .context = 8, .layers = 2, .heads = 2, .width = 8};
+  remat::nn::StepShape step{.batch = 1};
+  step.policies = {remat::save_ops({"gelu"})};
+  std::string msg =
+      remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
+  CHECK(msg.find("'save_ops(gelu)'") != std::string::npos);
+  step.policies = {remat::save_matmuls()};
+  step.storage = WeightStorage::nf4;
+  step.lora = {.rank = 2, .targets = {"fc"}};
+  msg = remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
+  CHECK(msg.find("save_matmuls") != std::string::npos);
+  CHECK(msg.find("LoRA rank 2") != std::string::npos);
+  // without the policy priced, a plan that carries it is a PlanError from the simulator
+  const remat::nn::MemoryEstimate plain = remat::nn::estimate_memory<float>(gpt, {.batch = 1});
+  const remat::plan::Plan p{.layers = 2, .segments = {{0, 1, {}, remat::save_matmuls()}}};
+  CHECK_THROWS_AS(plain.total(p), remat::PlanError);
 }
 
 TEST_CASE("QuantizedWeight::bytes_for is what quantize() allocates, for generated shapes",

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "remat/checkpoint/plan.hpp"
+#include "remat/core/save_policy.hpp"
 #include "remat/core/quantized.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
@@ -50,6 +51,13 @@ struct StepShape {
   /// Adapters: with a rank > 0 every base parameter is frozen (lora::apply) and only the
   /// adapters get gradients and optimizer state.
   LoraShape lora;
+  /// Save policies to price each layer under, in a checkpoint segment of its own, as
+  /// plan::ProfileOptions::policies does for a profiled chain: they land in
+  /// MemoryEstimate::chain.policies, so plans with such segments can be priced
+  /// (MemoryEstimate::total) and plan::budget() chooses among them. Priced: save_matmuls(), for
+  /// every weight storage but not with adapters; policies that keep nothing are skipped; any
+  /// other policy, or save_matmuls() with adapters, is a UsageError.
+  std::vector<SavePolicy> policies;
 };
 
 /// Bytes a training step needs, as the library's allocator counts them.
@@ -107,6 +115,28 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
          static_cast<double>(vocab) * sizeof(T);
 }
 
+/// What an attention op keeps (elements), its scratch in forward and in backward, and the
+/// (query x key) pairs its GEMMs multiply, for B sequences of T tokens and H heads: the fused op
+/// keeps its (T x T) probabilities per head, its scratch is one or two (T x T) blocks (the
+/// dropped weights with dropout); the flash op keeps one log-sum-exp per query row and works in
+/// (R x T) blocks, R = min(kFlashBlockRows, T), skipping the keys a block of queries cannot see.
+struct AttentionFigures {
+  double kept, forward_scratch, backward_scratch, pairs;
+};
+
+inline AttentionFigures attention_figures(bool flash, bool dropout, std::int64_t batch,
+                                          std::int64_t heads, std::int64_t time) {
+  const double b = static_cast<double>(batch), h = static_cast<double>(heads),
+               t = static_cast<double>(time), d = dropout ? 1 : 0;
+  if (!flash) return {b * h * t * t, d * t * t, (1 + d) * t * t, t * t};
+  const std::int64_t rows = std::min(kFlashBlockRows, time);
+  double pairs = 0;
+  for (std::int64_t i0 = 0; i0 < time; i0 += rows)
+    pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+  const double r = static_cast<double>(rows);
+  return {b * h * t, (1 + d) * r * t, (2 + d) * r * t, pairs};
+}
+
 /// The blocks' chain, op by op (N = B T rows, C wide, H heads, e bytes an element):
 /// - kept per block: ln1 and ln2 keep two numbers a row (4N), the qkv projection its input (NC),
 ///   attention the packed qkv (3NC) and its probabilities (B H T^2), the output projection its
@@ -132,22 +162,9 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
                       bool chunked_loss) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
   const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
-  const bool flash = c.attention == nn::Attention::flash;
   const double dropout = c.dropout > 0 ? 1 : 0;
-  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs
-  // its GEMMs multiply (the flash op skips the keys a block of queries cannot see)
-  double kept = b * static_cast<double>(c.heads) * t * t, forward_scratch = dropout * t * t,
-         backward_scratch = (1 + dropout) * t * t;
-  double pairs = t * t;
-  if (flash) {
-    const std::int64_t rows = std::min(kFlashBlockRows, time);
-    kept = b * static_cast<double>(c.heads) * t;
-    forward_scratch = (1 + dropout) * static_cast<double>(rows) * t;
-    backward_scratch = (2 + dropout) * static_cast<double>(rows) * t;
-    pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
-      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
-  }
+  const auto [kept, forward_scratch, backward_scratch, pairs] =
+      attention_figures(c.attention == nn::Attention::flash, c.dropout > 0, batch, c.heads, time);
   const auto layers = static_cast<std::size_t>(c.layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
@@ -186,7 +203,18 @@ struct BlockLinear {
   /// Output width of a linear that reads the same input and may run first (gate_proj and
   /// up_proj: the order a compiler evaluates call arguments in is unspecified).
   double sibling = 0;
+  /// Its output goes through dropout (GPT's two projections with dropout > 0): while its backward
+  /// runs, the dropout's (N, out) input gradient is alive beside the one it makes.
+  bool dropped = false;
 };
+
+/// The float scratch a quantized linear dequantizes its weight into: panels of whole rows, at
+/// most kQuantizedPanel values (at least one row).
+template <class T>
+double quantized_panel_bytes(const BlockLinear& l) {
+  return std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
+         sizeof(T);
+}
 
 /// Whether `name` is one of the adapters' targets.
 inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
@@ -200,20 +228,26 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 /// adapters every base parameter is frozen, so the first block's ops before its first adapted
 /// linear read nothing that needs a gradient and keep nothing (the tape records no node that
 /// needs none).
-/// Nor does the first block keep its input (but see below for a GPT).
+/// Nor does the first block keep its input: GPT::hidden and Llama::hidden hand it over to the
+/// blocks, and it dies once the first block has read it.
 /// - Each adapter keeps A's output (N r) for B's backward (A's input is the base layer's, kept
-///   already). When its hook adds, the base output, B's output, its scaled copy and the sum are
-///   alive (4 N out), of which the block keeps only what its later ops save: the forward
-///   temporaries are at least 4 N out less what the block keeps after the linear, less the
-///   block's output.
+///   already). When its hook adds in the first pass, the base output, B's output, its scaled copy
+///   and the sum are alive (4 N out: the hook's expression holds its temporaries to its end), of
+///   which the block keeps only what its later ops save: the forward temporaries are at least
+///   4 N out less what the block keeps after the linear, less the block's output. A replay drops
+///   B's output once scaled (3 N out): the replay's temporaries (Chain::replay_transient_bytes)
+///   are at least 3 N out less the same. Without that figure the simulator would take the first
+///   pass's for replays, and over-price nested plans by about one (N, C) tensor.
 /// - A quantized linear dequantizes panels of at most kQuantizedPanel values into a float
-///   scratch: the forward temporaries are at least the largest panel; backward, the panel sits
-///   beside the input gradient it makes (N in).
+///   scratch: in forward the panel sits beside the linear's output (N out), less what the block
+///   keeps after the linear and its output; backward, beside the input gradient it makes (N in)
+///   and its output's gradient through dropout (N out) when dropout follows it, less what the
+///   block kept after the linear (freed by then).
 /// (Figures checked against plan::profile and counted steps: tests/nn/finetune_estimate_test.cpp.)
 template <class T>
 void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                     const std::vector<BlockLinear>& linears, const std::vector<double>& stages,
-                    double rows, const nn::StepShape& step, bool first_input_freed) {
+                    double rows, const nn::StepShape& step) {
   const double e = sizeof(T), n_layers = static_cast<double>(layers);
   const nn::LoraShape& lora = step.lora;
   for (const std::string& t : lora.targets) {
@@ -227,7 +261,7 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
     }
   }
   double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0,
-         backward = 0;
+         backward = 0, replay = 0;
   const double width = linears.back().out;  // the block's output
   std::size_t first_stage = stages.size();
   for (const BlockLinear& l : linears) {
@@ -237,22 +271,24 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                   : QuantizedWeight::bytes_for(static_cast<std::int64_t>(l.out),
                                                static_cast<std::int64_t>(l.in), step.storage,
                                                step.double_quant);
+    // kept from the linear's output on: its stage less its input (and a sibling's output, which
+    // may exist already), and the later stages; not yet made while it runs forward, freed already
+    // when its backward runs
+    double after = -rows * (l.in + l.sibling);
+    for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
     if (step.storage != WeightStorage::f32) {
-      const double panel =
-          std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
-          e;
-      forward = std::max(forward, panel);
-      backward = std::max(backward, rows * l.in * e + panel);
+      const double panel = quantized_panel_bytes<T>(l);
+      forward = std::max(forward, (rows * l.out - after - rows * width) * e + panel);
+      replay = std::max(replay, (rows * l.out - after - rows * width) * e + panel);
+      backward =
+          std::max(backward, (rows * l.in + (l.dropped ? rows * l.out : 0) - after) * e + panel);
     }
     if (lora_targeted(lora, l.name)) {
       const double r = static_cast<double>(lora.rank);
       adapter_values += r * (l.in + l.out);
       adapter_kept += rows * r * e;
-      // kept from the linear's output on: its stage less its input (and a sibling's output, which
-      // may exist already), and the later stages
-      double after = -rows * (l.in + l.sibling);
-      for (std::size_t st = l.stage; st < stages.size(); ++st) after += stages[st];
       forward = std::max(forward, (4 * rows * l.out - after - rows * width) * e);
+      replay = std::max(replay, (3 * rows * l.out - after - rows * width) * e);
       first_stage = std::min(first_stage, l.stage);
     }
   }
@@ -270,7 +306,9 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
                       : step.optimizer == nn::OptimizerKind::sgd_momentum ? m.gradients
                                                                           : 0;
   plan::Chain& c = m.chain;
+  if (lora.rank > 0) c.replay_transient_bytes = c.forward_transient_bytes;
   for (std::size_t l = 0; l < c.layers(); ++l) {
+    if (lora.rank > 0) c.replay_transient_bytes[l] = std::max(c.replay_transient_bytes[l], replay);
     c.activation_bytes[l] += adapter_kept;
     c.forward_transient_bytes[l] = std::max(c.forward_transient_bytes[l], forward);
     c.backward_transient_bytes[l] = std::max(c.backward_transient_bytes[l], backward);
@@ -284,13 +322,9 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
     if (first_stage >= 2)
       c.forward_transient_bytes[0] =
           std::max(c.forward_transient_bytes[0], whole - c.activation_bytes[0]);
-    // nor does it keep its input, the frozen embedding's output. Except (measured on counted
-    // steps; plan::profile misses it) in a GPT whose first adapter is in the MLP: a (N, C)
-    // tensor stays alive through the block's backward all the same, priced as its input.
-    if (first_input_freed || first_stage <= 2) {
-      c.saves_input.assign(c.layers(), true);
-      c.saves_input[0] = false;
-    }
+    // nor does it keep its input, the frozen embedding's output
+    c.saves_input.assign(c.layers(), true);
+    c.saves_input[0] = false;
   }
 }
 
@@ -301,7 +335,7 @@ template <class T>
 nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::StepShape& step,
                                  std::int64_t time, plan::Chain chain, std::int64_t layers,
                                  const std::vector<BlockLinear>& linears,
-                                 const std::vector<double>& stages, bool first_input_freed) {
+                                 const std::vector<double>& stages) {
   if (step.accumulation < 1 || step.lora.rank < 0) {
     throw UsageError(
         cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
@@ -326,8 +360,58 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   m.logits = tokens * static_cast<double>(vocab) * e;
   m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
   m.chain = std::move(chain);
-  price_finetune<T>(m, count, layers, linears, stages, tokens, step, first_input_freed);
+  price_finetune<T>(m, count, layers, linears, stages, tokens, step);
   return m;
+}
+
+/// A block run under save_matmuls() in a segment of its own (Note [policy layers] in
+/// plan/simulator.hpp), from the model's op-by-op figures: what it keeps (the linears' outputs),
+/// its first pass's temporaries above that, the extra peak of its backward's replay above what
+/// the plain block keeps, and the replay's cost (attention's two GEMMs; the linears are kept).
+struct MatmulPolicyShape {
+  double kept, forward, replay, replay_cost;
+};
+
+/// Adds the costs of step.policies to m.chain (StepShape::policies). A block under
+/// save_matmuls() keeps `kept`, pins its input and not its output; its backward first replays
+/// what the plain block would have kept (a_l - kept), and peaks at the larger of the plain
+/// block's backward (beta_l) and the replay's own peak, above that.
+template <class T>
+void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
+                    const std::vector<BlockLinear>& linears, const MatmulPolicyShape& shape) {
+  // quantized weights: the largest dequantized panel on top of the float block's figures
+  double panel = 0;
+  if (step.storage != WeightStorage::f32) {
+    for (const BlockLinear& l : linears) panel = std::max(panel, quantized_panel_bytes<T>(l));
+  }
+  for (const SavePolicy& policy : step.policies) {
+    if (!policy.keeps_anything() || m.chain.policy_index(policy) >= 0) continue;
+    if (!(policy == save_matmuls())) {
+      throw UsageError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
+                           "'; it prices save_matmuls() (plan::profile measures any policy on a "
+                           "real model: ProfileOptions::policies)"));
+    }
+    if (step.lora.rank > 0) {
+      throw UsageError(
+          cat("nn::estimate_memory: save_matmuls() is priced without adapters; got "
+              "LoRA rank ",
+              step.lora.rank, " (plan::profile measures it on a real model)"));
+    }
+    plan::Chain& c = m.chain;
+    const std::size_t n = c.layers();
+    plan::PolicyCosts q;
+    q.policy = policy;
+    q.activation_bytes.assign(n, shape.kept);
+    q.forward_transient_bytes.assign(n, shape.forward + panel);
+    q.backward_transient_bytes.resize(n);
+    for (std::size_t l = 0; l < n; ++l)
+      q.backward_transient_bytes[l] =
+          c.activation(l) - shape.kept + std::max(shape.replay, c.beta(l));
+    q.saves_input.assign(n, true);
+    q.saves_output.assign(n, false);
+    q.replay_cost.assign(n, shape.replay_cost);
+    c.policies.push_back(std::move(q));
+  }
 }
 
 }  // namespace remat::detail
@@ -362,20 +446,35 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   }
   const double n = static_cast<double>(step.batch) * static_cast<double>(time),
                w = static_cast<double>(config.width);
-  const double probs = static_cast<double>(step.batch) * static_cast<double>(config.heads) *
-                       static_cast<double>(time) * static_cast<double>(time);
-  // gpt_chain's kept elements by stage: ln1 | qkv's input, attention | proj's input, the residual,
-  // ln2 | fc's input, GELU's input | GELU's output (the MLP's proj)
-  const std::vector<double> stages{2 * n, 4 * n * w + probs, 2 * n * w + 2 * n, 5 * n * w,
+  const auto att = remat::detail::attention_figures(
+      config.attention == Attention::flash, config.dropout > 0, step.batch, config.heads, time);
+  // gpt_chain's kept elements by stage: ln1 | qkv's input, attention (its probabilities, or the
+  // flash op's log-sum-exps) | proj's input, the residual, ln2 | fc's input, GELU's input |
+  // GELU's output (the MLP's proj)
+  const std::vector<double> stages{2 * n, 4 * n * w + att.kept, 2 * n * w + 2 * n, 5 * n * w,
                                    4 * n * w};
+  const bool dropped = config.dropout > 0;
   const std::vector<remat::detail::BlockLinear> linears{{"qkv", w, 3 * w, true, 1},
-                                                        {"proj", w, w, true, 2},
+                                                        {"proj", w, w, true, 2, 0, dropped},
                                                         {"fc", w, 4 * w, true, 3},
-                                                        {"proj", 4 * w, w, true, 4}};
-  return remat::detail::step_estimate<T>(
+                                                        {"proj", 4 * w, w, true, 4, 0, dropped}};
+  MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab, step, time,
       remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
-      linears, stages, false);
+      linears, stages);
+  // Under save_matmuls a block keeps the outputs of qkv (3NC), proj (NC), fc (4NC) and the MLP's
+  // proj (NC); the first pass peaks at the block's last residual add, its MLP's values alive
+  // (5 NC, 6 with the dropped copy), or at attention's values, which it no longer keeps, beside
+  // its scratch (less what the block keeps after it). The replay inside backward stays below the
+  // plain block's backward. (Checked against counted steps: tests/nn/finetune_estimate_test.cpp.)
+  const double e = sizeof(T), dropout = config.dropout > 0 ? 1 : 0;
+  remat::detail::price_policies<T>(
+      m, step, linears,
+      {.kept = 9 * n * w * e,
+       .forward = std::max((5 + dropout) * n * w, att.kept + att.forward_scratch - 5 * n * w) * e,
+       .replay = 0,
+       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  return m;
 }
 
 }  // namespace remat::nn
@@ -421,20 +520,8 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
                v = static_cast<double>(c.vocab_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
                f = static_cast<double>(c.intermediate_size);
-  // what attention keeps, its scratch in forward and in backward, and the (query x key) pairs its
-  // GEMMs multiply, as for GPT (gpt_chain)
-  double kept = b * static_cast<double>(c.num_attention_heads) * t * t, forward_scratch = 0,
-         backward_scratch = t * t;
-  double pairs = t * t;
-  if (c.attention == nn::Attention::flash) {
-    const std::int64_t rows = std::min(kFlashBlockRows, time);
-    kept = b * static_cast<double>(c.num_attention_heads) * t;
-    forward_scratch = static_cast<double>(rows) * t;
-    backward_scratch = 2 * static_cast<double>(rows) * t;
-    pairs = 0;
-    for (std::int64_t i0 = 0; i0 < time; i0 += rows)
-      pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
-  }
+  const auto [kept, forward_scratch, backward_scratch, pairs] = attention_figures(
+      c.attention == nn::Attention::flash, false, batch, c.num_attention_heads, time);
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
@@ -500,11 +587,12 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   const double w = static_cast<double>(config.hidden_size),
                f = static_cast<double>(config.intermediate_size);
   const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim());
-  const double probs =
-      tokens * static_cast<double>(config.num_attention_heads) * static_cast<double>(time);
-  // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention | o_proj's
-  // input, the residual, the second norm | gate/up's input, swiglu's | down_proj's input
-  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + probs,
+  const auto att = remat::detail::attention_figures(config.attention == Attention::flash, false,
+                                                    step.batch, config.num_attention_heads, time);
+  // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention (its
+  // probabilities, or the flash op's log-sum-exps) | o_proj's input, the residual, the second
+  // norm | gate/up's input, swiglu's | down_proj's input
+  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + att.kept,
                                    2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
                                    tokens * f};
   const bool b = config.attention_bias;
@@ -513,10 +601,24 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
       {"v_proj", w, kv, b, 1},          {"o_proj", w, w, false, 2},
       {"gate_proj", w, f, false, 3, f}, {"up_proj", w, f, false, 3, f},
       {"down_proj", f, w, false, 4}};
-  return remat::detail::step_estimate<T>(
+  MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab_size, step, time,
       remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
-      config.num_hidden_layers, linears, stages, true);
+      config.num_hidden_layers, linears, stages);
+  // Under save_matmuls a layer keeps the outputs of its seven projections (3NC + 2NK + 2NF); the
+  // first pass peaks in the MLP (NC + NF above that) or at attention's values, which it no longer
+  // keeps, beside its scratch (less the gate and up outputs it keeps after it, plus the rotated
+  // keys); the replay inside backward peaks 4NC + NK above what it restores, unless the plain
+  // layer's backward peaks higher. (Checked against counted steps:
+  // tests/nn/finetune_estimate_test.cpp.)
+  const double e = sizeof(T), n = tokens;
+  remat::detail::price_policies<T>(
+      m, step, linears,
+      {.kept = (3 * n * w + 2 * n * kv + 2 * n * f) * e,
+       .forward = std::max(n * w + n * f, att.kept + att.forward_scratch + n * kv - 2 * n * f) * e,
+       .replay = (4 * n * w + n * kv) * e,
+       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  return m;
 }
 
 }  // namespace remat::nn

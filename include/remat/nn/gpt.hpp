@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "remat/checkpoint/profile.hpp"
@@ -60,7 +61,9 @@ class GPT : public Module<T> {
   Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
     Var<T> x = embed(ids);
     if (plan) {
-      x = checkpoint_sequential(block_layers(), *plan, x);
+      // handed over, not copied: x_0 then dies once the first block has read it, as without a
+      // plan (a copy here kept it alive through the whole forward pass)
+      x = checkpoint_sequential(block_layers(), *plan, std::move(x));
     } else {
       for (const TransformerBlock<T>& block : blocks) x = block(x);
     }

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "remat/checkpoint/profile.hpp"
@@ -190,7 +191,9 @@ class Llama : public Module<T> {
   Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
     Var<T> x = embed(ids);
     if (plan) {
-      x = checkpoint_sequential(block_layers(), *plan, x);
+      // handed over, not copied: x_0 then dies once the first block has read it, as without a
+      // plan (a copy here kept it alive through the whole forward pass)
+      x = checkpoint_sequential(block_layers(), *plan, std::move(x));
     } else {
       for (const LlamaDecoderLayer<T>& layer : layers) x = layer(x);
     }
