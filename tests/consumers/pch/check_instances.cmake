@@ -1,5 +1,5 @@
 # cmake -DNM=nm -DOBJECTS="a.o|b.o" -DLIBRARY=libremat_instances.a -P check_instances.cmake
-# Fails when a user object defines (text symbol) a function remat_instances compiles, or when the
+# Fails when a user object defines a function that remat_instances compiles, or when the
 # library does not define them: the extern templates of remat/instances.hpp did not take effect.
 set(instances
   "remat::detail::LinearNode<float>::forward("
