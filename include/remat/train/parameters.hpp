@@ -40,8 +40,9 @@ void check_names(const io::File& file, const std::string& path,
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, e] : file.entries()) {
+    // named capture: clang 14 cannot capture a structured binding (C++20, clang 16)
     const bool known = std::any_of(expected.begin(), expected.end(),
-                                   [&](const auto& x) { return x.first == name; });
+                                   [&key = name](const auto& x) { return x.first == key; });
     if (!known) unexpected.push_back(io::detail::brief(name));
   }
   if (missing.empty() && wrong.empty() && unexpected.empty()) return;

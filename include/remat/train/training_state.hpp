@@ -26,8 +26,10 @@ std::vector<std::size_t> optimizer_slots(const nn::Module<T>& m, const optim::Op
   std::vector<std::size_t> slots;
   const auto& params = opt.parameters();
   for (const auto& [name, p] : m.named_parameters()) {
-    const auto it = std::find_if(params.begin(), params.end(),
-                                 [&](const auto& q) { return q.identity() == p.identity(); });
+    // named capture: clang 14 cannot capture a structured binding (C++20, clang 16)
+    const auto it = std::find_if(params.begin(), params.end(), [&param = p](const auto& q) {
+      return q.identity() == param.identity();
+    });
     if (it == params.end()) {
       throw UsageError(remat::detail::cat("train: parameter '", name,
                                           "' of the model is not among the ", opt.name(),
