@@ -521,8 +521,7 @@ TEST_CASE("adjacent policy layers without chained figures are a PlanError",
   CHECK_THROWS_WITH(remat::plan::predict(c, adjacent), Catch::Contains("3 or none"));
   // without chained figures, budget() never places two such layers side by side
   c.policies[0].chained.clear();
-  const double high = remat::plan::none(c).peak_bytes,
-               low = remat::plan::optimal(c, 0).peak_bytes;
+  const double high = remat::plan::none(c).peak_bytes, low = remat::plan::optimal(c, 0).peak_bytes;
   for (double f : {0.0, 0.3, 0.6, 0.9}) {
     const remat::plan::Plan p = remat::plan::budget(c, low + f * (high - low));
     for (std::size_t i = 1; i < p.segments.size(); ++i) {

@@ -254,9 +254,10 @@ class Separator final : public Node<T> {
 /// profile_policy(): `repeats` steps (the last measures memory, the replay time is the median),
 /// read when the backward sweep passes each layer's first op (Tape's on_swept); one forward
 /// pass for whether each layer keeps its input; the last layer's backward once more when it is
-/// chained and keeps its output.
+/// chained and keeps its output. Returns false, having measured nothing, when no segment took
+/// over a tail in the first step: the layers then run as if not chained.
 template <class Layers, class T, class Loss>
-void profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy,
+bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy,
                      int repeats, const std::vector<double>& boundary,
                      const std::vector<bool>& linked, PolicyCosts& q) {
   const std::size_t n = boundary.size() - 1;
@@ -297,6 +298,7 @@ void profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
       }
       ++l;
     }
+    if (run == 0 && tape.state().chained_tails() == 0) return false;
     x = apply<T>(std::make_unique<Separator<T>>(), {x});
     first[n] = tape.state().size() - 1;
     std::size_t next = n;  // the boundary the sweep reaches next
@@ -392,26 +394,34 @@ void profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
     last_tape.state().on_swept = nullptr;
     figures(n - 1).last_unheld_backward_transient_bytes = std::max(0.0, last_peak - marker_live);
   }
+  return true;
 }
 
 /// profile_policy()'s figures for chained layers (PolicyCosts::chained): three passes of
-/// profile_chained(), with every layer chained, pairs from layer 0 and pairs from layer 1.
+/// profile_chained(), with every layer chained, pairs from layer 0 and pairs from layer 1. When
+/// no segment takes over a tail with every layer chained, none does in the pairs either (the
+/// tape decides from the previous segment's own ops), and the layers run chained exactly as
+/// they run alone: the chained figures are the plain ones, measured once.
 template <class Layers, class T, class Loss>
 void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, int repeats,
                            const std::vector<double>& boundary, PolicyCosts& q) {
   const std::size_t n = boundary.size() - 1;
+  PolicyCosts plain = q;
+  plain.chained.clear();
+  q.chained.assign(3, plain);
   if (n < 2) return;  // no neighbours to chain with
-  PolicyCosts blank = q;
-  blank.chained.clear();
-  blank.last_unheld_backward_transient_bytes.reset();
-  q.chained.assign(3, blank);
   std::vector<bool> all(n, true), even(n, false), odd(n, false);
   all[0] = false;
   for (std::size_t l = 1; l < n; ++l) {
     even[l] = l % 2 == 1;
     odd[l] = l % 2 == 0;
   }
-  for (const std::vector<bool>* linked : {&all, &even, &odd})
+  for (PolicyCosts& c : q.chained) c.last_unheld_backward_transient_bytes.reset();
+  if (!profile_chained(layers, input, loss, q.policy, repeats, boundary, all, q)) {
+    q.chained.assign(3, plain);
+    return;
+  }
+  for (const std::vector<bool>* linked : {&even, &odd})
     profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, q);
 }
 

@@ -218,6 +218,7 @@ class TapeState {
         if (j >= t && !in.is_leaf() && n.saved_any) return;  // it may save a recomputed value
       }
     }
+    ++chained_tails_;
     const std::uint32_t end = prev.end;
     prev.end = t;
     seg.begin = t;
@@ -281,6 +282,8 @@ class TapeState {
     double replay_seconds = 0;       ///< wall time spent replaying
   };
   const ReplayStats& stats() const noexcept { return stats_; }
+  /// How many segments took over their previous sibling's tail (Note [chained segments]).
+  std::size_t chained_tails() const noexcept { return chained_tails_; }
 
   bool swept() const noexcept { return swept_; }
   bool sweeping() const noexcept { return sweeping_; }
@@ -551,6 +554,7 @@ class TapeState {
   std::vector<std::uint32_t> chain_;  // scratch for materialize()
   std::uint32_t level_ = 0;           // Note [levels]
   ReplayStats stats_;
+  std::size_t chained_tails_ = 0;
   bool sweeping_ = false;
   bool swept_ = false;
 };

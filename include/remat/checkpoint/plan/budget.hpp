@@ -215,11 +215,10 @@ class OneLevelPlanner {
       const State& st = frontier[k][i];
       if (st.segment) best.segments.push_back(Segment{st.from / keys, k / keys, {}});
       if (st.variant >= 0)
-        best.segments.push_back(
-            Segment{st.from / keys,
-                    k / keys,
-                    {},
-                    c_.policies[static_cast<std::size_t>(st.variant)].policy});
+        best.segments.push_back(Segment{st.from / keys,
+                                        k / keys,
+                                        {},
+                                        c_.policies[static_cast<std::size_t>(st.variant)].policy});
       i = st.index;
       k = st.from;
     }

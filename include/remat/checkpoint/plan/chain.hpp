@@ -55,8 +55,8 @@ struct PolicyCosts {
     }
     for (const PolicyCosts& c : chained) {
       if (!(c.policy == policy) || !c.chained.empty()) {
-        throw PlanError(remat::detail::cat(who, ": the chained figures of policy '",
-                                           policy.name(), "' name policy '", c.policy.name(),
+        throw PlanError(remat::detail::cat(who, ": the chained figures of policy '", policy.name(),
+                                           "' name policy '", c.policy.name(),
                                            "' or hold chained figures themselves"));
       }
       c.validate_figures(n, who);

@@ -431,8 +431,8 @@ inline std::vector<std::string> layer_notes(const Chain& chain,
         const int k = chained_variant(layer_policy, l);
         const PolicyCosts& q = k != 0 && base.chained.empty() ? base : base.variant(k);
         note += remat::detail::cat(
-            s->policy.name(), k != 0 ? " (chained)" : "", ", keeps ", format_bytes(q.activation_bytes[l]),
-            ", replays the rest (",
+            s->policy.name(), k != 0 ? " (chained)" : "", ", keeps ",
+            format_bytes(q.activation_bytes[l]), ", replays the rest (",
             format_bytes(std::max(0.0, chain.activation(l) - q.activation_bytes[l])), ", ",
             percent(q.replay_cost[l], chain.cost(l)), ")");
       }
