@@ -237,6 +237,40 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
   return q;
 }
 
+/// The time the backward pass spends replaying each layer run in a save_nothing segment of its
+/// own: the tape's replay clock read between layers as the sweep passes them (as
+/// profile_policy() reads a policy layer's replay), median of `repeats` steps.
+template <class Layers, class T, class Loss>
+std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& loss, int repeats,
+                                 std::size_t n) {
+  std::vector<std::vector<double>> times(n);
+  std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
+  for (int run = 0; run < repeats; ++run) {
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]),
+                   {x});
+      const CheckpointScope scope(x);
+      x = layer(x);
+      ++l;
+    }
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]),
+                 {x});
+    const Var<T> value = loss(x);
+    tape.backward(value, Tensor<T>::ones(value.shape()));
+    clock[0] = tape.state().stats().replay_seconds;  // the marker on the input never runs
+    for (std::size_t i = 0; i < n; ++i) times[i].push_back(clock[i] - clock[i + 1]);
+  }
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    out[i] = times[i][times[i].size() / 2];
+  }
+  return out;
+}
+
 /// An identity op outside any segment: it keeps the segments on either side of it from
 /// chaining (Note [chained segments] in core/tape_state.hpp).
 template <class T>
@@ -439,6 +473,12 @@ struct ProfileOptions {
   /// then have per layer besides plain layers and save_nothing segments. Policies that keep
   /// nothing are skipped. Each costs `repeats` + 2 more steps.
   std::vector<SavePolicy> policies = {save_matmuls()};
+  /// Price each layer (Chain::forward_cost) at its measured replay, as the backward pass runs it
+  /// in a save_nothing segment (the tape's replay clock, median of `repeats` steps), the way a
+  /// policy layer's replay is priced (PolicyCosts::replay_cost), so that the planners compare
+  /// replayed blocks and policy layers on one clock. Off: the first pass's forward time. Costs
+  /// `repeats` more steps.
+  bool price_replays = true;
 };
 
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
@@ -597,6 +637,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     std::sort(times[i].begin(), times[i].end());
     c.forward_cost[i] = times[i][times[i].size() / 2];
   }
+  if (options.price_replays)
+    c.forward_cost = detail::replay_times(layers, input, loss, options.repeats, n);
   for (const SavePolicy& policy : options.policies) {
     if (!policy.keeps_anything() || c.policy_index(policy) >= 0) continue;
     c.policies.push_back(

@@ -119,7 +119,9 @@ struct Chain {
   /// nothing else, so its backward frees it early: a replayed copy, or x_n when the caller does
   /// not hold it (unset: backward_transient_bytes[n-1]).
   std::optional<double> last_unheld_backward_transient_bytes;
-  std::vector<double> forward_cost;  ///< n (or empty: 1 each): cost of layer l's forward
+  /// n (or empty: 1 each): cost of layer l's forward, which is what replaying it costs
+  /// (plan::profile measures the replay itself unless ProfileOptions::price_replays is off)
+  std::vector<double> forward_cost;
   std::vector<bool>
       saves_output;  ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
   std::vector<bool> saves_input;  ///< n (or empty: all true): layer l keeps x_l for its backward
