@@ -41,8 +41,9 @@
 //   step_s            median wall time of a training step (forward + backward + AdamW)
 //   fwd_bwd_s         median wall time of forward + backward alone
 //   act_peak_mb       counted peak during forward + backward minus live bytes before it (MiB)
-//   predicted_peak_mb the plan's predicted peak (MiB); null when a policy keeps ops (the
-//                     simulator does not model kept ops)
+//   predicted_peak_mb the plan's predicted peak (MiB); null when a policy keeps ops in segments
+//                     the simulator does not model (over several layers, or a policy the
+//                     profile did not measure)
 //   recompute         the plan's extra forward work, as a fraction of one forward pass
 //   recompute_s       measured time spent replaying segments during one step's backward pass
 //                     (median; the tape's replay clock, TapeState::stats().replay_seconds)
@@ -58,6 +59,7 @@
 #include "../examples/flags.hpp"
 #include "bench_util.hpp"
 
+#include <algorithm>
 #include <remat/optim/adamw.hpp>
 
 #include <sys/resource.h>
@@ -244,9 +246,19 @@ double process_peak_mib() {
 }
 
 /// `p` with the --policy asked for on every segment; without one (save_nothing), `p` as planned,
-/// so that the per-layer policies of an op-level budget plan stay.
-remat::plan::Plan apply_policy(const remat::plan::Plan& p, const remat::SavePolicy& policy) {
-  return policy.keeps_anything() ? remat::plan::with_policy(p, policy) : p;
+/// so that the per-layer policies of an op-level budget plan stay. Given the profiled chain, a
+/// plan of one-layer segments (every) under a policy the chain was profiled with is predicted
+/// (Note [policy layers] and [chained policy layers] in plan/simulator.hpp).
+remat::plan::Plan apply_policy(const remat::plan::Plan& p, const remat::SavePolicy& policy,
+                               const remat::plan::Chain* chain = nullptr) {
+  if (!policy.keeps_anything()) return p;
+  remat::plan::Plan out = remat::plan::with_policy(p, policy);
+  const bool one_layer_segments = std::all_of(
+      out.segments.begin(), out.segments.end(),
+      [](const remat::plan::Segment& s) { return s.end == s.begin + 1 && s.children.empty(); });
+  if (chain && chain->policy_index(policy) >= 0 && one_layer_segments)
+    return remat::plan::custom(*chain, out.segments, p.kind);
+  return out;
 }
 
 struct Result {
@@ -529,7 +541,9 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at <= mode.size();) {
         const std::size_t comma = std::min(mode.find(',', at), mode.size());
         const std::string one = mode.substr(at, comma - at);
-        print_json(model, bench_.measure(one, apply_policy(make_plan(one, bench_.chain()), policy)),
+        print_json(model,
+                   bench_.measure(
+                       one, apply_policy(make_plan(one, bench_.chain()), policy, &bench_.chain())),
                    run);
         at = comma + 1;
       }
@@ -541,7 +555,7 @@ int main(int argc, char** argv) {
       bench_.profile(apply_policy(make_unmeasured_plan("none", model.chain.size()), policy));
     const remat::plan::Plan p = apply_policy(
         early ? make_unmeasured_plan(mode, model.chain.size()) : make_plan(mode, bench_.chain()),
-        policy);
+        policy, early ? nullptr : &bench_.chain());
     if (!print_plan.empty()) {
       std::FILE* out = std::fopen(print_plan.c_str(), "w");
       if (!out) throw remat::IoError("remat_bench: cannot write " + print_plan);
@@ -557,7 +571,7 @@ int main(int argc, char** argv) {
       // the prediction, now that the process's peak is read: the same segments priced on the
       // profile
       bench_.profile(p);
-      r.plan = apply_policy(make_plan(mode, bench_.chain()), policy);
+      r.plan = apply_policy(make_plan(mode, bench_.chain()), policy, &bench_.chain());
       if (r.plan.segments.size() != p.segments.size())
         throw remat::Error("remat_bench: internal error: the profiled plan differs");
     }

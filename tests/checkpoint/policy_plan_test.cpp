@@ -111,9 +111,11 @@ TEST_CASE("plans mixing save policies are predicted to the byte on random blocks
     // costs from the seed, not the clock, so that the plans (and a failure) reproduce
     for (std::size_t l = 0; l < n; ++l) {
       profiled.forward_cost[l] = static_cast<double>(2 + rng.uniform_int(9));
-      for (auto& q : profiled.policies)
+      for (auto& q : profiled.policies) {
         q.replay_cost[l] = static_cast<double>(
             rng.uniform_int(static_cast<std::int64_t>(profiled.forward_cost[l])));
+        for (auto& v : q.chained) v.replay_cost[l] = q.replay_cost[l];
+      }
     }
     std::vector<remat::plan::Plan> plans;
     for (int k = 0; k < 6; ++k)
@@ -166,7 +168,7 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
   c.loss_backward_transient_bytes = u(0, 25);
   c.output_held = rng.uniform() < 0.5;
   c.input_made_in_step = rng.uniform() < 0.3;
-  for (const remat::SavePolicy& policy : policies) {
+  const auto figures = [&](const remat::SavePolicy& policy) {
     remat::plan::PolicyCosts q;
     q.policy = policy;
     for (std::size_t i = 0; i < n; ++i) {
@@ -179,6 +181,15 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
       q.replay_cost.push_back(u(0, c.forward_cost[i]));
     }
     if (rng.uniform() < 0.5) q.last_unheld_backward_transient_bytes = u(0, 40);
+    return q;
+  };
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    remat::plan::PolicyCosts q = figures(policies[p]);
+    // the first policy has figures for layers chained with their neighbours; the others do not,
+    // so that plans never run two adjacent layers under them
+    if (p == 0) {
+      for (int k = 0; k < 3; ++k) q.chained.push_back(figures(policies[p]));
+    }
     c.policies.push_back(std::move(q));
   }
   return c;
@@ -195,7 +206,11 @@ void enumerate_policy_plans(std::size_t s, std::size_t n,
     return;
   }
   enumerate_policy_plans(s + 1, n, policies, cur, out);
-  for (const remat::SavePolicy& policy : policies) {
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    const remat::SavePolicy& policy = policies[p];
+    // adjacent layers under a policy other than the first cannot be predicted (no chained
+    // figures): not plans
+    if (p > 0 && !cur.empty() && cur.back().end == s && cur.back().policy == policy) continue;
     cur.push_back(remat::plan::Segment{s, s + 1, {}, policy});
     enumerate_policy_plans(s + 1, n, policies, cur, out);
     cur.pop_back();
@@ -361,8 +376,10 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
     for (std::size_t l = 0; l < chain.layers();
          ++l) {  // reproducible costs: replaying a policy layer costs less
       chain.forward_cost[l] = 10;
-      chain.policies[0].replay_cost[l] = 6;
-      chain.policies[1].replay_cost[l] = 2;
+      for (std::size_t p = 0; p < 2; ++p) {
+        chain.policies[p].replay_cost[l] = p == 0 ? 6 : 2;
+        for (auto& v : chain.policies[p].chained) v.replay_cost[l] = p == 0 ? 6 : 2;
+      }
     }
     const remat::plan::Plan none = remat::plan::none(chain);
     const double high = none.peak_bytes, low = remat::plan::every(chain).peak_bytes;
@@ -421,4 +438,96 @@ TEST_CASE("plan::frontier with policies: no enumerated plan beats a point",
     }
   }
   CHECK(op_level_points > 0);
+}
+
+namespace {
+
+/// A chain of `n` layers gelu(linear(h)) (width to width), as the mlp benchmark model.
+remat_test::RandomBlock gelu_linear_block(int width) {
+  remat_test::RandomBlock b;
+  b.width = width;
+  b.hidden = 2 * width;
+  b.widths = {width, width, width};
+  b.ops = {remat_test::BlockOp{remat_test::BlockOp::linear, 0, 0, width},
+           remat_test::BlockOp{remat_test::BlockOp::unary, 1, 0, 0, 2}};
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("adjacent save_matmuls layers chain: a gelu(linear) layer keeps its linear output alone",
+          "[checkpoint][policy][profile][random]") {
+  remat::Rng rng(20261203);
+  for (int c = 0; c < 12; ++c) {
+    const int width = 4 << rng.uniform_int(3);
+    const std::int64_t batch = 3 + rng.uniform_int(6);
+    const std::size_t n = 2 + static_cast<std::size_t>(rng.uniform_int(6));
+    remat_test::RandomChain chain(gelu_linear_block(width), n, batch, 40 + c);
+    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
+    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
+    INFO("case " << c << ": " << n << " layers, width " << width << ", batch " << batch
+                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
+    std::vector<remat::Tensor<float>> plain, grads;
+    policy_plan_step(chain, loss, x, remat::plan::none(n));  // warm-up
+    const std::size_t none_peak = policy_plan_step(chain, loss, x, remat::plan::none(n), &plain);
+    remat::plan::Chain profiled = remat::plan::profile(
+        chain.layers, x, loss,
+        remat::plan::ProfileOptions{.repeats = 1, .policies = {remat::save_matmuls()}});
+    const remat::plan::PolicyCosts& q = profiled.policies.at(0);
+    REQUIRE(q.chained.size() == 3);
+    const double h = static_cast<double>(batch * width * 4);  // one (batch, width) float tensor
+    for (std::size_t l = 0; l < n; ++l) {
+      // alone, a layer keeps its input (the segment's boundary, which the GEMM also saves) and
+      // its linear output z
+      CHECK(q.saves_input[l]);
+      CHECK(q.activation_bytes[l] == h);
+      // chained with the layer before, its segment rebuilds the input from that layer's kept z
+      if (l > 0) {
+        CHECK(!q.variant(2).saves_input[l]);
+        CHECK(q.variant(2).activation_bytes[l] == h);
+      }
+      if (l > 0 && l + 1 < n) CHECK(!q.variant(3).saves_input[l]);
+    }
+    // every layer under save_matmuls, in adjacent segments (chained), and every() with it
+    std::vector<remat::plan::Segment> all;
+    for (std::size_t l = 0; l < n; ++l)
+      all.push_back(remat::plan::Segment{l, l + 1, {}, remat::save_matmuls()});
+    std::vector<remat::plan::Segment> every(all.begin(), all.end() - 1);
+    for (const auto& segments : {all, every}) {
+      const remat::plan::Plan p = remat::plan::custom(profiled, segments);
+      const std::size_t counted = policy_plan_step(chain, loss, x, p, &grads);
+      INFO(p.describe() << "\ncounted " << counted << " bytes, none " << none_peak);
+      CHECK(p.peak_bytes == static_cast<double>(counted));
+      CHECK(policy_plan_equal(grads, plain));
+      // no layer but the first keeps its input h: none keeps n (h, z) pairs
+      CHECK(static_cast<double>(counted) <= static_cast<double>(none_peak) - (n - 2.0) * h);
+    }
+  }
+}
+
+TEST_CASE("adjacent policy layers without chained figures are a PlanError",
+          "[checkpoint][plan][policy]") {
+  remat::Rng rng(3);
+  remat::plan::Chain c = policy_plan_chain(4, rng, {remat::save_matmuls()});
+  const std::vector<remat::plan::Segment> adjacent{
+      remat::plan::Segment{1, 2, {}, remat::save_matmuls()},
+      remat::plan::Segment{2, 3, {}, remat::save_matmuls()}};
+  CHECK_NOTHROW(remat::plan::predict(c, adjacent));
+  c.policies[0].chained.clear();
+  CHECK_THROWS_WITH(remat::plan::predict(c, adjacent),
+                    Catch::Contains("layers 1 and 2 run under the policy 'save_matmuls'") &&
+                        Catch::Contains("no figures for chained layers"));
+  c.policies[0].chained.resize(2, c.policies[0]);
+  CHECK_THROWS_WITH(remat::plan::predict(c, adjacent), Catch::Contains("3 or none"));
+  // without chained figures, budget() never places two such layers side by side
+  c.policies[0].chained.clear();
+  const double high = remat::plan::none(c).peak_bytes, low = remat::plan::optimal(c, 0).peak_bytes;
+  for (double f : {0.0, 0.3, 0.6, 0.9}) {
+    const remat::plan::Plan p = remat::plan::budget(c, low + f * (high - low));
+    for (std::size_t i = 1; i < p.segments.size(); ++i) {
+      CHECK(!(p.segments[i].policy.keeps_anything() &&
+              p.segments[i].policy == p.segments[i - 1].policy &&
+              p.segments[i - 1].end == p.segments[i].begin));
+    }
+  }
 }

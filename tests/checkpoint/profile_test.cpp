@@ -120,3 +120,30 @@ TEST_CASE("profile measures boundaries, activations, output saving and costs",
   CHECK(c.loss_bytes == 0);
   CHECK_THROWS_AS(plan::profile(std::vector<remat::test::Layer>{}, x), PlanError);
 }
+
+TEST_CASE("profile prices each layer at its measured replay, attributed to the right layer",
+          "[checkpoint][profile]") {
+  // a light layer (one GEMM), a heavy one (twenty) and a light one: priced by the replay clock
+  // (ProfileOptions::price_replays), the heavy layer must cost several times either light one;
+  // a reading attributed to the wrong layer would invert that
+  Rng rng(21);
+  Parameter<float> w(rng.normal_tensor<float>({96, 96}, 0.0, 0.1));
+  const auto light = [&](const Var<float>& x) { return tanh(linear(x, w)); };
+  const auto heavy = [&](const Var<float>& x) {
+    Var<float> h = x;
+    for (int i = 0; i < 20; ++i) h = tanh(linear(h, w));
+    return h;
+  };
+  const std::vector<std::function<Var<float>(const Var<float>&)>> layers{light, heavy, light};
+  const auto x = rng.normal_tensor<float>({96, 96});
+  for (const bool replays : {true, false}) {
+    const plan::Chain c =
+        plan::profile(layers, x, plan::ProfileOptions{.repeats = 5, .price_replays = replays});
+    INFO((replays ? "replay" : "first-pass") << " costs " << c.forward_cost[0] << ", "
+                                             << c.forward_cost[1] << ", " << c.forward_cost[2]);
+    CHECK(c.forward_cost[1] > 4 * c.forward_cost[0]);
+    CHECK(c.forward_cost[1] > 4 * c.forward_cost[2]);
+    CHECK(c.forward_cost[0] > 0);
+  }
+  w.zero_grad();
+}

@@ -237,6 +237,228 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
   return q;
 }
 
+/// The time the backward pass spends replaying each layer run in a save_nothing segment of its
+/// own: the tape's replay clock read between layers as the sweep passes them (as
+/// profile_policy() reads a policy layer's replay), median of `repeats` steps.
+template <class Layers, class T, class Loss>
+std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& loss, int repeats,
+                                 std::size_t n) {
+  std::vector<std::vector<double>> times(n);
+  std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
+  for (int run = 0; run < repeats; ++run) {
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]),
+                   {x});
+      const CheckpointScope scope(x);
+      x = layer(x);
+      ++l;
+    }
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]),
+                 {x});
+    const Var<T> value = loss(x);
+    tape.backward(value, Tensor<T>::ones(value.shape()));
+    clock[0] = tape.state().stats().replay_seconds;  // the marker on the input never runs
+    for (std::size_t i = 0; i < n; ++i) times[i].push_back(clock[i] - clock[i + 1]);
+  }
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    out[i] = times[i][times[i].size() / 2];
+  }
+  return out;
+}
+
+/// An identity op outside any segment: it keeps the segments on either side of it from
+/// chaining (Note [chained segments] in core/tape_state.hpp).
+template <class T>
+class Separator final : public Node<T> {
+ public:
+  const char* op_name() const noexcept override { return "profile_marker"; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
+};
+
+/// Measures chained variants of `policy` (Note [chained policy layers] in plan/simulator.hpp)
+/// into q.chained: every layer under the policy in a segment of its own, layer l chained with
+/// layer l-1 when linked[l], separated by an identity op otherwise. Layer l's figures go to
+/// variant k = [linked[l+1]] + 2 [linked[l]] when k > 0. The same readings as
+/// profile_policy(): `repeats` steps (the last measures memory, the replay time is the median),
+/// read when the backward sweep passes each layer's first op (Tape's on_swept); one forward
+/// pass for whether each layer keeps its input; the last layer's backward once more when it is
+/// chained and keeps its output. Returns false, having measured nothing, when no segment took
+/// over a tail in the first step: the layers then run as if not chained.
+template <class Layers, class T, class Loss>
+bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy,
+                     int repeats, const std::vector<double>& boundary,
+                     const std::vector<bool>& linked, PolicyCosts& q) {
+  const std::size_t n = boundary.size() - 1;
+  const auto variant = [&](std::size_t l) {
+    return (l + 1 < n && linked[l + 1] ? 1 : 0) | (linked[l] ? 2 : 0);
+  };
+  const auto figures = [&](std::size_t l) -> PolicyCosts& {
+    return q.chained[static_cast<std::size_t>(variant(l) - 1)];
+  };
+  const auto segment = [&](const Var<T>& on) {
+    return remat::detail::ScopeAccess::make(on.tape_state(), policy);
+  };
+  std::vector<std::vector<double>> times(n);
+  std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
+  std::vector<std::uint32_t> first(n + 1, 0);
+  for (int run = 0; run < repeats; ++run) {
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      if (!linked[l]) x = apply<T>(std::make_unique<Separator<T>>(), {x});
+      first[l] = tape.state().size();
+      const Var<T> held = x;  // keeps x_l alive while layer l is measured
+      const double before = static_cast<double>(memory::live_bytes());
+      memory::reset_peak();
+      {
+        const CheckpointScope scope = segment(x);
+        x = layer(x);
+      }
+      const double after = static_cast<double>(memory::live_bytes());
+      if (variant(l) != 0) {
+        PolicyCosts& f = figures(l);
+        f.activation_bytes[l] =
+            std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
+        f.forward_transient_bytes[l] =
+            std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
+        f.saves_output[l] = !x.value().is_unique();
+      }
+      ++l;
+    }
+    if (run == 0 && tape.state().chained_tails() == 0) return false;
+    x = apply<T>(std::make_unique<Separator<T>>(), {x});
+    first[n] = tape.state().size() - 1;
+    std::size_t next = n;  // the boundary the sweep reaches next
+    tape.state().on_swept = [&](const remat::detail::NodeBase& node) {
+      while (next != static_cast<std::size_t>(-1) && node.id == first[next]) {
+        peak[next] = static_cast<double>(memory::peak_bytes());
+        live[next] = static_cast<double>(memory::live_bytes());
+        clock[next] = tape.state().stats().replay_seconds;
+        memory::reset_peak();
+        --next;
+      }
+    };
+    const Var<T> value = loss(x);
+    tape.backward(value, Tensor<T>::ones(value.shape()));
+    tape.state().on_swept = nullptr;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (variant(i) == 0) continue;
+      figures(i).backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+      times[i].push_back(clock[i] - clock[i + 1]);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (variant(i) == 0) continue;
+    std::sort(times[i].begin(), times[i].end());
+    figures(i).replay_cost[i] = times[i][times[i].size() / 2];
+  }
+  {
+    // whether each layer keeps its input: a layer not chained with the one before is fed a copy
+    // nothing else holds (as in profile_policy()); a chained one's input is the tail its segment
+    // replays, so it keeps it if anything besides the caller holds it after the layer ran
+    Tape tape;
+    Var<T> x = tape.input(input);
+    std::size_t l = 0;
+    for (auto&& layer : layers) {
+      Var<T> y;
+      bool keeps = false;
+      if (!linked[l]) {
+        double with_copy = 0;
+        {
+          const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
+          const CheckpointScope scope = segment(copy);
+          y = layer(copy);
+          with_copy = static_cast<double>(memory::live_bytes());
+        }
+        keeps = with_copy - static_cast<double>(memory::live_bytes()) < boundary[l];
+      } else {
+        {
+          const CheckpointScope scope = segment(x);
+          y = layer(x);
+        }
+        keeps = !x.value().is_unique();
+      }
+      if (variant(l) != 0) figures(l).saves_input[l] = keeps;
+      x = y;
+      ++l;
+    }
+  }
+  if (n > 1 && linked[n - 1] && figures(n - 1).saves_output[n - 1]) {
+    // the last layer's backward when nothing else holds the output it keeps, chained with the
+    // layer before it: both run from x_{n-2}, read when the sweep passes the last layer's start
+    Tensor<T> in_value;
+    {
+      NoGradGuard no_grad;
+      Var<T> x(input);
+      std::size_t l = 0;
+      for (auto&& layer : layers) {
+        if (l + 2 == n) break;
+        x = layer(x);
+        ++l;
+      }
+      in_value = x.value().clone();
+    }
+    Tape last_tape;
+    const Var<T> in = last_tape.input(in_value, n > 2);
+    double marker_live = 0, marker_peak = 0, last_peak = 0;
+    std::uint32_t last_first = 0;
+    Var<T> value;
+    {
+      auto it = std::begin(layers);
+      std::advance(it, static_cast<std::ptrdiff_t>(n - 2));
+      Var<T> out = in;
+      for (int k = 0; k < 2; ++k, ++it) {
+        if (k == 1) last_first = last_tape.state().size();
+        const CheckpointScope scope = segment(out);
+        out = (*it)(out);
+      }
+      value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak), {out}));
+    }
+    last_tape.state().on_swept = [&](const remat::detail::NodeBase& node) {
+      if (node.id == last_first) last_peak = static_cast<double>(memory::peak_bytes());
+    };
+    last_tape.backward(value, Tensor<T>::ones(value.shape()));
+    last_tape.state().on_swept = nullptr;
+    figures(n - 1).last_unheld_backward_transient_bytes = std::max(0.0, last_peak - marker_live);
+  }
+  return true;
+}
+
+/// profile_policy()'s figures for chained layers (PolicyCosts::chained): three passes of
+/// profile_chained(), with every layer chained, pairs from layer 0 and pairs from layer 1. When
+/// no segment takes over a tail with every layer chained, none does in the pairs either (the
+/// tape decides from the previous segment's own ops), and the layers run chained exactly as
+/// they run alone: the chained figures are the plain ones, measured once.
+template <class Layers, class T, class Loss>
+void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, int repeats,
+                           const std::vector<double>& boundary, PolicyCosts& q) {
+  const std::size_t n = boundary.size() - 1;
+  PolicyCosts plain = q;
+  plain.chained.clear();
+  q.chained.assign(3, plain);
+  if (n < 2) return;  // no neighbours to chain with
+  std::vector<bool> all(n, true), even(n, false), odd(n, false);
+  all[0] = false;
+  for (std::size_t l = 1; l < n; ++l) {
+    even[l] = l % 2 == 1;
+    odd[l] = l % 2 == 0;
+  }
+  for (PolicyCosts& c : q.chained) c.last_unheld_backward_transient_bytes.reset();
+  if (!profile_chained(layers, input, loss, q.policy, repeats, boundary, all, q)) {
+    q.chained.assign(3, plain);
+    return;
+  }
+  for (const std::vector<bool>* linked : {&even, &odd})
+    profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, q);
+}
+
 }  // namespace detail
 
 struct ProfileOptions {
@@ -251,6 +473,12 @@ struct ProfileOptions {
   /// then have per layer besides plain layers and save_nothing segments. Policies that keep
   /// nothing are skipped. Each costs `repeats` + 2 more steps.
   std::vector<SavePolicy> policies = {save_matmuls()};
+  /// Price each layer (Chain::forward_cost) at its measured replay, as the backward pass runs it
+  /// in a save_nothing segment (the tape's replay clock, median of `repeats` steps), the way a
+  /// policy layer's replay is priced (PolicyCosts::replay_cost), so that the planners compare
+  /// replayed blocks and policy layers on one clock. Off: the first pass's forward time. Costs
+  /// `repeats` more steps.
+  bool price_replays = true;
 };
 
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
@@ -409,10 +637,14 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     std::sort(times[i].begin(), times[i].end());
     c.forward_cost[i] = times[i][times[i].size() / 2];
   }
+  if (options.price_replays)
+    c.forward_cost = detail::replay_times(layers, input, loss, options.repeats, n);
   for (const SavePolicy& policy : options.policies) {
     if (!policy.keeps_anything() || c.policy_index(policy) >= 0) continue;
     c.policies.push_back(
         detail::profile_policy(layers, input, loss, policy, options.repeats, c.boundary_bytes));
+    detail::profile_policy_chains(layers, input, loss, options.repeats, c.boundary_bytes,
+                                  c.policies.back());
   }
   return c;
 }

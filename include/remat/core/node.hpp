@@ -89,6 +89,10 @@ class NodeBase {
   bool kept = false;          ///< kept by its segment's save policy (Note [kept nodes])
   bool replay_reads = false;  ///< kept, and a replayed op reads its value slot
   bool resaved = false;       ///< kept, and its replay re-saves instead of recomputing
+  /// In a segment whose policy may keep it, what its first forward's tentative save() held:
+  /// anything, and anything that is not one of its inputs (Note [chained segments]).
+  bool saved_any = false;
+  bool saved_fresh = false;
 };
 
 }  // namespace detail
@@ -126,6 +130,9 @@ class Node : public detail::NodeBase {
   virtual bool can_resave() const noexcept { return false; }
   /// save()s what backward() needs from the inputs and the output forward() computed before,
   /// without computing anything. Ops whose backward needs only those (GEMMs) override it.
+  /// `out` is undefined when no replayed op reads the kept output (it was dropped early, Note
+  /// [chained segments] in tape_state.hpp): an op whose backward needs its output must not
+  /// claim can_resave().
   virtual void resave(Inputs in, const Tensor<T>& out) {
     (void)in;
     (void)out;
@@ -171,6 +178,18 @@ class Node : public detail::NodeBase {
     return detail::all_finite(const_cast<Node*>(this)->grad_slot());
   }
   void print_value_shape(std::ostream& out) const override { out << replay_value().shape(); }
+
+  /// Records in saved_any and saved_fresh what save() holds, `in` being the input values.
+  void note_saved(std::span<const Tensor<T>> in) noexcept {
+    saved_any = saved_fresh = false;
+    for (const Tensor<T>& t : saved_) {
+      if (!t.defined()) continue;
+      saved_any = true;
+      bool input = false;
+      for (const Tensor<T>& v : in) input |= v.defined() && v.shares_storage_with(t);
+      saved_fresh |= !input;
+    }
+  }
 
  protected:
   /// Slots save() offers: 0 .. kMaxSaved - 1.

@@ -132,6 +132,7 @@ class TapeState {
   void after_forward(Node<T>& n, std::span<const Tensor<T>> values, const Tensor<T>& out) {
     if (policy_may_keep(n.segment)) {
       // Note [kept nodes]: decided from the output, so the save was tentative
+      n.note_saved(values);
       n.kept = segments_[n.segment].policy.keeps(
           OpInfo{n.op_name(), out.shape(), n.forward_flops(values, out)});
       if (n.kept && n.can_resave() && reads_recomputed(n)) {
@@ -173,7 +174,72 @@ class TapeState {
     const auto id = static_cast<std::uint32_t>(segments_.size() - 1);
     if (segments_[id].parent != kNone) segments_[segments_[id].parent].last_child = id;
     open_.push_back(id);
+    adopt_tail(id);
     return id;
+  }
+
+  /// Note [chained segments]: a segment opened right where its previous sibling closed, under
+  /// the same save policy, takes over that sibling's *tail*: the ops after the sibling's last
+  /// kept op, provided they read only each other, parameters and the sibling's kept values, and
+  /// save nothing that is not already held (a kept value, a parameter). The
+  /// boundary between the two segments then sits at the kept values (a GEMM's output under
+  /// save_matmuls), not at the tail's output: the tail is replayed from the kept values by the
+  /// next segment, so its output (the next segment's input) is not kept through the step. One
+  /// segment per layer of `gelu(linear(h))` under save_matmuls then keeps each layer's linear
+  /// output alone, not that and h. The sibling's kept values that only the tail read are dropped
+  /// when this segment is done with them. The tail must not read the sibling's captured inputs:
+  /// whether those are held depends on how the sibling itself was chained, and a layer's
+  /// figures must depend on its neighbours only (Note [chained policy layers] in
+  /// checkpoint/plan/simulator.hpp).
+  void adopt_tail(std::uint32_t s) {
+    Segment& seg = segments_[s];
+    if (s == 0 || !seg.policy.keeps_anything()) return;
+    const std::uint32_t p = s - 1;  // the previous sibling, if it is one and has no children
+    Segment& prev = segments_[p];
+    if (prev.parent != seg.parent || !prev.closed || prev.end != seg.begin ||
+        prev.last_child != kNone || !(prev.policy == seg.policy))
+      return;
+    std::uint32_t t = prev.end;  // the tail: [t, prev.end)
+    while (t > prev.begin && !nodes_[t - 1]->kept && !nodes_[t - 1]->resaved) --t;
+    if (t == prev.begin || t == prev.end) return;  // the sibling keeps nothing, or ends kept
+    for (std::uint32_t i = t; i < prev.end; ++i) {
+      const NodeBase& n = *nodes_[i];
+      // what the tail's replay saves must already be held (kept values, leaves), so that none
+      // of it outlives the next layer's backward unaccounted
+      if (n.saved_fresh) return;
+      for (std::uint32_t j : n.inputs) {
+        const NodeBase& in = *nodes_[j];
+        const bool kept_here =
+            j >= prev.begin && in.segment == p && (in.kept || in.resaved) && in.has_value();
+        // a parameter, not the step's input: whether the tail reads that would depend on
+        // where the layer sits
+        const bool parameter = in.is_leaf() && in.parameter_identity() != nullptr;
+        if (j < t && !parameter && !kept_here) return;
+        if (j >= t && !in.is_leaf() && n.saved_any) return;  // it may save a recomputed value
+      }
+    }
+    ++chained_tails_;
+    const std::uint32_t end = prev.end;
+    prev.end = t;
+    seg.begin = t;
+    for (std::uint32_t i = t; i < end; ++i) nodes_[i]->segment = s;
+    for (std::uint32_t i = t; i < end; ++i)
+      capture_inputs(*nodes_[i], [&](std::size_t) {
+        throw Error("internal error: a chained segment's tail reads a value nobody holds");
+      });
+    // the sibling's kept values that only its tail read need not wait for its replay any more
+    for (std::uint32_t i = prev.begin; i < t; ++i) {
+      NodeBase& n = *nodes_[i];
+      if ((n.kept || n.resaved) && n.segment == p) n.replay_reads = false;
+    }
+    for (std::uint32_t i = prev.begin; i < t; ++i) {
+      const NodeBase& n = *nodes_[i];
+      if (n.is_leaf() || n.kept || n.segment != p) continue;  // a replayed op (resaved too)
+      for (std::uint32_t j : n.inputs) {
+        NodeBase& in = *nodes_[j];
+        if (j >= prev.begin && in.segment == p && (in.kept || in.resaved)) in.replay_reads = true;
+      }
+    }
   }
 
   void close_segment(std::uint32_t id) {
@@ -216,6 +282,8 @@ class TapeState {
     double replay_seconds = 0;       ///< wall time spent replaying
   };
   const ReplayStats& stats() const noexcept { return stats_; }
+  /// How many segments took over their previous sibling's tail (Note [chained segments]).
+  std::size_t chained_tails() const noexcept { return chained_tails_; }
 
   bool swept() const noexcept { return swept_; }
   bool sweeping() const noexcept { return sweeping_; }
@@ -358,7 +426,7 @@ class TapeState {
           n.replay(table());
         }
         ++stats_.replayed_nodes;
-        check_replayed(s, n);
+        if (!n.resaved) check_replayed(s, n);  // a resaved node recomputed nothing
       }
       for (std::uint32_t j : n.inputs) {
         if (j >= begin && last_use[j - begin] == i) drop_transient(*nodes_[j]);
@@ -486,6 +554,7 @@ class TapeState {
   std::vector<std::uint32_t> chain_;  // scratch for materialize()
   std::uint32_t level_ = 0;           // Note [levels]
   ReplayStats stats_;
+  std::size_t chained_tails_ = 0;
   bool sweeping_ = false;
   bool swept_ = false;
 };

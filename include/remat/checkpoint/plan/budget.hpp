@@ -24,10 +24,21 @@ namespace detail {
 /// (Note [policy layers]): the same closed form over that policy's figures (Chain::under_policy),
 /// its replay added to the recompute. The flag of the next cut then depends on the choice; the
 /// states stay those of the plain DP, so it remains exact over this larger set of plans.
+///
+/// Adjacent layers under one policy chain (Note [chained policy layers]), and a policy layer's
+/// figures depend on whether its neighbours run under the same policy. A policy layer therefore
+/// chooses, with its policy, whether the next layer runs under that policy too, and the state
+/// at a cut also says what the layer before it promised (a tag): nothing (0), that the next
+/// layer does not run under policy p (1 + 2p), or that it does (2 + 2p). Each choice's figures
+/// are then known when it is made, and the program stays exact.
 class OneLevelPlanner {
  public:
-  explicit OneLevelPlanner(const Chain& c) : c_(c), n_(c.layers()) {
-    for (std::size_t p = 0; p < c.policies.size(); ++p) variants_.push_back(c.under_policy(p));
+  explicit OneLevelPlanner(const Chain& c)
+      : c_(c), n_(c.layers()), tags_(1 + 2 * c.policies.size()) {
+    for (std::size_t p = 0; p < c.policies.size(); ++p) {
+      const int variants = c.policies[p].chained.empty() ? 1 : 4;
+      for (int k = 0; k < 4; ++k) variants_.push_back(c.under_policy(p, k < variants ? k : 0));
+    }
   }
 
   /// Local peak of layer s run plainly, x_s pinned before it or not:
@@ -102,12 +113,16 @@ class OneLevelPlanner {
 
   /// The one-level plan with the least recompute whose peak fits `budget` (ties: lower peak).
   Choice best(double budget) const {
-    // frontier[2 s + f]: the states at cut s whose blocks pin x_s (f = 1) or not (f = 0)
-    std::vector<std::vector<State>> frontier(2 * (n_ + 1));
-    std::vector<std::size_t> pruned_size(2 * (n_ + 1), 0);
+    // frontier[key(s, f, tag)]: the states at cut s whose blocks pin x_s (f = 1) or not (f = 0),
+    // after a layer that promised `tag` (see the class comment)
+    const std::size_t keys = 2 * tags_;
+    const auto key = [&](std::size_t at, bool pinned, std::size_t tag) {
+      return keys * at + 2 * tag + (pinned ? 1 : 0);
+    };
+    std::vector<std::vector<State>> frontier(keys * (n_ + 1));
+    std::vector<std::size_t> pruned_size(frontier.size(), 0);
     frontier[0].push_back(State{0, 0, 0, 0, 0, false, -1});
-    const auto push = [&](std::size_t at, bool pinned, const State& st) {
-      const std::size_t k = 2 * at + (pinned ? 1 : 0);
+    const auto push = [&](std::size_t k, const State& st) {
       frontier[k].push_back(st);
       if (frontier[k].size() > 2 * pruned_size[k] + 256) {  // keep pending states bounded
         prune(frontier[k]);
@@ -116,40 +131,55 @@ class OneLevelPlanner {
     };
     for (std::size_t s = 0; s < n_; ++s) {
       const std::vector<double> seg = segment_peaks(s);
-      for (int f = 0; f < 2; ++f) {
-        const bool pinned = f == 1;
-        const std::size_t k = 2 * s + static_cast<std::size_t>(f);
-        prune(frontier[k]);
-        const std::vector<State>& from = frontier[k];
-        if (from.empty()) continue;
-        for (int v = -1; v < static_cast<int>(variants_.size()); ++v) {  // plain, or under a policy
-          const Chain& c = v < 0 ? c_ : variants_[static_cast<std::size_t>(v)];
-          const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
-          const double replay =
-              v < 0 ? 0.0 : c_.policies[static_cast<std::size_t>(v)].replay_cost[s];
-          for (std::size_t i = 0; i < from.size(); ++i) {
-            if (from[i].pre + plain <= budget) {
-              push(s + 1, c.keeps_output(s),
-                   State{from[i].cost + replay, from[i].pre + pins,
-                         std::max(from[i].peak, from[i].pre + plain), k, i, false, v});
+      for (std::size_t tag = 0; tag < tags_; ++tag) {
+        // tag 2 + 2p: this layer must run under policy p; tag 1 + 2p: it must not
+        const int must = tag > 0 && tag % 2 == 0 ? static_cast<int>(tag / 2 - 1) : -1;
+        const int must_not = tag % 2 == 1 ? static_cast<int>(tag / 2) : -1;
+        for (int f = 0; f < 2; ++f) {
+          const bool pinned = f == 1;
+          const std::size_t k = key(s, pinned, tag);
+          prune(frontier[k]);
+          const std::vector<State>& from = frontier[k];
+          if (from.empty()) continue;
+          // plain (v = -1), or under policy p chained with the next layer or not (v = 2 p + out)
+          for (int v = -1; v < static_cast<int>(2 * c_.policies.size()); ++v) {
+            const int p = v < 0 ? -1 : v / 2;
+            const bool out = v >= 0 && v % 2 == 1;
+            if (must >= 0 ? p != must : (p >= 0 && p == must_not)) continue;
+            if (out && (s + 1 == n_ || c_.policies[static_cast<std::size_t>(p)].chained.empty()))
+              continue;
+            const int variant = (out ? 1 : 0) | (must >= 0 ? 2 : 0);
+            const Chain& c = p < 0 ? c_ : variants_[static_cast<std::size_t>(4 * p + variant)];
+            const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
+            const double replay = p < 0 ? 0.0 : policy_replay(p, variant, s);
+            const std::size_t next =
+                p < 0 ? 0 : static_cast<std::size_t>(out ? 2 + 2 * p : 1 + 2 * p);
+            for (std::size_t i = 0; i < from.size(); ++i) {
+              if (from[i].pre + plain <= budget) {
+                push(key(s + 1, c.keeps_output(s), next),
+                     State{from[i].cost + replay, from[i].pre + pins,
+                           std::max(from[i].peak, from[i].pre + plain), k, i, false, p});
+              }
             }
           }
-        }
-        const double in = pinned ? 0.0 : c_.boundary(s);  // a segment captures its input
-        const double least_pre =
-            from.back().pre;  // the frontier is sorted by pinned bytes, falling
-        double seg_cost = 0, kept = in;
-        for (std::size_t e = s + 1; e <= n_; ++e) {
-          // A segment's replay keeps at least its input and its layers' activations; that only
-          // grows with e, so once it cannot fit, no longer segment can.
-          kept += c_.activation(e - 1);
-          if (least_pre + kept > budget) break;
-          seg_cost += c_.cost(e - 1);
-          // from is sorted by recompute up, pinned bytes down: the states that fit are a suffix
-          for (std::size_t i = from.size(); i-- > 0 && from[i].pre + in + seg[e] <= budget;) {
-            push(e, false,
-                 State{from[i].cost + seg_cost, from[i].pre + in,
-                       std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
+          if (must >= 0) continue;  // a save_nothing segment is not the policy promised
+          const double in = pinned ? 0.0 : c_.boundary(s);  // a segment captures its input
+          const double least_pre =
+              from.back().pre;  // the frontier is sorted by pinned bytes, falling
+          double seg_cost = 0, kept = in;
+          for (std::size_t e = s + 1; e <= n_; ++e) {
+            // A segment's replay keeps at least its input and its layers' activations; that
+            // only grows with e, so once it cannot fit, no longer segment can.
+            kept += c_.activation(e - 1);
+            if (least_pre + kept > budget) break;
+            seg_cost += c_.cost(e - 1);
+            // from is sorted by recompute up, pinned bytes down: the states that fit are a
+            // suffix
+            for (std::size_t i = from.size(); i-- > 0 && from[i].pre + in + seg[e] <= budget;) {
+              push(key(e, false, 0),
+                   State{from[i].cost + seg_cost, from[i].pre + in,
+                         std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
+            }
           }
         }
       }
@@ -157,32 +187,38 @@ class OneLevelPlanner {
     Choice best;
     const double out = c_.boundary(n_);
     std::size_t pick = 0, pick_k = 0;
-    for (int f = 0; f < 2; ++f) {
-      const std::size_t k = 2 * n_ + static_cast<std::size_t>(f);
-      prune(frontier[k]);
-      for (std::size_t i = 0; i < frontier[k].size(); ++i) {
-        const State& st = frontier[k][i];
-        // the loss runs while it holds x_n (pinned already when f = 1), then x_n's gradient exists
-        const double loss_extra =
-            std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
-        const double peak = std::max(st.peak, st.pre + (f == 1 ? 0.0 : out) + c_.loss_bytes +
-                                                  c_.loss_output_bytes + loss_extra);
-        if (peak > budget) continue;
-        if (st.cost < best.recompute || (st.cost == best.recompute && peak < best.peak)) {
-          best.recompute = st.cost;
-          best.peak = peak;
-          pick = i;
-          pick_k = k;
+    for (std::size_t tag = 0; tag < tags_; ++tag) {
+      if (tag > 0 && tag % 2 == 0) continue;  // a promise no layer is left to keep
+      for (int f = 0; f < 2; ++f) {
+        const std::size_t k = key(n_, f == 1, tag);
+        prune(frontier[k]);
+        for (std::size_t i = 0; i < frontier[k].size(); ++i) {
+          const State& st = frontier[k][i];
+          // the loss runs while it holds x_n (pinned already when f = 1), then x_n's gradient
+          // exists
+          const double loss_extra =
+              std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
+          const double peak = std::max(st.peak, st.pre + (f == 1 ? 0.0 : out) + c_.loss_bytes +
+                                                    c_.loss_output_bytes + loss_extra);
+          if (peak > budget) continue;
+          if (st.cost < best.recompute || (st.cost == best.recompute && peak < best.peak)) {
+            best.recompute = st.cost;
+            best.peak = peak;
+            pick = i;
+            pick_k = k;
+          }
         }
       }
     }
     if (!std::isfinite(best.recompute)) return best;
-    for (std::size_t k = pick_k, i = pick; k / 2 > 0;) {
+    for (std::size_t k = pick_k, i = pick; k / keys > 0;) {
       const State& st = frontier[k][i];
-      if (st.segment) best.segments.push_back(Segment{st.from / 2, k / 2, {}});
+      if (st.segment) best.segments.push_back(Segment{st.from / keys, k / keys, {}});
       if (st.variant >= 0)
-        best.segments.push_back(Segment{
-            st.from / 2, k / 2, {}, c_.policies[static_cast<std::size_t>(st.variant)].policy});
+        best.segments.push_back(Segment{st.from / keys,
+                                        k / keys,
+                                        {},
+                                        c_.policies[static_cast<std::size_t>(st.variant)].policy});
       i = st.index;
       k = st.from;
     }
@@ -195,7 +231,7 @@ class OneLevelPlanner {
     double cost;        // recompute so far
     double pre;         // bytes pinned by the blocks before this cut
     double peak;        // highest peak so far
-    std::size_t from;   // the previous cut's frontier (2 cut + flag)
+    std::size_t from;   // the previous cut's frontier (its key)
     std::size_t index;  // the previous state, in frontier[from]
     bool segment;       // whether [from, here) is a segment (else one plain layer)
     int variant;        // a plain layer's policy (index into Chain::policies), or -1
@@ -220,9 +256,15 @@ class OneLevelPlanner {
     states = std::move(kept);
   }
 
+  /// The replay cost of layer s under policy p, chained as `variant` says.
+  double policy_replay(int p, int variant, std::size_t s) const {
+    return c_.policies[static_cast<std::size_t>(p)].variant(variant).replay_cost[s];
+  }
+
   const Chain& c_;
   std::size_t n_;
-  std::vector<Chain> variants_;  // c_ under each of its policies
+  std::size_t tags_;             // 1 + 2 per policy (see the class comment)
+  std::vector<Chain> variants_;  // c_ under policy p, chained as k says: variants_[4 p + k]
 };
 }  // namespace detail
 

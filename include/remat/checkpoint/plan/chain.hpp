@@ -32,9 +32,39 @@ struct PolicyCosts {
   std::vector<bool> saves_input;    ///< x_l stays alive until its backward (captured or saved)
   std::vector<bool> saves_output;   ///< x_{l+1} stays alive until its backward
   std::vector<double> replay_cost;  ///< its backward's replay, in the chain's cost unit
+  /// The same figures for a layer whose neighbour runs under the same policy in a segment of its
+  /// own right next to it, so that the two segments chain (Note [chained policy layers] in
+  /// plan/simulator.hpp): chained[0] with the layer after it, chained[1] with the layer before
+  /// it, chained[2] with both (chained(k) names them by k = 1, 2, 3). Empty: not measured, and a
+  /// plan running two adjacent layers under this policy cannot be predicted.
+  std::vector<PolicyCosts> chained;
+
+  /// This policy's figures for a layer chained with the layer after it (bit 0 of k) and with
+  /// the layer before it (bit 1); k = 0: not chained.
+  const PolicyCosts& variant(int k) const noexcept {
+    return k == 0 ? *this : chained[static_cast<std::size_t>(k - 1)];
+  }
 
   /// Throws a PlanError naming the policy and the first inconsistency.
   void validate(std::size_t n, const char* who) const {
+    validate_figures(n, who);
+    if (!chained.empty() && chained.size() != 3) {
+      throw PlanError(remat::detail::cat(who, ": the chain's costs for policy '", policy.name(),
+                                         "' have ", chained.size(),
+                                         " sets of chained figures (3 or none)"));
+    }
+    for (const PolicyCosts& c : chained) {
+      if (!(c.policy == policy) || !c.chained.empty()) {
+        throw PlanError(remat::detail::cat(who, ": the chained figures of policy '", policy.name(),
+                                           "' name policy '", c.policy.name(),
+                                           "' or hold chained figures themselves"));
+      }
+      c.validate_figures(n, who);
+    }
+  }
+
+ private:
+  void validate_figures(std::size_t n, const char* who) const {
     const auto fail = [&](const std::string& what) {
       throw PlanError(
           remat::detail::cat(who, ": the chain's costs for policy '", policy.name(), "' ", what));
@@ -89,7 +119,9 @@ struct Chain {
   /// nothing else, so its backward frees it early: a replayed copy, or x_n when the caller does
   /// not hold it (unset: backward_transient_bytes[n-1]).
   std::optional<double> last_unheld_backward_transient_bytes;
-  std::vector<double> forward_cost;  ///< n (or empty: 1 each): cost of layer l's forward
+  /// n (or empty: 1 each): cost of layer l's forward, which is what replaying it costs
+  /// (plan::profile measures the replay itself unless ProfileOptions::price_replays is off)
+  std::vector<double> forward_cost;
   std::vector<bool>
       saves_output;  ///< n (or empty: all true): layer l keeps x_{l+1} for its backward
   std::vector<bool> saves_input;  ///< n (or empty: all true): layer l keeps x_l for its backward
@@ -223,9 +255,10 @@ struct Chain {
   }
 
   /// This chain with every layer as it runs under policies[p] in a segment of its own: a plain
-  /// layer that keeps and replays what the policy says (Note [policy layers]).
-  Chain under_policy(std::size_t p) const {
-    const PolicyCosts& q = policies[p];
+  /// layer that keeps and replays what the policy says (Note [policy layers]); chained with its
+  /// neighbours as `k` says (PolicyCosts::variant()).
+  Chain under_policy(std::size_t p, int k = 0) const {
+    const PolicyCosts& q = policies[p].variant(k);
     Chain c = *this;
     c.policies.clear();
     c.activation_bytes = q.activation_bytes;

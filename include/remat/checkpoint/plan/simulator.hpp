@@ -51,6 +51,17 @@
 /// the same simulation on the chain with those layers' figures swapped in (Chain::under_policy)
 /// and adds their replay cost. A policy segment over several layers or inside another segment is
 /// not modelled: predict() raises a PlanError for it rather than guess.
+///
+/// Note [chained policy layers]: two adjacent layers under the same policy chain (Note [chained
+/// segments] in core/tape_state.hpp): the second segment takes over the first's tail, the ops
+/// after its last kept op, and replays it from the kept values, so the boundary between them is
+/// not kept. A layer's figures then depend on whether it is chained with the layer before it
+/// (its segment replays that layer's tail, and it does not keep its input) and with the layer
+/// after it (its tail is replayed by the next layer's backward), and on nothing else: the tape
+/// chains only tails that read the layer's own kept values and leaves. plan::profile measures
+/// the three chained variants of every layer (PolicyCosts::chained) as it measures the plain
+/// one, and predict() gives each policy layer the variant its neighbours make: a layer-level
+/// simulation still, exact as before.
 
 #include <algorithm>
 #include <cmath>
@@ -310,8 +321,18 @@ struct Resolved {
   double replay_cost = 0;
 };
 
+/// Which variant of its policy's figures layer l runs with (PolicyCosts::variant()): chained
+/// with the layer after it (1), before it (2), or both (3), by Note [chained policy layers].
+inline int chained_variant(const std::vector<int>& layer_policy, std::size_t l) noexcept {
+  const int p = layer_policy[l];
+  if (p < 0) return 0;
+  const bool after = l + 1 < layer_policy.size() && layer_policy[l + 1] == p;
+  const bool before = l > 0 && layer_policy[l - 1] == p;
+  return (after ? 1 : 0) | (before ? 2 : 0);
+}
+
 inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>& segments,
-                                 const std::vector<int>& layer_policy) {
+                                 const std::vector<int>& layer_policy, const char* who) {
   Resolved r{chain, {}, 0};
   r.chain.policies.clear();
   for (const Segment& s : segments) {
@@ -319,7 +340,16 @@ inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>&
   }
   for (std::size_t l = 0; l < layer_policy.size(); ++l) {
     if (layer_policy[l] < 0) continue;
-    const PolicyCosts& q = chain.policies[static_cast<std::size_t>(layer_policy[l])];
+    const PolicyCosts& base = chain.policies[static_cast<std::size_t>(layer_policy[l])];
+    const int k = chained_variant(layer_policy, l);
+    if (k != 0 && base.chained.empty()) {
+      throw PlanError(remat::detail::cat(
+          who, ": layers ", l - ((k & 2) ? 1 : 0), " and ", l + ((k & 2) ? 0 : 1),
+          " run under the policy '", base.policy.name(),
+          "' in adjacent segments, which chain (Note [chained policy layers]); the chain has no "
+          "figures for chained layers of that policy: profile it with plan::profile"));
+    }
+    const PolicyCosts& q = base.variant(k);
     Chain& c = r.chain;
     const std::size_t n = c.layers();
     c.activation_bytes[l] = q.activation_bytes[l];
@@ -347,7 +377,8 @@ inline Prediction predict(const Chain& chain, const std::vector<Segment>& segmen
   const std::vector<int> layer_policy = detail::policy_layers(chain, segments, "plan::predict");
   if (std::all_of(layer_policy.begin(), layer_policy.end(), [](int p) { return p < 0; }))
     return detail::Simulator(chain, segments).run();
-  const detail::Resolved r = detail::resolve_policies(chain, segments, layer_policy);
+  const detail::Resolved r =
+      detail::resolve_policies(chain, segments, layer_policy, "plan::predict");
   Prediction p = detail::Simulator(r.chain, r.segments).run();
   p.recompute += r.replay_cost;
   return p;
@@ -375,6 +406,11 @@ inline std::vector<std::string> layer_notes(const Chain& chain,
     }
   };
   Walk{innermost, depth}(segments, 1);
+  std::vector<int> layer_policy(n, -1);
+  for (std::size_t l = 0; l < n; ++l) {
+    if (innermost[l] && innermost[l]->policy.keeps_anything())
+      layer_policy[l] = chain.policy_index(innermost[l]->policy);
+  }
   const auto percent = [](double part, double whole) {
     return whole > 0
                ? remat::detail::cat(std::llround(100 * part / whole), " % of its forward time")
@@ -391,10 +427,12 @@ inline std::vector<std::string> layer_notes(const Chain& chain,
       if (p < 0) {
         note += s->policy.name() + " (no costs measured for it)";
       } else {
-        const PolicyCosts& q = chain.policies[static_cast<std::size_t>(p)];
+        const PolicyCosts& base = chain.policies[static_cast<std::size_t>(p)];
+        const int k = chained_variant(layer_policy, l);
+        const PolicyCosts& q = k != 0 && base.chained.empty() ? base : base.variant(k);
         note += remat::detail::cat(
-            s->policy.name(), ", keeps ", format_bytes(q.activation_bytes[l]),
-            ", replays the rest (",
+            s->policy.name(), k != 0 ? " (chained)" : "", ", keeps ",
+            format_bytes(q.activation_bytes[l]), ", replays the rest (",
             format_bytes(std::max(0.0, chain.activation(l) - q.activation_bytes[l])), ", ",
             percent(q.replay_cost[l], chain.cost(l)), ")");
       }
