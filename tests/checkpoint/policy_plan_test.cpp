@@ -500,7 +500,8 @@ TEST_CASE("adjacent save_matmuls layers chain: a gelu(linear) layer keeps its li
       CHECK(p.peak_bytes == static_cast<double>(counted));
       CHECK(policy_plan_equal(grads, plain));
       // no layer but the first keeps its input h: none keeps n (h, z) pairs
-      CHECK(static_cast<double>(counted) <= static_cast<double>(none_peak) - (n - 2.0) * h);
+      CHECK(static_cast<double>(counted) <=
+            static_cast<double>(none_peak) - (static_cast<double>(n) - 2.0) * h);
     }
   }
 }
