@@ -410,6 +410,11 @@ void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
     q.saves_input.assign(n, true);
     q.saves_output.assign(n, false);
     q.replay_cost.assign(n, shape.replay_cost);
+    // A block ends in a residual add that reads its input, so adjacent save_matmuls segments take
+    // over no tail (Note [chained segments] in core/tape_state.hpp): chained, a layer runs as
+    // alone.
+    const plan::PolicyCosts alone = q;
+    q.chained.assign(3, alone);
     c.policies.push_back(std::move(q));
   }
 }
