@@ -45,9 +45,11 @@ function(remat_configure_target target)
   # Designated initializers that omit defaulted fields (TapeOptions{.seed = 1}) are the intended
   # style; GCC 12's -Wmissing-field-initializers flags them anyway.
   # GCC 12 reports `"text" + std::string` at -O3 as an overlapping memcpy (its bug 105329): off.
+  # Clang's -Wconversion includes -Wsign-conversion, GCC's does not: the set is GCC's on both.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
                          -Wno-missing-field-initializers
                          $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>
+                         $<$<CXX_COMPILER_ID:Clang>:-Wno-sign-conversion>
                          ${REMAT_WERROR_FLAGS} ${REMAT_ARCH_FLAGS} ${REMAT_SANITIZE_FLAGS})
   target_link_options(${target} PRIVATE ${REMAT_SANITIZE_FLAGS})
 endfunction()
