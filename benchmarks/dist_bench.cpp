@@ -81,8 +81,9 @@ void run(const remat::dist::Communicator& comm, Model& model, const char* name,
   const double step = median(step_s);
   // the bucket reduced after the sweep ends: what no overlap can hide (docs/distributed.md)
   const auto layout = dp.bucket_layout();
+  const auto params = model.parameters();
   std::size_t last_bucket_bytes = 0;
-  for (std::size_t p : layout.back()) last_bucket_bytes += model.parameters()[p].value().bytes();
+  for (std::size_t p : layout.back()) last_bucket_bytes += params[p].value().bytes();
   if (comm.rank() == 0) {
     std::printf(
         "{\"world_size\": %d, \"parameters\": %lld, \"gradient_mb\": %.2f, \"buckets\": %zu, "
