@@ -31,7 +31,8 @@
 // save_matmuls, save_ops(linear, causal_self_attention) and recompute_ops(causal_self_attention),
 // which replays only the attention core as Korthikanti et al. (2022) do) and save_nothing segments;
 // budget_layers:<MiB> only among keeping and save_nothing segments (the layer-level planner).
-// --print-plan writes the plan's top-level segments as JSON (for benchmarks/torch_reference.py).
+// --print-plan writes the plan's top-level segments and their save policies as JSON (for
+// benchmarks/torch_reference.py, which runs plans whose segments keep nothing).
 // --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
 // and writes DIR/sweep_MODEL.csv (measured and predicted step time and peak of each plan; default
 // DIR docs/figures), which benchmarks/report.py draws with matplotlib.
@@ -562,6 +563,11 @@ int main(int argc, char** argv) {
       std::fprintf(out, "{\"kind\": \"%s\", \"segments\": [", remat::plan::to_string(p.kind));
       for (std::size_t i = 0; i < p.segments.size(); ++i) {
         std::fprintf(out, "%s[%zu, %zu]", i ? ", " : "", p.segments[i].begin, p.segments[i].end);
+      }
+      std::fprintf(out, "], \"policies\": [");
+      for (std::size_t i = 0; i < p.segments.size(); ++i) {
+        // built-in policy names hold no quote or backslash
+        std::fprintf(out, "%s\"%s\"", i ? ", " : "", p.segments[i].policy.name().c_str());
       }
       std::fprintf(out, "], \"depth\": %d}\n", p.depth());
       std::fclose(out);

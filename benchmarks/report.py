@@ -62,9 +62,13 @@ def measure(args, bench, torch_ref, gemm_peak):
                 for mode in modes:
                     cmd = [bench, "--model", model, "--mode", mode, "--steps", str(args.steps), "--threads", str(threads),
                            "--gemm-peak", str(gemm_peak)]
-                    if mode.startswith("budget"):
-                        cmd += ["--print-plan", plan_file]
                     results.setdefault((model, threads, mode, "remat"), []).append(run_json(cmd))
+                    if mode.startswith("budget"):
+                        # PyTorch 1.13 cannot keep a GEMM's output inside a segment, so its twin
+                        # runs the layer-level plan for the same budget
+                        run_json([bench, "--model", model, "--mode", mode.replace("budget:", "budget_layers:"),
+                                  "--steps", "1", "--threads", str(threads), "--gemm-peak", str(gemm_peak),
+                                  "--print-plan", plan_file])
                     if mode.split(":")[0] in TORCH_MODES and not args.no_torch:
                         tmode = f"plan:{plan_file}" if mode.startswith("budget") else mode
                         torch_cmd = ["/usr/bin/python3", torch_ref, "--model", model, "--mode", tmode, "--steps", str(args.steps),
@@ -155,7 +159,7 @@ def targets_table(results):
             limit = float(mode.split(":")[1])
             row(f"{m}, {mode}, {t} thread(s): counted peak within the budget", f"{runs[-1]['act_peak_mb']:.2f} MiB", runs[-1]["act_peak_mb"] <= limit)
     share = statistics.median(x["peak_share"] for x in r("mlp", "none"))
-    row("mlp, none: at least 75 % of the GEMM peak", f"{100 * share:.0f} %", share >= 0.75)
+    row("mlp, none: at least 85 % of the GEMM peak", f"{100 * share:.0f} %", share >= 0.85)
     if r("mlp", "none", "torch"):
         for model in MODELS:
             ratio = paired(r(model, "none"), r(model, "none", "torch"), "step_s")
@@ -328,9 +332,27 @@ def main():
                    "runs": [{"model": k[0], "threads": k[1], "mode": k[2], "framework": k[3], "rounds": v} for k, v in results.items()],
                    "sweeps": sweeps}, f, indent=1)
     plot_all(args.docs, results, cpu)
-    with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
-        f.write(render(args, results, gemm_peak, backend, cpu))
-    log(f"wrote {args.docs}/benchmarks.md")
+    page = os.path.join(args.docs, "benchmarks.md")
+    kept = hand_measured_sections(page)
+    with open(page, "w") as f:
+        f.write(render(args, results, gemm_peak, backend, cpu) + kept)
+    log(f"wrote {page}")
+
+
+HAND_MARKER = "<!-- Sections below were measured by hand; benchmarks/report.py keeps them as they are. -->"
+
+
+def hand_measured_sections(page):
+    """The page's sections after HAND_MARKER, marker included ("" when there are none): the
+    measurements this script does not take (op-level budgets, build flags, compile time) survive
+    a regeneration."""
+    try:
+        with open(page) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(HAND_MARKER)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def render(args, results, gemm_peak, backend, cpu):
@@ -390,7 +412,9 @@ in the same run (medians of the rounds above). The raw numbers are in `figures/s
 `python3-torch`, CPU): the same layers, initialization scheme, batch, loss and AdamW; checkpoints
 with `torch.utils.checkpoint` (non-reentrant) on the same layers (`every`: all but the last,
 `sqrt`: `checkpoint_sequential`'s partition into ceil(sqrt(n)) runs, `budget`: the top-level
-segments of remat's plan). Two things make the comparison fair:
+segments of remat's layer-level plan for the same budget, `budget_layers:N`, since PyTorch 1.13
+cannot keep a GEMM's output inside a segment as remat's op-level `budget:N` plans may). Two things
+make the comparison fair:
 
 - **Threads.** `torch.set_num_threads()` does not reach the OpenBLAS that Debian's PyTorch uses
   for its GEMMs; without `OPENBLAS_NUM_THREADS` a "one-thread" PyTorch step runs its GEMMs on

@@ -2,14 +2,15 @@
 """The remat_bench models and modes in PyTorch, printing the same JSON line.
 
     torch_reference.py --model {mlp,deep,gpt} --mode {none,every,sqrt,plan:<file>}
-                       [--steps N] [--threads T] [--config {installed,best}]
+                       [--steps N] [--threads T] [--config {installed,best,fallback}]
 
 Runs with Debian's python3-torch (1.13, CPU). A training step is forward, cross-entropy, backward
 and an AdamW update, as in remat_bench. Checkpointing uses torch.utils.checkpoint (non-reentrant);
 `every` checkpoints every layer but the last, `sqrt` cuts the layers as checkpoint_sequential does
 with ceil(sqrt(n)) segments (the last runs plainly; 1.13's checkpoint_sequential itself is
 reentrant-only, so each segment goes through checkpoint(use_reentrant=False)), and `plan:<file>`
-applies the top-level segments of a remat plan written by `remat_bench --print-plan FILE`.
+applies the top-level segments of a remat plan written by `remat_bench --print-plan FILE` (plans
+whose segments keep outputs under a save policy are refused: 1.13 has no such policies).
 
 Threads: torch.set_num_threads() does not reach the OpenBLAS that Debian's PyTorch calls for its
 GEMMs, so this script also sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS before importing torch;
@@ -19,7 +20,11 @@ Configurations: `installed` runs PyTorch as a user would get it: OPENBLAS_CORETY
 the environment (so Debian's OpenBLAS picks its kernels from its own CPU table) and denormals not
 flushed. `best` gives it what remat does by itself: OpenBLAS's kernels for the CPU's widest
 instructions (SkylakeX for AVX-512, Haswell for AVX2 + FMA, read from /proc/cpuinfo's flags) and
-torch.set_flush_denormal(True). The JSON line names the configuration, the kernels and the mode.
+torch.set_flush_denormal(True). `fallback` is `installed` on a CPU newer than OpenBLAS's table,
+simulated: OpenBLAS forced to its SSE3 "Prescott" kernels, which Debian 12's OpenBLAS falls back to
+on such CPUs (measured on an Intel Xeon with AVX-512: 30 GFLOP/s against 137). Start remat_bench
+with OPENBLAS_CORETYPE=Prescott beside it to see remat re-select its kernels in the same situation.
+The JSON line names the configuration, the kernels and the mode.
 
 Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
 allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
@@ -42,7 +47,7 @@ def parse():
     ap.add_argument("--mode", default="none")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--config", default="installed", choices=["installed", "best"])
+    ap.add_argument("--config", default="installed", choices=["installed", "best", "fallback"])
     return ap.parse_args()
 
 
@@ -67,6 +72,8 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads it when torch loads it
 if args.config == "best" and best_openblas_core():
     os.environ["OPENBLAS_CORETYPE"] = best_openblas_core()
+if args.config == "fallback":
+    os.environ["OPENBLAS_CORETYPE"] = "Prescott"
 
 import torch  # noqa: E402  (after the thread variables)
 import torch.nn as nn  # noqa: E402
@@ -136,7 +143,11 @@ def segments_for(mode, n):
         return [(i * size, (i + 1) * size) for i in range(k - 1)]
     if mode.startswith("plan:"):
         with open(mode[5:]) as f:
-            return [tuple(s) for s in json.load(f)["segments"]]
+            plan = json.load(f)
+        kept = [p for p in plan.get("policies", []) if p != "save_nothing"]
+        if kept:  # torch.utils.checkpoint keeps nothing inside a segment before PyTorch 2.4
+            raise SystemExit(f"torch_reference: PyTorch {torch.__version__} cannot run save policies ({', '.join(kept)})")
+        return [tuple(s) for s in plan["segments"]]
     raise SystemExit(f"torch_reference: unknown mode {mode}")
 
 
