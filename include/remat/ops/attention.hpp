@@ -10,6 +10,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
 
 namespace remat {
@@ -43,7 +44,7 @@ class CausalAttentionNode final : public Node<T> {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
         gemm<T>(false, true, t_, t_, d_, scale, q(qkv, b, h), 3 * c_, k(qkv, b, h), 3 * c_, T(0), p,
                 t_);
-        causal_softmax_rows(p);
+        causal_softmax_rows<T>(p, t_, nullptr, 0, t_);
         const T* weights = p;
         if (p_ > 0) {
           apply_dropout(p, dropped.data(), b, h);
@@ -81,7 +82,7 @@ class CausalAttentionNode final : public Node<T> {
                   g.data() + b * t_ * 3 * c_ + 2 * c_ + h * d_, 3 * c_);
           gemm<T>(false, true, t_, t_, d_, T(1), dy, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
           if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h);
-          softmax_backward_rows(p, dp.data(), scale);
+          causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_);
           gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta,
                   g.data() + b * t_ * 3 * c_ + h * d_, 3 * c_);
           gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta,
@@ -103,32 +104,6 @@ class CausalAttentionNode final : public Node<T> {
   }
   const T* v(const Tensor<T>& qkv, std::int64_t b, std::int64_t h) const {
     return q(qkv, b, h) + 2 * c_;
-  }
-
-  /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
-  void causal_softmax_rows(T* p) const {
-    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t i = r0; i < r1; ++i) {
-        ArrayView<T> seen(p + i * t_, i + 1);
-        const T m = seen.maxCoeff();
-        seen = (seen - m).exp();
-        seen *= T(1) / seen.sum();
-        ArrayView<T>(p + i * t_ + i + 1, t_ - i - 1).setZero();
-      }
-    });
-  }
-
-  /// dP := P (dP - rowsum(dP P)) * scale, over the causal part of each row (zero after).
-  void softmax_backward_rows(const T* p, T* dp, T scale) const {
-    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t i = r0; i < r1; ++i) {
-        const ConstArrayView<T> pr(p + i * t_, i + 1);
-        ArrayView<T> dr(dp + i * t_, i + 1);
-        const T dot = (pr * dr).sum();
-        dr = pr * (dr - dot) * scale;
-        ArrayView<T>(dp + i * t_ + i + 1, t_ - i - 1).setZero();
-      }
-    });
   }
 
   /// dst = src with the (b, h) block's dropout mask applied (dst may be src). Element (i, j) of

@@ -20,6 +20,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
 
 namespace remat {
@@ -29,56 +30,6 @@ namespace remat {
 inline constexpr std::int64_t kFlashBlockRows = 64;
 
 namespace detail {
-
-// The row kernels of the flash attention ops (Note [attention by query blocks]). A block holds
-// rows [i0, i1) of a head's (T x T) scores, row i0 first, `ld` apart, over keys [0, i1).
-
-/// Row i of the block becomes the softmax of its scores over keys 0..i, zero after; lse[i] its
-/// log-sum-exp.
-template <class T>
-void flash_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i1) {
-  for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      ArrayView<T> seen(s + r * ld, i + 1);
-      const T m = seen.maxCoeff();
-      seen = (seen - m).exp();
-      const T sum = seen.sum();
-      seen *= T(1) / sum;
-      lse[i] = m + std::log(sum);
-      ArrayView<T>(s + r * ld + i + 1, i1 - i - 1).setZero();
-    }
-  });
-}
-
-/// The block's scores become the probabilities again: exp(S - lse) over keys 0..i, zero after.
-template <class T>
-void flash_recompute_probs(T* s, std::int64_t ld, const T* lse, std::int64_t i0, std::int64_t i1) {
-  for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      ArrayView<T> seen(s + r * ld, i + 1);
-      seen = (seen - lse[i]).exp();
-      ArrayView<T>(s + r * ld + i + 1, i1 - i - 1).setZero();
-    }
-  });
-}
-
-/// dP := P (dP - rowsum(dP P)) * scale over the causal part of the block's rows, zero after.
-template <class T>
-void flash_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, std::int64_t i0,
-                                 std::int64_t i1) {
-  for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      const ConstArrayView<T> pr(p + r * ld, i + 1);
-      ArrayView<T> dr(dp + r * ld, i + 1);
-      const T dot = (pr * dr).sum();
-      dr = pr * (dr - dot) * scale;
-      ArrayView<T>(dp + r * ld + i + 1, i1 - i - 1).setZero();
-    }
-  });
-}
 
 /// The first block of query rows a backward pass visits: the last, which sees every key.
 inline std::int64_t flash_last_block(std::int64_t time, std::int64_t rows) noexcept {
@@ -119,7 +70,7 @@ class FlashAttentionNode final : public Node<T> {
           T* s = scores.data();
           gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
                   k(qkv, b, h), 3 * c_, T(0), s, t_);
-          flash_softmax_rows(s, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          causal_softmax_rows(s, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
           const T* weights = s;
           if (p_ > 0) {
             apply_dropout(s, dropped.data(), b, h, i0, i1);
@@ -161,7 +112,7 @@ class FlashAttentionNode final : public Node<T> {
             T* p = probs.data();
             gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
                     k(qkv, b, h), 3 * c_, T(0), p, t_);
-            flash_recompute_probs(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+            causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
             const T* weights = p;
             if (p_ > 0) {
               apply_dropout(p, dropped.data(), b, h, i0, i1);
@@ -172,7 +123,7 @@ class FlashAttentionNode final : public Node<T> {
             gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * c_, c_, v(qkv, b, h), 3 * c_, T(0),
                     dp.data(), t_);
             if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
-            flash_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
+            causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
             gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta_q,
                     gq + i0 * 3 * c_, 3 * c_);
             gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q(qkv, b, h) + i0 * 3 * c_,

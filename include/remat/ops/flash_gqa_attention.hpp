@@ -46,7 +46,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
                   kv_at(kr.data(), b, h), ckv(), T(0), scores.data(), t_);
-          flash_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          causal_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1);
           gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(),
                   T(0), q_at(y.data(), b, h) + i0 * cq(), cq());
         }
@@ -90,7 +90,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           T* p = probs.data();
           gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
                   kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
-          flash_recompute_probs(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
           if (dv.dst) {
             const T beta = dv.overwrite && first_write ? T(0) : T(1);
             gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta,
@@ -99,7 +99,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           if (!need_qk) continue;
           gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h),
                   ckv(), T(0), dp.data(), t_);
-          flash_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
+          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
           gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(),
                   T(0), q_at(dq.data(), b, h) + i0 * cq(), cq());
           gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(),

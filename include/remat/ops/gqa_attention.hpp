@@ -11,6 +11,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/rope.hpp"
 
@@ -78,7 +79,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
         gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h),
                 ckv(), T(0), p, t_);
-        causal_softmax_rows(p);
+        causal_softmax_rows<T>(p, t_, nullptr, 0, t_);
         gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0),
                 q_at(y.data(), b, h), cq());
       }
@@ -119,7 +120,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         if (!need_qk) continue;
         gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0),
                 dp.data(), t_);
-        softmax_backward_rows(p, dp.data(), scale);
+        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_);
         gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
                 q_at(dq.data(), b, h), cq());
         gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(),
@@ -134,31 +135,6 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
   }
 
  private:
-  /// Row i of a (T, T) block: softmax over keys 0..i, zero after.
-  void causal_softmax_rows(T* p) const {
-    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t i = r0; i < r1; ++i) {
-        ArrayView<T> seen(p + i * t_, i + 1);
-        const T m = seen.maxCoeff();
-        seen = (seen - m).exp();
-        seen *= T(1) / seen.sum();
-        ArrayView<T>(p + i * t_ + i + 1, t_ - i - 1).setZero();
-      }
-    });
-  }
-
-  /// dP := P (dP - rowsum(dP P)) * scale, over the causal part of each row (zero after).
-  void softmax_backward_rows(const T* p, T* dp, T scale) const {
-    for_rows(t_, t_, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t i = r0; i < r1; ++i) {
-        const ConstArrayView<T> pr(p + i * t_, i + 1);
-        ArrayView<T> dr(dp + i * t_, i + 1);
-        const T dot = (pr * dr).sum();
-        dr = pr * (dr - dot) * scale;
-        ArrayView<T>(dp + i * t_ + i + 1, t_ - i - 1).setZero();
-      }
-    });
-  }
 };
 
 }  // namespace detail
