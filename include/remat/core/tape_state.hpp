@@ -306,8 +306,10 @@ class TapeState {
     for (std::uint32_t i = root + 1; i-- > 0;) {
       NodeBase& n = *nodes_[i];
       if (n.requires_grad && !n.is_leaf() && n.has_grad()) {
-        if (!n.kept)
+        if (!n.kept) {
+          swept_down_to_ = i;
           materialize(n);  // a kept node's backward has what it saved (Note [kept nodes])
+        }
         TraceSpan span(TracePhase::backward, n.op_name(), n.id);
         n.run_backward(table());
         if (detect_anomaly) check_input_grads(n);
@@ -419,7 +421,11 @@ class TapeState {
     for (std::uint32_t i = begin; i < stop; ++i) {
       NodeBase& n = *nodes_[i];
       if (!n.is_leaf() && !n.kept) {  // a kept node's value is there (Note [kept nodes])
-        n.saving = n.requires_grad && depth(n.segment) == level_;
+        // A node the sweep has already passed (it got no gradient: its value is dead, or feeds
+        // only nodes without gradients) runs for its value alone: what it saved would never be
+        // released, since the sweep releases a node's saved tensors once, as it passes it.
+        const bool passed = sweeping_ && i > swept_down_to_;
+        n.saving = n.requires_grad && depth(n.segment) == level_ && !passed;
         capture_inputs(n, [&](std::size_t k) { missing(n, k); });
         {
           TraceSpan op(TracePhase::replay, n.op_name(), n.id);
@@ -553,6 +559,7 @@ class TapeState {
   std::vector<std::uint32_t> open_;
   std::vector<std::uint32_t> chain_;  // scratch for materialize()
   std::uint32_t level_ = 0;           // Note [levels]
+  std::uint32_t swept_down_to_ = 0;   // the node whose gradient asked for the running replay
   ReplayStats stats_;
   std::size_t chained_tails_ = 0;
   bool sweeping_ = false;
