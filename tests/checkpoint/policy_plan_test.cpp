@@ -377,7 +377,7 @@ TEST_CASE("policies derived from generated blocks: plans predicted to the byte, 
     // Known gap, not fixed: a policy layer whose block computes values its output does not
     // depend on (dead ops) can be mispredicted, by a few hundred bytes on these blocks, under
     // policies such as recompute_ops(layer_norm) or recompute_ops(mul, matmul), named or derived
-    // alike (found by this test: 11 of 50 blocks' plans, 3 blocks, all with dead ops). Such
+    // alike (found by this test: 11 failed checks on 3 of 50 blocks, all with dead ops). Such
     // blocks are counted and skipped here.
     if (derived_block_has_dead_ops(block)) {
       ++dead;
