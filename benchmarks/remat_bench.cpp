@@ -3,7 +3,8 @@
 //   remat_bench --model {mlp,deep,gpt} --mode
 //   {none,every,sqrt,budget:<MiB>,budget_layers:<MiB>,optimal:<slots>}[,...]
 //               [--policy {save_nothing,save_matmuls,save_ops:<op,...>,recompute_ops:<op,...>}]
-//               [--attention {fused,flash}] [--context T] [--batch B]
+//               [--attention {fused,flash}] [--context T] [--batch B] [--derived-policies N]
+//               [--describe]
 //               [--steps N] [--threads T] [--print-plan FILE] [--gemm-peak GFLOPS]
 //               [--flush-denormals {on,off}] [--isa {baseline,avx2,avx512}] [--trace FILE]
 //   remat_bench --sweep {mlp,deep,gpt} [--out DIR] [--steps N] [--threads T]
@@ -31,6 +32,11 @@
 // save_matmuls, save_ops(linear, causal_self_attention) and recompute_ops(causal_self_attention),
 // which replays only the attention core as Korthikanti et al. (2022) do) and save_nothing segments;
 // budget_layers:<MiB> only among keeping and save_nothing segments (the layer-level planner).
+// The gpt is also profiled with up to --derived-policies N (default 6) recompute policies that
+// plan::profile derives from the block: its op classes (op name, and output shape where one name
+// makes several) taken in order of forward time per byte freed (Note [derived policies] in
+// checkpoint/profile.hpp); stderr names every profiled policy. --describe writes each plan's
+// Plan::describe() (per block: plain, which policy, or replayed) to stderr.
 // --print-plan writes the plan's top-level segments and their save policies as JSON (for
 // benchmarks/torch_reference.py, which runs plans whose segments keep nothing).
 // --sweep runs none, every, sqrt, budgets and binomial plans in one process (one JSON line each)
@@ -138,7 +144,8 @@ struct GptModel {
   std::unique_ptr<remat::nn::GPT<float>> gpt;
   Tensor<std::int32_t> ids, targets;
 
-  Model make(std::int64_t context, std::int64_t batch, remat::nn::Attention attention) {
+  Model make(std::int64_t context, std::int64_t batch, remat::nn::Attention attention,
+             std::size_t derived) {
     gpt = std::make_unique<remat::nn::GPT<float>>(remat::nn::GPTConfig{.vocab = kVocab,
                                                                        .context = context,
                                                                        .layers = kLayers,
@@ -155,12 +162,15 @@ struct GptModel {
     m.name = "gpt";
     m.chain = gpt->block_layers();
     m.parameters = gpt->parameters();
-    // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole
-    m.profile = [this] {
+    // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole:
+    // three named policies and up to `derived` recompute policies plan::profile derives from
+    // the block (Note [derived policies] in checkpoint/profile.hpp)
+    m.profile = [this, derived] {
       return gpt->profile(
           ids, targets, true,
           {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"}),
-                        remat::recompute_ops({"causal_self_attention"})}});
+                        remat::recompute_ops({"causal_self_attention"})},
+           .derived_policies = derived});
     };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) {
       return gpt->loss(ids, targets, &p);
@@ -286,6 +296,29 @@ class Bench {
     step(warm_up);
     chain_ = model_.profile();
     optimizer_.zero_grad();
+    for (const remat::plan::PolicyCosts& q : chain_.policies)
+      std::fprintf(stderr, "remat_bench: profiled policy %s\n", q.policy.name().c_str());
+    // what each derived policy's last class adds (all layers), next to replaying whole layers
+    const double mib = 1024.0 * 1024.0;
+    double freed = 0, seconds = 0;
+    for (const remat::plan::DerivedPolicy& d : chain_.derived) {
+      const double more = (d.freed_bytes - freed) / mib, ms = (d.seconds - seconds) * 1e3;
+      std::fprintf(stderr,
+                   "remat_bench: derived %s: + %s frees %.2f MiB for %.2f ms of forward (%.3f "
+                   "ms/MiB)\n",
+                   d.policy.name().c_str(), d.classes.back().c_str(), more, ms, ms / more);
+      freed = d.freed_bytes;
+      seconds = d.seconds;
+    }
+    if (!chain_.derived.empty()) {
+      double kept = 0;
+      for (double a : chain_.activation_bytes) kept += a;
+      const double ms = chain_.total_cost() * 1e3;
+      std::fprintf(stderr,
+                   "remat_bench: whole layers: %.2f MiB kept besides boundaries, %.2f ms of "
+                   "replay (%.3f ms/MiB)\n",
+                   kept / mib, ms, ms / (kept / mib));
+    }
     profiled_ = true;
   }
   bool profiled() const noexcept { return profiled_; }
@@ -442,6 +475,8 @@ int main(int argc, char** argv) {
               print_plan, trace_file;
   std::string policy_name = "save_nothing", attention = "fused";
   int steps = 5, threads = 1;
+  std::size_t derived = 6;
+  bool describe = false;
   std::int64_t context = 256, batch = 8;
   double gemm_peak = 0;
   CLI::App app("The memory/time trade-off of checkpointing, measured: one JSON line per plan.");
@@ -466,6 +501,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "gpt's batch (sequences per step)")
       ->check(flags::positive)
       ->capture_default_str();
+  app.add_option("--derived-policies", derived,
+                 "gpt: recompute policies plan::profile derives from the block for budget:<MiB> "
+                 "(besides save_matmuls, save_ops:linear,causal_self_attention and "
+                 "recompute_ops:causal_self_attention)")
+      ->capture_default_str();
+  app.add_flag("--describe", describe, "write each plan's Plan::describe() to stderr");
   app.add_option("--sweep", sweep,
                  "run every plan of a sweep on this model and write DIR/sweep_MODEL.csv")
       ->check(CLI::IsMember({"mlp", "deep", "gpt"}));
@@ -518,7 +559,7 @@ int main(int argc, char** argv) {
     else if (model_name == "deep")
       model = chain_model.make("deep", 1000, 256, 64, false);
     else
-      model = gpt_model.make(context, batch, attention_kind);
+      model = gpt_model.make(context, batch, attention_kind, derived);
     const remat::SavePolicy policy = make_policy(policy_name);
     RunInfo run{threads, steps, gemm_peak, policy.name(), ""};
     if (model_name == "gpt") {
@@ -542,10 +583,10 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at <= mode.size();) {
         const std::size_t comma = std::min(mode.find(',', at), mode.size());
         const std::string one = mode.substr(at, comma - at);
-        print_json(model,
-                   bench_.measure(
-                       one, apply_policy(make_plan(one, bench_.chain()), policy, &bench_.chain())),
-                   run);
+        const remat::plan::Plan p =
+            apply_policy(make_plan(one, bench_.chain()), policy, &bench_.chain());
+        if (describe) std::fprintf(stderr, "%s: %s\n", one.c_str(), p.describe().c_str());
+        print_json(model, bench_.measure(one, p), run);
         at = comma + 1;
       }
       return 0;

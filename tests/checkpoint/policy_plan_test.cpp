@@ -1,15 +1,18 @@
 // Plans that choose ops (Note [policy layers] in plan/simulator.hpp): on generated blocks, plans
 // mixing plain layers, layers under save policies and save_nothing segments are predicted to the
 // byte; budget plans keep their budget in the real step; the dynamic program of plan::budget()
-// equals a brute force over every assignment on small generated chains. A failure prints the
-// seed: rerun that case alone with REMAT_BLOCK_SEED=<seed>.
+// equals a brute force over every assignment on small generated chains, with up to four
+// policies; policies derived from generated blocks (plan::derive_policies) give plans predicted
+// to the byte. A failure prints the seed: rerun that case alone with REMAT_BLOCK_SEED=<seed>.
 #include <catch2/catch.hpp>
 #include <remat/remat.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/random_block.hpp"
@@ -142,9 +145,11 @@ TEST_CASE("plans mixing save policies are predicted to the byte on random blocks
 namespace {
 
 /// A generated chain with random sizes and costs for every layer plain, in segments, and under
-/// each of `policies` (integers, so that sums of costs compare exactly).
+/// each of `policies` (integers, so that sums of costs compare exactly). The first `chained`
+/// policies have figures for layers chained with their neighbours.
 remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
-                                     const std::vector<remat::SavePolicy>& policies) {
+                                     const std::vector<remat::SavePolicy>& policies,
+                                     std::size_t chained = 1) {
   const auto u = [&](double lo, double hi) { return std::floor(rng.uniform(lo, hi)); };
   remat::plan::Chain c;
   for (std::size_t i = 0; i <= n; ++i) c.boundary_bytes.push_back(u(1, 20));
@@ -185,9 +190,9 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
   };
   for (std::size_t p = 0; p < policies.size(); ++p) {
     remat::plan::PolicyCosts q = figures(policies[p]);
-    // the first policy has figures for layers chained with their neighbours; the others do not,
-    // so that plans never run two adjacent layers under them
-    if (p == 0) {
+    // the first `chained` policies have figures for layers chained with their neighbours; the
+    // others do not, so that plans never run two adjacent layers under them
+    if (p < chained) {
       for (int k = 0; k < 3; ++k) q.chained.push_back(figures(policies[p]));
     }
     c.policies.push_back(std::move(q));
@@ -200,24 +205,25 @@ remat::plan::Chain policy_plan_chain(std::size_t n, remat::Rng& rng,
 void enumerate_policy_plans(std::size_t s, std::size_t n,
                             const std::vector<remat::SavePolicy>& policies,
                             std::vector<remat::plan::Segment>& cur,
-                            std::vector<std::vector<remat::plan::Segment>>& out) {
+                            std::vector<std::vector<remat::plan::Segment>>& out,
+                            std::size_t chained = 1) {
   if (s == n) {
     out.push_back(cur);
     return;
   }
-  enumerate_policy_plans(s + 1, n, policies, cur, out);
+  enumerate_policy_plans(s + 1, n, policies, cur, out, chained);
   for (std::size_t p = 0; p < policies.size(); ++p) {
     const remat::SavePolicy& policy = policies[p];
-    // adjacent layers under a policy other than the first cannot be predicted (no chained
-    // figures): not plans
-    if (p > 0 && !cur.empty() && cur.back().end == s && cur.back().policy == policy) continue;
+    // adjacent layers under a policy without chained figures cannot be predicted: not plans
+    if (p >= chained && !cur.empty() && cur.back().end == s && cur.back().policy == policy)
+      continue;
     cur.push_back(remat::plan::Segment{s, s + 1, {}, policy});
-    enumerate_policy_plans(s + 1, n, policies, cur, out);
+    enumerate_policy_plans(s + 1, n, policies, cur, out, chained);
     cur.pop_back();
   }
   for (std::size_t e = s + 1; e <= n; ++e) {
     cur.push_back(remat::plan::Segment{s, e, {}});
-    enumerate_policy_plans(e, n, policies, cur, out);
+    enumerate_policy_plans(e, n, policies, cur, out, chained);
     cur.pop_back();
   }
 }
@@ -273,6 +279,189 @@ TEST_CASE(
   }
   CHECK(compared == 60 * 9);
   CHECK(with_policies > 100);  // the optimum often runs layers under policies
+}
+
+TEST_CASE(
+    "plan::budget's dynamic program over many policies, several chained, equals a brute force",
+    "[checkpoint][plan][policy][bruteforce]") {
+  // as many choices per layer as a profile with derived policies gives (Note [derived policies]),
+  // three of the four with chained figures
+  const std::vector<remat::SavePolicy> policies{
+      remat::save_matmuls(), remat::recompute_ops({"tanh"}),
+      remat::recompute_ops({"tanh", "layer_norm"}),
+      remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
+  remat::Rng rng(20261201);
+  int compared = 0, with_policies = 0, chained_neighbours = 0;
+  for (int c = 0; c < 50; ++c) {
+    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(4));
+    const remat::plan::Chain chain = policy_plan_chain(n, rng, policies, 3);
+    std::vector<std::vector<remat::plan::Segment>> plans;
+    std::vector<remat::plan::Segment> cur;
+    enumerate_policy_plans(0, n, policies, cur, plans, 3);
+    std::vector<remat::plan::Prediction> predicted;
+    double low = std::numeric_limits<double>::infinity(), high = 0;
+    for (const auto& segments : plans) {
+      predicted.push_back(remat::plan::predict(chain, segments));
+      low = std::min(low, predicted.back().peak_bytes);
+      high = std::max(high, predicted.back().peak_bytes);
+    }
+    for (int b = 0; b <= 8; ++b) {
+      const double budget = low + (high - low) * b / 8.0;
+      double best = std::numeric_limits<double>::infinity();
+      for (const remat::plan::Prediction& p : predicted) {
+        if (p.peak_bytes <= budget) best = std::min(best, p.recompute);
+      }
+      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak " << low
+                   << ", most " << high << ")");
+      REQUIRE(std::isfinite(best));
+      const auto dp = remat::plan::detail::OneLevelPlanner(chain).best(budget);
+      CHECK(dp.recompute == best);
+      for (std::size_t i = 0; i < dp.segments.size(); ++i) {
+        const remat::plan::Segment& s = dp.segments[i];
+        with_policies += s.policy.keeps_anything() ? 1 : 0;
+        if (i > 0 && s.policy.keeps_anything() && dp.segments[i - 1].end == s.begin &&
+            dp.segments[i - 1].policy == s.policy)
+          ++chained_neighbours;
+      }
+      const remat::plan::Prediction again = remat::plan::predict(chain, dp.segments);
+      CHECK(again.peak_bytes == dp.peak);
+      CHECK(again.recompute == dp.recompute);
+      CHECK(again.peak_bytes <= budget);
+      const remat::plan::Plan p = remat::plan::budget(chain, budget);
+      CHECK(p.recompute <= best);
+      CHECK(p.peak_bytes <= budget);
+      ++compared;
+    }
+  }
+  CHECK(compared == 50 * 9);
+  CHECK(with_policies > 100);
+  CHECK(chained_neighbours > 10);  // optima with adjacent layers under one policy were compared
+}
+
+TEST_CASE("policies derived from generated blocks: plans predicted to the byte, budgets kept",
+          "[checkpoint][policy][profile][random]") {
+  const char* only = std::getenv("REMAT_BLOCK_SEED");
+  const std::uint64_t base = only ? std::stoull(only) : 20261203;
+  const int cases = only ? 1 : 80;
+  int offered = 0, planned_with = 0;
+  for (int c = 0; c < cases; ++c) {
+    const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
+    remat::Rng rng(seed);
+    const int width = 4 << rng.uniform_int(3);
+    const std::int64_t batch = 3 + rng.uniform_int(6);
+    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(5));
+    const remat_test::RandomBlock block = remat_test::random_block(rng, width);
+    remat_test::RandomChain chain(block, n, batch, seed + 1);
+    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
+    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
+    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
+                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
+    // blocks with dead ops included: this test found the replay bug that mispredicted them
+    // (Tape: a replay runs the nodes the sweep has passed for their values alone)
+    std::vector<remat::Tensor<float>> plain_grads, grads;
+    policy_plan_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
+    policy_plan_step(chain, loss, x, remat::plan::none(n), &plain_grads);
+    // each derived policy recomputes one op class more than the one before, and frees more
+    const std::vector<remat::plan::DerivedPolicy> derived =
+        remat::plan::derive_policies(chain.layers, x, 3, 1);
+    CHECK(derived.size() <= 3);
+    for (std::size_t i = 0; i < derived.size(); ++i) {
+      INFO("derived " << derived[i].policy.name());
+      CHECK(derived[i].classes.size() == i + 1);
+      CHECK(derived[i].policy.name().rfind("recompute_ops(", 0) == 0);
+      CHECK(derived[i].freed_bytes > (i > 0 ? derived[i - 1].freed_bytes : 0.0));
+      if (i > 0) {
+        CHECK(std::equal(derived[i - 1].classes.begin(), derived[i - 1].classes.end(),
+                         derived[i].classes.begin()));
+      }
+    }
+    remat::plan::Chain profiled = remat::plan::profile(
+        chain.layers, x, loss,
+        remat::plan::ProfileOptions{.repeats = 1, .policies = {}, .derived_policies = 3});
+    // every derived policy keeps something and has a name of its own: all are profiled, in order
+    REQUIRE(profiled.policies.size() == profiled.derived.size());
+    for (std::size_t i = 0; i < profiled.derived.size(); ++i)
+      CHECK(profiled.policies[i].policy == profiled.derived[i].policy);
+    CHECK(profiled.policies.size() <= 3);
+    offered += profiled.policies.empty() ? 0 : 1;
+    // costs from the seed, not the clock, so that the plans reproduce (the derived policies
+    // themselves rest on measured times)
+    for (std::size_t l = 0; l < n; ++l) {
+      profiled.forward_cost[l] = static_cast<double>(2 + rng.uniform_int(9));
+      for (auto& q : profiled.policies) {
+        q.replay_cost[l] = static_cast<double>(
+            rng.uniform_int(static_cast<std::int64_t>(profiled.forward_cost[l])));
+        for (auto& v : q.chained) v.replay_cost[l] = q.replay_cost[l];
+      }
+    }
+    const double high = remat::plan::none(profiled).peak_bytes,
+                 low = remat::plan::optimal(profiled, 0).peak_bytes;
+    std::vector<std::pair<remat::plan::Plan, double>> plans;  // with the budget, or 0
+    for (double f : {0.1, 0.3, 0.5, 0.7, 0.9}) {
+      const double budget = low + f * (high - low);
+      plans.emplace_back(remat::plan::budget(profiled, budget), budget);
+    }
+    for (remat::plan::Plan& p : remat::plan::frontier(profiled))
+      plans.emplace_back(std::move(p), 0);
+    for (const auto& planned : plans) {
+      const remat::plan::Plan& p = planned.first;
+      const double budget = planned.second;
+      const std::size_t counted = policy_plan_step(chain, loss, x, p, &grads);
+      INFO(p.describe() << "\ncounted " << counted << " bytes, budget " << budget);
+      CHECK(p.peak_bytes == static_cast<double>(counted));
+      if (budget > 0) CHECK(static_cast<double>(counted) <= budget);
+      CHECK(policy_plan_equal(grads, plain_grads));
+      for (const remat::plan::Segment& s : p.segments)
+        planned_with += s.policy.keeps_anything() ? 1 : 0;
+    }
+  }
+  if (!only) {
+    CHECK(offered > cases / 2);  // most blocks have op classes worth recomputing
+    CHECK(planned_with > 20);    // and plans use them
+  }
+}
+
+TEST_CASE("derived policies: op classes split by output shape, classes freeing nothing left out",
+          "[checkpoint][policy][profile]") {
+  remat::Rng rng(9);
+  remat::Parameter<float> up(rng.uniform_tensor<float>({16, 4}, -0.3, 0.3));
+  remat::Parameter<float> down(rng.uniform_tensor<float>({4, 16}, -0.3, 0.3));
+  const std::vector<std::function<remat::Var<float>(const remat::Var<float>&)>> layers(
+      3, [&](const remat::Var<float>& h) {
+        return remat::linear(remat::gelu(remat::linear(h, up)), down);
+      });
+  const remat::Tensor<float> x = rng.normal_tensor<float>({5, 4});
+  std::vector<remat::plan::detail::OpClass> classes;
+  std::vector<double> seconds;
+  remat::plan::detail::survey_op_classes(layers, x, 2, classes, seconds);
+  REQUIRE(classes.size() == 3);
+  CHECK(classes[0].label() == "linear[5x16]");
+  CHECK(classes[1].label() == "gelu");
+  CHECK(classes[2].label() == "linear[5x4]");
+  REQUIRE(seconds.size() == 3);
+  for (double s : seconds) CHECK(s >= 0);
+  // Recomputing either GEMM alone frees nothing (GELU saves the first one's output, the second
+  // one's input is GELU's output, kept as GELU's value), so whatever the times, the first policy
+  // recomputes GELU: its output, which the second GEMM saved, goes (5 x 16 floats per layer; the
+  // GEMM, resaved, keeps its own output, the next layer's input, held anyway)
+  const std::vector<remat::plan::DerivedPolicy> derived =
+      remat::plan::derive_policies(layers, x, 5, 2);
+  REQUIRE(!derived.empty());
+  CHECK(derived[0].policy.name() == "recompute_ops(gelu)");
+  CHECK(derived[0].freed_bytes == 3.0 * 5 * 16 * 4);
+  // then the first GEMM, whose output GELU's replay no longer needs kept; recomputing the second
+  // frees nothing (its output is the next layer's input), and the prefix recomputing all three
+  // classes would be a plain segment
+  REQUIRE(derived.size() == 2);
+  CHECK(derived[1].policy.name() == "recompute_ops(gelu, linear[5x16])");
+  CHECK(derived[1].freed_bytes == 2 * 3.0 * 5 * 16 * 4);
+  // a policy over a class split by shape recomputes only that shape's ops
+  const remat::SavePolicy first_gemm = remat::plan::detail::recompute_classes({classes[0]});
+  const remat::Shape wide{5, 16}, narrow{5, 4};
+  CHECK(first_gemm.name() == "recompute_ops(linear[5x16])");
+  CHECK_FALSE(first_gemm.keeps(remat::OpInfo{"linear", wide, 0.0}));
+  CHECK(first_gemm.keeps(remat::OpInfo{"linear", narrow, 0.0}));
+  CHECK(first_gemm.keeps(remat::OpInfo{"gelu", wide, 0.0}));
 }
 
 TEST_CASE("policy plans: bad input is a PlanError naming the segment or the policy",

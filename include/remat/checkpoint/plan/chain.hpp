@@ -91,6 +91,15 @@ struct PolicyCosts {
   }
 };
 
+/// A save policy plan::derive_policies() offers: it recomputes some op classes of the layers and
+/// keeps every other op's output (Note [derived policies] in checkpoint/profile.hpp).
+struct DerivedPolicy {
+  SavePolicy policy;                 ///< recompute_ops(<classes>)
+  std::vector<std::string> classes;  ///< the classes it recomputes, in the order chosen
+  double freed_bytes = 0;  ///< what the layers' first pass keeps less than with every op kept
+  double seconds = 0;      ///< the first-pass forward time of the ops it recomputes, all layers
+};
+
 /// What the planners know about a chain of n layers. Bytes are per step; costs are in any unit
 /// (seconds, FLOPs, or 1 per layer).
 struct Chain {
@@ -140,6 +149,10 @@ struct Chain {
   /// Each layer under each of these save policies in a segment of its own (plan::profile
   /// measures them); empty: the planners choose among plain layers and save_nothing segments.
   std::vector<PolicyCosts> policies;
+  /// The policies plan::profile derived from the layers (ProfileOptions::derived_policies), in
+  /// the order offered, with what each frees and replays; their costs are in `policies`. For
+  /// the reader: the planners do not look at it.
+  std::vector<DerivedPolicy> derived;
 
   std::size_t layers() const noexcept { return activation_bytes.size(); }
 
