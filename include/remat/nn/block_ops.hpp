@@ -59,14 +59,13 @@ struct BlockOp {
 
 /// What a block under a policy costs (plan::PolicyCosts' figures for one layer), in bytes.
 struct BlockPolicyFigures {
-  double kept = 0;             ///< held from the first pass besides x_l and x_{l+1}
-  double forward = 0;          ///< the first pass's peak above x_l, kept and x_{l+1}
-  double backward = 0;         ///< its backward's peak (replay included) above what is live then
-  double replay_cost = 0;      ///< the replayed ops' share of the chain's cost
-  bool saves_input = false;    ///< x_l is captured by a replayed op or saved by a kept one
-  bool tail_chains = false;    ///< adjacent segments under the policy would chain (Note
-                               ///< [chained segments] in core/tape_state.hpp)
-  std::vector<bool> kept_ops;  ///< which ops the policy keeps
+  double kept = 0;           ///< held from the first pass besides x_l and x_{l+1}
+  double forward = 0;        ///< the first pass's peak above x_l, kept and x_{l+1}
+  double backward = 0;       ///< its backward's peak (replay included) above what is live then
+  double replay_cost = 0;    ///< the replayed ops' share of the chain's cost
+  bool saves_input = false;  ///< x_l is captured by a replayed op or saved by a kept one
+  bool tail_chains = false;  ///< adjacent segments under the policy would chain (Note
+                             ///< [chained segments] in core/tape_state.hpp)
 };
 
 /// Prices `ops` (in order; the last one's output is the block's) under `policy`, `e` bytes an
@@ -81,7 +80,6 @@ inline BlockPolicyFigures price_block_policy(const std::vector<BlockOp>& ops,
     const BlockOp& op = ops[at(i)];
     kept[at(i)] = policy.keeps(OpInfo{op.name, op.shape, op.flops});  // in order, as the tape asks
   }
-  f.kept_ops = kept;
   // a kept linear that reads a value the replay recomputes keeps only its output (resaved);
   // decided in order, so a linear reading a resaved one is resaved too
   const auto recomputed = [&](int v) { return v >= 0 && !kept[at(v)]; };
