@@ -7,6 +7,7 @@
 //               [--batch B] [--time T] [--accumulate K] [--dtype float|double]
 //               [--optimizer adamw|momentum|sgd] [--storage f32|bf16|int8|nf4] [--no-double-quant]
 //               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--save-matmuls]
+//               [--policy save_matmuls|save_ops:a,b,...|recompute_ops:a,b,...]...
 //               [--memory GiB] [--budget MiB] [--json]          (--help)
 //
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
@@ -19,10 +20,12 @@
 // --lora-targets (default: every linear of a block) and trains only them. --memory is what you
 // have (default: this machine's physical memory); the last lines give, for each plan, the
 // largest micro-batch that fits in it. --budget adds the plan with the least recompute whose
-// activations fit in that many MiB. --save-matmuls prices layers under the save_matmuls policy
-// (each in a segment of its own, keeping the linears' outputs): it adds the plan with every layer
-// so, and lets --budget choose such layers too (not with LoRA: an error). With --json the output
-// is one JSON object instead.
+// activations fit in that many MiB. --policy prices layers under a save policy (each in a segment
+// of its own): save_matmuls (the linears' outputs kept; --save-matmuls for short), save_ops:a,b
+// (the ops named kept) or recompute_ops:a,b (the ops named recomputed, the rest kept), op names
+// as the tape records them (layer_norm, linear, gelu_tanh, add, ...); each adds the plan with
+// every layer so, and lets --budget choose such layers too; with any storage and LoRA. With
+// --json the output is one JSON object instead.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/llama_config.hpp>
@@ -31,6 +34,7 @@
 
 #include "flags.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -69,6 +73,27 @@ double physical_memory_gib() {
          (1 << 30);
 }
 
+/// A policy from --policy's text: "save_matmuls", "save_ops:a,b" or "recompute_ops:a,b". An
+/// unknown op name is save_ops()'s PlanError (it lists the known ones); an unknown form, a
+/// UsageError.
+remat::SavePolicy policy_from(const std::string& spec) {
+  if (spec == "save_matmuls") return remat::save_matmuls();
+  const std::size_t colon = spec.find(':');
+  std::vector<std::string> names;
+  if (colon != std::string::npos) {
+    std::stringstream in(spec.substr(colon + 1));
+    for (std::string n; std::getline(in, n, ',');) {
+      if (!n.empty()) names.push_back(n);
+    }
+  }
+  const std::string kind = spec.substr(0, colon);
+  if (!names.empty() && kind == "save_ops") return remat::save_ops(names);
+  if (!names.empty() && kind == "recompute_ops") return remat::recompute_ops(names);
+  throw remat::UsageError(remat::detail::cat(
+      "--policy: '", spec,
+      "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));
+}
+
 /// The flags; `will_it_fit --help` lists them with their defaults, and an unknown flag or a
 /// value out of range is an error that prints that list.
 Options parse(int argc, char** argv) {
@@ -78,6 +103,7 @@ Options parse(int argc, char** argv) {
   std::int64_t kv_heads = 0, mlp = 0, lora_rank = 0;
   bool no_double_quant = false;
   bool plain_loss = false, save_matmuls = false;
+  std::vector<std::string> policies;
   CLI::App app(
       "Will it fit? Predicts the memory of one GPT training step before allocating anything:\n"
       "parameters, gradients, optimizer state, activations under each checkpoint plan, logits,\n"
@@ -124,8 +150,11 @@ Options parse(int argc, char** argv) {
   app.add_flag("--plain-loss", plain_loss,
                "price the plain loss (full logits) instead of the chunked one");
   app.add_flag("--save-matmuls", save_matmuls,
-               "also price every layer under the save_matmuls policy (in a segment of its own), "
-               "and let --budget choose it per layer; not with --lora-rank");
+               "also price every layer under the save_matmuls policy (--policy save_matmuls)");
+  app.add_option("--policy", policies,
+                 "also price every layer under this save policy (in a segment of its own), and let "
+                 "--budget choose it per layer: save_matmuls, save_ops:a,b,... or "
+                 "recompute_ops:a,b,... (op names as the tape records them); repeatable");
   app.add_option("--memory", o.memory_gib, "memory you have, GiB (default: this machine's)")
       ->check(flags::positive);
   app.add_option("--budget", o.budget_mib,
@@ -138,7 +167,8 @@ Options parse(int argc, char** argv) {
                      : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
                                                : remat::nn::OptimizerKind::sgd;
   o.step.chunked_loss = !plain_loss;
-  if (save_matmuls) o.step.policies = {remat::save_matmuls()};
+  if (save_matmuls) o.step.policies.push_back(remat::save_matmuls());
+  for (const std::string& spec : policies) o.step.policies.push_back(policy_from(spec));
   o.step.storage = storage == "bf16"   ? remat::WeightStorage::bf16
                    : storage == "int8" ? remat::WeightStorage::int8
                    : storage == "nf4"  ? remat::WeightStorage::nf4
@@ -182,15 +212,14 @@ MemoryEstimate estimate(const Options& o, std::int64_t batch) {
                             : remat::nn::estimate_memory<float>(o.config, step);
 }
 
-/// The plans priced: none, every, sqrt, two- and one-slot optimal, with --save-matmuls every
+/// The plans priced: none, every, sqrt, two- and one-slot optimal, for each --policy every
 /// layer under that policy, and --budget's.
 std::vector<plan::Plan> plans(const Options& o, const MemoryEstimate& e) {
   std::vector<plan::Plan> out = {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
                                  plan::optimal(e.chain, 2), plan::optimal(e.chain, 1)};
-  if (!o.step.policies.empty()) {
+  for (const remat::plan::PolicyCosts& q : e.chain.policies) {
     std::vector<plan::Segment> layers;
-    for (std::size_t l = 0; l < e.chain.layers(); ++l)
-      layers.push_back({l, l + 1, {}, remat::save_matmuls()});
+    for (std::size_t l = 0; l < e.chain.layers(); ++l) layers.push_back({l, l + 1, {}, q.policy});
     out.push_back(plan::custom(e.chain, std::move(layers)));
   }
   if (o.budget_mib > 0) out.push_back(plan::budget(e.chain, o.budget_mib * (1 << 20)));
@@ -202,8 +231,8 @@ std::string name(const plan::Plan& p, const Options& o) {
   char buf[64];
   if (p.kind == remat::plan::Kind::budget)
     std::snprintf(buf, sizeof buf, "budget:%g", o.budget_mib);
-  else if (p.kind == remat::plan::Kind::custom)
-    return "save_matmuls";  // the only custom plan priced: every layer under it
+  else if (p.kind == remat::plan::Kind::custom)  // the custom plans priced: every layer under one
+    return p.segments.empty() ? std::string("custom") : p.segments[0].policy.name();
   else if (p.kind == remat::plan::Kind::optimal)
     std::snprintf(buf, sizeof buf, "optimal:%d", p.slots);
   else
@@ -302,11 +331,13 @@ void print_table(const Options& o, const MemoryEstimate& e, const std::vector<pl
       "logits (B T x V): %s, and as much again for their gradient; the chunked loss holds %s at a "
       "time\n\n",
       human(e.logits).c_str(), human(e.loss_chunk).c_str());
-  std::printf("  %-14s %14s %14s %11s %10s %12s\n", "plan", "activations", "step total",
+  int wide = 14;  // a policy's name may be longer than the plans'
+  for (const plan::Plan& p : ps) wide = std::max(wide, static_cast<int>(name(p, o).size()));
+  std::printf("  %-*s %14s %14s %11s %10s %12s\n", wide, "plan", "activations", "step total",
               "recompute", "fits?", "max batch");
   for (const plan::Plan& p : ps) {
     const double total = e.total(p);
-    std::printf("  %-14s %14s %14s %10.0f%% %10s %12lld\n", name(p, o).c_str(),
+    std::printf("  %-*s %14s %14s %10.0f%% %10s %12lld\n", wide, name(p, o).c_str(),
                 human(e.activations(p)).c_str(), human(total).c_str(), 100 * p.recompute_fraction,
                 total <= memory ? "yes" : "no",
                 static_cast<long long>(largest_batch(o, p, memory)));

@@ -9,7 +9,9 @@
 #include <remat/nn/quantize_blocks.hpp>
 #include <remat/optim/adamw.hpp>
 
+#include <cmath>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -383,19 +385,275 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+/// A save policy drawn at random for a block whose ops are named `names`, whose token rows are
+/// `rows` and whose width is `width`: a random subset kept by save_ops() or recomputed by
+/// recompute_ops(), a save_if() on an output-size or a FLOPs threshold drawn between the block's
+/// smallest and largest ops, or save_matmuls().
+remat::SavePolicy ft_random_policy(const std::vector<std::string>& names, double rows, double width,
+                                   remat::Rng& rng) {
+  std::vector<std::string> subset;
+  while (subset.empty()) {
+    for (const std::string& n : names) {
+      if (rng.uniform() < 0.35) subset.push_back(n);
+    }
+  }
+  switch (rng.uniform_int(5)) {
+    case 0:
+      return remat::save_ops(subset);
+    case 1:
+      return remat::recompute_ops(subset);
+    case 2: {
+      const double at = rows * width * rng.uniform(0.5, 4.5);
+      return remat::save_if(remat::detail::cat("numel >= ", at), [at](const remat::OpInfo& op) {
+        return double(op.shape.numel()) >= at;
+      });
+    }
+    case 3: {
+      const double at = rows * width * std::pow(8 * width, rng.uniform());
+      return remat::save_if(remat::detail::cat("flops >= ", at),
+                            [at](const remat::OpInfo& op) { return op.flops >= at; });
+    }
+    default:
+      return remat::save_matmuls();
+  }
+}
+
+/// Plans over `e`'s chain with layers under `policy`: every layer, every other layer (the rest
+/// kept), every other layer with save_nothing segments between (not on the last layer, as
+/// ft_policy_plans), and what plan::budget() picks at two budgets between every() and none().
+std::vector<remat::plan::Plan> ft_random_policy_plans(const remat::nn::MemoryEstimate& e,
+                                                      const remat::SavePolicy& policy) {
+  const std::size_t n = e.chain.layers();
+  std::vector<remat::plan::Segment> all, odd, alternate;
+  for (std::size_t l = 0; l < n; ++l) {
+    all.push_back({l, l + 1, {}, policy});
+    if (l % 2 == 1) odd.push_back({l, l + 1, {}, policy});
+    if (l % 2 == 0)
+      alternate.push_back({l, l + 1, {}, policy});
+    else if (l + 1 < n)
+      alternate.push_back({l, l + 1, {}, remat::save_nothing()});
+  }
+  std::vector<remat::plan::Plan> plans{remat::plan::custom(e.chain, all),
+                                       remat::plan::custom(e.chain, odd),
+                                       remat::plan::custom(e.chain, alternate)};
+  const double low = remat::plan::every(e.chain).peak_bytes,
+               high = remat::plan::none(e.chain).peak_bytes;
+  for (const double f : {0.2, 0.6})
+    plans.push_back(remat::plan::budget(e.chain, low + f * (high - low)));
+  return plans;
+}
+
+/// The worst relative error seen by the generated policy tests, per model (printed at the end).
+struct FtPolicyWorst {
+  double error = 0;
+  int cases = 0;
+};
+
+template <class Model, class Config>
+void ft_check_random_policies(const Config& config, const std::function<Model()>& make,
+                              const std::vector<std::string>& linears,
+                              const std::vector<std::string>& op_names, std::int64_t vocab,
+                              std::int64_t batch, std::int64_t time, double width, remat::Rng& rng,
+                              FtPolicyWorst& worst) {
+  const WeightStorage storages[] = {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8,
+                                    WeightStorage::nf4};
+  for (const bool lora : {false, true}) {
+    remat::nn::StepShape step{.batch = batch,
+                              .time = time,
+                              .chunked_loss = rng.uniform() < 0.6,
+                              .storage = storages[rng.uniform_int(4)],
+                              .double_quant = rng.uniform() < 0.7};
+    if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
+    const remat::SavePolicy policy = ft_random_policy(op_names, double(batch * time), width, rng);
+    step.policies = {policy};
+    const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+    REQUIRE(e.chain.policies.size() == 1);
+    std::string targets;
+    for (const std::string& t : step.lora.targets) targets += t + " ";
+    for (const remat::plan::Plan& p : ft_random_policy_plans(e, policy)) {
+      const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
+      const double error = std::abs(e.total(p) - c.peak) / c.peak;
+      worst.error = std::max(worst.error, error);
+      ++worst.cases;
+      INFO("policy " << policy.name() << ", storage " << remat::to_string(step.storage)
+                     << ", LoRA rank " << step.lora.rank << " on " << targets << ", "
+                     << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
+                     << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
+                     << " B, counted " << c.peak << " B");
+      CHECK(error <= 0.02);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("estimate_memory prices generated save policies within 2 % of the counted step, GPT",
+          "[nn][estimate][policy]") {
+  FtPolicyWorst worst;
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 11);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t heads = 1 + rng.uniform_int(2),
+                         width = heads * 8 * (1 + rng.uniform_int(3));
+      const std::int64_t time = 16 + rng.uniform_int(100);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::GPTConfig gpt{
+          .vocab = 10 + rng.uniform_int(60),
+          .context = time,
+          .layers = 2 + rng.uniform_int(3),
+          .heads = heads,
+          .width = width,
+          .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", GPT: " << gpt.layers << " layers, width " << width << ", " << heads
+                   << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
+                   << (flash ? ", flash" : ", fused"));
+      const std::vector<std::string> names{
+          "layer_norm",       "linear",
+          "quantized_linear", flash ? "flash_causal_self_attention" : "causal_self_attention",
+          "dropout",          "add",
+          "gelu_tanh",        "scale"};
+      ft_check_random_policies<remat::nn::GPT<float>>(
+          gpt, [&] { return remat::nn::GPT<float>(gpt); }, {"qkv", "proj", "fc"}, names, gpt.vocab,
+          1 + rng.uniform_int(3), time, double(width), rng, worst);
+    }
+  }
+  WARN("GPT: worst relative error " << worst.error << " over " << worst.cases << " counted steps");
+}
+
+TEST_CASE("estimate_memory prices generated save policies within 2 % of the counted step, Llama",
+          "[nn][estimate][policy]") {
+  FtPolicyWorst worst;
+  for (const std::uint64_t seed : kFtSeeds) {
+    remat::Rng rng(seed + 13);
+    for (int i = 0; i < kFtConfigs; ++i) {
+      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+      const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
+                         time = 16 + rng.uniform_int(100);
+      const bool flash = rng.uniform() < 0.5;
+      const remat::nn::LlamaConfig llama{
+          .vocab_size = 10 + rng.uniform_int(60),
+          .hidden_size = width,
+          .intermediate_size = 8 + rng.uniform_int(100),
+          .num_hidden_layers = 2 + rng.uniform_int(3),
+          .num_attention_heads = heads,
+          .num_key_value_heads = kv,
+          .attention_bias = rng.uniform() < 0.5,
+          .max_position_embeddings = time,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+      INFO("seed " << seed << ", Llama: " << llama.num_hidden_layers << " layers, width " << width
+                   << ", heads " << heads << "/" << kv << ", mlp " << llama.intermediate_size
+                   << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
+      const std::vector<std::string> names{
+          "rms_norm",
+          "linear",
+          "quantized_linear",
+          flash ? "flash_grouped_query_attention" : "grouped_query_attention",
+          "add",
+          "swiglu",
+          "scale"};
+      ft_check_random_policies<remat::nn::Llama<float>>(
+          llama, [&] { return remat::nn::Llama<float>(llama); },
+          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, names,
+          llama.vocab_size, 1 + rng.uniform_int(3), time, double(width), rng, worst);
+    }
+  }
+  WARN("Llama: worst relative error " << worst.error << " over " << worst.cases
+                                      << " counted steps");
+}
+
+TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps it",
+          "[nn][estimate][policy]") {
+  // what every op saves, summed op by op, is the chain's closed form (a_l): the op lists and
+  // gpt_chain / llama_chain describe the same blocks
+  remat::Rng rng(31);
+  const remat::SavePolicy all =
+      remat::save_if("everything", [](const remat::OpInfo&) { return true; });
+  for (int i = 0; i < 20; ++i) {
+    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (1 + rng.uniform_int(3));
+    const std::int64_t time = 8 + rng.uniform_int(60);
+    const WeightStorage storages[] = {WeightStorage::f32, WeightStorage::bf16, WeightStorage::nf4};
+    remat::nn::StepShape step{.batch = 1 + rng.uniform_int(4),
+                              .storage = storages[rng.uniform_int(3)]};
+    step.policies = {all};
+    const bool lora = rng.uniform() < 0.5;
+    const bool flash = rng.uniform() < 0.5;
+    const remat::nn::GPTConfig gpt{
+        .vocab = 30,
+        .context = time,
+        .layers = 3,
+        .heads = heads,
+        .width = width,
+        .dropout = rng.uniform() < 0.5 ? 0.1 : 0.0,
+        .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+    const remat::nn::LlamaConfig llama{
+        .vocab_size = 30,
+        .hidden_size = width,
+        .intermediate_size = 8 + rng.uniform_int(100),
+        .num_hidden_layers = 3,
+        .num_attention_heads = heads,
+        .num_key_value_heads = heads,
+        .attention_bias = rng.uniform() < 0.5,
+        .max_position_embeddings = time,
+        .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+    INFO("width " << width << ", " << heads << " heads, batch " << step.batch << " x " << time
+                  << ", " << remat::to_string(step.storage) << (lora ? ", LoRA" : "")
+                  << (flash ? ", flash" : ", fused") << ", GPT dropout " << gpt.dropout);
+    const auto check = [&](const remat::nn::MemoryEstimate& e) {
+      REQUIRE(e.chain.policies.size() == 1);
+      const remat::plan::PolicyCosts& q = e.chain.policies[0];
+      // with adapters the first block's figures differ (what runs before its first adapter is
+      // not on the tape); the others are the plain block's
+      for (std::size_t l = lora ? 1 : 0; l < e.chain.layers(); ++l) {
+        CHECK(q.activation_bytes[l] == e.chain.activation(l));
+        CHECK(q.saves_input[l]);
+        CHECK(q.replay_cost[l] == 0);
+      }
+    };
+    if (lora) step.lora = {.rank = 2, .targets = {"qkv", "fc"}};
+    check(remat::nn::estimate_memory<float>(gpt, step));
+    if (lora) step.lora = {.rank = 2, .targets = {"q_proj", "down_proj"}};
+    check(remat::nn::estimate_memory<float>(llama, step));
+  }
+}
+
 TEST_CASE("estimate_memory names the save policies it cannot price", "[nn][estimate][errors]") {
   const remat::nn::GPTConfig gpt{.vocab = 20, .context = 8, .layers = 2, .heads = 2, .width = 8};
-  remat::nn::StepShape step{.batch = 1};
-  step.policies = {remat::save_ops({"gelu"})};
-  std::string msg =
-      remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
-  CHECK(msg.find("'save_ops(gelu)'") != std::string::npos);
-  step.policies = {remat::save_matmuls()};
-  step.storage = WeightStorage::nf4;
-  step.lora = {.rank = 2, .targets = {"fc"}};
-  msg = remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
-  CHECK(msg.find("save_matmuls") != std::string::npos);
-  CHECK(msg.find("LoRA rank 2") != std::string::npos);
+  const remat::nn::LlamaConfig llama{.vocab_size = 20,
+                                     .hidden_size = 8,
+                                     .intermediate_size = 16,
+                                     .num_hidden_layers = 2,
+                                     .num_attention_heads = 2,
+                                     .num_key_value_heads = 2,
+                                     .max_position_embeddings = 8};
+  // A predicate that keeps a block's first residual add and its linears but not its last add
+  // (it counts the adds it is asked about: `period` a block, two, or three with an adapter whose
+  // sum is an add too): the last add then reads only kept values, adjacent layers' segments would
+  // chain (Note [chained segments]), and the op model does not price chained tails.
+  const auto first_adds = [](int period) {
+    auto adds = std::make_shared<int>(0);
+    return remat::save_if("first adds and linears", [adds, period](const remat::OpInfo& op) {
+      if (op.op == "add") return (*adds)++ % period == 0;
+      return op.op == "linear" || op.op == "quantized_linear";
+    });
+  };
+  for (const bool lora : {false, true}) {
+    INFO((lora ? "with" : "without") << " adapters");
+    remat::nn::StepShape step{.batch = 1};
+    step.policies = {first_adds(lora ? 3 : 2)};
+    if (lora) step.lora = {.rank = 2, .targets = {"fc"}};
+    std::string msg =
+        remat::test::error_message([&] { remat::nn::estimate_memory<float>(gpt, step); });
+    CHECK(msg.find("'first adds and linears'") != std::string::npos);
+    step.policies = {first_adds(lora ? 3 : 2)};
+    if (lora) step.lora = {.rank = 2, .targets = {"down_proj"}};
+    msg = remat::test::error_message([&] { remat::nn::estimate_memory<float>(llama, step); });
+    CHECK(msg.find("'first adds and linears'") != std::string::npos);
+  }
   // without the policy priced, a plan that carries it is a PlanError from the simulator
   const remat::nn::MemoryEstimate plain = remat::nn::estimate_memory<float>(gpt, {.batch = 1});
   const remat::plan::Plan p{.layers = 2, .segments = {{0, 1, {}, remat::save_matmuls()}}};

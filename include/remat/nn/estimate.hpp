@@ -18,6 +18,7 @@
 #include "remat/checkpoint/plan.hpp"
 #include "remat/core/save_policy.hpp"
 #include "remat/core/quantized.hpp"
+#include "remat/nn/block_ops.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
 
@@ -54,9 +55,13 @@ struct StepShape {
   /// Save policies to price each layer under, in a checkpoint segment of its own, as
   /// plan::ProfileOptions::policies does for a profiled chain: they land in
   /// MemoryEstimate::chain.policies, so plans with such segments can be priced
-  /// (MemoryEstimate::total) and plan::budget() chooses among them. Priced: save_matmuls(), for
-  /// every weight storage but not with adapters; policies that keep nothing are skipped; any
-  /// other policy, or save_matmuls() with adapters, is a UsageError.
+  /// (MemoryEstimate::total) and plan::budget() chooses among them. Any policy is priced
+  /// (save_matmuls(), save_ops(), recompute_ops(), save_if() with the user's predicate), for
+  /// every weight storage, with or without adapters: the estimator describes a block op by op and
+  /// asks the policy about each op's OpInfo (Note [block ops] in nn/block_ops.hpp). Policies that
+  /// keep nothing are skipped. A policy that keeps the inputs of a block's last residual add but
+  /// not the add (only a predicate that tells the block's two adds apart can) would chain
+  /// adjacent segments, which the model does not price: a UsageError naming it.
   std::vector<SavePolicy> policies;
 };
 
@@ -364,61 +369,164 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   return m;
 }
 
-/// A block run under save_matmuls() in a segment of its own (Note [policy layers] in
-/// plan/simulator.hpp), from the model's op-by-op figures: what it keeps (the linears' outputs),
-/// its first pass's temporaries above that, the extra peak of its backward's replay above what
-/// the plain block keeps, and the replay's cost (attention's two GEMMs; the linears are kept).
-struct MatmulPolicyShape {
-  double kept, forward, replay, replay_cost;
+/// Builds a block's op list (Note [block ops] in nn/block_ops.hpp) for B sequences of T tokens:
+/// linears in their storage, with LoRA's ops inside the targeted ones. `first`: the first block
+/// of a model with adapters, whose input (the frozen embedding's output) needs no gradient, nor
+/// do the ops before its first adapter: they save nothing.
+template <class T>
+class BlockOpsBuilder {
+ public:
+  BlockOpsBuilder(const nn::StepShape& step, std::int64_t batch, std::int64_t time, bool first)
+      : step_(step), b_(batch), t_(time), n_(static_cast<double>(batch * time)), first_(first) {}
+
+  /// Appends `op` (its shape's last axis `width`); its `grad` says whether it reads a parameter
+  /// that trains. Returns its value.
+  int add(BlockOp op, std::int64_t width) {
+    op.shape = Shape{b_, t_, width};
+    for (int v : op.inputs) op.grad = op.grad || graded(v);
+    ops_.push_back(std::move(op));
+    return static_cast<int>(ops_.size()) - 1;
+  }
+  /// An element-wise op (FLOPs: its output's elements, Node's default); `alias`: add's backward.
+  int pointwise(std::string name, std::int64_t width, std::vector<int> inputs,
+                std::vector<int> saves, double own = 0, bool trains = false) {
+    const bool alias = name == "add";
+    return add({.name = std::move(name),
+                .flops = n_ * static_cast<double>(width),
+                .inputs = std::move(inputs),
+                .saves = std::move(saves),
+                .own = own,
+                .grad = trains,
+                .alias_grad = alias},
+               width);
+  }
+  /// A linear layer (quantized in its storage; LoRA's A, B, scale and add when targeted).
+  int linear(const BlockLinear& l, int input) {
+    const bool quantized = step_.storage != WeightStorage::f32;
+    const auto out = static_cast<std::int64_t>(l.out);
+    const double flops = 2 * n_ * l.in * l.out, panel = quantized ? quantized_panel_bytes<T>(l) : 0;
+    const int base = add({.name = quantized ? "quantized_linear" : "linear",
+                          .flops = flops,
+                          .inputs = {input},
+                          .saves = {input},
+                          .scratch_bytes = panel,
+                          .resaves = true,
+                          .grad = step_.lora.rank == 0 && (!quantized || l.bias),
+                          .cost = flops,
+                          .backward_scratch_bytes = panel,
+                          .grad_in_place = true},
+                         out);
+    if (!lora_targeted(step_.lora, l.name)) return base;
+    const std::int64_t r = step_.lora.rank;
+    const auto adapter = [&](int in, double in_width, std::int64_t out_width) {
+      return add({.name = "linear",
+                  .flops = 2 * n_ * in_width * static_cast<double>(out_width),
+                  .inputs = {in},
+                  .saves = {in},
+                  .resaves = true,
+                  .grad = true,
+                  .grad_in_place = true},
+                 out_width);
+    };
+    const int a = adapter(input, l.in, r);
+    const int bb = adapter(a, static_cast<double>(r), out);
+    const int s = pointwise("scale", out, {bb}, {});
+    const int sum = pointwise("add", out, {base, s}, {});
+    // the hook's expression holds its temporaries, and the base output, to its end
+    for (int v : {base, a, bb, s}) hold(v, sum);
+    return sum;
+  }
+  /// An attention op reading `inputs`, saving `saves` and `own` elements of its own, its scratch
+  /// blocks beside its output; it writes its inputs' gradients in place (grouped-query
+  /// attention: `temporaries`, made whole and adopted).
+  int attention(std::string name, std::int64_t width, std::vector<int> inputs,
+                std::vector<int> saves, double own, const AttentionFigures& att, bool temporaries) {
+    return add({.name = std::move(name),
+                .flops = n_ * static_cast<double>(width),
+                .inputs = std::move(inputs),
+                .saves = std::move(saves),
+                .own = own,
+                .scratch_bytes = att.forward_scratch * sizeof(T),
+                .grad = false,
+                .cost = 4 * static_cast<double>(b_) * att.pairs * static_cast<double>(width),
+                .backward_scratch_bytes = att.backward_scratch * sizeof(T),
+                .grad_in_place = !temporaries},
+               width);
+  }
+  /// The forward's Vars hold value v at least until op `until` has run.
+  void hold(int v, int until) {
+    if (v < 0) return;
+    int& h = ops_[static_cast<std::size_t>(v)].held_until;
+    h = std::max(h, until);
+  }
+  bool norms_train() const { return step_.lora.rank == 0; }
+  /// Whether the block's input needs a gradient.
+  bool input_grad() const { return !(first_ && step_.lora.rank > 0); }
+  std::vector<BlockOp> take() {
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      for (int v : ops_[i].inputs) hold(v, static_cast<int>(i));
+    }
+    return std::move(ops_);
+  }
+
+ private:
+  bool graded(int v) const { return v < 0 ? input_grad() : ops_[static_cast<std::size_t>(v)].grad; }
+
+  const nn::StepShape& step_;
+  std::int64_t b_, t_;
+  double n_;
+  bool first_;
+  std::vector<BlockOp> ops_;
 };
 
-/// Adds the costs of step.policies to m.chain (StepShape::policies). A block under
-/// save_matmuls() keeps `kept`, pins its input and not its output; its backward first replays
-/// what the plain block would have kept (a_l - kept), and peaks at the larger of the plain
-/// block's backward (beta_l) and the replay's own peak, above that.
+/// Adds the costs of step.policies to m.chain (StepShape::policies), each from the block's ops
+/// (Note [block ops] in nn/block_ops.hpp): `first` for layer 0, `rest` for the others. A layer
+/// under the policy keeps what the model says, pins its input when a replayed op captures it or
+/// a kept op saves it, and not its output; its backward first replays the ops not kept, and then
+/// peaks at the plain block's backward (beta_l) above what the replay restored.
 template <class T>
 void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
-                    const std::vector<BlockLinear>& linears, const MatmulPolicyShape& shape) {
-  // quantized weights: the largest dequantized panel on top of the float block's figures
-  double panel = 0;
-  if (step.storage != WeightStorage::f32) {
-    for (const BlockLinear& l : linears) panel = std::max(panel, quantized_panel_bytes<T>(l));
-  }
+                    const std::vector<BlockOp>& first, bool first_input_grad,
+                    const std::vector<BlockOp>& rest) {
+  const double e = sizeof(T);
   for (const SavePolicy& policy : step.policies) {
     if (!policy.keeps_anything() || m.chain.policy_index(policy) >= 0) continue;
-    if (!(policy == save_matmuls())) {
-      throw UsageError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
-                           "'; it prices save_matmuls() (plan::profile measures any policy on a "
-                           "real model: ProfileOptions::policies)"));
-    }
-    if (step.lora.rank > 0) {
-      throw UsageError(
-          cat("nn::estimate_memory: save_matmuls() is priced without adapters; got "
-              "LoRA rank ",
-              step.lora.rank, " (plan::profile measures it on a real model)"));
-    }
     plan::Chain& c = m.chain;
     const std::size_t n = c.layers();
     plan::PolicyCosts q;
     q.policy = policy;
-    q.activation_bytes.assign(n, shape.kept);
-    q.forward_transient_bytes.assign(n, shape.forward + panel);
+    q.activation_bytes.resize(n);
+    q.forward_transient_bytes.resize(n);
     q.backward_transient_bytes.resize(n);
-    for (std::size_t l = 0; l < n; ++l)
-      q.backward_transient_bytes[l] =
-          c.activation(l) - shape.kept + std::max(shape.replay, c.beta(l));
-    q.saves_input.assign(n, true);
+    q.saves_input.resize(n);
     q.saves_output.assign(n, false);
-    q.replay_cost.assign(n, shape.replay_cost);
-    // A block ends in a residual add that reads its input, so adjacent save_matmuls segments take
-    // over no tail (Note [chained segments] in core/tape_state.hpp): chained, a layer runs as
-    // alone.
+    q.replay_cost.resize(n);
+    const BlockPolicyFigures f0 = price_block_policy(first, policy, e, first_input_grad),
+                             f = price_block_policy(rest, policy, e, true);
+    if (f0.tail_chains || f.tail_chains) {
+      // the blocks end in a residual add whose inputs a name, size or FLOPs predicate keeps or
+      // drops together with it; a policy that keeps them but not the add chains segments
+      throw UsageError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
+                           "': it keeps the inputs of the block's last op but not the op, so "
+                           "adjacent layers would chain (plan::profile measures it on a real "
+                           "model: ProfileOptions::policies)"));
+    }
+    for (std::size_t l = 0; l < n; ++l) {
+      const BlockPolicyFigures& g = l == 0 ? f0 : f;
+      q.activation_bytes[l] = g.kept;
+      q.forward_transient_bytes[l] = g.forward;
+      q.backward_transient_bytes[l] = g.backward;
+      q.saves_input[l] = g.saves_input;
+      q.replay_cost[l] = g.replay_cost;
+    }
+    // A block ends in a residual add reading a value kept or replayed with it (tail_chains is
+    // false), so adjacent segments under one policy take over no tail (Note [chained segments] in
+    // core/tape_state.hpp): chained, a layer runs as alone.
     const plan::PolicyCosts alone = q;
     q.chained.assign(3, alone);
     c.policies.push_back(std::move(q));
   }
 }
-
 }  // namespace remat::detail
 
 namespace remat::nn {
@@ -467,18 +575,38 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
       count, config.vocab, step, time,
       remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
       linears, stages);
-  // Under save_matmuls a block keeps the outputs of qkv (3NC), proj (NC), fc (4NC) and the MLP's
-  // proj (NC); the first pass peaks at the block's last residual add, its MLP's values alive
-  // (5 NC, 6 with the dropped copy), or at attention's values, which it no longer keeps, beside
-  // its scratch (less what the block keeps after it). The replay inside backward stays below the
-  // plain block's backward. (Checked against counted steps: tests/nn/finetune_estimate_test.cpp.)
-  const double e = sizeof(T), dropout = config.dropout > 0 ? 1 : 0;
-  remat::detail::price_policies<T>(
-      m, step, linears,
-      {.kept = 9 * n * w * e,
-       .forward = std::max((5 + dropout) * n * w, att.kept + att.forward_scratch - 5 * n * w) * e,
-       .replay = 0,
-       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  // The block's ops for its save policies (Note [block ops] in nn/block_ops.hpp):
+  // h = x + drop(proj(attention(qkv(ln1(x))))); y = h + drop(proj(gelu(fc(ln2(h))))).
+  const auto ops = [&](bool first) {
+    remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
+    const std::int64_t c = config.width;
+    const bool p = config.dropout > 0;
+    const auto drop = [&](int v) { return p ? o.pointwise("dropout", c, {v}, {}) : v; };
+    const int ln1 = o.pointwise("layer_norm", c, {-1}, {-1}, 2 * n, o.norms_train());
+    const int qkv = o.linear(linears[0], ln1);
+    const int attn =
+        o.attention(config.attention == Attention::flash ? "flash_causal_self_attention"
+                                                         : "causal_self_attention",
+                    c, {qkv}, {qkv}, att.kept, att, false);
+    const int proj = o.linear(linears[1], attn);
+    const int d1 = drop(proj);
+    const int h = o.pointwise("add", c, {-1, d1}, {});
+    const int ln2 = o.pointwise("layer_norm", c, {h}, {h}, 2 * n, o.norms_train());
+    const int fc = o.linear(linears[2], ln2);
+    const int g = o.pointwise("gelu_tanh", 4 * c, {fc}, {fc});
+    const int mproj = o.linear(linears[3], g);
+    const int d2 = drop(mproj);
+    const int y = o.pointwise("add", c, {h, d2}, {});
+    // the Vars of attn(), mlp() and the block's two statements hold their temporaries to the
+    // statement's end
+    for (int v : {ln1, qkv, attn, proj, d1}) o.hold(v, (v == ln1 || v == d1) ? h : d1);
+    for (int v : {fc, g, mproj}) o.hold(v, d2);
+    for (int v : {h, ln2, d2}) o.hold(v, y);
+    return o;
+  };
+  auto first = ops(true);
+  const bool first_input_grad = first.input_grad();
+  remat::detail::price_policies<T>(m, step, first.take(), first_input_grad, ops(false).take());
   return m;
 }
 
@@ -610,19 +738,40 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
       count, config.vocab_size, step, time,
       remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
       config.num_hidden_layers, linears, stages);
-  // Under save_matmuls a layer keeps the outputs of its seven projections (3NC + 2NK + 2NF); the
-  // first pass peaks in the MLP (NC + NF above that) or at attention's values, which it no longer
-  // keeps, beside its scratch (less the gate and up outputs it keeps after it, plus the rotated
-  // keys); the replay inside backward peaks 4NC + NK above what it restores, unless the plain
-  // layer's backward peaks higher. (Checked against counted steps:
-  // tests/nn/finetune_estimate_test.cpp.)
-  const double e = sizeof(T), n = tokens;
-  remat::detail::price_policies<T>(
-      m, step, linears,
-      {.kept = (3 * n * w + 2 * n * kv + 2 * n * f) * e,
-       .forward = std::max(n * w + n * f, att.kept + att.forward_scratch + n * kv - 2 * n * f) * e,
-       .replay = (4 * n * w + n * kv) * e,
-       .replay_cost = 4 * static_cast<double>(step.batch) * att.pairs * w});
+  // The layer's ops for its save policies (Note [block ops] in nn/block_ops.hpp):
+  // h = x + o_proj(attention(q_proj(n1), k_proj(n1), v_proj(n1))), n1 = rms_norm(x);
+  // y = h + down_proj(swiglu(gate_proj(n2), up_proj(n2))), n2 = rms_norm(h).
+  const double n = tokens;
+  const auto ops = [&](bool first) {
+    remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
+    const std::int64_t c = config.hidden_size, mlp = config.intermediate_size;
+    const int n1 = o.pointwise("rms_norm", c, {-1}, {-1}, n, o.norms_train());
+    const int q = o.linear(linears[0], n1), kp = o.linear(linears[1], n1),
+              v = o.linear(linears[2], n1);
+    // it saves the rotated queries and keys (its own), the values, and its probabilities or
+    // log-sum-exps
+    const int attn =
+        o.attention(config.attention == Attention::flash ? "flash_grouped_query_attention"
+                                                         : "grouped_query_attention",
+                    c, {q, kp, v}, {v}, n * w + n * kv + att.kept, att, true);
+    const int op = o.linear(linears[3], attn);
+    const int h = o.pointwise("add", c, {-1, op}, {});
+    const int n2 = o.pointwise("rms_norm", c, {h}, {h}, n, o.norms_train());
+    // GCC evaluates swiglu's arguments right to left; the two are the same size either way
+    const int up = o.linear(linears[5], n2), gate = o.linear(linears[4], n2);
+    const int sw = o.pointwise("swiglu", mlp, {gate, up}, {gate, up});
+    const int down = o.linear(linears[6], sw);
+    const int y = o.pointwise("add", c, {h, down}, {});
+    // the attention's q, k, v Vars live to its end; each statement holds its temporaries
+    for (int x : {q, kp, v, attn}) o.hold(x, op);
+    for (int x : {n1, op}) o.hold(x, h);
+    for (int x : {gate, up, sw}) o.hold(x, down);
+    for (int x : {h, n2, down}) o.hold(x, y);
+    return o;
+  };
+  auto first = ops(true);
+  const bool first_input_grad = first.input_grad();
+  remat::detail::price_policies<T>(m, step, first.take(), first_input_grad, ops(false).take());
   return m;
 }
 
