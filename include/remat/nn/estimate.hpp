@@ -489,6 +489,12 @@ void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
                     const std::vector<BlockOp>& first, bool first_input_grad,
                     const std::vector<BlockOp>& rest) {
   const double e = sizeof(T);
+  // A save_nothing segment's first pass, from the same op model: without it the planners take
+  // the plain block's a_l + tau_l, an upper bound that frozen (LoRA) blocks sit far below.
+  const double seg0 = price_block_policy(first, save_nothing(), e, first_input_grad).forward,
+               seg = price_block_policy(rest, save_nothing(), e, true).forward;
+  m.chain.segment_transient_bytes.assign(m.chain.layers(), seg);
+  if (!m.chain.segment_transient_bytes.empty()) m.chain.segment_transient_bytes[0] = seg0;
   for (const SavePolicy& policy : step.policies) {
     if (!policy.keeps_anything() || m.chain.policy_index(policy) >= 0) continue;
     plan::Chain& c = m.chain;
