@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -288,6 +289,31 @@ TEST_CASE("Under a plan the blocks' input dies after the first block, as plan::p
 
 namespace {
 
+/// A random small GPT for the policy tests: 1 or 2 heads, context 16 + [0, extra_time), dropout
+/// 0.1 with probability `dropout_p`, flash or fused attention; `i` seeds its weights.
+remat::nn::GPTConfig ft_random_gpt(remat::Rng& rng, int i, std::int64_t extra_time,
+                                   double dropout_p) {
+  const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (1 + rng.uniform_int(3));
+  const std::int64_t time = 16 + rng.uniform_int(extra_time);
+  const bool flash = rng.uniform() < 0.5;
+  return {.vocab = 10 + rng.uniform_int(60),
+          .context = time,
+          .layers = 2 + rng.uniform_int(3),
+          .heads = heads,
+          .width = width,
+          .dropout = rng.uniform() < dropout_p ? 0.1 : 0.0,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+}
+
+std::string ft_describe(const remat::nn::GPTConfig& gpt) {
+  std::ostringstream out;
+  out << "GPT: " << gpt.layers << " layers, width " << gpt.width << ", " << gpt.heads
+      << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
+      << (gpt.attention == remat::nn::Attention::flash ? ", flash" : ", fused");
+  return out.str();
+}
+
 /// Plans over `e`'s chain with layers under save_matmuls(): every layer, every other layer (the
 /// rest in save_nothing segments), and what plan::budget() picks at three budgets
 /// between every() and none().
@@ -344,22 +370,9 @@ TEST_CASE(
     for (int i = 0; i < kFtConfigs; ++i) {
       // long sequences too: attention's (T x T) values, which save_matmuls does not keep, then
       // make the first pass's peak
-      const std::int64_t heads = 1 + rng.uniform_int(2),
-                         width = heads * 8 * (1 + rng.uniform_int(3));
-      const std::int64_t time = 16 + rng.uniform_int(120);
-      const bool flash = rng.uniform() < 0.5;
-      const remat::nn::GPTConfig gpt{
-          .vocab = 10 + rng.uniform_int(60),
-          .context = time,
-          .layers = 2 + rng.uniform_int(3),
-          .heads = heads,
-          .width = width,
-          .dropout = rng.uniform() < 0.5 ? 0.1 : 0.0,
-          .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
-      INFO("seed " << seed << ", GPT: " << gpt.layers << " layers, width " << width << ", " << heads
-                   << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
-                   << (flash ? ", flash" : ", fused"));
+      const remat::nn::GPTConfig gpt = ft_random_gpt(rng, i, 120, 0.5);
+      const std::int64_t time = gpt.context;
+      INFO("seed " << seed << ", " << ft_describe(gpt));
       ft_check_policies<remat::nn::GPT<float>>(
           gpt, [&] { return remat::nn::GPT<float>(gpt); }, gpt.vocab, 1 + rng.uniform_int(3), time,
           rng);
@@ -500,30 +513,22 @@ TEST_CASE("estimate_memory prices generated save policies within 2 % of the coun
   for (const std::uint64_t seed : kFtSeeds) {
     remat::Rng rng(seed + 11);
     for (int i = 0; i < kFtConfigs; ++i) {
-      const std::int64_t heads = 1 + rng.uniform_int(2),
-                         width = heads * 8 * (1 + rng.uniform_int(3));
-      const std::int64_t time = 16 + rng.uniform_int(100);
-      const bool flash = rng.uniform() < 0.5;
-      const remat::nn::GPTConfig gpt{
-          .vocab = 10 + rng.uniform_int(60),
-          .context = time,
-          .layers = 2 + rng.uniform_int(3),
-          .heads = heads,
-          .width = width,
-          .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
-          .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
-      INFO("seed " << seed << ", GPT: " << gpt.layers << " layers, width " << width << ", " << heads
-                   << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
-                   << (flash ? ", flash" : ", fused"));
-      const std::vector<std::string> names{
-          "layer_norm",       "linear",
-          "quantized_linear", flash ? "flash_causal_self_attention" : "causal_self_attention",
-          "dropout",          "add",
-          "gelu_tanh",        "scale"};
+      const remat::nn::GPTConfig gpt = ft_random_gpt(rng, i, 100, 0.4);
+      const std::int64_t time = gpt.context;
+      INFO("seed " << seed << ", " << ft_describe(gpt));
+      const std::vector<std::string> names{"layer_norm",
+                                           "linear",
+                                           "quantized_linear",
+                                           gpt.attention == remat::nn::Attention::flash
+                                               ? "flash_causal_self_attention"
+                                               : "causal_self_attention",
+                                           "dropout",
+                                           "add",
+                                           "gelu_tanh",
+                                           "scale"};
       ft_check_random_policies<remat::nn::GPT<float>>(
           gpt, [&] { return remat::nn::GPT<float>(gpt); }, {"qkv", "proj", "fc"}, names, gpt.vocab,
-          1 + rng.uniform_int(3), time, double(width), rng, worst);
+          1 + rng.uniform_int(3), time, double(gpt.width), rng, worst);
     }
   }
   WARN("GPT: worst relative error " << worst.error << " over " << worst.cases << " counted steps");
