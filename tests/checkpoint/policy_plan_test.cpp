@@ -228,6 +228,38 @@ void enumerate_policy_plans(std::size_t s, std::size_t n,
   }
 }
 
+/// The brute force's answers on `chain`: for nine budgets spaced from the least predicted peak
+/// of any one-level plan with policy layers (`chained` policies with chained figures) to the
+/// most, the least recompute among the plans within each.
+struct PolicyPlanOptimum {
+  double budget, recompute, least_peak, most_peak;
+};
+
+std::vector<PolicyPlanOptimum> policy_plan_optima(const remat::plan::Chain& chain, std::size_t n,
+                                                  const std::vector<remat::SavePolicy>& policies,
+                                                  std::size_t chained) {
+  std::vector<std::vector<remat::plan::Segment>> plans;
+  std::vector<remat::plan::Segment> cur;
+  enumerate_policy_plans(0, n, policies, cur, plans, chained);
+  std::vector<remat::plan::Prediction> predicted;
+  double low = std::numeric_limits<double>::infinity(), high = 0;
+  for (const auto& segments : plans) {
+    predicted.push_back(remat::plan::predict(chain, segments));
+    low = std::min(low, predicted.back().peak_bytes);
+    high = std::max(high, predicted.back().peak_bytes);
+  }
+  std::vector<PolicyPlanOptimum> out;
+  for (int b = 0; b <= 8; ++b) {
+    const double budget = low + (high - low) * b / 8.0;
+    double best = std::numeric_limits<double>::infinity();
+    for (const remat::plan::Prediction& p : predicted) {
+      if (p.peak_bytes <= budget) best = std::min(best, p.recompute);
+    }
+    out.push_back({budget, best, low, high});
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -241,24 +273,10 @@ TEST_CASE(
   for (int c = 0; c < 60; ++c) {
     const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(5));
     const remat::plan::Chain chain = policy_plan_chain(n, rng, policies);
-    std::vector<std::vector<remat::plan::Segment>> plans;
-    std::vector<remat::plan::Segment> cur;
-    enumerate_policy_plans(0, n, policies, cur, plans);
-    std::vector<remat::plan::Prediction> predicted;
-    double low = std::numeric_limits<double>::infinity(), high = 0;
-    for (const auto& segments : plans) {
-      predicted.push_back(remat::plan::predict(chain, segments));
-      low = std::min(low, predicted.back().peak_bytes);
-      high = std::max(high, predicted.back().peak_bytes);
-    }
-    for (int b = 0; b <= 8; ++b) {
-      const double budget = low + (high - low) * b / 8.0;
-      double best = std::numeric_limits<double>::infinity();
-      for (const remat::plan::Prediction& p : predicted) {
-        if (p.peak_bytes <= budget) best = std::min(best, p.recompute);
-      }
-      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak " << low
-                   << ", most " << high << ")");
+    for (const PolicyPlanOptimum& o : policy_plan_optima(chain, n, policies, 1)) {
+      const double budget = o.budget, best = o.recompute;
+      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak "
+                   << o.least_peak << ", most " << o.most_peak << ")");
       REQUIRE(std::isfinite(best));
       const auto dp = remat::plan::detail::OneLevelPlanner(chain).best(budget);
       CHECK(dp.recompute == best);
@@ -295,24 +313,10 @@ TEST_CASE(
   for (int c = 0; c < 50; ++c) {
     const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(4));
     const remat::plan::Chain chain = policy_plan_chain(n, rng, policies, 3);
-    std::vector<std::vector<remat::plan::Segment>> plans;
-    std::vector<remat::plan::Segment> cur;
-    enumerate_policy_plans(0, n, policies, cur, plans, 3);
-    std::vector<remat::plan::Prediction> predicted;
-    double low = std::numeric_limits<double>::infinity(), high = 0;
-    for (const auto& segments : plans) {
-      predicted.push_back(remat::plan::predict(chain, segments));
-      low = std::min(low, predicted.back().peak_bytes);
-      high = std::max(high, predicted.back().peak_bytes);
-    }
-    for (int b = 0; b <= 8; ++b) {
-      const double budget = low + (high - low) * b / 8.0;
-      double best = std::numeric_limits<double>::infinity();
-      for (const remat::plan::Prediction& p : predicted) {
-        if (p.peak_bytes <= budget) best = std::min(best, p.recompute);
-      }
-      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak " << low
-                   << ", most " << high << ")");
+    for (const PolicyPlanOptimum& o : policy_plan_optima(chain, n, policies, 3)) {
+      const double budget = o.budget, best = o.recompute;
+      INFO("case " << c << ", " << n << " layers, budget " << budget << " (least peak "
+                   << o.least_peak << ", most " << o.most_peak << ")");
       REQUIRE(std::isfinite(best));
       const auto dp = remat::plan::detail::OneLevelPlanner(chain).best(budget);
       CHECK(dp.recompute == best);

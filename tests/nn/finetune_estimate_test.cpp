@@ -314,6 +314,34 @@ std::string ft_describe(const remat::nn::GPTConfig& gpt) {
   return out.str();
 }
 
+/// A random small Llama for the policy tests: grouped-query attention with 1 or 2 kv heads,
+/// context 16 + [0, extra_time), flash or fused attention; `i` seeds its weights.
+remat::nn::LlamaConfig ft_random_llama(remat::Rng& rng, int i, std::int64_t extra_time) {
+  const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
+  const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
+                     time = 16 + rng.uniform_int(extra_time);
+  const bool flash = rng.uniform() < 0.5;
+  return {.vocab_size = 10 + rng.uniform_int(60),
+          .hidden_size = width,
+          .intermediate_size = 8 + rng.uniform_int(100),
+          .num_hidden_layers = 2 + rng.uniform_int(3),
+          .num_attention_heads = heads,
+          .num_key_value_heads = kv,
+          .attention_bias = rng.uniform() < 0.5,
+          .max_position_embeddings = time,
+          .seed = std::uint64_t(i + 1),
+          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+}
+
+std::string ft_describe(const remat::nn::LlamaConfig& llama) {
+  std::ostringstream out;
+  out << "Llama: " << llama.num_hidden_layers << " layers, width " << llama.hidden_size
+      << ", heads " << llama.num_attention_heads << "/" << llama.num_key_value_heads << ", mlp "
+      << llama.intermediate_size << ", vocab " << llama.vocab_size
+      << (llama.attention == remat::nn::Attention::flash ? ", flash" : ", fused");
+  return out.str();
+}
+
 /// Plans over `e`'s chain with layers under save_matmuls(): every layer, every other layer (the
 /// rest in save_nothing segments), and what plan::budget() picks at three budgets
 /// between every() and none().
@@ -378,24 +406,9 @@ TEST_CASE(
           rng);
     }
     for (int i = 0; i < kFtConfigs; ++i) {
-      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
-      const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
-                         time = 16 + rng.uniform_int(120);
-      const bool flash = rng.uniform() < 0.5;
-      const remat::nn::LlamaConfig llama{
-          .vocab_size = 10 + rng.uniform_int(60),
-          .hidden_size = width,
-          .intermediate_size = 8 + rng.uniform_int(100),
-          .num_hidden_layers = 2 + rng.uniform_int(3),
-          .num_attention_heads = heads,
-          .num_key_value_heads = kv,
-          .attention_bias = rng.uniform() < 0.5,
-          .max_position_embeddings = time,
-          .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
-      INFO("seed " << seed << ", Llama: " << llama.num_hidden_layers << " layers, width " << width
-                   << ", heads " << heads << "/" << kv << ", mlp " << llama.intermediate_size
-                   << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
+      const remat::nn::LlamaConfig llama = ft_random_llama(rng, i, 120);
+      const std::int64_t time = llama.max_position_embeddings;
+      INFO("seed " << seed << ", " << ft_describe(llama));
       ft_check_policies<remat::nn::Llama<float>>(
           llama, [&] { return remat::nn::Llama<float>(llama); }, llama.vocab_size,
           1 + rng.uniform_int(3), time, rng);
@@ -540,24 +553,10 @@ TEST_CASE("estimate_memory prices generated save policies within 2 % of the coun
   for (const std::uint64_t seed : kFtSeeds) {
     remat::Rng rng(seed + 13);
     for (int i = 0; i < kFtConfigs; ++i) {
-      const std::int64_t kv = 1 + rng.uniform_int(2), heads = kv * (1 + rng.uniform_int(2));
-      const std::int64_t width = heads * 4 * (1 + rng.uniform_int(4)),
-                         time = 16 + rng.uniform_int(100);
-      const bool flash = rng.uniform() < 0.5;
-      const remat::nn::LlamaConfig llama{
-          .vocab_size = 10 + rng.uniform_int(60),
-          .hidden_size = width,
-          .intermediate_size = 8 + rng.uniform_int(100),
-          .num_hidden_layers = 2 + rng.uniform_int(3),
-          .num_attention_heads = heads,
-          .num_key_value_heads = kv,
-          .attention_bias = rng.uniform() < 0.5,
-          .max_position_embeddings = time,
-          .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
-      INFO("seed " << seed << ", Llama: " << llama.num_hidden_layers << " layers, width " << width
-                   << ", heads " << heads << "/" << kv << ", mlp " << llama.intermediate_size
-                   << ", vocab " << llama.vocab_size << (flash ? ", flash" : ", fused"));
+      const remat::nn::LlamaConfig llama = ft_random_llama(rng, i, 100);
+      const std::int64_t time = llama.max_position_embeddings;
+      const bool flash = llama.attention == remat::nn::Attention::flash;
+      INFO("seed " << seed << ", " << ft_describe(llama));
       const std::vector<std::string> names{
           "rms_norm",
           "linear",
@@ -569,7 +568,7 @@ TEST_CASE("estimate_memory prices generated save policies within 2 % of the coun
       ft_check_random_policies<remat::nn::Llama<float>>(
           llama, [&] { return remat::nn::Llama<float>(llama); },
           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, names,
-          llama.vocab_size, 1 + rng.uniform_int(3), time, double(width), rng, worst);
+          llama.vocab_size, 1 + rng.uniform_int(3), time, double(llama.hidden_size), rng, worst);
     }
   }
   WARN("Llama: worst relative error " << worst.error << " over " << worst.cases
