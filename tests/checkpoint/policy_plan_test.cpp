@@ -95,16 +95,9 @@ TEST_CASE("plans mixing save policies are predicted to the byte on random blocks
   const std::vector<remat::SavePolicy> policies = policy_plan_policies();
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
-    remat::Rng rng(seed);
-    const int width = 4 << rng.uniform_int(3);
-    const std::int64_t batch = 3 + rng.uniform_int(6);
-    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(6));
-    const remat_test::RandomBlock block = remat_test::random_block(rng, width);
-    remat_test::RandomChain chain(block, n, batch, seed + 1);
-    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
-    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
-                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
+    remat_test::RandomCase generated(seed, 6);
+    auto& [case_seed, rng, width, batch, n, block, chain, loss, x] = generated;
+    INFO(generated.describe());
     std::vector<remat::Tensor<float>> plain_grads, grads;
     policy_plan_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
     policy_plan_step(chain, loss, x, remat::plan::none(n), &plain_grads);
@@ -350,16 +343,9 @@ TEST_CASE("policies derived from generated blocks: plans predicted to the byte, 
   int offered = 0, planned_with = 0;
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
-    remat::Rng rng(seed);
-    const int width = 4 << rng.uniform_int(3);
-    const std::int64_t batch = 3 + rng.uniform_int(6);
-    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(5));
-    const remat_test::RandomBlock block = remat_test::random_block(rng, width);
-    remat_test::RandomChain chain(block, n, batch, seed + 1);
-    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
-    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
-                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
+    remat_test::RandomCase generated(seed, 5);
+    auto& [case_seed, rng, width, batch, n, block, chain, loss, x] = generated;
+    INFO(generated.describe());
     // blocks with dead ops included: this test found the replay bug that mispredicted them
     // (Tape: a replay runs the nodes the sweep has passed for their values alone)
     std::vector<remat::Tensor<float>> plain_grads, grads;

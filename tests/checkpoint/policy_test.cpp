@@ -78,16 +78,9 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
   };
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
-    remat::Rng rng(seed);
-    const int width = 4 << rng.uniform_int(3);
-    const std::int64_t batch = 3 + rng.uniform_int(6);
-    const std::size_t n = 1 + static_cast<std::size_t>(rng.uniform_int(6));
-    const remat_test::RandomBlock block = remat_test::random_block(rng, width);
-    remat_test::RandomChain chain(block, n, batch, seed + 1);
-    const remat_test::RandomLoss loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng);
-    const remat::Tensor<float> x = rng.normal_tensor<float>({batch, width});
-    INFO("seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
-                 << ", loss: " << remat_test::RandomLoss::names[loss.kind]);
+    remat_test::RandomCase generated(seed, 6);
+    auto& [case_seed, rng, width, batch, n, block, chain, loss, x] = generated;
+    INFO(generated.describe());
     policy_step(chain, loss, x, remat::plan::none(n));  // warm-up: parameter gradient buffers
     const PolicyStep plain = policy_step(chain, loss, x, remat::plan::none(n));
     // one segment per layer, sqrt(n) segments, and nested (binomial) segments

@@ -275,4 +275,38 @@ struct RandomLoss {
   }
 };
 
+/// A generated case, all drawn from `seed` in this order: a block width, a batch, 1 to
+/// `max_layers` layers of one random block, the chain's parameters (from seed + 1), a random loss
+/// and an input; `rng` then continues the same stream for the test's own draws.
+struct RandomCase {
+  std::uint64_t seed;
+  remat::Rng rng;
+  int width;
+  std::int64_t batch;
+  std::size_t n;
+  RandomBlock block;
+  RandomChain chain;
+  RandomLoss loss;
+  remat::Tensor<float> x;
+
+  RandomCase(std::uint64_t s, std::int64_t max_layers)
+      : seed(s),
+        rng(s),
+        width(4 << rng.uniform_int(3)),
+        batch(3 + rng.uniform_int(6)),
+        n(1 + static_cast<std::size_t>(rng.uniform_int(max_layers))),
+        block(random_block(rng, width)),
+        chain(block, n, batch, s + 1),
+        loss(static_cast<int>(rng.uniform_int(5)), batch, width, rng),
+        x(rng.normal_tensor<float>({batch, width})) {}
+
+  /// "seed S: N layers of block(...), batch B, loss: L", for INFO().
+  std::string describe() const {
+    std::ostringstream out;
+    out << "seed " << seed << ": " << n << " layers of " << block.describe() << ", batch " << batch
+        << ", loss: " << RandomLoss::names[loss.kind];
+    return out.str();
+  }
+};
+
 }  // namespace remat_test
