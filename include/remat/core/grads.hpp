@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "remat/core/node.hpp"
@@ -60,12 +61,22 @@ class Grads {
   bool needs(int k) const { return input(k).requires_grad; }
 
   /// Adds g (the shape of input k's value) to input k's gradient. Takes g by value: a tensor
-  /// nobody else holds is adopted without a copy.
+  /// nobody else holds is adopted without a copy. A g of another shape than input k's value (or
+  /// undefined) is a UsageError naming the op, the input and both shapes.
   void add(int k, Tensor<T> g) {
     if (!needs(k)) return;
     Node<T>& in = input(k);
+    check_shape(k, in, g.defined() ? &g.shape() : nullptr);
     detail::accumulate(in.grad_slot(), in.grad_stale(), std::move(g));
     in.mark_grad_written();
+  }
+
+  /// A gradient of another element type than the input's does not compile: convert it first.
+  template <class U>
+  void add(int, const Tensor<U>&) {
+    static_assert(std::is_same_v<U, T>,
+                  "remat::Grads<T>::add: a gradient has its input's element type T; convert it "
+                  "(for example with a loop into a Tensor<T>) before adding it");
   }
 
   /// Lets `write(dst, overwrite)` produce input k's gradient in place: with overwrite true, dst
@@ -87,6 +98,7 @@ class Grads {
   Target target(int k, const Shape& shape) {
     if (!needs(k)) return Target{};
     Node<T>& in = input(k);
+    check_shape(k, in, &shape);
     Tensor<T>& dst = in.grad_slot();
     const bool overwrite = !dst.defined() || in.grad_stale();
     if (!dst.defined() || !dst.is_unique()) {
@@ -102,8 +114,19 @@ class Grads {
  private:
   friend class Node<T>;
 
-  Grads(detail::NodeTable nodes, const std::vector<std::uint32_t>& inputs) noexcept
-      : nodes_(nodes), inputs_(inputs) {}
+  Grads(const char* op, detail::NodeTable nodes, const std::vector<std::uint32_t>& inputs) noexcept
+      : op_(op), nodes_(nodes), inputs_(inputs) {}
+
+  /// Throws the UsageError for a gradient of input k whose shape (null: undefined) is not the
+  /// input's: a custom op's backward would otherwise leave the input a gradient of the wrong
+  /// size, or add it past the end of one.
+  void check_shape(int k, const Node<T>& in, const Shape* shape) const {
+    if (shape && *shape == in.shape) return;
+    throw UsageError(detail::cat(
+        op_, ": backward() gave input ", k, " (a '", in.op_name(), "' of shape ", in.shape, ") ",
+        shape ? detail::cat("a gradient of shape ", *shape) : std::string("an undefined gradient"),
+        "; the gradient of an input must have the input's shape"));
+  }
 
   Node<T>& input(int k) const {
     if (k < 0 || k >= size()) {
@@ -113,13 +136,14 @@ class Grads {
     return detail::node_cast<T>(nodes_[inputs_[static_cast<std::size_t>(k)]].get());
   }
 
+  const char* op_;
   detail::NodeTable nodes_;
   const std::vector<std::uint32_t>& inputs_;
 };
 
 template <class T>
 void Node<T>::run_backward(detail::NodeTable nodes) {
-  Grads<T> grads(nodes, inputs);
+  Grads<T> grads(op_name(), nodes, inputs);
   backward(grad_slot(), grads);
 }
 

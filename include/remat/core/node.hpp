@@ -83,6 +83,9 @@ class NodeBase {
   std::uint32_t last_capture = kNone;  ///< last segment that kept this node's value as an input
   std::uint32_t keep_count = 0;        ///< segments keeping the value slot alive
   std::uint64_t hash = 0;              ///< fingerprint of the output taken in the forward pass
+  /// The output's shape, kept when the value is released: the shape every gradient added for
+  /// this node must have (Grads checks what a custom op's backward hands it).
+  Shape shape;
   bool has_hash = false;
   bool requires_grad = false;
   bool saving = false;        ///< whether save() keeps tensors in this forward run

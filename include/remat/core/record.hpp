@@ -33,6 +33,7 @@ class Leaf final : public Node<T> {
   Leaf(LeafKind kind, Tensor<T> value, std::shared_ptr<ParamState<T>> param = nullptr)
       : kind_(kind), param_(std::move(param)) {
     this->value_slot() = std::move(value);
+    this->shape = replay_value().shape();
   }
   ~Leaf() override {
     if (claimed_) param_->trainers.release();
@@ -181,6 +182,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
     TraceSpan span(TracePhase::forward, node->op_name(), node->id);
     out = node->forward(values);
   }
+  node->shape = out.shape();
   tape->after_forward(*node, std::span<const Tensor<T>>(values), out);
   const std::uint32_t id = tape->push(std::move(node));
   return VarAccess::on_tape(std::move(tape), id, std::move(out));

@@ -32,11 +32,22 @@ class Tensor {
   using ConstMatrixMap =
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
+  /// The most bytes one tensor may hold (far beyond any machine's memory; it keeps size
+  /// arithmetic from overflowing).
+  static constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 62;
+
   /// An undefined tensor: no shape, no storage.
   Tensor() = default;
 
   /// A tensor of the given shape whose elements are uninitialized.
   explicit Tensor(const Shape& shape) : shape_(shape), defined_(true) {
+    // A Shape's elements fit in int64_t, but their bytes may not fit in size_t (or in the
+    // allocator's rounding): no machine holds 2^62 bytes, so refuse before multiplying.
+    if (static_cast<std::uint64_t>(shape.numel()) > kMaxBytes / sizeof(T)) {
+      throw ShapeError(detail::cat("Tensor: shape ", shape, " holds ", shape.numel(),
+                                   " elements of ", sizeof(T), " bytes, more than the 2^62 bytes ",
+                                   "a tensor may hold"));
+    }
     const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(T);
     T* data = static_cast<T*>(detail::allocate_bytes(bytes));
     owner_ = std::shared_ptr<T>(data, [bytes](T* p) { detail::deallocate_bytes(p, bytes); });
@@ -104,10 +115,8 @@ class Tensor {
   ConstArrayMap array() const noexcept { return ConstArrayMap(data_, numel()); }
 
   /// The tensor as a (rows x last axis) row-major matrix.
-  MatrixMap matrix() noexcept { return MatrixMap(data_, shape_.rows(), shape_.last()); }
-  ConstMatrixMap matrix() const noexcept {
-    return ConstMatrixMap(data_, shape_.rows(), shape_.last());
-  }
+  MatrixMap matrix() { return MatrixMap(data_, shape_.rows(), shape_.last()); }
+  ConstMatrixMap matrix() const { return ConstMatrixMap(data_, shape_.rows(), shape_.last()); }
 
   /// The same buffer seen with another shape of the same number of elements.
   Tensor reshape(const Shape& shape) const {
