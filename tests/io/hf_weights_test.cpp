@@ -1,6 +1,8 @@
 // Hugging Face weight files: the 16-bit float formats against PyTorch's bits, every dtype a file
 // may hold (generated files, random shapes and shard splits), BF16 saving, and the errors of
 // mismatched or malformed checkpoints (nothing half-loaded).
+#include "support/child.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <remat/core/rng.hpp>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -442,4 +445,38 @@ TEST_CASE("the index fuzzer's seed corpus holds what its names say", "[io][error
   }
   CHECK(valid >= 3);
   CHECK(rejected >= 9);
+}
+
+TEST_CASE("a FIFO or a folder as an index or a shard is an IoError naming it, never a hang",
+          "[io][hf][errors]") {
+  const std::string dir = hf_dir("not_regular");
+  const std::string index = dir + "/model.safetensors.index.json";
+  // the index itself a FIFO (a blocking open would wait forever: the child's alarm ends it)
+  REQUIRE(::mkfifo(index.c_str(), 0600) == 0);
+  CHECK(remat::test::run_in_child([&] {
+          return remat::test::error_status([&] { (void)remat::io::WeightFiles::open(dir); },
+                                           {index.c_str(), "a FIFO", "not a regular file"});
+        }) == 0);
+  REQUIRE(::unlink(index.c_str()) == 0);
+  // a shard that is a FIFO, or a folder
+  const std::string fifo = dir + "/pipe.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  hfs::create_directory(dir + "/folder.safetensors");
+  for (const char* shard : {"pipe.safetensors", "folder.safetensors"}) {
+    INFO(shard);
+    hf_write_text(index, std::string("{\"weight_map\": {\"x\": \"") + shard + "\"}}");
+    CHECK(remat::test::run_in_child([&] {
+            return remat::test::error_status([&] { (void)remat::io::WeightFiles::open(dir); },
+                                             {index.c_str(), shard, "of tensor 'x'"});
+          }) == 0);
+  }
+  // model.safetensors a FIFO, given as the folder's single file or by its own name
+  REQUIRE(::unlink(index.c_str()) == 0);
+  REQUIRE(::mkfifo((dir + "/model.safetensors").c_str(), 0600) == 0);
+  for (const std::string& path : {dir, dir + "/model.safetensors"}) {
+    CHECK(remat::test::run_in_child([&] {
+            return remat::test::error_status([&] { (void)remat::io::WeightFiles::open(path); },
+                                             {"model.safetensors", "a FIFO"});
+          }) == 0);
+  }
 }

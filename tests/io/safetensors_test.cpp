@@ -1,3 +1,4 @@
+#include "support/child.hpp"
 #include "support/gradcheck.hpp"
 
 #include <remat/io/safetensors.hpp>
@@ -303,7 +304,9 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
                  "are not integers");
     }
   }
-  SECTION("shapes whose extents multiply past 2^63, with or without a zero extent") {
+  SECTION(
+      "shapes whose extents multiply past 2^63 are refused; with a zero extent they hold 0 "
+      "bytes and are read") {
     Rng rng(6);
     for (int i = 0; i < 100; ++i) {
       // two or more extents of 2^20 .. 2^62 whose product exceeds 2^63
@@ -323,8 +326,22 @@ TEST_CASE("every class of malformed entry is rejected, generated over its member
         if (k) shape += ",";
         shape += std::to_string(dims[k]);
       }
+      const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+      if (!empty) {
+        st_rejects(with_entry(R"({"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,12]})"),
+                   "overflows");
+        continue;
+      }
+      // it holds nothing: read when its offsets say so, refused when they claim 12 bytes
       st_rejects(with_entry(R"({"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,12]})"),
-                 "overflows");
+                 "hold 12 bytes but F32 " + shape + "] needs 0");
+      const auto file = st_parse(
+          st_file(R"({"w":{"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,0]}})", ""));
+      const Tensor<float> w = file.tensor<float>("w");
+      CHECK(w.numel() == 0);
+      CHECK(w.shape().rank() == static_cast<int>(dims.size()));
+      for (std::size_t k = 0; k < dims.size(); ++k)
+        CHECK(static_cast<std::uint64_t>(w.shape()[static_cast<int>(k)]) == dims[k]);
     }
     st_rejects(with_entry(R"({"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,12]})"),
                "needs 4000000000000");
@@ -560,7 +577,7 @@ TEST_CASE("reading and saving report system errors as IoError with the file and 
         }),
         dir + "/sub/", EISDIR);
   CHECK_THAT(error_message([&] { remat::io::File::read("/dev/null"); }),
-             Catch::Contains("/dev/null: not a regular file"));
+             Catch::Contains("/dev/null: a character device, not a regular file"));
   CHECK_THAT(error_message([&] {
                remat::io::save<float>(dir + "/u.safetensors", {{"w", Tensor<float>()}});
              }),
@@ -737,4 +754,60 @@ TEST_CASE(
   }
   CHECK(valid >= 4);
   CHECK(rejected >= 30);
+}
+
+TEST_CASE(
+    "a FIFO, a directory or a device as a safetensors file is an IoError naming it, never a "
+    "hang",
+    "[io][errors]") {
+  const std::string dir = st_dir("not_regular");
+  const std::string fifo = dir + "/fifo.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // a blocking open of a FIFO waits for a writer forever: the child's alarm ends that
+  CHECK(remat::test::run_in_child([&] {
+          return remat::test::error_status([&] { remat::io::File::read(fifo); },
+                                           {fifo.c_str(), "a FIFO", "not a regular file"});
+        }) == 0);
+  CHECK_THAT(error_message([&] { remat::io::File::read("/dev/zero"); }),
+             Catch::Contains("/dev/zero") && Catch::Contains("a character device"));
+  CHECK_THAT(error_message([&] { remat::io::File::read(dir); }),
+             Catch::Contains(dir) && Catch::Contains(std::strerror(EISDIR)));
+}
+
+TEST_CASE("a file truncated after it was opened reads as an IoError or as its data, never a signal",
+          "[io][errors]") {
+  const std::string dir = st_dir("truncated_after_open");
+  Rng rng(26);
+  for (int trial = 0; trial < 12; ++trial) {
+    // tensors of 1-3 pages each, so that truncation lands in, between and before them
+    std::vector<remat::io::NamedTensor<float>> tensors;
+    const int count = 1 + static_cast<int>(rng.uniform_int(4));
+    for (int k = 0; k < count; ++k) {
+      tensors.emplace_back("t" + std::to_string(k),
+                           rng.normal_tensor<float>({1 + rng.uniform_int(3), 1024}));
+    }
+    const std::string path = dir + "/t" + std::to_string(trial) + ".safetensors";
+    remat::io::save<float>(path, tensors);
+    const auto size = static_cast<std::int64_t>(fs::file_size(path));
+    const std::int64_t cut = rng.uniform_int(size);
+    INFO("trial " << trial << ": " << count << " tensors, " << size << " bytes cut to " << cut);
+    // in a child: a SIGBUS (a mapping read past the new end of the file) would end the test
+    const int status = remat::test::run_in_child([&] {
+      const remat::io::File file = remat::io::File::read(path);
+      REQUIRE(::truncate(path.c_str(), cut) == 0);
+      int read = 0;
+      for (const auto& [name, t] : tensors) {
+        try {
+          const Tensor<float> back = file.tensor<float>(name);
+          if (back.to_vector() != t.to_vector()) return 3;  // silently wrong data
+          ++read;
+        } catch (const IoError& e) {
+          const std::string m = e.what();
+          if (m.find(path) == std::string::npos || m.find("shrank") == std::string::npos) return 2;
+        }
+      }
+      return read == count ? 4 : 0;  // at least the last tensor lies past the cut
+    });
+    CHECK(status == 0);
+  }
 }

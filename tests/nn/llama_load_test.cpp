@@ -1,6 +1,9 @@
 // nn::load_llama: a Llama saved as a Hugging Face folder (random configs, one file or random
 // shards, F32 or BF16) loads back to the same parameters and logits; mismatched folders are
 // IoErrors that leave a model untouched.
+#include "support/child.hpp"
+#include "support/gradcheck.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <remat/nn/llama_load.hpp>
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -112,4 +116,100 @@ TEST_CASE(
   }
   const std::string missing = ll_dir("missing_config");
   REQUIRE_THROWS_WITH(remat::nn::load_llama<float>(missing), Catch::Contains("config.json"));
+}
+
+namespace {
+
+/// `text` with `"key": value` put back in as a second member of the object that holds `key`
+/// first (its first occurrence), so that the object repeats it.
+std::string ll_repeat_key(const std::string& text, const std::string& key,
+                          const std::string& value) {
+  const std::size_t at = text.find("\"" + key + "\"");
+  REQUIRE(at != std::string::npos);
+  return text.substr(0, at) + "\"" + key + "\": " + value + ", " + text.substr(at);
+}
+
+}  // namespace
+
+TEST_CASE("config.json: a repeated key, at any level, is an IoError naming the file and the key",
+          "[nn][llama][io][errors]") {
+  remat::Rng rng(26);
+  const remat::nn::LlamaConfig config = ll_random_config(rng);
+  const std::string good = remat::nn::llama_config_json(config);
+  REQUIRE_NOTHROW(remat::nn::parse_llama_config(good, "dir/config.json"));
+  // every key of the written config, repeated with another value (the last one would win)
+  const nlohmann::json parsed = nlohmann::json::parse(good);
+  int checked = 0;
+  for (const auto& [key, value] : parsed.items()) {
+    const std::string other = value.is_number_integer()
+                                  ? std::to_string(value.get<std::int64_t>() + 1)
+                              : value.is_boolean() ? (value.get<bool>() ? "false" : "true")
+                                                   : "\"other\"";
+    const std::string message = remat::test::error_message(
+        [&] { remat::nn::parse_llama_config(ll_repeat_key(good, key, other), "dir/config.json"); });
+    INFO(key << ": " << message);
+    CHECK_THAT(message, Catch::Contains("dir/config.json") &&
+                            Catch::Contains("the key '" + key + "' appears twice"));
+    ++checked;
+  }
+  CHECK(checked >= 14);
+  // inside a nested object too, named by its path
+  const std::string nested =
+      good.substr(0, good.rfind('}')) + R"(, "quantization_config": {"bits": 4, "bits": 8}})";
+  CHECK_THAT(
+      remat::test::error_message([&] { remat::nn::parse_llama_config(nested, "dir/config.json"); }),
+      Catch::Contains("'bits' appears twice in the object 'quantization_config'"));
+}
+
+TEST_CASE("config.json as a FIFO or a folder is an IoError naming it, never a hang",
+          "[nn][llama][io][errors]") {
+  const std::string dir = ll_dir("config_not_regular");
+  const std::string config = dir + "/config.json";
+  REQUIRE(::mkfifo(config.c_str(), 0600) == 0);
+  for (const bool folder : {false, true}) {
+    CHECK(remat::test::run_in_child([&] {
+            return remat::test::error_status(
+                [&] {
+                  if (folder)
+                    (void)remat::nn::load_llama<float>(dir);
+                  else
+                    (void)remat::nn::load_llama_config(config);
+                },
+                {config.c_str(), "a FIFO"});
+          }) == 0);
+  }
+  REQUIRE(::unlink(config.c_str()) == 0);
+  std::filesystem::create_directory(config);
+  CHECK_THAT(remat::test::error_message([&] { (void)remat::nn::load_llama_config(config); }),
+             Catch::Contains(config) && Catch::Contains(std::strerror(EISDIR)));
+}
+
+TEST_CASE(
+    "config.json sizes the tensors cannot have, or the weight files do not hold, are IoErrors "
+    "naming the key and value before anything is allocated",
+    "[nn][llama][io][errors]") {
+  remat::Rng rng(2640);
+  const remat::nn::LlamaConfig config = ll_random_config(rng);
+  const remat::nn::Llama<float> saved(config);
+  const std::string dir = ll_dir("huge_sizes");
+  ll_save(saved, dir, 1 << 20, remat::io::StoreAs::native);
+  const nlohmann::json good = nlohmann::json::parse(remat::nn::llama_config_json(config));
+  REQUIRE_NOTHROW(remat::nn::load_llama<float>(dir));
+  // each size set to a value whose tensors overflow (2^62, 2^59 + 1: refused when parsed) or
+  // exist in no memory (2^40, 2^36: refused against the files); all in a forked child, so that a
+  // regression that allocates cannot take this process's memory
+  for (const char* key : {"vocab_size", "intermediate_size", "num_hidden_layers"}) {
+    for (const int bits : {36, 40, 59, 62}) {
+      nlohmann::json j = good;
+      const std::int64_t value = (std::int64_t{1} << bits) + (bits == 59 ? 1 : 0);
+      j[key] = value;
+      std::ofstream(dir + "/config.json") << j.dump(2);
+      INFO(key << " = " << value);
+      const std::string named = std::string(key) + " = " + std::to_string(value);
+      CHECK(remat::test::run_in_child([&] {
+              return remat::test::error_status([&] { (void)remat::nn::load_llama<float>(dir); },
+                                               {"config.json", named.c_str()});
+            }) == 0);
+    }
+  }
 }

@@ -3,16 +3,22 @@
 /// The safetensors format (readable by Python's `safetensors` and by PyTorch tooling): an 8-byte
 /// little-endian header length N, N bytes of JSON mapping each tensor name to its dtype, shape
 /// and [begin, end) byte offsets in the data section (plus an optional "__metadata__" object of
-/// strings), then the data, row-major and little-endian. remat reads and writes F32 and F64.
+/// strings), then the data, row-major and little-endian. remat reads F64, F32, BF16, F16 and the
+/// integer dtypes, and writes F32, F64 and BF16.
 ///
 /// Reading validates the whole file before handing out anything, with the reference reader's
 /// rules (Rust `safetensors`) and a few stricter ones: the header length within bounds, a header
 /// that starts with '{' (no byte-order mark), holds no NUL byte, nests at most kMaxHeaderDepth
 /// levels and is one JSON object with no repeated key at any level; entries that are objects with
-/// exactly a known dtype, a shape whose extents multiply without overflow, and offsets that
+/// exactly a known dtype, a shape whose extents multiply without overflow (a shape with a zero
+/// extent is empty whatever its other extents are), and offsets that
 /// match the shape; and offsets that, taken in order, cover the data section exactly (no hole, no
 /// overlap, nothing after). Each failure is an IoError naming the file and the entry; what it
 /// quotes from the file is cut short (detail::brief), so a message stays short.
+///
+/// Only regular files are read (a FIFO or a device is refused before any read, so it cannot
+/// hang the reader), and they are read with pread() rather than mapped (Note [no memory map]): a
+/// file truncated while open is an IoError, never a SIGBUS.
 ///
 /// Writing is atomic: a uniquely named temporary file in the target's directory is written,
 /// flushed to disk and renamed over the target, then the directory is flushed. A crash, a full
@@ -45,7 +51,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,6 +226,7 @@ class Descriptor {
   }
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor(Descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 
   int get() const noexcept { return fd_; }
   bool valid() const noexcept { return fd_ >= 0; }
@@ -439,35 +445,94 @@ void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors,
 
 namespace detail {
 
-/// The bytes of a file: a read-only private memory map of it, or a buffer (a file's bytes given
-/// in memory, or a file mmap refuses). Unmapped by the destructor.
+/// What a file is, for a message about one that is not a regular file.
+inline const char* file_kind(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/// Opens `path` for reading if it is a regular file (a symbolic link to one included), and
+/// returns the descriptor and the file's size. Anything else is an IoError naming the file and
+/// what it is (`who` starts the message), a directory with strerror(EISDIR). The open is
+/// non-blocking: opening a FIFO for reading would wait for a writer forever, and the file's
+/// type is only known for certain from the descriptor (a stat() before the open could see
+/// another file than the one opened).
+inline std::pair<Descriptor, std::size_t> open_regular(const std::string& path,
+                                                       std::string_view who) {
+  Descriptor fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  const auto fail = [&](std::string_view doing, int err) {
+    return IoError(
+        remat::detail::cat(who, ": ", doing, " ", path, " failed: ", std::strerror(err)));
+  };
+  if (!fd.valid()) throw fail("opening", errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw fail("reading", errno);
+  if (S_ISDIR(st.st_mode)) throw fail("reading", EISDIR);
+  if (!S_ISREG(st.st_mode)) {
+    throw IoError(remat::detail::cat(who, ": cannot read ", path, ": ", file_kind(st.st_mode),
+                                     ", not a regular file"));
+  }
+  // back to blocking reads (a regular file ignores the flag; this keeps reads plain)
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw fail("reading", errno);
+  return {std::move(fd), static_cast<std::size_t>(st.st_size)};
+}
+
+/// The bytes of a safetensors file: a buffer in memory, or an open file read with pread() as
+/// needed. Note [no memory map]: a memory map would save one copy, but a file truncated while
+/// mapped (another process rewriting it) turns a read of the lost pages into SIGBUS, which kills
+/// the process; pread() reports the shorter file as a short read, which becomes an IoError.
 class Bytes {
  public:
-  explicit Bytes(std::vector<char> buffer)
-      : buffer_(std::move(buffer)), view_(buffer_.data(), buffer_.size()) {}
-  Bytes(void* map, std::size_t size) : map_(map), view_(static_cast<const char*>(map), size) {}
-  ~Bytes() {
-    if (map_) ::munmap(map_, view_.size());
-  }
+  explicit Bytes(std::vector<char> buffer) : buffer_(std::move(buffer)), size_(buffer_.size()) {}
+  Bytes(Descriptor fd, std::size_t size, std::string path)
+      : fd_(std::move(fd)), size_(size), path_(std::move(path)) {}
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
 
-  std::span<const char> view() const noexcept { return view_; }
+  /// The size the file had when it was opened (the size validated against the header).
+  std::size_t size() const noexcept { return size_; }
 
-  /// Lets the kernel drop the pages wholly inside [begin, end) of a mapping: they were read and
-  /// converted, and stay in the page cache, but no longer count in the process's resident memory
-  /// (a later read faults them in again from the file). Nothing for a buffer.
-  void release(std::size_t begin, std::size_t end) const noexcept {
-    if (!map_) return;
-    static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    const std::size_t first = (begin + page - 1) / page * page, last = end / page * page;
-    if (first < last) ::madvise(static_cast<char*>(map_) + first, last - first, MADV_DONTNEED);
+  /// The bytes [at, at + n) in memory, or null when they are read from the file (see read()).
+  const char* memory(std::size_t at) const noexcept {
+    return fd_.valid() ? nullptr : buffer_.data() + at;
+  }
+
+  /// Copies the bytes [at, at + n) (within size()) into `to`; an IoError naming the file when it
+  /// has shrunk since it was opened, or on a read error.
+  void read(std::size_t at, std::size_t n, char* to) const {
+    if (!fd_.valid()) {
+      std::memcpy(to, buffer_.data() + at, n);
+      return;
+    }
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_.get(), to, n, static_cast<off_t>(at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        throw IoError(
+            remat::detail::cat("safetensors: reading ", path_, " failed: ", std::strerror(errno)));
+      }
+      if (got == 0) {
+        throw IoError(remat::detail::cat("safetensors: ", path_, " shrank to ", at,
+                                         " bytes while being read (it had ", size_,
+                                         " when opened): was it truncated or rewritten?"));
+      }
+      at += static_cast<std::size_t>(got);
+      to += got;
+      n -= static_cast<std::size_t>(got);
+    }
   }
 
  private:
   std::vector<char> buffer_;
-  void* map_ = nullptr;
-  std::span<const char> view_;
+  Descriptor fd_{-1};
+  std::size_t size_ = 0;
+  std::string path_;
 };
 
 /// Converts `n` elements of dtype `dtype` at `from` (little-endian, maybe unaligned) to T at
@@ -522,7 +587,7 @@ bool convert(std::string_view dtype, const char* from, std::size_t n, T* to) {
 
 }  // namespace detail
 
-/// A safetensors file, mapped into memory and validated.
+/// A safetensors file, validated, whose tensors are read when asked.
 class File {
  public:
   struct Entry {
@@ -531,28 +596,13 @@ class File {
     std::size_t begin = 0, end = 0;  // in the data section
   };
 
-  /// Maps and validates `path`; throws an IoError naming the file and the problem (with
-  /// strerror for system errors: missing, unreadable, a directory, ...).
+  /// Opens and validates `path`: reads its header and keeps the file open, to read tensors from
+  /// it when asked (Note [no memory map]). Throws an IoError naming the file and the problem
+  /// (with strerror for system errors: missing, unreadable, a directory, ...); anything but a
+  /// regular file (a FIFO, a device) is refused without being read.
   static File read(const std::string& path) {
-    detail::Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) throw detail::system_error("opening", path, errno);
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw detail::system_error("reading", path, errno);
-    if (S_ISDIR(st.st_mode)) throw detail::system_error("reading", path, EISDIR);
-    if (!S_ISREG(st.st_mode))
-      throw IoError(remat::detail::cat("safetensors: cannot read ", path, ": not a regular file"));
-    const auto size = static_cast<std::size_t>(st.st_size);
-    std::shared_ptr<const detail::Bytes> bytes;
-    if (size == 0) {
-      bytes = std::make_shared<const detail::Bytes>(std::vector<char>());  // mmap refuses length 0
-    } else {
-      void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-      if (map == MAP_FAILED) throw detail::system_error("mapping", path, errno);
-      bytes =
-          std::make_shared<const detail::Bytes>(map, size);  // the mapping outlives the descriptor
-    }
-    if (const int err = fd.close()) throw detail::system_error("closing", path, err);
-    return File(path, std::move(bytes));
+    auto [fd, size] = detail::open_regular(path, "safetensors");
+    return File(path, std::make_shared<const detail::Bytes>(std::move(fd), size, path));
   }
 
   /// Parses and validates a file's bytes (`where` names it in messages).
@@ -571,10 +621,13 @@ class File {
     return it->second;
   }
 
-  /// The raw bytes of tensor `name`.
-  std::span<const char> bytes(const std::string& name) const {
+  /// A copy of the raw bytes of tensor `name` (an IoError if the file has shrunk since it was
+  /// opened).
+  std::vector<char> bytes(const std::string& name) const {
     const Entry& e = entry(name);
-    return bytes_.subspan(data_start_ + e.begin, e.end - e.begin);
+    std::vector<char> out(e.end - e.begin);
+    storage_->read(data_start_ + e.begin, out.size(), out.data());
+    return out;
   }
 
   /// The file's name as messages give it.
@@ -602,10 +655,11 @@ class File {
     return t;
   }
 
-  /// Converts tensor `name` into `out`, whose shape must be the tensor's, slice by slice,
-  /// releasing the mapping's pages behind it (detail::Bytes::release). Throws an IoError naming
-  /// the tensor, the file and both shapes or dtypes on a mismatch, before writing anything; an
-  /// integer out of int32's range is an IoError too (`out` then holds part of the values).
+  /// Converts tensor `name` into `out`, whose shape must be the tensor's, slice by slice (one
+  /// slice of the file in memory at a time). Throws an IoError naming the tensor, the file and
+  /// both shapes or dtypes on a mismatch, before writing anything; an integer out of int32's
+  /// range, or a file that shrank since it was opened, is an IoError too (`out` then holds part
+  /// of the values).
   template <class T>
   void read_into(const std::string& name, Tensor<T>& out) const {
     const Entry& e = entry(name);
@@ -618,15 +672,21 @@ class File {
     const std::size_t size = detail::dtype_size(e.dtype), n = static_cast<std::size_t>(out.numel());
     constexpr std::size_t kSlice = std::size_t{1}
                                    << 22;  // elements per slice: 8-32 MiB of the file
+    std::vector<char> slice;
     for (std::size_t done = 0; done < n; done += kSlice) {
       const std::size_t count = std::min(kSlice, n - done),
                         at = data_start_ + e.begin + done * size;
-      if (!detail::convert<T>(e.dtype, bytes_.data() + at, count, out.data() + done)) {
+      const char* from = storage_->memory(at);
+      if (!from) {
+        slice.resize(count * size);
+        storage_->read(at, slice.size(), slice.data());
+        from = slice.data();
+      }
+      if (!detail::convert<T>(e.dtype, from, count, out.data() + done)) {
         throw IoError(remat::detail::cat("safetensors: tensor '", detail::brief(name), "' in ",
                                          path_, " is ", e.dtype,
                                          " and holds a value outside int32's range"));
       }
-      storage_->release(at, at + count * size);
     }
   }
 
@@ -668,21 +728,24 @@ class File {
   }
 
   void parse() {
-    if (bytes_.size() < 8)
-      fail(remat::detail::cat("it has ", bytes_.size(),
+    const std::size_t file_size = storage_->size();
+    if (file_size < 8)
+      fail(remat::detail::cat("it has ", file_size,
                               " bytes, fewer than the 8 of the header length"));
     std::uint64_t length = 0;
-    std::memcpy(&length, bytes_.data(), 8);
+    storage_->read(0, 8, reinterpret_cast<char*>(&length));
     if (length > kMaxHeaderBytes)
       fail(remat::detail::cat("the header length ", length, " exceeds the ", kMaxHeaderBytes,
                               " allowed"));
-    if (length > bytes_.size() - 8) {
+    if (length > file_size - 8) {
       fail(remat::detail::cat("the header length ", length, " runs past the end of the file (",
-                              bytes_.size() - 8, " bytes follow it): truncated?"));
+                              file_size - 8, " bytes follow it): truncated?"));
     }
     data_start_ = 8 + length;
-    const std::size_t data_size = bytes_.size() - data_start_;
-    scan(std::string_view(bytes_.data() + 8, length));
+    const std::size_t data_size = file_size - data_start_;
+    std::string text(length, '\0');  // bounded by the file's size, checked above
+    storage_->read(8, text.size(), text.data());
+    scan(text);
     // JSON parsers keep the last of repeated keys; we refuse them, at every level: each open
     // object's keys so far (the scan bounded how many objects can be open).
     std::vector<std::set<std::string>> open;
@@ -707,7 +770,7 @@ class File {
     };
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(bytes_.data() + 8, bytes_.data() + data_start_, no_repeats);
+      header = nlohmann::json::parse(text.begin(), text.end(), no_repeats);
     } catch (const nlohmann::json::exception& e) {
       fail(remat::detail::cat("the header is not valid JSON (", detail::brief(e.what(), 160), ")"));
     }
@@ -786,17 +849,17 @@ class File {
       }
       dims.push_back(d.get<std::int64_t>());
     }
-    // The extents must multiply without overflow (the non-zero ones too: tensors compute sizes
-    // and strides from them).
-    std::uint64_t nonzero = 1, count = 1;
+    // The extents must multiply without overflow, as a Shape's do; a zero extent makes any shape
+    // empty, whatever the others are (it holds 0 bytes).
+    const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+    std::uint64_t count = empty ? 0 : 1;
     for (const std::int64_t d : dims) {
       const auto extent = static_cast<std::uint64_t>(d);
-      if (extent != 0 && nonzero > static_cast<std::uint64_t>(INT64_MAX) / extent) {
+      if (!empty && count > static_cast<std::uint64_t>(INT64_MAX) / extent) {
         bad(remat::detail::cat("shape ", detail::brief_json(shape),
                                " overflows: its extents multiply to more than 2^63"));
       }
-      if (extent != 0) nonzero *= extent;
-      count *= extent;
+      if (!empty) count *= extent;
     }
     e.shape = Shape(std::span<const std::int64_t>(dims));
     const auto& offsets = value["data_offsets"];
@@ -825,13 +888,12 @@ class File {
   }
 
   File(std::string where, std::shared_ptr<const detail::Bytes> storage)
-      : path_(std::move(where)), storage_(std::move(storage)), bytes_(storage_->view()) {
+      : path_(std::move(where)), storage_(std::move(storage)) {
     parse();
   }
 
   std::string path_;
   std::shared_ptr<const detail::Bytes> storage_;  // shared by copies of the File
-  std::span<const char> bytes_;
   std::size_t data_start_ = 0;
   Metadata metadata_;
   std::map<std::string, Entry> entries_;

@@ -4,12 +4,13 @@
 /// `model.safetensors.index.json` ({"metadata": {"total_size": N}, "weight_map": {tensor name:
 /// shard file}}). WeightFiles opens either layout (a folder, a .safetensors file or an index)
 /// and loads named tensors all or nothing: every name, shape and dtype is checked against the
-/// headers first, and only then are values converted (from the memory maps) into the targets.
+/// headers first, and only then are values converted (read from the files) into the targets.
 ///
 /// The index is untrusted: it must be one JSON object nesting at most kMaxHeaderDepth levels,
 /// with no repeated key, a weight_map of strings naming files inside the folder (no absolute
 /// path, no ".." component), each shard a valid safetensors file holding the tensors the index
-/// places in it. Each failure is an IoError naming the index or shard and the tensor.
+/// places in it. Each failure is an IoError naming the index or shard and the tensor. The index
+/// and the shards must be regular files (a FIFO is refused, never waited on).
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,7 @@
 
 #include <sys/stat.h>
 
+#include "remat/io/json.hpp"
 #include "remat/io/safetensors.hpp"
 
 namespace remat::io {
@@ -59,29 +61,7 @@ inline Index parse_index(std::string_view text, const std::string& source) {
   const auto fail = [&](const std::string& why) -> void {
     throw IoError(remat::detail::cat("safetensors index ", source, ": ", why));
   };
-  // Bounded nesting, checked before parsing (nlohmann's parser recurses once per level).
-  if (const std::size_t i = detail::nesting_overflow(text, kMaxHeaderDepth);
-      i != std::string_view::npos) {
-    fail(remat::detail::cat("JSON nests deeper than ", kMaxHeaderDepth, " levels (at byte ", i,
-                            ")"));
-  }
-  std::vector<std::set<std::string>> open;
-  const auto no_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) open.emplace_back();
-    if (event == E::object_end) open.pop_back();
-    if (event == E::key && !open.back().insert(parsed.get_ref<const std::string&>()).second) {
-      fail(remat::detail::cat("the key '", brief(parsed.get_ref<const std::string&>()),
-                              "' appears twice"));
-    }
-    return true;
-  };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.begin(), text.end(), no_repeats);
-  } catch (const nlohmann::json::exception& e) {
-    fail(remat::detail::cat("not valid JSON (", brief(e.what(), 160), ")"));
-  }
+  const nlohmann::json j = parse_json(text, "safetensors index " + source);
   if (!j.is_object()) fail(remat::detail::cat("not a JSON object but ", brief_json(j)));
   Index index;
   if (const auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
@@ -110,23 +90,9 @@ inline Index parse_index(std::string_view text, const std::string& source) {
   return index;
 }
 
-/// The whole text of `path`, or an IoError naming it.
+/// The whole text of the regular file `path`, or an IoError naming it.
 inline std::string read_text(const std::string& path) {
-  Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) throw system_error("opening", path, errno);
-  std::string text;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw system_error("reading", path, errno);
-    if (n == 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > kMaxHeaderBytes)
-      throw IoError(remat::detail::cat("safetensors index ", path, ": larger than ",
-                                       kMaxHeaderBytes, " bytes"));
-  }
-  return text;
+  return read_text_file(path, "safetensors index");
 }
 
 inline bool is_directory(const std::string& path) {

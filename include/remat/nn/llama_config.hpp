@@ -4,6 +4,8 @@
 /// windows) into nn::LlamaConfig. A missing file, malformed JSON, a missing or mistyped field, or
 /// a feature the model does not implement (rope_scaling, a head_dim other than hidden_size /
 /// num_attention_heads, an activation other than silu) is an IoError naming the file and field.
+/// The file is read strictly (io/json.hpp: a regular file, no repeated key), and sizes whose
+/// tensors could not exist (vocab_size 2^62) are refused by name.
 
 #if !__has_include(<nlohmann/json.hpp>)
 #error "remat/nn/llama_config.hpp needs nlohmann/json (Debian: nlohmann-json3-dev)"
@@ -11,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <string>
 
+#include "remat/io/json.hpp"
 #include "remat/nn/llama.hpp"
 
 namespace remat::detail {
@@ -140,27 +142,58 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
   return c;
 }
 
+}  // namespace remat::nn
+
+namespace remat::detail {
+
+/// `a` times `b`, or nullopt past INT64_MAX (both positive).
+inline std::optional<std::int64_t> checked_mul(std::int64_t a, std::int64_t b) noexcept {
+  if (a > INT64_MAX / b) return std::nullopt;
+  return a * b;
+}
+
+/// Throws an IoError naming `source`, the keys and their values unless every tensor of the model
+/// `c` describes has a number of bytes that fits in an int64_t (so that no size computed from
+/// the config overflows: vocab_size 2^62 would). Whether the memory exists is for the caller to
+/// judge (load_llama checks the sizes against the weight files before allocating anything).
+inline void check_llama_sizes(const nn::LlamaConfig& c, const std::string& source) {
+  const auto check = [&](const char* what, std::int64_t a, const char* a_name, std::int64_t b,
+                         const char* b_name) {
+    const auto n = checked_mul(a, b);
+    if (!n || *n > static_cast<std::int64_t>(Tensor<double>::kMaxBytes / sizeof(double))) {
+      throw IoError(cat(source, ": ", a_name, " = ", a, " times ", b_name, " = ", b, " (", what,
+                        ") is more elements than a tensor may hold (2^59 of 8 bytes)"));
+    }
+  };
+  check("the embedding", c.vocab_size, "vocab_size", c.hidden_size, "hidden_size");
+  check("an MLP matrix", c.intermediate_size, "intermediate_size", c.hidden_size, "hidden_size");
+  check("an attention matrix", c.hidden_size, "hidden_size", c.hidden_size, "hidden_size");
+}
+
+}  // namespace remat::detail
+
+namespace remat::nn {
+
 /// Parses config.json text; `source` names it in errors.
 inline LlamaConfig parse_llama_config(const std::string& text,
                                       const std::string& source = "config.json") {
   remat::detail::check_json_depth(text, source);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(detail::cat(source, ": not valid JSON (", e.what(), ")"));
-  }
-  return llama_config_from_json(j, source);
+  // strict: a repeated key is an IoError naming it (io/json.hpp)
+  const LlamaConfig c = llama_config_from_json(io::parse_json(text, source), source);
+  remat::detail::check_llama_sizes(c, source);
+  return c;
 }
 
 /// Reads a config.json file (or the config.json inside a model folder's path given as a file).
+/// Only a regular file is read: a FIFO, a device or a folder is an IoError naming it.
 inline LlamaConfig load_llama_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(detail::cat(path, ": cannot open the config file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw IoError(detail::cat(path, ": read error"));
-  return parse_llama_config(text.str(), path);
+  std::string text;
+  try {
+    text = io::read_text_file(path, "config.json reader");
+  } catch (const IoError& e) {
+    throw IoError(detail::cat(path, ": cannot open the config file (", e.what(), ")"));
+  }
+  return parse_llama_config(text, path);
 }
 
 /// The config.json text of `c`, with Hugging Face's field names (model_type "llama", or
