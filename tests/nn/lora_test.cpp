@@ -1,6 +1,7 @@
 // LoRA adapters (nn/lora.hpp): the wrapped forward against a direct computation, only adapters
 // trained, adapter gradients under every checkpoint plan equal (==) to plain ones, PEFT's names
 // and files, clear errors for adapters that do not fit, and merge() giving the same logits.
+#include "support/child.hpp"
 #include "support/gradcheck.hpp"
 
 #include <remat/checkpoint/plan.hpp>
@@ -9,9 +10,12 @@
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
+
+#include <sys/stat.h>
 
 namespace {
 
@@ -367,4 +371,48 @@ TEST_CASE(
       }
     }
   }
+}
+
+TEST_CASE(
+    "lora: adapter_config.json as a folder or a FIFO, or with a repeated key, is an IoError "
+    "naming it",
+    "[nn][lora][io][errors]") {
+  using Catch::Matchers::Contains;
+  remat::nn::Llama<float> model(lora_llama_config(1));
+  auto adapters = lora::apply(model, {.rank = 2, .alpha = 4, .targets = {"q_proj"}});
+  const std::string dir = lora_temp_dir("not_regular");
+  adapters.save_adapters(dir);
+  const std::string path = dir + "/adapter_config.json";
+  std::ifstream in(path);
+  const std::string good{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  in.close();
+  REQUIRE_NOTHROW(adapters.load_adapters(dir));
+  // every top-level key repeated with another value, and a repeated key in a nested object
+  const nlohmann::json parsed = nlohmann::json::parse(good);
+  int repeated = 0;
+  for (const auto& [key, value] : parsed.items()) {
+    const std::size_t at = good.find("\"" + key + "\"");
+    REQUIRE(at != std::string::npos);
+    std::ofstream(path) << good.substr(0, at) << "\"" << key << "\": 3, " << good.substr(at);
+    const std::string message = remat::test::error_message([&] { adapters.load_adapters(dir); });
+    INFO(message);
+    CHECK_THAT(message, Contains(path) && Contains("the key '" + key + "' appears twice"));
+    ++repeated;
+  }
+  CHECK(repeated >= 8);
+  std::ofstream(path) << good.substr(0, good.rfind('}'))
+                      << R"(, "alpha_pattern": {"q_proj": 8, "q_proj": 16}})";
+  CHECK_THAT(remat::test::error_message([&] { adapters.load_adapters(dir); }),
+             Contains("'q_proj' appears twice in the object 'alpha_pattern'"));
+  // a folder in its place (the issue: a non-remat exception), then a FIFO (a hang)
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  CHECK_THAT(remat::test::error_message([&] { adapters.load_adapters(dir); }),
+             Contains(path) && Contains(std::strerror(EISDIR)));
+  std::filesystem::remove(path);
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  CHECK(remat::test::run_in_child([&] {
+          return remat::test::error_status([&] { adapters.load_adapters(dir); },
+                                           {path.c_str(), "a FIFO"});
+        }) == 0);
 }

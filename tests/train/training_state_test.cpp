@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <tuple>
 
 namespace {
 
@@ -197,4 +198,45 @@ TEST_CASE("loading parameters is all or nothing: missing, unexpected and wrong s
   remat::nn::GPT<double> doubled(c);
   CHECK_THAT(error_message([&] { remat::train::load_parameters(path, doubled); }),
              Catch::Contains("model: F64"));
+}
+
+TEST_CASE("a training state's learning rate, steps and counters are validated by name",
+          "[train][io][errors]") {
+  // lr = inf would train on silently and blow every weight up at the next step
+  const std::string path = ts_path("damaged_numbers.safetensors");
+  const std::vector<std::tuple<std::string, std::string, bool>> cases = {
+      {"adamw.lr", "inf", false},      {"adamw.lr", "-inf", false},
+      {"adamw.lr", "infinity", false}, {"adamw.lr", "nan", false},
+      {"adamw.lr", "-0.5", false},     {"adamw.lr", "-1e-300", false},
+      {"adamw.steps", "-1", false},    {"adamw.updates.wte.weight", "-3", false},
+      {"adamw.lr", "0", true},         {"adamw.lr", "1e-300", true},
+      {"adamw.lr", "3.5", true},       {"adamw.steps", "7", true}};
+  for (const auto& [key, value, valid] : cases) {
+    remat::nn::GPT<float> c(ts_config(1));
+    remat::optim::AdamW<float> oc(c.parameters());
+    ts_step(c, oc, 0);
+    remat::train::save_training_state(path, c, oc);
+    const remat::io::File file = remat::io::File::read(path);
+    remat::io::Metadata metadata = file.metadata();
+    metadata[key] = value;
+    std::vector<remat::io::NamedTensor<float>> tensors;
+    for (const auto& [name, e] : file.entries())
+      tensors.emplace_back(name, file.tensor<float>(name));
+    remat::io::save(path, tensors, metadata);
+    remat::nn::GPT<float> d(ts_config(4));
+    remat::optim::AdamW<float> od(d.parameters());
+    INFO(key << " = " << value);
+    if (valid) {
+      CHECK_NOTHROW(remat::train::load_training_state(path, d, od));
+      continue;
+    }
+    const auto before = ts_values(d);
+    const std::string message =
+        error_message([&] { remat::train::load_training_state(path, d, od); });
+    CHECK_THAT(message, Catch::Contains(path) && Catch::Contains("'" + key + "'") &&
+                            Catch::Contains("'" + value + "'") &&
+                            Catch::Contains("nothing was loaded"));
+    CHECK(ts_values(d) == before);
+    CHECK(od.lr() != std::stod(value == "infinity" ? "inf" : value));
+  }
 }

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/io/json.hpp"
 #include "remat/io/safetensors.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
@@ -124,15 +125,9 @@ class Adapters {
   void load_adapters(const std::string& dir) {
     check_not_merged("load_adapters");
     const std::string config_path = dir + "/adapter_config.json";
-    std::ifstream f(config_path);
-    if (!f) throw IoError(remat::detail::cat("lora::load_adapters: cannot open ", config_path));
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(remat::detail::cat("lora::load_adapters: ", config_path,
-                                       " is not valid JSON: ", e.what()));
-    }
+    // strictly (io/json.hpp): a regular file (a FIFO or a folder is an IoError naming it), valid
+    // JSON with no repeated key
+    nlohmann::json config = io::read_json_file(config_path, "lora::load_adapters");
     const auto number = [&](const char* key) {
       if (!config.is_object() || !config.contains(key) || !config[key].is_number()) {
         throw IoError(

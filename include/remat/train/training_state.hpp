@@ -7,10 +7,13 @@
 /// Layout, for an optimizer named N (lower-cased: "sgd", "adamw") and a parameter p:
 ///   tensors   model.p, N.BUFFER.p         (AdamW: adamw.m.p, adamw.v.p; SGD: sgd.velocity.p)
 ///   metadata  optimizer = N as named ("AdamW"), N.steps, N.lr, N.COUNTER.p (adamw.updates.p)
-/// and the caller's own metadata beside them.
+/// and the caller's own metadata beside them. Loading refuses, by key and value, a learning rate
+/// that is not a finite number >= 0 and a step count or counter below 0.
 
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,23 @@ N metadata_number(const io::File& file, const std::string& path, const std::stri
                                    "'; nothing was loaded"));
 }
 
+/// The metadata value `key` as a count (an integer >= 0) or a learning rate (a finite number
+/// >= 0), or an IoError naming the file, the key and the value: a resumed run would otherwise
+/// take lr = inf or a negative step count as given.
+template <class N>
+N metadata_at_least_zero(const io::File& file, const std::string& path, const std::string& key) {
+  const N value = metadata_number<N>(file, path, key);
+  bool ok = value >= 0;
+  if constexpr (std::is_floating_point_v<N>) ok = ok && std::isfinite(value);
+  if (ok) return value;
+  throw IoError(
+      remat::detail::cat("safetensors: ", path, " has an invalid '", key, "' metadata value '",
+                         io::detail::brief(file.metadata().at(key)), "': ",
+                         std::is_floating_point_v<N> ? "a learning rate is a finite number >= 0"
+                                                     : "a count is an integer >= 0",
+                         "; nothing was loaded"));
+}
+
 }  // namespace detail
 
 /// Writes the parameters and the optimizer's state (see the file comment) and `metadata`, to
@@ -127,8 +147,8 @@ Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::O
   const std::string prefix = detail::prefix_of(opt.name());
   optim::OptimizerState<T> state;
   state.optimizer = opt.name();
-  state.steps = detail::metadata_number<std::int64_t>(file, path, prefix + ".steps");
-  state.lr = detail::metadata_number<double>(file, path, prefix + ".lr");
+  state.steps = detail::metadata_at_least_zero<std::int64_t>(file, path, prefix + ".steps");
+  state.lr = detail::metadata_at_least_zero<double>(file, path, prefix + ".lr");
   state.buffers.resize(slots.size());
   state.counters.resize(slots.size());
   std::vector<std::pair<std::string, Shape>> expected = detail::shapes_of(m, "model.");
@@ -142,8 +162,8 @@ Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::O
         expected.emplace_back(prefix + "." + buffer + "." + name, p.shape());
     }
     for (const std::string& counter : opt.counter_names()) {
-      state.counters[k][counter] =
-          detail::metadata_number<std::int64_t>(file, path, prefix + "." + counter + "." + name);
+      state.counters[k][counter] = detail::metadata_at_least_zero<std::int64_t>(
+          file, path, prefix + "." + counter + "." + name);
     }
   }
   detail::check_names<T>(file, path, expected);
