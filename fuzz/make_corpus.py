@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz/safetensors_fuzz: a few valid files and one small file for
-each class of input the reader rejects (tests/io/safetensors_test.cpp tests the same classes).
+"""Writes the seed corpora of the fuzzers (safetensors, index, config, adapter_config,
+training_state): a few valid inputs and one small input for each class the reader rejects (the
+tests read each corpus and check that its names say what the reader does).
 
-    python3 fuzz/make_corpus.py            # rewrites fuzz/corpus/safetensors/ and fuzz/corpus/index/
+    python3 fuzz/make_corpus.py            # rewrites every folder of fuzz/corpus/
 """
 import json
 import pathlib
@@ -111,8 +112,87 @@ INDEX_SEEDS = {
 }
 
 
+# Seeds of fuzz/config_fuzz (config.json texts): a Llama and a Qwen2 config, then one per class
+# the reader refuses (tests/nn/llama_load_test.cpp checks that they are).
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32, "hidden_size": 8,
+         "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-06,
+         "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "bfloat16"}
+CONFIG_SEEDS = {
+    "valid_llama": js(LLAMA),
+    "valid_qwen2": js({**LLAMA, "model_type": "qwen2", "tie_word_embeddings": True, "rope_scaling": None}),
+    "not_json": js(LLAMA)[:-3],
+    "not_object": "[1]",
+    "nested_deep": '{"x":' + "[" * 70 + "]" * 70 + "}",
+    "duplicate_key": js(LLAMA)[:-1] + ',"vocab_size":64}',
+    "duplicate_nested_key": js(LLAMA)[:-1] + ',"quantization_config":{"bits":4,"bits":8}}',
+    "missing_field": js({k: v for k, v in LLAMA.items() if k != "hidden_size"}),
+    "field_not_integer": js({**LLAMA, "vocab_size": "32"}),
+    "field_negative": js({**LLAMA, "num_hidden_layers": -1}),
+    "heads_not_dividing": js({**LLAMA, "num_attention_heads": 3}),
+    "vocab_overflows": js({**LLAMA, "vocab_size": 2**62}),
+    "intermediate_overflows": js({**LLAMA, "intermediate_size": 2**59 + 1}),
+    "rope_scaling_set": js({**LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+    "hidden_act_gelu": js({**LLAMA, "hidden_act": "gelu"}),
+}
+
+# Seeds of fuzz/adapter_config_fuzz (adapter_config.json beside rank-2, alpha-4 adapters on
+# q_proj): what save_adapters writes, then one per class load_adapters refuses.
+ADAPTER = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 2, "lora_alpha": 4.0, "lora_dropout": 0.0,
+           "target_modules": ["q_proj"], "bias": "none", "fan_in_fan_out": False, "inference_mode": False,
+           "base_model_name_or_path": ""}
+ADAPTER_SEEDS = {
+    "valid_saved": js(ADAPTER),
+    "not_json": js(ADAPTER)[:-2],
+    "not_object": "[]",
+    "nested_deep": '{"r":' + "[" * 70 + "]" * 70 + "}",
+    "duplicate_key": js(ADAPTER)[:-1] + ',"r":2}',
+    "duplicate_nested_key": js(ADAPTER)[:-1] + ',"alpha_pattern":{"q_proj":8,"q_proj":16}}',
+    "rank_differs": js({**ADAPTER, "r": 4}),
+    "alpha_differs": js({**ADAPTER, "lora_alpha": 8}),
+    "rank_not_number": js({**ADAPTER, "r": "2"}),
+    "other_peft_type": js({**ADAPTER, "peft_type": "IA3"}),
+}
+
+
+def training_state(lr="0.001", steps="1", updates="1", v=(0.25, 0.5), extra=None):
+    """A training state of fuzz/training_state_fuzz's model (Linear 2 -> 1, no bias) and AdamW."""
+    w = struct.pack("<2f", 0.5, -1.0)
+    m = struct.pack("<2f", 0.1, 0.2)
+    vv = struct.pack("<2f", *v)
+    header = {"__metadata__": {"optimizer": "AdamW", "adamw.steps": steps, "adamw.lr": lr,
+                               "adamw.updates.weight": updates, **(extra or {})},
+              "adamw.m.weight": entry("F32", (1, 2), (0, 8)), "adamw.v.weight": entry("F32", (1, 2), (8, 16)),
+              "model.weight": entry("F32", (1, 2), (16, 24))}
+    return file(js(header), m + vv + w)
+
+
+STATE_SEEDS = {
+    "valid_adamw": training_state(),
+    "valid_zero_lr": training_state(lr="0"),
+    "lr_infinite": training_state(lr="inf"),
+    "lr_nan": training_state(lr="nan"),
+    "lr_negative": training_state(lr="-0.5"),
+    "steps_negative": training_state(steps="-1"),
+    "updates_negative": training_state(updates="-2"),
+    "updates_without_moments": file(js({"__metadata__": {"optimizer": "AdamW", "adamw.steps": "1", "adamw.lr": "0.1",
+                                                         "adamw.updates.weight": "1"},
+                                        "model.weight": entry("F32", (1, 2), (0, 8))}), bytes(8)),
+    "other_optimizer": file(js({"__metadata__": {"optimizer": "SGD", "sgd.steps": "0", "sgd.lr": "0.1"},
+                                "model.weight": entry("F32", (1, 2), (0, 8))}), bytes(8)),
+    "wrong_shape": file(js({"__metadata__": {"optimizer": "AdamW", "adamw.steps": "0", "adamw.lr": "0.1",
+                                             "adamw.updates.weight": "0"},
+                            "model.weight": entry("F32", (2, 1), (0, 8))}), bytes(8)),
+    "not_safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}",
+}
+
+CORPORA = ((OUT, SEEDS, ".safetensors"), (INDEX_OUT, INDEX_SEEDS, ".json"),
+           (OUT.parent / "config", CONFIG_SEEDS, ".json"), (OUT.parent / "adapter_config", ADAPTER_SEEDS, ".json"),
+           (OUT.parent / "training_state", STATE_SEEDS, ".safetensors"))
+
+
 def main():
-    for out, seeds, suffix in ((OUT, SEEDS, ".safetensors"), (INDEX_OUT, INDEX_SEEDS, ".json")):
+    for out, seeds, suffix in CORPORA:
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)

@@ -213,3 +213,23 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("the config fuzzer's seed corpus holds what its names say", "[nn][llama][io][errors]") {
+  const auto corpus = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
+                      "fuzz" / "corpus" / "config";
+  REQUIRE(std::filesystem::is_directory(corpus));
+  int valid = 0, rejected = 0;
+  for (const auto& e : std::filesystem::directory_iterator(corpus)) {
+    const std::string name = e.path().filename().string();
+    INFO(name);
+    if (name.rfind("valid_", 0) == 0) {
+      CHECK_NOTHROW(remat::nn::load_llama_config(e.path().string()));
+      ++valid;
+    } else {
+      CHECK_THROWS_AS(remat::nn::load_llama_config(e.path().string()), remat::IoError);
+      ++rejected;
+    }
+  }
+  CHECK(valid >= 2);
+  CHECK(rejected >= 12);
+}

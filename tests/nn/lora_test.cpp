@@ -416,3 +416,37 @@ TEST_CASE(
                                            {path.c_str(), "a FIFO"});
         }) == 0);
 }
+
+TEST_CASE("the adapter_config fuzzer's seed corpus holds what its names say",
+          "[nn][lora][io][errors]") {
+  // the fuzzer's fixture: rank-2, alpha-4 adapters on q_proj of a tiny Llama
+  remat::nn::Llama<float> model(remat::nn::LlamaConfig{.vocab_size = 5,
+                                                       .hidden_size = 4,
+                                                       .intermediate_size = 4,
+                                                       .num_hidden_layers = 1,
+                                                       .num_attention_heads = 2,
+                                                       .num_key_value_heads = 2,
+                                                       .max_position_embeddings = 4});
+  auto adapters = lora::apply(model, {.rank = 2, .alpha = 4, .targets = {"q_proj"}});
+  const std::string dir = lora_temp_dir("adapter_corpus");
+  adapters.save_adapters(dir);
+  const auto corpus = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
+                      "fuzz" / "corpus" / "adapter_config";
+  REQUIRE(std::filesystem::is_directory(corpus));
+  int valid = 0, rejected = 0;
+  for (const auto& e : std::filesystem::directory_iterator(corpus)) {
+    const std::string name = e.path().filename().string();
+    INFO(name);
+    std::filesystem::copy_file(e.path(), dir + "/adapter_config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    if (name.rfind("valid_", 0) == 0) {
+      CHECK_NOTHROW(adapters.load_adapters(dir));
+      ++valid;
+    } else {
+      CHECK_THROWS_AS(adapters.load_adapters(dir), remat::IoError);
+      ++rejected;
+    }
+  }
+  CHECK(valid >= 1);
+  CHECK(rejected >= 9);
+}

@@ -240,3 +240,28 @@ TEST_CASE("a training state's learning rate, steps and counters are validated by
     CHECK(od.lr() != std::stod(value == "infinity" ? "inf" : value));
   }
 }
+
+TEST_CASE("the training state fuzzer's seed corpus holds what its names say",
+          "[train][io][errors]") {
+  const fs::path corpus = fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" /
+                          "corpus" / "training_state";
+  REQUIRE(fs::is_directory(corpus));
+  int valid = 0, rejected = 0;
+  for (const auto& e : fs::directory_iterator(corpus)) {
+    const std::string name = e.path().filename().string();
+    INFO(name);
+    // the fuzzer's model: a (1 x 2) linear layer without bias, and AdamW
+    remat::Rng rng(1);
+    remat::nn::Linear<float> model(2, 1, rng, false);
+    remat::optim::AdamW<float> opt(model.parameters());
+    if (name.rfind("valid_", 0) == 0) {
+      CHECK_NOTHROW(remat::train::load_training_state(e.path().string(), model, opt));
+      ++valid;
+    } else {
+      CHECK_THROWS_AS(remat::train::load_training_state(e.path().string(), model, opt), IoError);
+      ++rejected;
+    }
+  }
+  CHECK(valid >= 2);
+  CHECK(rejected >= 9);
+}
