@@ -123,7 +123,8 @@ class Grads {
   void check_shape(int k, const Node<T>& in, const Shape* shape) const {
     if (shape && *shape == in.shape) return;
     throw UsageError(detail::cat(
-        op_, ": backward() gave input ", k, " (a '", in.op_name(), "' of shape ", in.shape, ") ",
+        op_, ": backward() gave input ", k, ", of shape ", in.shape, " (the output of '",
+        in.op_name(), "'), ",
         shape ? detail::cat("a gradient of shape ", *shape) : std::string("an undefined gradient"),
         "; the gradient of an input must have the input's shape"));
   }
