@@ -183,16 +183,13 @@ class AddedVocabulary {
   }
 
   /// Hugging Face's find_matches on one piece: pieces of text between matches, and the
-  /// matches (widened by lstrip/rstrip) as token pieces.
+  /// matches (widened by lstrip/rstrip) as token pieces. The matches are found in the text as
+  /// it is (leftmost-longest, not overlapping); widening happens afterwards, so a widened match
+  /// may overlap the next one, which Hugging Face then emits in full all the same.
   void split_piece(const Piece& piece, const detail::TokenTrie& trie,
                    std::vector<Piece>& out) const {
     const std::string_view text = piece.text;
-    std::size_t done = 0;  // end of the last piece emitted
-    const auto emit = [&](std::size_t begin, std::size_t end, std::int64_t id) {
-      if (end <= begin) return;
-      out.push_back(
-          Piece{std::string(text.substr(begin, end - begin)), id, piece.at_origin && begin == 0});
-    };
+    std::size_t done = 0;  // end of the last piece emitted (Hugging Face's start_offset)
     for (std::size_t at = 0; at < text.size();) {
       if (!trie.may_start(static_cast<unsigned char>(text[at]))) {
         ++at;
@@ -204,22 +201,22 @@ class AddedVocabulary {
         continue;
       }
       std::size_t begin = at, end = at + length;
+      at = end;  // the next match starts after this one, whatever becomes of it
       const AddedToken& t = tokens_.at(id);
       if (t.single_word &&
-          (ends_with_word(text.substr(0, begin)) || starts_with_word(text.substr(end)))) {
-        // not a whole word: Hugging Face moves past this match (leftmost-longest matches do
-        // not overlap, so the next search starts after it)
-        at = end;
-        continue;
-      }
+          (ends_with_word(text.substr(0, begin)) || starts_with_word(text.substr(end))))
+        continue;  // not a whole word
       if (t.lstrip) begin = std::max(done, begin - trailing_space(text.substr(0, begin)));
       if (t.rstrip) end += leading_space(text.substr(end));
-      emit(done, begin, -1);
+      if (done < begin)
+        out.push_back(
+            Piece{std::string(text.substr(done, begin - done)), -1, piece.at_origin && done == 0});
       out.push_back(
           Piece{std::string(text.substr(begin, end - begin)), id, piece.at_origin && begin == 0});
-      done = at = end;
+      done = end;
     }
-    emit(done, text.size(), -1);
+    if (done < text.size())
+      out.push_back(Piece{std::string(text.substr(done)), -1, piece.at_origin && done == 0});
   }
 
   bool ends_with_word(std::string_view s) const {
