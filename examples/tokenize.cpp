@@ -15,6 +15,7 @@
 #include "flags.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <iterator>
@@ -34,12 +35,17 @@ Options parse(int argc, char** argv) {
   Options o;
   CLI::App app{"Tokenize standard input with a Hugging Face tokenizer.json (or decode ids)",
                "tokenize"};
-  app.add_option("--tokenizer", o.tokenizer, "tokenizer.json file")->required();
+  // checked after parsing, not by CLI11, so that an unknown flag is reported as such first
+  app.add_option("--tokenizer", o.tokenizer, "tokenizer.json file (required)");
   app.add_flag("--decode", o.decode, "read a JSON array of ids and print their text");
   app.add_flag("--no-special-tokens", o.no_special,
                "encode without the post-processor's special tokens");
   app.add_flag("--keep-special-tokens", o.keep_special, "decode special tokens too");
   flags::parse(app, argc, argv);
+  if (o.tokenizer.empty()) {
+    std::fprintf(stderr, "tokenize: --tokenizer FILE is required (see --help)\n");
+    std::exit(1);
+  }
   return o;
 }
 
