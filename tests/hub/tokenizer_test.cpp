@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -346,4 +347,30 @@ TEST_CASE("Bad tokenizer.json files are errors naming the file, the field and th
   CHECK(error_of<remat::IndexError>([&] {
           tok.decode(std::vector<std::int32_t>{-1});
         }).find("id -1 at position 0") != std::string::npos);
+}
+
+TEST_CASE("Encoding from several threads at once gives the one-thread ids", "[hub]") {
+  std::mt19937 rng(7);
+  const RandomBpe b = random_bpe(rng, 4, 40);
+  const auto tok = Tokenizer::from_json(bpe_json(b, false), "threads");
+  std::vector<std::string> words;
+  for (int w = 0; w < 400; ++w) {
+    std::string word;
+    for (int i = 0; i < 1 + w % 30; ++i) word += static_cast<char>('a' + rng() % 4);
+    words.push_back(word);
+  }
+  std::vector<std::vector<std::int32_t>> expected;
+  for (const auto& w : words) expected.push_back(tok.encode(w));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (std::size_t i = 0; i < words.size(); ++i)
+          if (tok.encode(words[(i + static_cast<std::size_t>(t) * 97) % words.size()]) !=
+              expected[(i + static_cast<std::size_t>(t) * 97) % words.size()])
+            ++mismatches[static_cast<std::size_t>(t)];
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -247,11 +248,6 @@ class Bpe {
     std::int32_t prev, next;  // -1 at the ends
     bool alive;
   };
-  struct Candidate {
-    std::uint32_t rank;
-    std::int32_t pos;
-    std::uint32_t merged;
-  };
 
   /// Splits `word` into its characters' ids (byte fallback or unknown token where a character
   /// is not in the vocabulary).
@@ -299,45 +295,47 @@ class Bpe {
 
   void merge_word(std::string_view word, std::vector<std::int32_t>& ids) const {
     thread_local std::vector<Symbol> symbols;
-    thread_local std::vector<Candidate> heap;
+    // candidates as rank << 32 | position: one integer comparison orders them by rank, then
+    // leftmost first, and a min-heap of them pops what Hugging Face's heap pops
+    thread_local std::vector<std::uint64_t> heap;
     symbols.clear();
     heap.clear();
     initial_symbols(word, symbols);
-    // min-heap on (rank, position): the lowest rank first, the leftmost on ties
-    const auto later = [](const Candidate& x, const Candidate& y) {
-      return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
-    };
+    const auto later = std::greater<std::uint64_t>();
     const auto push_pair = [&](std::int32_t pos) {
       const std::int32_t next = symbols[pos].next;
       if (next < 0) return;
       if (const auto* e = merges_.find(static_cast<std::uint32_t>(symbols[pos].id),
                                        static_cast<std::uint32_t>(symbols[next].id))) {
-        heap.push_back(Candidate{e->rank, pos, e->merged});
+        heap.push_back((std::uint64_t{e->rank} << 32) | static_cast<std::uint32_t>(pos));
         std::push_heap(heap.begin(), heap.end(), later);
       }
     };
     for (std::size_t i = 0; i + 1 < symbols.size(); ++i) push_pair(static_cast<std::int32_t>(i));
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), later);
-      const Candidate top = heap.back();
+      const std::uint64_t top = heap.back();
       heap.pop_back();
-      Symbol& left = symbols[top.pos];
+      const auto rank = static_cast<std::uint32_t>(top >> 32);
+      const auto pos = static_cast<std::int32_t>(top & 0xFFFFFFFFu);
+      Symbol& left = symbols[pos];
       if (!left.alive || left.next < 0) continue;
       const Symbol& right = symbols[left.next];
-      // stale: the pair at this position changed since the candidate was pushed
+      // stale: the pair at this position changed since the candidate was pushed (a rank
+      // belongs to one pair, so an equal rank means the same merge)
       const auto* e =
           merges_.find(static_cast<std::uint32_t>(left.id), static_cast<std::uint32_t>(right.id));
-      if (e == nullptr || e->merged != top.merged) continue;
+      if (e == nullptr || e->rank != rank) continue;
       const std::int32_t right_pos = left.next;
-      left.id = static_cast<std::int32_t>(top.merged);
+      left.id = static_cast<std::int32_t>(e->merged);
       left.next = right.next;
       symbols[right_pos].alive = false;
-      if (left.next >= 0) symbols[left.next].prev = top.pos;
+      if (left.next >= 0) symbols[left.next].prev = pos;
       if (left.prev >= 0) push_pair(left.prev);
-      push_pair(top.pos);
+      push_pair(pos);
     }
-    for (const Symbol& s : symbols)
-      if (s.alive) ids.push_back(s.id);
+    for (const Symbol& sym : symbols)
+      if (sym.alive) ids.push_back(sym.id);
   }
 
   std::unordered_map<std::string, std::int32_t, detail::StringHash, std::equal_to<>> vocab_;

@@ -115,7 +115,8 @@ class Regex {
  public:
   /// Compiles `pattern`; `literal` matches it as plain text (a tokenizer.json `String`
   /// pattern). `source` names the file and field in error messages.
-  Regex(std::string_view pattern, bool literal, const std::string& source) : pattern_(pattern) {
+  Regex(std::string_view pattern, bool literal, const std::string& source)
+      : pattern_(pattern), literal_(literal && !pattern.empty()) {
     const std::string translated = literal ? std::string(pattern) : detail::onig_to_pcre2(pattern);
     // (PCRE2_LITERAL admits no UCP, which a literal does not need)
     const std::uint32_t options =
@@ -146,6 +147,14 @@ class Regex {
   /// Oniguruma's iterator enumerates them.
   template <class OnMatch>
   void for_each_match(std::string_view text, OnMatch&& on_match) const {
+    if (literal_) {
+      // a plain string (Llama 2's " " -> "▁"): a substring search finds the same matches
+      // without a call into PCRE2 per match
+      for (std::size_t at = text.find(pattern_); at != std::string_view::npos;
+           at = text.find(pattern_, at + pattern_.size()))
+        on_match(at, at + pattern_.size());
+      return;
+    }
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
         pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
     pcre2_match_context* context = detail::MatchContext::get();
@@ -177,6 +186,7 @@ class Regex {
 
  private:
   std::string pattern_;
+  bool literal_ = false;  // a non-empty plain string: matched without PCRE2
   std::shared_ptr<pcre2_code> code_;
 };
 
