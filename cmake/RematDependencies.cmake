@@ -22,6 +22,14 @@ find_package(Threads REQUIRED)  # remat's own pool for element-wise loops
 # Only remat/io needs a JSON parser (for safetensors headers); without it the rest works.
 find_package(nlohmann_json 3 QUIET)
 
+# remat/hub (tokenizers) needs PCRE2 (regexes with Unicode properties) and ICU (Unicode
+# normalization forms), through pkg-config; without them remat builds without remat::hub.
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(REMAT_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+  pkg_check_modules(REMAT_ICU QUIET IMPORTED_TARGET icu-uc)
+endif()
+
 # remat::remat takes them as INTERFACE; the compiled remat_instances library (REMAT_PRECOMPILE_HEADERS)
 # as PUBLIC, the optional second argument.
 function(remat_link_dependencies target)

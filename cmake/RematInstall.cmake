@@ -15,6 +15,12 @@ if(TARGET remat_mpi)
   install(EXPORT rematMpiTargets NAMESPACE remat:: DESTINATION "${REMAT_CMAKE_DIR}")
 endif()
 
+# remat::hub likewise: remat-config.cmake finds PCRE2 and ICU through pkg-config again.
+if(TARGET remat_hub)
+  install(TARGETS remat_hub EXPORT rematHubTargets)
+  install(EXPORT rematHubTargets NAMESPACE remat:: DESTINATION "${REMAT_CMAKE_DIR}")
+endif()
+
 set(REMAT_CONFIG_USE_BLAS OFF)
 if(REMAT_USE_BLAS AND BLAS_FOUND)
   set(REMAT_CONFIG_USE_BLAS ON)

@@ -1,0 +1,204 @@
+#pragma once
+/// @file
+/// A Hugging Face tokenizer read from `tokenizer.json`, giving the ids that Hugging Face's
+/// `tokenizers` library gives (checked id for id against it by the tests on the real Llama 2,
+/// Llama 3.1, Qwen3 and GPT-4o files). `encode(text)` is `Tokenizer.encode(text).ids` with its
+/// defaults: added tokens matched first, then normalizer, pre-tokenizer, BPE and the
+/// post-processor's special tokens. `decode(ids)` is `Tokenizer.decode(ids)` with Python's
+/// default `skip_special_tokens=True`.
+///
+///     auto tok = remat::hub::Tokenizer::from_folder("Qwen3-0.6B");   // or from_file(json)
+///     std::vector<std::int32_t> ids = tok.encode("Hello world");
+///     std::string text = tok.decode(ids);
+///     tok.config().chat_template;                                     // tokenizer_config.json
+///
+/// Supported: the BPE model (byte-level or SentencePiece-style with byte fallback) and the
+/// components listed in normalizers.hpp, pre_tokenizers.hpp, post_processors.hpp and
+/// decoders.hpp. Anything else in the file (a WordPiece or Unigram model, an unknown
+/// component, a field remat does not read, truncation or padding) is an IoError naming the
+/// file, the field and the value. Needs PCRE2 and ICU: link the CMake target remat::hub.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remat/core/error.hpp"
+#include "remat/hub/added_tokens.hpp"
+#include "remat/hub/bpe.hpp"
+#include "remat/hub/decoders.hpp"
+#include "remat/hub/json_file.hpp"
+#include "remat/hub/normalizers.hpp"
+#include "remat/hub/piece.hpp"
+#include "remat/hub/post_processors.hpp"
+#include "remat/hub/pre_tokenizers.hpp"
+#include "remat/hub/tokenizer_config.hpp"
+#include "remat/hub/utf8.hpp"
+
+namespace remat::hub {
+
+/// A tokenizer: text to ids and back.
+class Tokenizer {
+ public:
+  /// Reads `tokenizer.json` at `file`.
+  static Tokenizer from_file(const std::string& file) {
+    const nlohmann::json json = read_json_file(file);
+    return Tokenizer(JsonField(json, file + ":"));
+  }
+
+  /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json`.
+  static Tokenizer from_folder(const std::string& dir) {
+    const std::filesystem::path folder(dir);
+    Tokenizer t = from_file((folder / "tokenizer.json").string());
+    const auto config = folder / "tokenizer_config.json";
+    if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config.string());
+    t.check_config((folder / "tokenizer_config.json").string());
+    return t;
+  }
+
+  /// Parses a tokenizer.json document already in memory (`source` names it in errors).
+  static Tokenizer from_json(const nlohmann::json& json, const std::string& source) {
+    return Tokenizer(JsonField(json, source + ":"));
+  }
+
+  /// The ids of `text` (valid UTF-8, else a UsageError naming the offset of the first bad
+  /// byte), with the post-processor's special tokens when `add_special_tokens`.
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = true) const {
+    if (const auto bad = utf8::first_invalid(text))
+      throw UsageError(remat::detail::cat(
+          "hub::Tokenizer::encode: the text is not valid UTF-8 (byte 0x", std::hex,
+          static_cast<int>(static_cast<unsigned char>(text[*bad])), std::dec, " at offset ", *bad,
+          "); decode it first, e.g. with hub::utf8::lossy"));
+    std::vector<Piece> pieces;
+    pieces.push_back(Piece{std::string(text), -1, true});
+    added_.split_raw(pieces);
+    for (Piece& piece : pieces)
+      if (piece.open() && normalizer_) normalizer_->normalize(piece.text);
+    added_.split_normalized(pieces);
+    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+    std::vector<std::int32_t> ids;
+    ids.reserve(text.size() / 3 + 4);
+    for (const Piece& piece : pieces) {
+      if (piece.open())
+        model_->tokenize(piece.text, ids);
+      else
+        ids.push_back(static_cast<std::int32_t>(piece.token));
+    }
+    if (add_special_tokens && post_processor_) post_processor_->process(ids);
+    return ids;
+  }
+
+  /// The text of `ids`; special tokens are left out when `skip_special_tokens`. An id that is
+  /// neither in the vocabulary nor an added token is an IndexError naming it.
+  std::string decode(std::span<const std::int32_t> ids, bool skip_special_tokens = true) const {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::string* token = added_.decode_form(ids[i]);
+      if (token == nullptr) token = model_->id_to_token(ids[i]);
+      if (token == nullptr)
+        throw IndexError(remat::detail::cat("hub::Tokenizer::decode: id ", ids[i], " at position ",
+                                            i, " is not a token (vocabulary of ", id_limit(),
+                                            " ids)"));
+      if (skip_special_tokens && added_.is_special(*token)) continue;
+      tokens.push_back(*token);
+    }
+    if (!decoder_) {
+      std::string out;
+      for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+      return out;
+    }
+    decoder_->decode_chain(tokens);
+    std::string out;
+    for (const std::string& t : tokens) out += t;
+    return out;
+  }
+
+  /// The id of a token (added tokens first, then the vocabulary), if it has one.
+  std::optional<std::int32_t> token_to_id(std::string_view token) const {
+    if (const std::int64_t id = added_.id_of(token); id >= 0) return static_cast<std::int32_t>(id);
+    if (const std::int64_t id = model_->token_to_id(token); id >= 0)
+      return static_cast<std::int32_t>(id);
+    return std::nullopt;
+  }
+  /// The token of an id, if it is one.
+  std::optional<std::string> id_to_token(std::int32_t id) const {
+    if (const AddedToken* t = added_.find(id)) return t->content;
+    if (const std::string* t = model_->id_to_token(id)) return *t;
+    return std::nullopt;
+  }
+  /// Number of ids: the vocabulary with the added tokens (Hugging Face's get_vocab_size(true)).
+  std::size_t vocab_size() const {
+    std::size_t n = model_->vocab_size();
+    for (const auto& [id, t] : added_.tokens())
+      if (!model_->id_to_token(id)) ++n;
+    return n;
+  }
+  /// One past the largest id.
+  std::size_t id_limit() const {
+    std::size_t n = model_->id_limit();
+    for (const auto& [id, t] : added_.tokens()) n = std::max(n, static_cast<std::size_t>(id) + 1);
+    return n;
+  }
+  /// The added tokens (special tokens among them).
+  const AddedVocabulary& added_tokens() const { return added_; }
+  /// tokenizer_config.json's fields (empty when read with from_file).
+  const TokenizerConfig& config() const { return config_; }
+
+  /// The id of the config's bos/eos/pad token, if the config names one.
+  std::optional<std::int32_t> bos_id() const { return config_id(config_.bos_token); }
+  std::optional<std::int32_t> eos_id() const { return config_id(config_.eos_token); }
+  std::optional<std::int32_t> pad_id() const { return config_id(config_.pad_token); }
+
+ private:
+  explicit Tokenizer(const JsonField& root) {
+    root.require_keys({"version", "truncation", "padding", "added_tokens", "normalizer",
+                       "pre_tokenizer", "post_processor", "decoder", "model"});
+    if (root.has("version") && root["version"].string() != "1.0")
+      root["version"].fail(remat::detail::cat("unknown tokenizer.json version ",
+                                              root["version"].shown(), " (known: \"1.0\")"));
+    for (const char* key : {"truncation", "padding"})
+      if (root.has(key) && !root[key].is_null())
+        root[key].fail(
+            remat::detail::cat(key, " ", root[key].shown(), " is not supported (only null)"));
+    model_ = std::make_unique<Bpe>(root["model"]);
+    normalizer_ = root.has("normalizer") ? make_normalizer(root["normalizer"]) : nullptr;
+    pre_tokenizer_ =
+        root.has("pre_tokenizer") ? make_pre_tokenizer(root["pre_tokenizer"]) : nullptr;
+    post_processor_ =
+        root.has("post_processor") ? make_post_processor(root["post_processor"]) : nullptr;
+    decoder_ = root.has("decoder") ? make_decoder(root["decoder"]) : nullptr;
+    if (root.has("added_tokens"))
+      added_ = AddedVocabulary(root["added_tokens"], *model_, normalizer_.get());
+  }
+
+  void check_config(const std::string& file) const {
+    const std::pair<const char*, const std::optional<std::string>*> fields[] = {
+        {"bos_token", &config_.bos_token},
+        {"eos_token", &config_.eos_token},
+        {"pad_token", &config_.pad_token},
+        {"unk_token", &config_.unk_token}};
+    for (const auto& [name, value] : fields)
+      if (*value && !token_to_id(**value))
+        throw IoError(remat::detail::cat(file, ": ", name, " '", **value,
+                                         "' is not a token of tokenizer.json"));
+  }
+
+  std::optional<std::int32_t> config_id(const std::optional<std::string>& token) const {
+    return token ? token_to_id(*token) : std::nullopt;
+  }
+
+  std::unique_ptr<Bpe> model_;
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  AddedVocabulary added_;
+  TokenizerConfig config_;
+};
+
+}  // namespace remat::hub

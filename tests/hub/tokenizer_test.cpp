@@ -1,0 +1,376 @@
+// remat/hub's tokenizer on its own (the id-for-id comparison with Hugging Face's library is
+// hub_oracle_test): BPE merging against a brute-force reference on generated vocabularies,
+// the two merge formats, UTF-8 handling, the Oniguruma-to-PCRE2 rewriting, tokenizer_config.json,
+// and every kind of bad input as an error naming the file, the field and the value.
+#include <catch2/catch.hpp>
+
+#include <remat/hub/tokenizer.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using nlohmann::json;
+using remat::hub::Tokenizer;
+
+/// A scratch folder for this test.
+std::string tok_dir(const std::string& test) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("remat_tok_test_" + std::to_string(::getpid())) / test;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+/// A random BPE: an alphabet of single letters, then merges of random adjacent-able tokens.
+struct RandomBpe {
+  std::vector<std::string> tokens;                          // id -> token
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+};
+
+RandomBpe random_bpe(std::mt19937& rng, int letters, int merge_count) {
+  RandomBpe b;
+  for (int i = 0; i < letters; ++i) b.tokens.push_back(std::string(1, static_cast<char>('a' + i)));
+  while (static_cast<int>(b.merges.size()) < merge_count) {
+    std::uniform_int_distribution<std::size_t> any(0, b.tokens.size() - 1);
+    const std::string x = b.tokens[any(rng)], y = b.tokens[any(rng)];
+    const bool known = std::any_of(b.merges.begin(), b.merges.end(),
+                                   [&](const auto& m) { return m.first == x && m.second == y; });
+    if (known) continue;
+    b.merges.emplace_back(x, y);
+    if (std::find(b.tokens.begin(), b.tokens.end(), x + y) == b.tokens.end())
+      b.tokens.push_back(x + y);
+  }
+  return b;
+}
+
+json bpe_json(const RandomBpe& b, bool array_merges) {
+  json vocab = json::object();
+  for (std::size_t i = 0; i < b.tokens.size(); ++i) vocab[b.tokens[i]] = i;
+  json merges = json::array();
+  for (const auto& [x, y] : b.merges)
+    merges.push_back(array_merges ? json::array({x, y}) : json(x + " " + y));
+  return json{{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", json::array()},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", nullptr},
+              {"post_processor", nullptr},
+              {"decoder", nullptr},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"vocab", vocab},
+                {"merges", merges}}}};
+}
+
+/// The definition of BPE, directly: merge the adjacent pair of lowest rank (leftmost on
+/// ties) until no pair has a rank.
+std::vector<std::int32_t> brute_force_bpe(const RandomBpe& b, const std::string& word) {
+  std::vector<std::string> symbols;
+  for (const char c : word) symbols.push_back(std::string(1, c));
+  for (;;) {
+    std::size_t best_rank = std::numeric_limits<std::size_t>::max(), best_at = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i)
+      for (std::size_t r = 0; r < b.merges.size() && r < best_rank; ++r)
+        if (b.merges[r].first == symbols[i] && b.merges[r].second == symbols[i + 1]) {
+          best_rank = r;
+          best_at = i;
+        }
+    if (best_rank == std::numeric_limits<std::size_t>::max()) break;
+    symbols[best_at] += symbols[best_at + 1];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  }
+  std::vector<std::int32_t> ids;
+  for (const auto& s : symbols)
+    ids.push_back(static_cast<std::int32_t>(std::find(b.tokens.begin(), b.tokens.end(), s) -
+                                            b.tokens.begin()));
+  return ids;
+}
+
+/// A small byte-level tokenizer (GPT-2 layout) over the 256-byte alphabet and a few merges.
+json byte_level_json() {
+  const auto& alphabet = remat::hub::ByteAlphabet::get();
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b)
+    vocab[std::string(alphabet.encode(static_cast<unsigned char>(b)))] = b;
+  const std::string g = std::string(alphabet.encode(' '));  // "Ġ"
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  vocab[g + "w"] = 259;
+  vocab["<|end|>"] = 260;
+  return json{{"version", "1.0"},
+              {"added_tokens", json::array({{{"id", 260},
+                                             {"content", "<|end|>"},
+                                             {"single_word", false},
+                                             {"lstrip", false},
+                                             {"rstrip", false},
+                                             {"normalized", false},
+                                             {"special", true}}})},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"post_processor", nullptr},
+              {"decoder",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", true},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model",
+               {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", json::array({"h e", "l l", "he ll", g + " w"})}}}};
+}
+
+/// The message of the remat error `build()` throws, of type E.
+template <class E, class F>
+std::string error_of(F&& build) {
+  try {
+    build();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no error thrown");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("BPE merges as the brute-force definition does, in both merge formats", "[hub]") {
+  std::mt19937 rng(20261201);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int letters = 2 + trial % 4;
+    const RandomBpe b = random_bpe(rng, letters, 4 + trial);
+    const auto as_strings = Tokenizer::from_json(bpe_json(b, false), "strings");
+    const auto as_arrays = Tokenizer::from_json(bpe_json(b, true), "arrays");
+    for (int w = 0; w < 40; ++w) {
+      std::string word;
+      const int length = 1 + static_cast<int>(rng() % 12);
+      for (int i = 0; i < length; ++i) word += static_cast<char>('a' + rng() % letters);
+      const auto expected = brute_force_bpe(b, word);
+      INFO("trial " << trial << " word " << word);
+      CHECK(as_strings.encode(word) == expected);
+      CHECK(as_arrays.encode(word) == expected);
+      // no decoder: the tokens joined by spaces, as Hugging Face does
+      std::string joined;
+      for (const auto id : expected) joined += (joined.empty() ? "" : " ") + b.tokens[id];
+      CHECK(as_strings.decode(expected) == joined);
+    }
+  }
+}
+
+TEST_CASE("Byte-level BPE: GPT-2 pieces, added tokens before BPE, exact decode", "[hub]") {
+  const auto tok = Tokenizer::from_json(byte_level_json(), "bytes");
+  const auto& alphabet = remat::hub::ByteAlphabet::get();
+  const auto id = [&](char c) { return static_cast<std::int32_t>(c); };
+  // "hello world": pieces "hello" and " world"; "hell" + "o", then "Ġw" + "o" "r" "l" "d"
+  CHECK(tok.encode("hello world") ==
+        std::vector<std::int32_t>{258, id('o'), 259, id('o'), id('r'), id('l'), id('d')});
+  CHECK(tok.encode("he<|end|>ll") == std::vector<std::int32_t>{256, 260, 257});
+  // every byte round-trips, the special token is skipped unless asked for
+  std::string all;
+  for (int b = 1; b < 128; ++b) all += static_cast<char>(b);
+  all += "é你🤗";
+  CHECK(tok.decode(tok.encode(all)) == all);
+  CHECK(tok.decode(tok.encode("a<|end|>b")) == "ab");
+  CHECK(tok.decode(tok.encode("a<|end|>b"), false) == "a<|end|>b");
+  // a lone byte that is not UTF-8 decodes to U+FFFD
+  CHECK(tok.decode(std::vector<std::int32_t>{0xC3}) == "\xEF\xBF\xBD");
+  CHECK(alphabet.decode(alphabet.code_point(' ')) == ' ');
+  CHECK(tok.vocab_size() == 261);
+  CHECK(tok.token_to_id("<|end|>") == 260);
+  CHECK(tok.id_to_token(256) == "he");
+}
+
+TEST_CASE("UTF-8: invalid text is refused by encode; lossy decoding by maximal subparts", "[hub]") {
+  using remat::hub::utf8::lossy;
+  // Unicode's example of U+FFFD substitution (section 3.9): maximal subparts
+  CHECK(lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64") ==
+        "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+        "b\xEF\xBF\xBD"
+        "c\xEF\xBF\xBD\xEF\xBF\xBD"
+        "d");
+  CHECK(lossy("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+  CHECK(lossy("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
+  CHECK(lossy("ok \xF0\x9F\xA4\x97") == "ok \xF0\x9F\xA4\x97");
+  const auto tok = Tokenizer::from_json(byte_level_json(), "bytes");
+  const std::string message =
+      error_of<remat::UsageError>([&] { tok.encode(std::string("caf\xC3(", 5)); });
+  CHECK(message.find("not valid UTF-8 (byte 0xc3 at offset 3)") != std::string::npos);
+}
+
+TEST_CASE("Oniguruma patterns are rewritten where PCRE2 reads them otherwise", "[hub]") {
+  using remat::hub::detail::onig_to_pcre2;
+  const remat::hub::Regex space(R"(\s+)", false, "test");
+  std::vector<std::pair<std::size_t, std::size_t>> found;
+  // U+180E is not White_Space for Oniguruma (PCRE2's \s would take it); U+0085 is
+  space.for_each_match(
+      "a\xE1\xA0\x8E"
+      "b\xC2\x85"
+      "c",
+      [&](std::size_t b, std::size_t e) { found.emplace_back(b, e); });
+  CHECK(found == std::vector<std::pair<std::size_t, std::size_t>>{{5, 7}});
+  CHECK(onig_to_pcre2(R"([^\s\p{L}])").find("\\x{3000}") != std::string::npos);
+  CHECK_THROWS_AS(onig_to_pcre2(R"([\S])"), remat::IoError);
+  // \h is a hexadecimal digit for Oniguruma
+  found.clear();
+  remat::hub::Regex(R"(\h+)", false, "test")
+      .for_each_match("zz09af ", [&](std::size_t b, std::size_t e) { found.emplace_back(b, e); });
+  CHECK(found == std::vector<std::pair<std::size_t, std::size_t>>{{2, 6}});
+}
+
+TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]") {
+  const std::string dir = tok_dir("config");
+  write_file(dir + "/tokenizer.json", byte_level_json().dump());
+  write_file(dir + "/tokenizer_config.json",
+             json{{"bos_token", {{"content", "he"}, {"__type", "AddedToken"}}},
+                  {"eos_token", "<|end|>"},
+                  {"pad_token", nullptr},
+                  {"add_bos_token", true},
+                  {"chat_template", json::array({{{"name", "default"}, {"template", "{{ x }}"}},
+                                                 {{"name", "tool_use"}, {"template", "T"}}})},
+                  {"tokenizer_class", "PreTrainedTokenizerFast"}}
+                 .dump());
+  const auto tok = Tokenizer::from_folder(dir);
+  CHECK(tok.bos_id() == 256);
+  CHECK(tok.eos_id() == 260);
+  CHECK(!tok.pad_id());
+  CHECK(tok.config().add_bos_token == true);
+  CHECK(tok.config().chat_template == "{{ x }}");
+  CHECK(tok.config().chat_templates.at("tool_use") == "T");
+
+  write_file(dir + "/tokenizer_config.json", json{{"eos_token", "<|nope|>"}}.dump());
+  const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_folder(dir); });
+  CHECK(message.find("tokenizer_config.json: eos_token '<|nope|>' is not a token") !=
+        std::string::npos);
+}
+
+TEST_CASE("Bad tokenizer.json files are errors naming the file, the field and the value", "[hub]") {
+  const std::string dir = tok_dir("bad");
+  const auto fails_with = [&](const json& j, const std::string& expected) {
+    write_file(dir + "/tokenizer.json", j.dump());
+    const std::string message =
+        error_of<remat::IoError>([&] { Tokenizer::from_file(dir + "/tokenizer.json"); });
+    INFO(message);
+    CHECK(message.find(dir + "/tokenizer.json:") == 0);
+    CHECK(message.find(expected) != std::string::npos);
+  };
+  const json good = byte_level_json();
+  json j = good;
+  j["model"]["type"] = "WordPiece";
+  fails_with(j, "model.type: model type 'WordPiece' is not supported (supported: BPE)");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  fails_with(j, "pre_tokenizer.type: pre-tokenizer type 'Whitespace' is not supported");
+  j = good;
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "Lowercase"}}})}};
+  fails_with(j, "normalizer.normalizers[0].type: normalizer type 'Lowercase' is not supported");
+  j = good;
+  j["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+  fails_with(j, "decoder.type: decoder type 'WordPiece' is not supported");
+  j = good;
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  fails_with(j, "post_processor.type: post-processor type 'BertProcessing' is not supported");
+  j = good;
+  j["model"]["continuing_subword_suffix"] = "x";
+  fails_with(j, "model: field 'continuing_subword_suffix' (value \"x\") is not supported");
+  j = good;
+  j["truncation"] = {{"max_length", 8}};
+  fails_with(j, "truncation: truncation {\"max_length\":8} is not supported (only null)");
+  j = good;
+  j["model"]["dropout"] = 0.1;
+  fails_with(j, "model.dropout: BPE dropout 0.1 is not supported");
+  j = good;
+  j["model"]["merges"].push_back("zz q");
+  fails_with(j, "model.merges[4]: merge token 'zz' is not in the vocabulary");
+  j = good;
+  j["model"]["merges"].push_back("a b c");
+  fails_with(j, "model.merges[4]: merge 'a b c' is not two tokens separated by one space");
+  j = good;
+  j["model"]["vocab"]["x"] = "seven";
+  fails_with(j, "model.vocab.x: expected an integer, found \"seven\"");
+  j = good;
+  j["added_tokens"][0]["id"] = 300;
+  fails_with(j, "added_tokens[0].id: added token '<|end|>' has id 300");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(unclosed"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  fails_with(j, "pre_tokenizer.pattern: pattern '(unclosed' does not compile");
+  j = good;
+  j["version"] = "2.0";
+  fails_with(j, "version: unknown tokenizer.json version \"2.0\"");
+  j = good;
+  j.erase("model");
+  fails_with(j, "missing field 'model'");
+
+  write_file(dir + "/deep.json", std::string(100000, '[') + std::string(100000, ']'));
+  CHECK(error_of<remat::IoError>([&] {
+          Tokenizer::from_file(dir + "/deep.json");
+        }).find("nests deeper than 64") != std::string::npos);
+  write_file(dir + "/broken.json", "{\"model\": ");
+  CHECK(error_of<remat::IoError>([&] {
+          Tokenizer::from_file(dir + "/broken.json");
+        }).find("broken.json: malformed JSON") != std::string::npos);
+  CHECK(error_of<remat::IoError>([&] {
+          Tokenizer::from_file(dir + "/none.json");
+        }).find("none.json: cannot open") != std::string::npos);
+
+  const auto tok = Tokenizer::from_json(good, "good");
+  CHECK(error_of<remat::IndexError>([&] {
+          tok.decode(std::vector<std::int32_t>{5, 261});
+        }).find("id 261 at position 1 is not a token (vocabulary of 261 ids)") !=
+        std::string::npos);
+  CHECK(error_of<remat::IndexError>([&] {
+          tok.decode(std::vector<std::int32_t>{-1});
+        }).find("id -1 at position 0") != std::string::npos);
+}
+
+TEST_CASE("Encoding from several threads at once gives the one-thread ids", "[hub]") {
+  std::mt19937 rng(7);
+  const RandomBpe b = random_bpe(rng, 4, 40);
+  const auto tok = Tokenizer::from_json(bpe_json(b, false), "threads");
+  std::vector<std::string> words;
+  for (int w = 0; w < 400; ++w) {
+    std::string word;
+    for (int i = 0; i < 1 + w % 30; ++i) word += static_cast<char>('a' + rng() % 4);
+    words.push_back(word);
+  }
+  std::vector<std::vector<std::int32_t>> expected;
+  for (const auto& w : words) expected.push_back(tok.encode(w));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (std::size_t i = 0; i < words.size(); ++i)
+          if (tok.encode(words[(i + static_cast<std::size_t>(t) * 97) % words.size()]) !=
+              expected[(i + static_cast<std::size_t>(t) * 97) % words.size()])
+            ++mismatches[static_cast<std::size_t>(t)];
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
+}
