@@ -121,6 +121,9 @@ inline constexpr HarmlessField kHarmlessConfigFields[] = {
     {"id2label", "labels of classification heads, which a causal LM does not have"},
     {"label2id", "labels of classification heads, which a causal LM does not have"},
     {"tokenizer_class", "which tokenizer to use (tokenizer side)"},
+    {"is_llama_config",
+     "a flag of nanotron's exports (SmolLM) that HF's LlamaConfig does not read"},
+    {"unsloth_version", "the version of the tool that wrote the file"},
 };
 
 /// The families a config.json may describe: model_type, its HF class, and what differs.
@@ -405,6 +408,7 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
   f.take_only("attention_dropout", 0.0, "no dropout in the attention");
   f.take_only("partial_rotary_factor", 1.0, "RoPE turns every dimension of a head");
   f.take_only("mlp_only_layers", nlohmann::json::array(), "no mixture of experts");
+  f.take_only("rope_interleaved", false, "HF's models rotate halves, not interleaved pairs");
   for (const char* field : {"rope_scaling", "rope_parameters"}) {
     if (const nlohmann::json* r = f.take(field)) d::read_rope_scaling(*r, field, c, source);
   }
