@@ -147,6 +147,12 @@ std::vector<LlamaEstimateCase> llama_flash_cases() {
     narrow.sliding_window = 3;
     narrow.seed = 10;
     out.push_back({narrow, 1, 20, false});
+    remat::nn::LlamaConfig qwen3 = wide;  // q_norm and k_norm over an explicit head_dim
+    qwen3.model_type = "qwen3";
+    qwen3.qk_norm = true;
+    qwen3.mlp_bias = false;
+    qwen3.seed = 11;
+    out.push_back({qwen3, 2, 10, true});
   }
   return out;
 }
@@ -191,12 +197,6 @@ TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate]
   }
   CHECK_THROWS_AS(remat::nn::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}),
                   remat::UsageError);
-  // Qwen3's per-head norms are not priced: refused by name rather than estimated wrong
-  remat::nn::LlamaConfig qwen3 = kLlamaCases[0].config;
-  qwen3.model_type = "qwen3";
-  qwen3.qk_norm = true;
-  CHECK_THROWS_WITH(remat::nn::estimate_memory<float>(qwen3, {.time = 8}),
-                    Catch::Contains("q_norm") && Catch::Contains("qwen3"));
 }
 
 TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measures on the model",

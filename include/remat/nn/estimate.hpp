@@ -670,8 +670,15 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
+  // Qwen3's q_norm and k_norm keep their inputs, the q and k projections (NQ + NK), and one
+  // number per head vector (N (H + G)); their outputs replace the projections as attention's
+  // inputs, so the temporaries are the same
+  const double qk_norms =
+      c.qk_norm
+          ? n * q + n * kv + n * static_cast<double>(c.num_attention_heads + c.num_key_value_heads)
+          : 0;
   chain.activation_bytes.assign(
-      layers, (3 * n * w + 2 * n * q + 2 * n * kv + 3 * n * f + 2 * n + kept) * e);
+      layers, (3 * n * w + 2 * n * q + 2 * n * kv + 3 * n * f + 2 * n + kept + qk_norms) * e);
   chain.forward_transient_bytes.assign(
       layers, std::max(n * w, forward_scratch - 2 * n * w - 3 * n * f - n + n * kv) * e);
   chain.backward_transient_bytes.assign(
@@ -708,11 +715,6 @@ template <class T = float>
 MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step = {}) {
   static_assert(std::is_floating_point_v<T>, "nn::estimate_memory prices float or double models");
   config.validate();
-  if (config.qk_norm) {
-    throw UsageError(remat::detail::cat(
-        "nn::estimate_memory: Qwen3's q_norm/k_norm (model_type '", config.model_type,
-        "') are not priced yet; the estimate covers Llama, Mistral and Qwen2 layers"));
-  }
   const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
   if (step.batch < 1 || time < 1 || time > config.max_position_embeddings) {
     throw UsageError(remat::detail::cat(
@@ -744,9 +746,13 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention (its
   // probabilities, or the flash op's log-sum-exps) | o_proj's input, the residual, the second
   // norm | gate/up's input, swiglu's | down_proj's input
-  const std::vector<double> stages{tokens, tokens * w + tokens * qw + 2 * tokens * kv + att.kept,
-                                   tokens * qw + tokens * w + tokens, tokens * w + 2 * tokens * f,
-                                   tokens * f};
+  const double heads = static_cast<double>(config.num_attention_heads),
+               kv_heads = static_cast<double>(config.num_key_value_heads);
+  const double qk_norms =
+      config.qk_norm ? tokens * qw + tokens * kv + tokens * (heads + kv_heads) : 0;
+  const std::vector<double> stages{
+      tokens, tokens * w + tokens * qw + 2 * tokens * kv + att.kept + qk_norms,
+      tokens * qw + tokens * w + tokens, tokens * w + 2 * tokens * f, tokens * f};
   const bool b = config.attention_bias, mb = config.mlp_bias;
   const std::vector<remat::detail::BlockLinear> linears{
       {"q_proj", w, qw, b, 1},       {"k_proj", w, kv, b, 1},
@@ -765,8 +771,21 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
     remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
     const std::int64_t c = config.hidden_size, mlp = config.intermediate_size;
     const int n1 = o.pointwise("rms_norm", c, {-1}, {-1}, n, o.norms_train());
-    const int q = o.linear(linears[0], n1), kp = o.linear(linears[1], n1),
-              v = o.linear(linears[2], n1);
+    // Qwen3's q_norm/k_norm: an rms_norm over each head, saving its input and a number per head
+    // vector (the reshapes around it are views: no bytes, left out)
+    const auto head_norm = [&](int x, double width, double rows) {
+      return config.qk_norm ? o.pointwise("rms_norm", static_cast<std::int64_t>(width), {x}, {x},
+                                          rows, o.norms_train())
+                            : x;
+    };
+    const int q_lin = o.linear(linears[0], n1);
+    const int q = head_norm(q_lin, qw, n * heads);
+    const int k_lin = o.linear(linears[1], n1);
+    const int kp = head_norm(k_lin, kv, n * kv_heads);
+    const int v = o.linear(linears[2], n1);
+    if (config.qk_norm) {
+      for (int x : {q_lin, k_lin}) o.hold(x, v);  // project()'s temporaries
+    }
     // it saves the rotated queries and keys (its own), the values, and its probabilities or
     // log-sum-exps
     const int attn =
