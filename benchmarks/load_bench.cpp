@@ -7,10 +7,21 @@
 //                                this process's peak resident memory (getrusage)
 //   load_bench read2 PATH        reads the file twice, each time into a buffer of its size; prints
 //   seconds
+//   load_bench llama DIR [STORAGE [random]]
+//                                nn::load_llama of a hub folder (benchmarks/make_hub_folder.py
+//                                writes a Qwen2.5-0.5B-shaped one): STORAGE f32 (default) loads
+//                                float parameters, bf16/int8/nf4 freezes the decoder projections
+//                                in that storage as they are read; `random` first builds the model
+//                                with random values, as loading did before Llama::uninitialized.
+//                                Prints wall and CPU seconds, the loaded model's bytes, the
+//                                resident memory before loading (the fixed baseline: program,
+//                                libraries) and the peak.
 //
 // Run `load` under /usr/bin/time -v for the kernel's own "Maximum resident set size".
 #include <remat/core/rng.hpp>
 #include <remat/io/weight_files.hpp>
+#include <remat/nn/llama_load.hpp>
+#include <remat/nn/quantize_blocks.hpp>
 
 #include <sys/resource.h>
 
@@ -27,6 +38,28 @@ double peak_rss_mib() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+/// The resident memory now (VmRSS), in MiB.
+double rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  double kib = 0;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> kib;
+      break;
+    }
+  }
+  return kib / 1024.0;
+}
+
+/// User + system CPU seconds of this process so far.
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -92,6 +125,47 @@ void read_twice(const std::string& path) {
               seconds_since(t0));
 }
 
+remat::WeightStorage storage_named(const std::string& name) {
+  for (const auto s : {remat::WeightStorage::f32, remat::WeightStorage::bf16,
+                       remat::WeightStorage::int8, remat::WeightStorage::nf4}) {
+    if (name == remat::to_string(s)) return s;
+  }
+  throw remat::UsageError("load_bench: storage must be f32, bf16, int8 or nf4, got " + name);
+}
+
+void load_llama_folder(const std::string& dir, remat::WeightStorage storage, bool random_first) {
+  const double baseline = rss_mib(), cpu0 = cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  remat::nn::Llama<float> model = [&] {
+    if (!random_first) return remat::nn::load_llama<float>(dir, {.projections = storage});
+    // the former path: a randomly initialized model, then the files' values over it
+    remat::nn::Llama<float> m(remat::nn::load_llama_config(dir + "/config.json"));
+    remat::nn::load_weights(m, remat::io::WeightFiles::open(dir));
+    if (storage != remat::WeightStorage::f32) remat::nn::quantize_blocks(m, storage);
+    return m;
+  }();
+  const double wall = seconds_since(t0), cpu = cpu_seconds() - cpu0;
+  double bytes = 0, check = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    bytes += double(p.value().bytes());
+    check += double(p.value().data()[p.numel() - 1]);  // use the values
+  }
+  for (const auto& layer : model.layers) {
+    for (const remat::nn::Linear<float>* l :
+         {&layer.self_attn.q_proj, &layer.self_attn.k_proj, &layer.self_attn.v_proj,
+          &layer.self_attn.o_proj, &layer.mlp.gate_proj, &layer.mlp.up_proj,
+          &layer.mlp.down_proj}) {
+      if (l->quantized_weight()) bytes += double(l->quantized_weight()->bytes());
+    }
+  }
+  const double model_mib = bytes / 1048576.0, peak = peak_rss_mib();
+  std::printf(
+      "load_llama %s, projections %s%s: %.3f s wall, %.3f s CPU; model %.1f MiB; resident before "
+      "%.1f MiB, peak %.1f MiB = baseline + %.3fx the model (check %g)\n",
+      dir.c_str(), remat::to_string(storage), random_first ? " (random init first)" : "", wall, cpu,
+      model_mib, baseline, peak, (peak - baseline) / model_mib, check);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,8 +177,13 @@ int main(int argc, char** argv) {
       load(argv[2]);
     else if (argc == 3 && mode == "read2")
       read_twice(argv[2]);
+    else if (argc >= 3 && argc <= 5 && mode == "llama")
+      load_llama_folder(argv[2], storage_named(argc > 3 ? argv[3] : "f32"),
+                        argc > 4 && std::string(argv[4]) == "random");
     else {
-      std::fprintf(stderr, "usage: load_bench make PATH [GiB] | load PATH | read2 PATH\n");
+      std::fprintf(stderr,
+                   "usage: load_bench make PATH [GiB] | load PATH | read2 PATH | llama DIR "
+                   "[f32|bf16|int8|nf4 [random]]\n");
       return 2;
     }
   } catch (const remat::Error& e) {

@@ -123,6 +123,37 @@ std::vector<LlamaEstimateCase> llama_flash_cases() {
                  2,
                  197,
                  false});
+  // the families' options: an explicit head_dim wider and narrower than hidden / heads, Llama's
+  // o and MLP biases, a Mistral sliding window (a mask: no byte and no FLOP changes)
+  for (const remat::nn::Attention attention :
+       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+    remat::nn::LlamaConfig wide{.vocab_size = 20,
+                                .hidden_size = 16,
+                                .intermediate_size = 24,
+                                .num_hidden_layers = 2,
+                                .num_attention_heads = 4,
+                                .num_key_value_heads = 2,
+                                .attention_bias = true,
+                                .max_position_embeddings = 32,
+                                .seed = 9,
+                                .attention = attention};
+    wide.explicit_head_dim = 8;  // q is 32 wide, o 32 -> 16
+    wide.o_proj_bias = wide.mlp_bias = true;
+    out.push_back({wide, 2, 12, true});
+    remat::nn::LlamaConfig narrow = wide;
+    narrow.model_type = "mistral";
+    narrow.explicit_head_dim = 2;  // q is 8 wide
+    narrow.attention_bias = narrow.o_proj_bias = narrow.mlp_bias = false;
+    narrow.sliding_window = 3;
+    narrow.seed = 10;
+    out.push_back({narrow, 1, 20, false});
+    remat::nn::LlamaConfig qwen3 = wide;  // q_norm and k_norm over an explicit head_dim
+    qwen3.model_type = "qwen3";
+    qwen3.qk_norm = true;
+    qwen3.mlp_bias = false;
+    qwen3.seed = 11;
+    out.push_back({qwen3, 2, 10, true});
+  }
   return out;
 }
 

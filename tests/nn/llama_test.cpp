@@ -199,8 +199,8 @@ TEST_CASE("Llama configs: config.json fields, Hugging Face defaults, and clear e
       Contains("model/config.json") && Contains("num_attention_heads 3"));
   CHECK_THAT(
       error(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
-                       "num_attention_heads": 2, "rope_scaling": {"type": "linear", "factor": 2.0}})"),
-      Contains("rope_scaling"));
+                       "num_attention_heads": 2, "rope_scaling": {"type": "yarn", "factor": 2.0}})"),
+      Contains("rope_scaling") && Contains("yarn"));
   CHECK_THAT(
       error(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
                        "num_attention_heads": 2, "tie_word_embeddings": 1})"),

@@ -127,3 +127,62 @@ TEST_CASE("flash_grouped_query_attention rejects bad shapes and block sizes",
              Catch::Contains("block_rows"));
   CHECK(remat::is_op_name("flash_grouped_query_attention"));
 }
+
+TEST_CASE(
+    "grouped-query attention under a sliding window: flash (any block of query rows) matches "
+    "fused, a window as long as the sequence is no window, and gradients check",
+    "[ops][attention][flash][window]") {
+  remat::Rng rng(79);
+  for (int trial = 0; trial < 24; ++trial) {
+    const FlashGqaCase c = flash_gqa_case(rng, 30);
+    const std::int64_t window = 1 + rng.uniform_int(c.time + 1);
+    INFO("trial " << trial << ": B " << c.batch << " H " << c.heads() << " G " << c.kv_heads
+                  << " D " << c.head_dim << " T " << c.time << " block " << c.block << " window "
+                  << window);
+    const std::vector<remat::Tensor<double>> in = {
+        remat::test::randn({c.batch, c.time, c.heads() * c.head_dim}, 510 + trial),
+        remat::test::randn({c.batch, c.time, c.kv_heads * c.head_dim}, 550 + trial),
+        remat::test::randn({c.batch, c.time, c.kv_heads * c.head_dim}, 590 + trial)};
+    const remat::Tensor<double> seed_grad = remat::test::randn(in[0].shape(), 630 + trial);
+    std::vector<remat::Tensor<double>> g_fused, g_flash, g_plain;
+    const auto fused = remat::test::evaluate(
+        [&](const auto& v) {
+          return remat::grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope,
+                                                window);
+        },
+        in, 5, &seed_grad, &g_fused);
+    const auto flash = remat::test::evaluate(
+        [&](const auto& v) {
+          return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads,
+                                                      c.rope, c.block, window);
+        },
+        in, 5, &seed_grad, &g_flash);
+    const auto plain = remat::test::evaluate(
+        [&](const auto& v) {
+          return remat::grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads, c.rope);
+        },
+        in, 5, &seed_grad, &g_plain);
+    CHECK(flash_gqa_max_rel_diff(flash, fused) < 1e-13);
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK(flash_gqa_max_rel_diff(g_flash[k], g_fused[k]) < 1e-12);
+    // the window sees every key of every row only when it is as long as the sequence
+    if (window >= c.time) {
+      CHECK(fused.to_vector() == plain.to_vector());
+    } else {
+      CHECK(flash_gqa_max_rel_diff(fused, plain) > 1e-6);
+    }
+    if (trial < 4) {
+      remat::test::gradcheck(
+          [&](const auto& v) {
+            return remat::flash_grouped_query_attention(v[0], v[1], v[2], c.heads(), c.kv_heads,
+                                                        c.rope, c.block, window);
+          },
+          in);
+    }
+  }
+  const remat::Var<double> q(remat::Tensor<double>::zeros({1, 3, 4})),
+      kv(remat::Tensor<double>::zeros({1, 3, 2}));
+  CHECK_THAT(
+      remat::test::error_message([&] { remat::grouped_query_attention(q, kv, kv, 2, 1, {}, -1); }),
+      Catch::Contains("sliding window") && Catch::Contains("-1"));
+}

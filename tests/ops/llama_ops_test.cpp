@@ -27,6 +27,24 @@ struct RefOp {
   remat::test::Function f;
 };
 
+/// A rope case's rope_scaling (Hugging Face's dict), or none.
+remat::RopeScaling rope_scaling(const nlohmann::json& p) {
+  remat::RopeScaling s;
+  if (!p.contains("scaling")) return s;
+  const nlohmann::json& r = p.at("scaling");
+  const std::string type = r.at("rope_type");
+  s.type = type == "linear"    ? remat::RopeScalingType::linear
+           : type == "dynamic" ? remat::RopeScalingType::dynamic
+                               : remat::RopeScalingType::llama3;
+  REQUIRE(remat::to_string(s.type) == type);
+  s.factor = r.at("factor");
+  s.low_freq_factor = r.value("low_freq_factor", 1.0);
+  s.high_freq_factor = r.value("high_freq_factor", 4.0);
+  s.original_max_position_embeddings = r.value("original_max_position_embeddings", 0);
+  s.max_position_embeddings = r.value("max_position_embeddings", 0);
+  return s;
+}
+
 RefOp llama_ops_ref_op(const nlohmann::json& c) {
   const std::string op = c.at("op");
   const nlohmann::json& p = c.at("params");
@@ -65,14 +83,15 @@ RefOp llama_ops_ref_op(const nlohmann::json& c) {
             }};
   }
   if (op == "rope") {
-    const remat::RopeOptions o{.theta = p.at("theta"), .offset = p.at("offset")};
+    const remat::RopeOptions o{
+        .theta = p.at("theta"), .offset = p.at("offset"), .scaling = rope_scaling(p)};
     return {{"x"}, [o](const VarList& v) { return remat::rope(v[0], o); }};
   }
   if (op == "grouped_query_attention") {
-    const std::int64_t h = p.at("heads"), g = p.at("kv_heads");
+    const std::int64_t h = p.at("heads"), g = p.at("kv_heads"), window = p.value("window", 0);
     const remat::RopeOptions o{.theta = p.at("theta"), .offset = p.at("offset")};
-    return {{"q", "k", "v"}, [h, g, o](const VarList& v) {
-              return remat::grouped_query_attention(v[0], v[1], v[2], h, g, o);
+    return {{"q", "k", "v"}, [h, g, o, window](const VarList& v) {
+              return remat::grouped_query_attention(v[0], v[1], v[2], h, g, o, window);
             }};
   }
   if (op == "add") return {{"a", "b"}, [](const VarList& v) { return remat::add(v[0], v[1]); }};

@@ -620,26 +620,31 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
 
 namespace remat::detail {
 
-/// Parameters of a Llama (C wide, K = kv heads x head size, F the MLP's width): the embedding,
-/// per layer q and o (2 C^2), k and v (2 C K), the MLP (3 C F), two norms (2 C) and the q/k/v
-/// biases (C + 2 K) when present, the final norm, and the head unless it is tied.
+/// Parameters of a Llama (C wide, Q = heads x head size, K = kv heads x head size, F the MLP's
+/// width): the embedding, per layer q and o (2 C Q), k and v (2 C K), the MLP (3 C F), two norms
+/// (2 C), the q/k/v biases (Q + 2 K), o's (C) and the MLP's (2 F + C) when present, Qwen3's q/k
+/// norms (2 D), the final norm, and the head unless it is tied.
 inline double llama_parameter_count(const nn::LlamaConfig& c) {
   const auto w = static_cast<double>(c.hidden_size), v = static_cast<double>(c.vocab_size);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
+  const auto d = static_cast<double>(c.head_dim());
+  const double q = static_cast<double>(c.num_attention_heads) * d,
+               kv = static_cast<double>(c.num_key_value_heads) * d,
                f = static_cast<double>(c.intermediate_size);
-  const double layer =
-      2 * w * w + 2 * w * kv + 3 * w * f + 2 * w + (c.attention_bias ? w + 2 * kv : 0);
+  const double layer = 2 * w * q + 2 * w * kv + 3 * w * f + 2 * w +
+                       (c.attention_bias ? q + 2 * kv : 0) + (c.o_proj_bias ? w : 0) +
+                       (c.mlp_bias ? 2 * f + w : 0) + (c.qk_norm ? 2 * d : 0);
   return v * w + static_cast<double>(c.num_hidden_layers) * layer + w +
          (c.tie_word_embeddings ? 0 : v * w);
 }
 
-/// The decoder layers' chain, op by op (N = B T rows, C wide, K = kv heads x head size, F the
-/// MLP's width, H query heads, e bytes an element):
+/// The decoder layers' chain, op by op (N = B T rows, C wide, Q = query heads x head size, K =
+/// kv heads x head size, F the MLP's width, H query heads, e bytes an element):
 /// - kept per layer: the two RMSNorms one number a row each (2N), the q/k/v projections their
-///   shared input (NC), attention the rotated queries (NC), rotated keys and the values (2NK)
-///   and its probabilities (B H T^2), o_proj its input (NC), the second norm the residual sum
+///   shared input (NC), attention the rotated queries (NQ), rotated keys and the values (2NK)
+///   and its probabilities (B H T^2), o_proj its input (NQ), the second norm the residual sum
 ///   (NC), gate/up their shared input (NC), swiglu gate and up (2NF), down_proj swiglu's output
-///   (NF): 5 NC + 2 NK + 3 NF + 2N + B H T^2;
+///   (NF): 3 NC + 2 NQ + 2 NK + 3 NF + 2N + B H T^2 (biases keep nothing more; a sliding window
+///   changes no byte and no FLOP: the window is a mask over the same (T x T) scores);
 /// - forward temporaries: down_proj's output before the residual add (NC);
 /// - backward temporaries, the largest of: swiglu's two input gradients beside down_proj's
 ///   input gradient (2 NF, net of what is freed), the norm's input gradient once the MLP's
@@ -658,13 +663,22 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
   const double n = b * t, w = static_cast<double>(c.hidden_size),
                v = static_cast<double>(c.vocab_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
+               q = static_cast<double>(c.num_attention_heads * c.head_dim()),
                f = static_cast<double>(c.intermediate_size);
   const auto [kept, forward_scratch, backward_scratch, pairs] = attention_figures(
       c.attention == nn::Attention::flash, false, batch, c.num_attention_heads, time);
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   plan::Chain chain;
   chain.boundary_bytes.assign(layers + 1, n * w * e);
-  chain.activation_bytes.assign(layers, (5 * n * w + 2 * n * kv + 3 * n * f + 2 * n + kept) * e);
+  // Qwen3's q_norm and k_norm keep their inputs, the q and k projections (NQ + NK), and one
+  // number per head vector (N (H + G)); their outputs replace the projections as attention's
+  // inputs, so the temporaries are the same
+  const double qk_norms =
+      c.qk_norm
+          ? n * q + n * kv + n * static_cast<double>(c.num_attention_heads + c.num_key_value_heads)
+          : 0;
+  chain.activation_bytes.assign(
+      layers, (3 * n * w + 2 * n * q + 2 * n * kv + 3 * n * f + 2 * n + kept + qk_norms) * e);
   chain.forward_transient_bytes.assign(
       layers, std::max(n * w, forward_scratch - 2 * n * w - 3 * n * f - n + n * kv) * e);
   chain.backward_transient_bytes.assign(
@@ -672,7 +686,7 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
       std::max({2 * n * f, n * w - n * f, backward_scratch + 2 * n * kv - n * w - 3 * n * f - n}) *
           e);
   // forward FLOPs: the seven projections and attention's two (queries x keys) GEMMs per head
-  chain.forward_cost.assign(layers, 2 * n * w * (2 * w + 2 * kv + 3 * f) + 4 * b * pairs * w);
+  chain.forward_cost.assign(layers, 2 * n * w * (2 * q + 2 * kv + 3 * f) + 4 * b * pairs * q);
   chain.saves_output.assign(layers, false);
   chain.input_made_in_step = true;
   chain.output_held =
@@ -725,21 +739,26 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   }
   const double w = static_cast<double>(config.hidden_size),
                f = static_cast<double>(config.intermediate_size);
-  const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim());
+  const double kv = static_cast<double>(config.num_key_value_heads * config.head_dim()),
+               qw = static_cast<double>(config.num_attention_heads * config.head_dim());
   const auto att = remat::detail::attention_figures(config.attention == Attention::flash, false,
                                                     step.batch, config.num_attention_heads, time);
   // llama_chain's kept elements by stage: the first norm | q/k/v's input, attention (its
   // probabilities, or the flash op's log-sum-exps) | o_proj's input, the residual, the second
   // norm | gate/up's input, swiglu's | down_proj's input
-  const std::vector<double> stages{tokens, 2 * tokens * w + 2 * tokens * kv + att.kept,
-                                   2 * tokens * w + tokens, tokens * w + 2 * tokens * f,
-                                   tokens * f};
-  const bool b = config.attention_bias;
+  const double heads = static_cast<double>(config.num_attention_heads),
+               kv_heads = static_cast<double>(config.num_key_value_heads);
+  const double qk_norms =
+      config.qk_norm ? tokens * qw + tokens * kv + tokens * (heads + kv_heads) : 0;
+  const std::vector<double> stages{
+      tokens, tokens * w + tokens * qw + 2 * tokens * kv + att.kept + qk_norms,
+      tokens * qw + tokens * w + tokens, tokens * w + 2 * tokens * f, tokens * f};
+  const bool b = config.attention_bias, mb = config.mlp_bias;
   const std::vector<remat::detail::BlockLinear> linears{
-      {"q_proj", w, w, b, 1},           {"k_proj", w, kv, b, 1},
-      {"v_proj", w, kv, b, 1},          {"o_proj", w, w, false, 2},
-      {"gate_proj", w, f, false, 3, f}, {"up_proj", w, f, false, 3, f},
-      {"down_proj", f, w, false, 4}};
+      {"q_proj", w, qw, b, 1},       {"k_proj", w, kv, b, 1},
+      {"v_proj", w, kv, b, 1},       {"o_proj", qw, w, config.o_proj_bias, 2},
+      {"gate_proj", w, f, mb, 3, f}, {"up_proj", w, f, mb, 3, f},
+      {"down_proj", f, w, mb, 4}};
   MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab_size, step, time,
       remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
@@ -752,14 +771,28 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
     remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
     const std::int64_t c = config.hidden_size, mlp = config.intermediate_size;
     const int n1 = o.pointwise("rms_norm", c, {-1}, {-1}, n, o.norms_train());
-    const int q = o.linear(linears[0], n1), kp = o.linear(linears[1], n1),
-              v = o.linear(linears[2], n1);
+    // Qwen3's q_norm/k_norm: an rms_norm over each head, saving its input and a number per head
+    // vector (the reshapes around it are views: no bytes, left out)
+    const auto head_norm = [&](int x, double width, double rows) {
+      return config.qk_norm ? o.pointwise("rms_norm", static_cast<std::int64_t>(width), {x}, {x},
+                                          rows, o.norms_train())
+                            : x;
+    };
+    const int q_lin = o.linear(linears[0], n1);
+    const int q = head_norm(q_lin, qw, n * heads);
+    const int k_lin = o.linear(linears[1], n1);
+    const int kp = head_norm(k_lin, kv, n * kv_heads);
+    const int v = o.linear(linears[2], n1);
+    if (config.qk_norm) {
+      for (int x : {q_lin, k_lin}) o.hold(x, v);  // project()'s temporaries
+    }
     // it saves the rotated queries and keys (its own), the values, and its probabilities or
     // log-sum-exps
     const int attn =
         o.attention(config.attention == Attention::flash ? "flash_grouped_query_attention"
                                                          : "grouped_query_attention",
-                    c, {q, kp, v}, {v}, n * w + n * kv + att.kept, att, true);
+                    config.num_attention_heads * config.head_dim(), {q, kp, v}, {v},
+                    n * qw + n * kv + att.kept, att, true);
     const int op = o.linear(linears[3], attn);
     const int h = o.pointwise("add", c, {-1, op}, {});
     const int n2 = o.pointwise("rms_norm", c, {h}, {h}, n, o.norms_train());

@@ -35,6 +35,28 @@ class Linear : public Module<T> {
     this->set_kind("Linear", in, out);
   }
 
+  /// A layer of these sizes whose weight (and bias) are allocated but hold no values yet, for a
+  /// loader that fills them (nn/llama_load.hpp): no time spent drawing numbers it overwrites.
+  static Linear uninitialized(std::int64_t in, std::int64_t out, bool with_bias = true) {
+    if (in < 1 || out < 1)
+      throw ShapeError(detail::cat("nn::Linear: sizes must be positive, got ", in, " -> ", out));
+    return Linear(Tensor<T>(Shape{out, in}), with_bias ? Tensor<T>(Shape{out}) : Tensor<T>(), in,
+                  out);
+  }
+
+  /// A layer whose weight is the frozen `weight` (a loader quantized it straight from a file:
+  /// no float matrix is ever held) and whose bias, if defined, is a float Parameter.
+  static Linear from_quantized(std::shared_ptr<const QuantizedWeight> weight, Tensor<T> b = {}) {
+    if (!weight) throw UsageError("nn::Linear::from_quantized: no weight given");
+    if (b.defined() && !(b.shape() == Shape{weight->rows()})) {
+      throw ShapeError(detail::cat("nn::Linear::from_quantized: bias ", b.shape(),
+                                   " does not fit a weight of shape ", weight->shape()));
+    }
+    Linear l(Tensor<T>(), std::move(b), weight->cols(), weight->rows());
+    l.qweight_ = std::move(weight);
+    return l;
+  }
+
   /// The forward hook, if any, sees x and x W^T + b (Note [forward hooks]; LoRA adds to it).
   Var<T> operator()(const Var<T>& x) const { return this->hooked(x, product(x)); }
 
@@ -74,6 +96,13 @@ class Linear : public Module<T> {
     return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
   }
 
+  /// A weight of `in` -> `out` (undefined: quantized storage comes next) and a bias, as given.
+  Linear(Tensor<T> w, Tensor<T> b, std::int64_t in, std::int64_t out) {
+    if (w.defined()) weight = this->add_parameter("weight", std::move(w));
+    if (b.defined()) bias = this->add_parameter("bias", std::move(b));
+    this->set_kind("Linear", in, out);
+  }
+
   std::shared_ptr<const QuantizedWeight> qweight_;
 };
 
@@ -87,9 +116,19 @@ class Embedding : public Module<T> {
     weight = this->add_parameter("weight", rng.normal_tensor<T>({num, dim}, 0.0, init_std));
   }
 
+  /// A table of these sizes allocated but holding no values yet, for a loader that fills it.
+  static Embedding uninitialized(std::int64_t num, std::int64_t dim) {
+    if (num < 1 || dim < 1)
+      throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
+    return Embedding(Tensor<T>(Shape{num, dim}));
+  }
+
   Var<T> operator()(const Tensor<std::int32_t>& ids) const { return embedding(weight, ids); }
 
   Parameter<T> weight;
+
+ private:
+  explicit Embedding(Tensor<T> w) { weight = this->add_parameter("weight", std::move(w)); }
 };
 
 /// Layer normalization over the last axis, with a learned scale (ones) and shift (zeros).

@@ -1,15 +1,18 @@
 #pragma once
 /// @file
-/// Llama: the decoder of Llama, Qwen2 and Mistral-style models, Hugging Face's architecture and
-/// parameter names. Token embedding, a stack of pre-norm decoder layers
+/// Llama: the decoder of Llama 2/3, Qwen2/2.5, Qwen3 and Mistral models, Hugging Face's
+/// architecture and parameter names. Token embedding, a stack of pre-norm decoder layers
 ///   h = x + o_proj(gqa(q_proj(n1), k_proj(n1), v_proj(n1))),  n1 = rms_norm(x)
 ///   y = h + down_proj(silu(gate_proj(n2)) * up_proj(n2)),      n2 = rms_norm(h)
 /// with rotary embeddings inside the grouped-query attention (ops/gqa_attention.hpp), a final
-/// RMSNorm and a head to the vocabulary, optionally tied to the embedding. No dropout (HF's
-/// attention_dropout is 0 for these models). The layers run under any checkpoint plan.
+/// RMSNorm and a head to the vocabulary, optionally tied to the embedding. Options by family:
+/// biases on q/k/v, o and the MLP, Qwen3's per-head q/k RMSNorm, an explicit head_dim, scaled
+/// rotary embeddings and sliding windows (LlamaConfig). No dropout (nn/llama_config.hpp refuses
+/// a nonzero attention_dropout). The layers run under any checkpoint plan.
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,8 +30,9 @@
 
 namespace remat::nn {
 
-/// Hugging Face's LlamaConfig / Qwen2Config fields, with their names (nn/llama_config.hpp
-/// reads them from a config.json).
+/// Hugging Face's LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig fields, with their
+/// names (nn/llama_config.hpp reads them from a config.json and says how each family's fields
+/// map onto these).
 struct LlamaConfig {
   std::int64_t vocab_size = 32000;
   std::int64_t hidden_size = 4096;
@@ -47,35 +51,90 @@ struct LlamaConfig {
   /// The attention op (nn::Attention; not a Hugging Face field): flash keeps no (T x T)
   /// probabilities between forward and backward.
   Attention attention = Attention::fused;
+  /// HF's model_type: "llama", "qwen2", "qwen3" or "mistral" (written back by
+  /// llama_config_json; the maths is set by the fields below, not by this name).
+  std::string model_type = "llama";
+  /// HF's head_dim when given (Qwen3, Mistral Nemo): q_proj is hidden -> heads x head_dim and
+  /// o_proj heads x head_dim -> hidden. 0: hidden_size / num_attention_heads.
+  std::int64_t explicit_head_dim = 0;
+  bool o_proj_bias = false;  ///< o_proj has a bias (Llama's and Qwen3's attention_bias; not Qwen2)
+  bool mlp_bias = false;     ///< gate/up/down projections have biases (Llama's mlp_bias)
+  /// Qwen3: q_norm and k_norm, an RMSNorm over each head's head_dim of the queries and the keys
+  /// after their projection, before RoPE.
+  bool qk_norm = false;
+  RopeScaling rope_scaling{};  ///< rope_scaling / rope_parameters (none: the "default" rope)
+  /// Each query sees the last sliding_window keys (itself included) on the layers that slide;
+  /// 0: no window (Mistral's sliding_window; Qwen2/3's with use_sliding_window).
+  std::int64_t sliding_window = 0;
+  /// Which layers slide (HF's layer_types == "sliding_attention"); empty: all of them.
+  std::vector<bool> sliding_layers{};
 
   std::int64_t head_dim() const noexcept {
+    if (explicit_head_dim > 0) return explicit_head_dim;
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
+  }
+
+  /// The sliding window of decoder layer `layer` (0: none).
+  std::int64_t window_of(std::int64_t layer) const {
+    if (sliding_window == 0) return 0;
+    if (sliding_layers.empty()) return sliding_window;
+    return sliding_layers.at(static_cast<std::size_t>(layer)) ? sliding_window : 0;
+  }
+
+  /// The rotary embedding of every layer, from position `offset` on.
+  RopeOptions rope(std::int64_t offset = 0) const {
+    RopeOptions o{.theta = rope_theta, .offset = offset, .scaling = rope_scaling};
+    o.scaling.max_position_embeddings = max_position_embeddings;
+    return o;
   }
 
   void validate() const {
     const bool sizes = vocab_size >= 1 && hidden_size >= 1 && intermediate_size >= 1 &&
                        num_hidden_layers >= 1 && num_attention_heads >= 1 &&
-                       num_key_value_heads >= 1 && max_position_embeddings >= 1;
-    const bool heads = sizes && hidden_size % num_attention_heads == 0 && head_dim() % 2 == 0 &&
+                       num_key_value_heads >= 1 && max_position_embeddings >= 1 &&
+                       explicit_head_dim >= 0;
+    const bool heads = sizes && (explicit_head_dim > 0 || hidden_size % num_attention_heads == 0) &&
+                       head_dim() >= 2 && head_dim() % 2 == 0 &&
                        num_attention_heads % num_key_value_heads == 0;
     const bool numbers = rope_theta > 0 && std::isfinite(rope_theta) && rms_norm_eps > 0 &&
                          std::isfinite(rms_norm_eps) && initializer_range > 0 &&
                          std::isfinite(initializer_range);
-    if (!heads || !numbers) {
+    const bool window = sliding_window >= 0 &&
+                        (sliding_layers.empty() ||
+                         static_cast<std::int64_t>(sliding_layers.size()) == num_hidden_layers);
+    if (!heads || !numbers || !window) {
       throw UsageError(detail::cat(
           "LlamaConfig: need positive sizes, hidden_size divisible by num_attention_heads into an "
-          "even head size, "
+          "even head size (or an even explicit head_dim), "
           "num_key_value_heads dividing num_attention_heads, positive finite rope_theta, "
-          "rms_norm_eps and initializer_range; got "
+          "rms_norm_eps and initializer_range, a sliding_window >= 0 and one sliding flag per "
+          "layer (or none); got "
           "vocab_size ",
           vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ", intermediate_size,
           ", num_hidden_layers ", num_hidden_layers, ", num_attention_heads ", num_attention_heads,
-          ", num_key_value_heads ", num_key_value_heads, ", max_position_embeddings ",
-          max_position_embeddings, ", rope_theta ", rope_theta, ", rms_norm_eps ", rms_norm_eps,
-          ", initializer_range ", initializer_range));
+          ", num_key_value_heads ", num_key_value_heads, ", head_dim ", explicit_head_dim,
+          ", max_position_embeddings ", max_position_embeddings, ", rope_theta ", rope_theta,
+          ", rms_norm_eps ", rms_norm_eps, ", initializer_range ", initializer_range,
+          ", sliding_window ", sliding_window, " on ", sliding_layers.size(), " layer flags"));
+    }
+    try {
+      detail::check_rope_options("LlamaConfig", rope());
+    } catch (const UsageError& e) {
+      throw UsageError(detail::cat(e.what(), " (rope_scaling)"));
     }
   }
 };
+
+/// How a model's parameters start: drawn as HF's _init_weights draws them, or left empty (of the
+/// right shape, uninitialized memory) for a loader that fills every one of them.
+enum class ParameterInit { random, empty };
+
+/// Makes projection `name` (Hugging Face's module name, e.g. "model.layers.3.self_attn.q_proj",
+/// `in` -> `out`, with a bias or not) while a model is built: a loader's hook to read its weight
+/// straight into frozen storage (nn/llama_load.hpp).
+template <class T>
+using LinearMaker =
+    std::function<Linear<T>(const std::string& name, std::int64_t in, std::int64_t out, bool bias)>;
 
 /// RMSNorm over the last axis with a learned scale (ones).
 template <class T = float>
@@ -93,52 +152,129 @@ class RMSNorm : public Module<T> {
   double eps_;
 };
 
+}  // namespace remat::nn
+
+namespace remat::detail {
+/// A (rows, in) -> (rows, out) projection's parameters: random (nn::Linear's normal init), or
+/// left for a loader.
+template <class T>
+nn::Linear<T> llama_linear(std::int64_t in, std::int64_t out, bool bias, const nn::LlamaConfig& c,
+                           Rng& rng, nn::ParameterInit init,
+                           const nn::LinearMaker<T>* make = nullptr, const std::string& name = "") {
+  if (make) return (*make)(name, in, out, bias);
+  if (init == nn::ParameterInit::random)
+    return nn::Linear<T>(in, out, rng, bias, c.initializer_range);
+  return nn::Linear<T>::uninitialized(in, out, bias);
+}
+}  // namespace remat::detail
+
+namespace remat::nn {
+
 /// Causal grouped-query self-attention with RoPE: q_proj, k_proj, v_proj (biased when
-/// attention_bias), o_proj.
+/// attention_bias), o_proj (biased when o_proj_bias), and Qwen3's q_norm and k_norm. One layer's
+/// sliding window (0: none).
+///
+/// Its steps are public, so that a second forward path (generation with a KV cache) runs the same
+/// arithmetic: project() gives the queries, keys and values before RoPE (q/k norms applied),
+/// rope_options() and window() what the attention op takes, and o_proj the output projection.
 template <class T = float>
 class LlamaAttention : public Module<T> {
  public:
-  LlamaAttention(const LlamaConfig& c, Rng& rng)
-      : q_proj(c.hidden_size, c.hidden_size, rng, c.attention_bias, c.initializer_range),
-        k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias,
-               c.initializer_range),
-        v_proj(c.hidden_size, c.num_key_value_heads * c.head_dim(), rng, c.attention_bias,
-               c.initializer_range),
-        o_proj(c.hidden_size, c.hidden_size, rng, false, c.initializer_range),
+  /// Layer `layer`'s attention (its sliding window; the names `make` is given).
+  LlamaAttention(const LlamaConfig& c, std::int64_t layer, Rng& rng,
+                 ParameterInit init = ParameterInit::random, const LinearMaker<T>* make = nullptr)
+      : q_proj(detail::llama_linear<T>(c.hidden_size, c.num_attention_heads * c.head_dim(),
+                                       c.attention_bias, c, rng, init, make,
+                                       name(layer, "q_proj"))),
+        k_proj(detail::llama_linear<T>(c.hidden_size, c.num_key_value_heads * c.head_dim(),
+                                       c.attention_bias, c, rng, init, make,
+                                       name(layer, "k_proj"))),
+        v_proj(detail::llama_linear<T>(c.hidden_size, c.num_key_value_heads * c.head_dim(),
+                                       c.attention_bias, c, rng, init, make,
+                                       name(layer, "v_proj"))),
+        o_proj(detail::llama_linear<T>(c.num_attention_heads * c.head_dim(), c.hidden_size,
+                                       c.o_proj_bias, c, rng, init, make, name(layer, "o_proj"))),
         heads_(c.num_attention_heads),
         kv_heads_(c.num_key_value_heads),
-        rope_{.theta = c.rope_theta},
+        head_dim_(c.head_dim()),
+        window_(c.window_of(layer)),
+        rope_(c.rope()),
         kind_(c.attention) {
     this->add_module("q_proj", q_proj);
     this->add_module("k_proj", k_proj);
     this->add_module("v_proj", v_proj);
     this->add_module("o_proj", o_proj);
+    if (c.qk_norm) {
+      q_norm.emplace(c.head_dim(), c.rms_norm_eps);
+      k_norm.emplace(c.head_dim(), c.rms_norm_eps);
+      this->add_module("q_norm", *q_norm);
+      this->add_module("k_norm", *k_norm);
+    }
   }
 
   /// x: (B, T, C) -> (B, T, C)
   Var<T> operator()(const Var<T>& x) const {
-    const Var<T> q = q_proj(x), k = k_proj(x), v = v_proj(x);
+    const Projected p = project(x);
     return o_proj(kind_ == Attention::flash
-                      ? flash_grouped_query_attention(q, k, v, heads_, kv_heads_, rope_)
-                      : grouped_query_attention(q, k, v, heads_, kv_heads_, rope_));
+                      ? flash_grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_,
+                                                      kFlashBlockRows, window_)
+                      : grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_, window_));
+  }
+
+  /// Queries (B, T, H D), keys and values (B, T, G D), before RoPE.
+  struct Projected {
+    Var<T> q, k, v;
+  };
+  /// The projections of x (B, T, C), with q_norm/k_norm applied to each head when present.
+  Projected project(const Var<T>& x) const {
+    return {head_norm(q_proj(x), q_norm), head_norm(k_proj(x), k_norm), v_proj(x)};
+  }
+
+  std::int64_t heads() const noexcept { return heads_; }
+  std::int64_t kv_heads() const noexcept { return kv_heads_; }
+  std::int64_t head_dim() const noexcept { return head_dim_; }
+  /// This layer's sliding window (0: none): query i sees keys i - window < j <= i.
+  std::int64_t window() const noexcept { return window_; }
+  /// The rotary embedding of positions from `offset` on.
+  RopeOptions rope_options(std::int64_t offset = 0) const {
+    RopeOptions o = rope_;
+    o.offset = offset;
+    return o;
   }
 
   Linear<T> q_proj, k_proj, v_proj, o_proj;
+  std::optional<RMSNorm<T>> q_norm, k_norm;
 
  private:
-  std::int64_t heads_, kv_heads_;
+  static std::string name(std::int64_t layer, const char* proj) {
+    return detail::cat("model.layers.", layer, ".self_attn.", proj);
+  }
+
+  /// RMSNorm over each head of y (B, T, heads x D), when `norm` is present.
+  Var<T> head_norm(const Var<T>& y, const std::optional<RMSNorm<T>>& norm) const {
+    if (!norm) return y;
+    const Shape& s = y.shape();
+    return reshape((*norm)(reshape(y, Shape{s[0], s[1], s[2] / head_dim_, head_dim_})), s);
+  }
+
+  std::int64_t heads_, kv_heads_, head_dim_, window_;
   RopeOptions rope_;
   Attention kind_;
 };
 
-/// The SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+/// The SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), biased when mlp_bias.
 template <class T = float>
 class LlamaMLP : public Module<T> {
  public:
-  LlamaMLP(const LlamaConfig& c, Rng& rng)
-      : gate_proj(c.hidden_size, c.intermediate_size, rng, false, c.initializer_range),
-        up_proj(c.hidden_size, c.intermediate_size, rng, false, c.initializer_range),
-        down_proj(c.intermediate_size, c.hidden_size, rng, false, c.initializer_range) {
+  /// Layer `layer`'s MLP (the names `make` is given).
+  LlamaMLP(const LlamaConfig& c, Rng& rng, ParameterInit init = ParameterInit::random,
+           std::int64_t layer = 0, const LinearMaker<T>* make = nullptr)
+      : gate_proj(detail::llama_linear<T>(c.hidden_size, c.intermediate_size, c.mlp_bias, c, rng,
+                                          init, make, name(layer, "gate_proj"))),
+        up_proj(detail::llama_linear<T>(c.hidden_size, c.intermediate_size, c.mlp_bias, c, rng,
+                                        init, make, name(layer, "up_proj"))),
+        down_proj(detail::llama_linear<T>(c.intermediate_size, c.hidden_size, c.mlp_bias, c, rng,
+                                          init, make, name(layer, "down_proj"))) {
     this->add_module("gate_proj", gate_proj);
     this->add_module("up_proj", up_proj);
     this->add_module("down_proj", down_proj);
@@ -147,6 +283,11 @@ class LlamaMLP : public Module<T> {
   Var<T> operator()(const Var<T>& x) const { return down_proj(swiglu(gate_proj(x), up_proj(x))); }
 
   Linear<T> gate_proj, up_proj, down_proj;
+
+ private:
+  static std::string name(std::int64_t layer, const char* proj) {
+    return detail::cat("model.layers.", layer, ".mlp.", proj);
+  }
 };
 
 /// One decoder layer: x + attn(norm(x)), then + mlp(norm(.)). Parameters in Hugging Face's
@@ -154,9 +295,11 @@ class LlamaMLP : public Module<T> {
 template <class T = float>
 class LlamaDecoderLayer : public Module<T> {
  public:
-  LlamaDecoderLayer(const LlamaConfig& c, Rng& rng)
-      : self_attn(c, rng),
-        mlp(c, rng),
+  LlamaDecoderLayer(const LlamaConfig& c, std::int64_t layer, Rng& rng,
+                    ParameterInit init = ParameterInit::random,
+                    const LinearMaker<T>* make = nullptr)
+      : self_attn(c, layer, rng, init, make),
+        mlp(c, rng, init, layer, make),
         input_layernorm(c.hidden_size, c.rms_norm_eps),
         post_attention_layernorm(c.hidden_size, c.rms_norm_eps) {
     this->add_module("self_attn", self_attn);
@@ -183,6 +326,18 @@ class Llama : public Module<T> {
   using Layer = std::function<Var<T>(const Var<T>&)>;
 
   explicit Llama(const LlamaConfig& config) : Llama(config, Rng(config.seed)) {}
+
+  /// A model whose parameters have their shapes but no values yet, for a loader that fills
+  /// every one (nn/llama_load.hpp): no time spent drawing numbers the files overwrite.
+  static Llama uninitialized(const LlamaConfig& config) {
+    return Llama(config, Rng(config.seed), ParameterInit::empty);
+  }
+
+  /// A model whose decoder layers' seven projections come from `make` (a loader reading them
+  /// into frozen storage), the rest left empty as uninitialized()'s.
+  static Llama with_projections(const LlamaConfig& config, const LinearMaker<T>& make) {
+    return Llama(config, Rng(config.seed), ParameterInit::empty, &make);
+  }
 
   const LlamaConfig& config() const noexcept { return config_; }
 
@@ -256,19 +411,22 @@ class Llama : public Module<T> {
   std::optional<Linear<T>> lm_head;
 
  private:
-  Llama(const LlamaConfig& c, Rng rng)
+  Llama(const LlamaConfig& c, Rng rng, ParameterInit init = ParameterInit::random,
+        const LinearMaker<T>* make = nullptr)
       : config_((c.validate(), c)),
-        embed_tokens(c.vocab_size, c.hidden_size, rng, c.initializer_range),
+        embed_tokens(init == ParameterInit::random
+                         ? Embedding<T>(c.vocab_size, c.hidden_size, rng, c.initializer_range)
+                         : Embedding<T>::uninitialized(c.vocab_size, c.hidden_size)),
         norm(c.hidden_size, c.rms_norm_eps) {
     this->add_module("model.embed_tokens", embed_tokens);
     layers.reserve(static_cast<std::size_t>(c.num_hidden_layers));
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      layers.emplace_back(c, rng);
+      layers.emplace_back(c, i, rng, init, make);
       this->add_module(detail::cat("model.layers.", i), layers.back());
     }
     this->add_module("model.norm", norm);
     if (!c.tie_word_embeddings) {
-      lm_head.emplace(c.hidden_size, c.vocab_size, rng, false, c.initializer_range);
+      lm_head.emplace(detail::llama_linear<T>(c.hidden_size, c.vocab_size, false, c, rng, init));
       this->add_module("lm_head", *lm_head);
     }
   }

@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// Reads a Hugging Face config.json (LlamaConfig, Qwen2Config, MistralConfig without sliding
-/// windows) into nn::LlamaConfig. A missing file, malformed JSON, a missing or mistyped field, or
-/// a feature the model does not implement (rope_scaling, a head_dim other than hidden_size /
-/// num_attention_heads, an activation other than silu) is an IoError naming the file and field.
+/// Reads a Hugging Face config.json (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config) into
+/// nn::LlamaConfig, and writes one back. Every field is implemented, known not to change the
+/// maths, or refused by name (Note [config fields]). A missing file, malformed JSON, a missing
+/// or mistyped field, an unsupported model_type or architecture, or a feature the model does not
+/// implement (yarn rope, an activation other than silu, dropout) is an IoError naming the file,
+/// the field and the value.
 /// The file is read strictly (io/json.hpp: a regular file, no repeated key), and sizes whose
 /// tensors could not exist (vocab_size 2^62) are refused by name.
 
@@ -13,7 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "remat/io/json.hpp"
@@ -90,50 +95,344 @@ inline void read_bool(const nlohmann::json& j, const char* name, bool& out,
 
 }  // namespace remat::detail
 
+namespace remat::detail {
+
+/// Note [config fields]: every key of a config.json is accounted for. The reader consumes the
+/// fields it implements (per family, as Hugging Face's config class of that model_type reads
+/// them); the keys below are known not to change the forward pass's maths and are accepted as
+/// they are; a field with a value the model does not implement is refused by name; and any
+/// other key is refused by name too, since nothing is ignored silently.
+struct HarmlessField {
+  const char* name;
+  const char* reason;
+};
+inline constexpr HarmlessField kHarmlessConfigFields[] = {
+    {"torch_dtype", "the dtype the weights were saved in; each tensor's own dtype is read"},
+    {"dtype", "the dtype the weights were saved in (transformers v5's torch_dtype)"},
+    {"transformers_version", "the version of the library that wrote the file"},
+    {"_name_or_path", "where the config was loaded from"},
+    {"bos_token_id", "a token id for tokenization and generation, not the forward pass"},
+    {"eos_token_id", "a token id for tokenization and generation, not the forward pass"},
+    {"pad_token_id", "a token id for batching; the forward pass takes no padding mask"},
+    {"use_cache", "whether HF's forward returns a KV cache; no effect on the logits"},
+    {"output_attentions", "what HF's forward returns, not its values"},
+    {"output_hidden_states", "what HF's forward returns, not its values"},
+    {"return_dict", "what HF's forward returns, not its values"},
+    {"pretraining_tp",
+     "old HF versions split each projection into this many slices: the same sums, regrouped"},
+    {"id2label", "labels of classification heads, which a causal LM does not have"},
+    {"label2id", "labels of classification heads, which a causal LM does not have"},
+    {"tokenizer_class", "which tokenizer to use (tokenizer side)"},
+    {"is_llama_config",
+     "a flag of nanotron's exports (SmolLM) that HF's LlamaConfig does not read"},
+    {"unsloth_version", "the version of the tool that wrote the file"},
+};
+
+/// The families a config.json may describe: model_type, its HF class, and what differs.
+struct LlamaFamily {
+  const char* model_type;
+  const char* architecture;
+};
+inline constexpr LlamaFamily kLlamaFamilies[] = {{"llama", "LlamaForCausalLM"},
+                                                 {"mistral", "MistralForCausalLM"},
+                                                 {"qwen2", "Qwen2ForCausalLM"},
+                                                 {"qwen3", "Qwen3ForCausalLM"}};
+
+inline std::string supported_families() {
+  std::string out;
+  for (const LlamaFamily& f : kLlamaFamilies)
+    out += cat(out.empty() ? "" : ", ", f.model_type, " (", f.architecture, ")");
+  return out;
+}
+
+/// A config.json object and the keys read from it so far.
+class ConfigFields {
+ public:
+  ConfigFields(const nlohmann::json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  /// The field's value (null when absent or null), marked as accounted for.
+  const nlohmann::json* take(const char* name) {
+    used_.insert(name);
+    return config_field(j_, name, false, source_);
+  }
+  void take_int(const char* name, bool required, std::int64_t& out) {
+    used_.insert(name);
+    read_int(j_, name, required, out, source_);
+  }
+  void take_double(const char* name, double& out) {
+    used_.insert(name);
+    read_double(j_, name, out, source_);
+  }
+  void take_bool(const char* name, bool& out) {
+    used_.insert(name);
+    read_bool(j_, name, out, source_);
+  }
+  /// Refuses a value of `name` other than `expected` (absent and null pass): the model does not
+  /// implement it.
+  void take_only(const char* name, const nlohmann::json& expected, const std::string& why) {
+    const nlohmann::json* v = take(name);
+    if (v && *v != expected &&
+        !(v->is_number() && expected.is_number() && v->get<double>() == expected.get<double>())) {
+      throw IoError(cat(source_, ": field '", name, "' is ", v->dump(), "; only ", expected.dump(),
+                        " is implemented (", why, ")"));
+    }
+  }
+
+  /// Throws on the first key neither read nor known to be harmless.
+  void refuse_the_rest(const std::string& model_type) const {
+    for (const auto& [key, value] : j_.items()) {
+      if (used_.count(key)) continue;
+      bool harmless = false;
+      for (const HarmlessField& h : kHarmlessConfigFields) harmless = harmless || key == h.name;
+      if (harmless) continue;
+      throw IoError(cat(source_, ": field '", brief_key(key), "' (", brief_value(value),
+                        ") is not implemented for model_type '", model_type,
+                        "': remat refuses config fields it does not account for (docs/guide.md, "
+                        "\"Model families and config fields\")"));
+    }
+  }
+
+  const std::string& source() const noexcept { return source_; }
+
+ private:
+  static std::string brief_key(const std::string& key) {
+    return key.size() <= 80 ? key : key.substr(0, 80) + "...";
+  }
+  static std::string brief_value(const nlohmann::json& v) {
+    const std::string text = v.dump();
+    return text.size() <= 80 ? text : text.substr(0, 80) + "...";
+  }
+
+  const nlohmann::json& j_;
+  std::string source_;
+  std::set<std::string> used_;
+};
+
+/// model_type, checked against architectures: one of kLlamaFamilies. A config without a
+/// model_type takes its architecture's, or "llama" when it names none either.
+inline std::string read_model_type(ConfigFields& f) {
+  const nlohmann::json* type = f.take("model_type");
+  const nlohmann::json* arch = f.take("architectures");
+  if (type && !type->is_string())
+    throw IoError(cat(f.source(), ": field 'model_type' must be a string, got ", type->dump()));
+  if (arch && !(arch->is_array() && arch->size() == 1 && (*arch)[0].is_string())) {
+    throw IoError(
+        cat(f.source(), ": field 'architectures' must list one class name, got ", arch->dump()));
+  }
+  const std::string arch_name = arch ? (*arch)[0].get<std::string>() : "";
+  std::string model_type = type ? type->get<std::string>() : "";
+  const LlamaFamily* family = nullptr;
+  for (const LlamaFamily& fam : kLlamaFamilies) {
+    if (model_type.empty() ? arch_name == fam.architecture : model_type == fam.model_type)
+      family = &fam;
+  }
+  if (!family && model_type.empty() && arch_name.empty()) family = &kLlamaFamilies[0];
+  if (!family) {
+    throw IoError(cat(f.source(), ": ",
+                      model_type.empty() ? cat("architectures ", arch->dump())
+                                         : cat("model_type '", model_type, "'"),
+                      " is not supported; supported: ", supported_families()));
+  }
+  if (!arch_name.empty() && arch_name != family->architecture) {
+    throw IoError(cat(f.source(), ": architectures ", arch->dump(),
+                      " is not supported for model_type '", family->model_type, "' (only ",
+                      family->architecture, "); supported: ", supported_families()));
+  }
+  return family->model_type;
+}
+
+/// rope_scaling (or transformers v5's rope_parameters, which may also hold rope_theta): the rope
+/// type under "rope_type" or the legacy "type", and its parameters; "default" is no scaling.
+/// yarn, longrope and any other type are refused by name, as is any key the type does not read.
+inline void read_rope_scaling(const nlohmann::json& r, const char* field, nn::LlamaConfig& c,
+                              const std::string& source) {
+  if (!r.is_object())
+    throw IoError(cat(source, ": field '", field, "' must be an object, got ", r.dump()));
+  std::set<std::string> used;
+  const auto get = [&](const char* key) -> const nlohmann::json* {
+    used.insert(key);
+    const auto it = r.find(key);
+    return it == r.end() || it->is_null() ? nullptr : &*it;
+  };
+  const auto number = [&](const char* key, bool required, double fallback) {
+    const nlohmann::json* v = get(key);
+    if (!v) {
+      if (required)
+        throw IoError(cat(source, ": field '", field, "' needs '", key, "' for its rope type"));
+      return fallback;
+    }
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0) {
+      throw IoError(cat(source, ": field '", field, "' key '", key,
+                        "' must be a positive number, got ", v->dump()));
+    }
+    return v->get<double>();
+  };
+  const nlohmann::json* type = get("rope_type");
+  if (!type) type = get("type");
+  get("type");
+  if (type && !type->is_string())
+    throw IoError(
+        cat(source, ": field '", field, "' rope_type must be a string, got ", type->dump()));
+  const std::string name = type ? type->get<std::string>() : "default";
+  if (const nlohmann::json* theta = get("rope_theta")) {
+    if (std::string(field) != "rope_parameters" || !theta->is_number() ||
+        !(theta->get<double>() > 0)) {
+      throw IoError(cat(source, ": field '", field, "' key 'rope_theta' is ", theta->dump(),
+                        "; only a positive number inside rope_parameters is implemented"));
+    }
+    c.rope_theta = theta->get<double>();
+  }
+  RopeScaling s;
+  if (name == "default") {
+    s.type = RopeScalingType::none;
+  } else if (name == "linear" || name == "dynamic") {
+    s.type = name == "linear" ? RopeScalingType::linear : RopeScalingType::dynamic;
+    s.factor = number("factor", true, 1.0);
+  } else if (name == "llama3") {
+    s.type = RopeScalingType::llama3;
+    s.factor = number("factor", true, 1.0);
+    s.low_freq_factor = number("low_freq_factor", true, 1.0);
+    s.high_freq_factor = number("high_freq_factor", true, 4.0);
+    const double original = number("original_max_position_embeddings", true, 1.0);
+    if (original != std::floor(original) || original > 1e15) {
+      throw IoError(cat(source, ": field '", field,
+                        "' key 'original_max_position_embeddings' must be an integer, got ",
+                        original));
+    }
+    s.original_max_position_embeddings = static_cast<std::int64_t>(original);
+  } else {
+    throw IoError(cat(source, ": field '", field, "' has rope type '", name,
+                      "'; implemented: default, linear, dynamic, llama3"));
+  }
+  for (const auto& [key, value] : r.items()) {
+    if (!used.count(key)) {
+      throw IoError(cat(source, ": field '", field, "' key '", key, "' (", value.dump(),
+                        ") is not implemented for rope type '", name, "'"));
+    }
+  }
+  c.rope_scaling = s;
+}
+
+/// Qwen2/Qwen3's windows: sliding_window applies when use_sliding_window is true, on the layers
+/// layer_types names "sliding_attention", or (without layer_types) on layers >= max_window_layers.
+inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
+  bool use = false;
+  f.take_bool("use_sliding_window", use);
+  std::int64_t window = 4096, max_window_layers = 28;
+  const nlohmann::json* w = f.take("sliding_window");
+  if (w) f.take_int("sliding_window", false, window);
+  if (const nlohmann::json* max = f.take("max_window_layers")) {
+    // 0 is valid here (every layer slides), unlike the sizes read_int reads
+    if (!max->is_number_integer() || max->get<std::int64_t>() < 0) {
+      throw IoError(cat(f.source(),
+                        ": field 'max_window_layers' must be a non-negative integer, got ",
+                        max->dump()));
+    }
+    max_window_layers = max->get<std::int64_t>();
+  }
+  const nlohmann::json* types = f.take("layer_types");
+  if (!use || !w) {
+    if (types && types->is_array()) {
+      for (const auto& t : *types) {
+        if (t != "full_attention") {
+          throw IoError(cat(f.source(), ": field 'layer_types' names ", t.dump(),
+                            " but no sliding window is in use (use_sliding_window false or "
+                            "sliding_window null)"));
+        }
+      }
+    }
+    return;
+  }
+  c.sliding_window = window;
+  c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
+  if (types) {
+    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != c.num_hidden_layers) {
+      throw IoError(cat(f.source(), ": field 'layer_types' must list ", c.num_hidden_layers,
+                        " layer types, got ", types->dump().substr(0, 200)));
+    }
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const nlohmann::json& t = (*types)[i];
+      if (t != "full_attention" && t != "sliding_attention") {
+        throw IoError(cat(f.source(), ": field 'layer_types' entry ", i, " is ", t.dump(),
+                          "; implemented: \"full_attention\", \"sliding_attention\""));
+      }
+      c.sliding_layers[i] = t == "sliding_attention";
+    }
+  } else {
+    for (std::int64_t i = max_window_layers; i < c.num_hidden_layers; ++i)
+      c.sliding_layers[static_cast<std::size_t>(i)] = true;
+  }
+}
+
+}  // namespace remat::detail
+
 namespace remat::nn {
 
-/// The LlamaConfig a parsed config.json describes; `source` names it in errors. Fields absent
-/// from the file take Hugging Face's defaults (num_key_value_heads = num_attention_heads;
-/// Qwen2's q/k/v projections always have biases).
+/// The LlamaConfig a parsed config.json describes; `source` names it in errors. The family comes
+/// from model_type (and architectures must agree): llama, mistral, qwen2 or qwen3, anything else
+/// an error that lists them. Fields absent from the file take Hugging Face's defaults for that
+/// family (num_key_value_heads = num_attention_heads, 8 for Mistral; max_position_embeddings
+/// 2048 for Llama, 32768 for Qwen2/3, 131072 for Mistral; Mistral's sliding_window 4096; Qwen3's
+/// head_dim 128). Per family (Hugging Face's modeling_*.py):
+/// - llama: attention_bias puts biases on q, k, v and o; mlp_bias on gate, up and down;
+/// - qwen2: q, k and v always biased, o never; sliding windows per use_sliding_window,
+///   max_window_layers and layer_types;
+/// - qwen3: q_norm and k_norm; attention_bias on q, k, v and o; windows as Qwen2;
+/// - mistral: no biases; sliding_window on every layer (null: none).
+/// Every other key is implemented, harmless (detail::kHarmlessConfigFields) or refused by name
+/// (Note [config fields]).
 inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
                                           const std::string& source = "config.json") {
   namespace d = remat::detail;
   if (!j.is_object())
     throw IoError(detail::cat(source, ": expected a JSON object, got ", j.type_name()));
+  d::ConfigFields f(j, source);
   LlamaConfig c;
-  const nlohmann::json* type = d::config_field(j, "model_type", false, source);
-  const bool qwen2 = type && type->is_string() && type->get<std::string>() == "qwen2";
-  d::read_int(j, "vocab_size", true, c.vocab_size, source);
-  d::read_int(j, "hidden_size", true, c.hidden_size, source);
-  d::read_int(j, "intermediate_size", true, c.intermediate_size, source);
-  d::read_int(j, "num_hidden_layers", true, c.num_hidden_layers, source);
-  d::read_int(j, "num_attention_heads", true, c.num_attention_heads, source);
-  c.num_key_value_heads = c.num_attention_heads;
-  d::read_int(j, "num_key_value_heads", false, c.num_key_value_heads, source);
-  c.max_position_embeddings = qwen2 ? 32768 : 2048;
-  d::read_int(j, "max_position_embeddings", false, c.max_position_embeddings, source);
-  d::read_double(j, "rope_theta", c.rope_theta, source);
-  d::read_double(j, "rms_norm_eps", c.rms_norm_eps, source);
-  d::read_double(j, "initializer_range", c.initializer_range, source);
-  d::read_bool(j, "tie_word_embeddings", c.tie_word_embeddings, source);
-  c.attention_bias = qwen2;
-  d::read_bool(j, "attention_bias", c.attention_bias, source);
-  if (const nlohmann::json* act = d::config_field(j, "hidden_act", false, source);
-      act && *act != "silu") {
-    throw IoError(detail::cat(source, ": field 'hidden_act' is ", act->dump(),
-                              "; only \"silu\" is implemented"));
+  c.model_type = d::read_model_type(f);
+  const std::string& type = c.model_type;
+  const bool qwen = type == "qwen2" || type == "qwen3", mistral = type == "mistral";
+  f.take_int("vocab_size", true, c.vocab_size);
+  f.take_int("hidden_size", true, c.hidden_size);
+  f.take_int("intermediate_size", true, c.intermediate_size);
+  f.take_int("num_hidden_layers", true, c.num_hidden_layers);
+  f.take_int("num_attention_heads", true, c.num_attention_heads);
+  c.num_key_value_heads = mistral ? 8 : c.num_attention_heads;
+  f.take_int("num_key_value_heads", false, c.num_key_value_heads);
+  c.max_position_embeddings = qwen ? 32768 : mistral ? 131072 : 2048;
+  f.take_int("max_position_embeddings", false, c.max_position_embeddings);
+  c.explicit_head_dim = type == "qwen3" ? 128 : 0;
+  f.take_int("head_dim", false, c.explicit_head_dim);
+  f.take_double("rope_theta", c.rope_theta);
+  f.take_double("rms_norm_eps", c.rms_norm_eps);
+  f.take_double("initializer_range", c.initializer_range);
+  f.take_bool("tie_word_embeddings", c.tie_word_embeddings);
+  f.take_only("hidden_act", "silu", "the MLP is SwiGLU with silu");
+  f.take_only("attention_dropout", 0.0, "no dropout in the attention");
+  f.take_only("partial_rotary_factor", 1.0, "RoPE turns every dimension of a head");
+  f.take_only("mlp_only_layers", nlohmann::json::array(), "no mixture of experts");
+  f.take_only("rope_interleaved", false, "HF's models rotate halves, not interleaved pairs");
+  for (const char* field : {"rope_scaling", "rope_parameters"}) {
+    if (const nlohmann::json* r = f.take(field)) d::read_rope_scaling(*r, field, c, source);
   }
-  if (d::config_field(j, "rope_scaling", false, source)) {
-    throw IoError(detail::cat(
-        source, ": field 'rope_scaling' is set; scaled rotary embeddings are not implemented"));
+  if (type == "llama") {
+    f.take_bool("attention_bias", c.attention_bias);
+    c.o_proj_bias = c.attention_bias;
+    f.take_bool("mlp_bias", c.mlp_bias);
+  } else if (type == "qwen2") {
+    c.attention_bias = true;  // Qwen2's q/k/v always have biases, its o_proj never
+    f.take_only("attention_bias", true, "Qwen2's q, k and v projections always have biases");
+    d::read_qwen_windows(f, c);
+  } else if (type == "qwen3") {
+    c.qk_norm = true;
+    f.take_bool("attention_bias", c.attention_bias);
+    c.o_proj_bias = c.attention_bias;
+    d::read_qwen_windows(f, c);
+  } else if (mistral) {
+    c.sliding_window = 4096;
+    if (j.contains("sliding_window") && j.at("sliding_window").is_null()) c.sliding_window = 0;
+    f.take_int("sliding_window", false, c.sliding_window);
   }
-  if (const nlohmann::json* hd = d::config_field(j, "head_dim", false, source);
-      hd && !(hd->is_number_integer() &&
-              hd->get<std::int64_t>() == c.hidden_size / c.num_attention_heads)) {
-    throw IoError(detail::cat(source, ": field 'head_dim' is ", hd->dump(),
-                              "; only hidden_size / num_attention_heads = ",
-                              c.hidden_size / c.num_attention_heads, " is implemented"));
-  }
+  f.refuse_the_rest(type);
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -196,25 +495,82 @@ inline LlamaConfig load_llama_config(const std::string& path) {
   return parse_llama_config(text, path);
 }
 
-/// The config.json text of `c`, with Hugging Face's field names (model_type "llama", or
-/// "qwen2" when the q/k/v projections have biases).
+/// The model_type whose Hugging Face class computes what `c` does: c.model_type when its flags
+/// fit that family, else "qwen2" for a Llama with q/k/v biases only (as earlier versions wrote
+/// it); a UsageError naming the flags when no family fits.
+inline std::string llama_family_of(const LlamaConfig& c) {
+  const bool plain = !c.qk_norm && !c.mlp_bias;
+  const bool every_layer =
+      c.sliding_window == 0 || c.sliding_layers.empty() ||
+      std::all_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](bool b) { return b; });
+  const auto fits = [&](const std::string& t) {
+    if (t == "llama")
+      return c.o_proj_bias == c.attention_bias && !c.qk_norm && c.sliding_window == 0;
+    if (t == "mistral") return !c.attention_bias && !c.o_proj_bias && plain && every_layer;
+    if (t == "qwen2") return c.attention_bias && !c.o_proj_bias && plain;
+    if (t == "qwen3") return c.o_proj_bias == c.attention_bias && c.qk_norm && !c.mlp_bias;
+    return false;
+  };
+  if (fits(c.model_type)) return c.model_type;
+  if (c.model_type == "llama" && fits("qwen2")) return "qwen2";
+  throw UsageError(detail::cat(
+      "llama_config_json: no supported family has model_type '", c.model_type,
+      "' with attention_bias ", c.attention_bias, ", o_proj_bias ", c.o_proj_bias, ", mlp_bias ",
+      c.mlp_bias, ", qk_norm ", c.qk_norm, ", sliding_window ", c.sliding_window, " on ",
+      c.sliding_layers.empty() ? std::string("every layer")
+                               : detail::cat(c.sliding_layers.size(), " flagged layers"),
+      "; supported: ", remat::detail::supported_families()));
+}
+
+/// The config.json text of `c`, with Hugging Face's field names, in the family
+/// llama_family_of(c) names; read back by llama_config_from_json to the same config.
 inline std::string llama_config_json(const LlamaConfig& c) {
+  const std::string type = llama_family_of(c);
   nlohmann::ordered_json j;
-  j["architectures"] = {c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = c.attention_bias ? "qwen2" : "llama";
+  for (const auto& f : remat::detail::kLlamaFamilies)
+    if (type == f.model_type) j["architectures"] = {f.architecture};
+  j["model_type"] = type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim();
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rope_theta"] = c.rope_theta;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["attention_bias"] = c.attention_bias;
+  if (type == "llama" || type == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (type == "llama") j["mlp_bias"] = c.mlp_bias;
   j["initializer_range"] = c.initializer_range;
   j["hidden_act"] = "silu";
+  j["attention_dropout"] = 0.0;
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == RopeScalingType::none) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = {{"rope_type", to_string(r.type)}, {"factor", r.factor}};
+    if (r.type == RopeScalingType::llama3) {
+      j["rope_scaling"]["low_freq_factor"] = r.low_freq_factor;
+      j["rope_scaling"]["high_freq_factor"] = r.high_freq_factor;
+      j["rope_scaling"]["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    }
+  }
+  if (type == "mistral") {
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                               : nlohmann::ordered_json(nullptr);
+  } else if (type == "qwen2" || type == "qwen3") {
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                               : nlohmann::ordered_json(nullptr);
+    if (c.sliding_window > 0) {
+      nlohmann::ordered_json types = nlohmann::ordered_json::array();
+      for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+        types.push_back(c.window_of(i) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
+  }
   return j.dump(2) + "\n";
 }
 

@@ -8,7 +8,9 @@
 /// A block holds rows [i0, i1) of one head's (T x T) scores, row i0 first, `ld` apart, over keys
 /// [0, i1): the fused ops pass the whole (T x T) block (i0 = 0, i1 = T), the flash ops a block of
 /// query rows (Note [attention by query blocks] in ops/flash_attention.hpp). Row i sees keys 0..i;
-/// its entries after i, up to i1, are set to zero.
+/// its entries after i, up to i1, are set to zero. With a sliding window w > 0 (Mistral's
+/// sliding_window) row i sees keys i - w < j <= i only, w keys counting itself, as Hugging Face's
+/// mask (kv_idx > q_idx - sliding_window); the keys before the window are set to zero too.
 
 #include <cmath>
 #include <cstdint>
@@ -17,14 +19,21 @@
 
 namespace remat::detail {
 
-/// Row i of the block becomes the softmax of its scores over keys 0..i, zero after; lse[i] its
-/// log-sum-exp when lse is not null.
+/// The first key row i sees: 0, or i - window + 1 under a sliding window (window > 0).
+inline std::int64_t window_start(std::int64_t i, std::int64_t window) noexcept {
+  return window > 0 && i >= window ? i - window + 1 : 0;
+}
+
+/// Row i of the block becomes the softmax of its scores over the keys it sees (0..i, or its
+/// window), zero elsewhere; lse[i] its log-sum-exp when lse is not null.
 template <class T>
-void causal_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i1) {
+void causal_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i1,
+                         std::int64_t window = 0) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      ArrayView<T> seen(s + r * ld, i + 1);
+      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      ArrayView<T>(s + r * ld, j0).setZero();
+      ArrayView<T> seen(s + r * ld + j0, i + 1 - j0);
       const T m = seen.maxCoeff();
       seen = (seen - m).exp();
       const T sum = seen.sum();
@@ -35,29 +44,32 @@ void causal_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::in
   });
 }
 
-/// The block's scores become the probabilities again: exp(S - lse) over keys 0..i, zero after.
+/// The block's scores become the probabilities again: exp(S - lse) over the keys row i sees, zero
+/// elsewhere.
 template <class T>
 void causal_softmax_recompute_rows(T* s, std::int64_t ld, const T* lse, std::int64_t i0,
-                                   std::int64_t i1) {
+                                   std::int64_t i1, std::int64_t window = 0) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      ArrayView<T> seen(s + r * ld, i + 1);
+      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      ArrayView<T>(s + r * ld, j0).setZero();
+      ArrayView<T> seen(s + r * ld + j0, i + 1 - j0);
       seen = (seen - lse[i]).exp();
       ArrayView<T>(s + r * ld + i + 1, i1 - i - 1).setZero();
     }
   });
 }
 
-/// dP := P (dP - rowsum(dP P)) * scale over the causal part of the block's rows, zero after.
+/// dP := P (dP - rowsum(dP P)) * scale over the keys each row sees, zero elsewhere.
 template <class T>
 void causal_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, std::int64_t i0,
-                                  std::int64_t i1) {
+                                  std::int64_t i1, std::int64_t window = 0) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r;
-      const ConstArrayView<T> pr(p + r * ld, i + 1);
-      ArrayView<T> dr(dp + r * ld, i + 1);
+      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      ArrayView<T>(dp + r * ld, j0).setZero();
+      const ConstArrayView<T> pr(p + r * ld + j0, i + 1 - j0);
+      ArrayView<T> dr(dp + r * ld + j0, i + 1 - j0);
       const T dot = (pr * dr).sum();
       dr = pr * (dr - dot) * scale;
       ArrayView<T>(dp + r * ld + i + 1, i1 - i - 1).setZero();

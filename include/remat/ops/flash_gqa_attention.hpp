@@ -24,8 +24,8 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
  public:
   FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
                                  std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
-                                 std::int64_t block_rows)
-      : GqaLayout(batch, time, heads, kv_heads, dim, rope),
+                                 std::int64_t block_rows, std::int64_t window)
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
 
@@ -46,7 +46,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
                   kv_at(kr.data(), b, h), ckv(), T(0), scores.data(), t_);
-          causal_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          causal_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_);
           gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(),
                   T(0), q_at(y.data(), b, h) + i0 * cq(), cq());
         }
@@ -90,7 +90,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           T* p = probs.data();
           gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
                   kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
-          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_);
           if (dv.dst) {
             const T beta = dv.overwrite && first_write ? T(0) : T(1);
             gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta,
@@ -99,7 +99,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
           if (!need_qk) continue;
           gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h),
                   ckv(), T(0), dp.data(), t_);
-          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
+          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1, window_);
           gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(),
                   T(0), q_at(dq.data(), b, h) + i0 * cq(), cq());
           gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(),
@@ -123,12 +123,14 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
 
 /// grouped_query_attention() (same arguments, same output to rounding), keeping the rotated
 /// queries and keys, the values and a log-sum-exp per query row for backward instead of the
-/// (B, H, T, T) probabilities, which backward recomputes `block_rows` query rows at a time.
+/// (B, H, T, T) probabilities, which backward recomputes `block_rows` query rows at a time. The
+/// sliding `window` is grouped_query_attention's.
 template <class T>
 Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
                                      const std::type_identity_t<Var<T>>& v, std::int64_t heads,
                                      std::int64_t kv_heads, RopeOptions rope = {},
-                                     std::int64_t block_rows = kFlashBlockRows) {
+                                     std::int64_t block_rows = kFlashBlockRows,
+                                     std::int64_t window = 0) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
   const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
@@ -146,8 +148,9 @@ Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t
                     block_rows, " (q ", sq, ")"));
   }
   detail::check_rope_options("flash_grouped_query_attention", rope);
+  detail::check_window("flash_grouped_query_attention", window);
   return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>(
-      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows);
+      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows, window);
 }
 
 namespace detail {

@@ -3,7 +3,8 @@
 /// grouped_query_attention: the causal attention of Llama, Qwen2 and Mistral, one node. Query
 /// heads share key/value heads in groups (H query heads, G key/value heads, H/G queries per
 /// group: query head h reads key/value head h / (H/G), as Hugging Face's repeat_kv), and RoPE is
-/// applied to queries and keys inside. Heads are read in place from the (B, T, heads x D)
+/// applied to queries and keys inside; optionally a sliding window (Mistral: query i sees keys
+/// i - window < j <= i, ops/causal_softmax.hpp). Heads are read in place from the (B, T, heads x D)
 /// projections with strided GEMMs. The node saves the rotated queries and keys, the values and
 /// the attention probabilities (B, H, T, T).
 
@@ -23,13 +24,14 @@ namespace detail {
 class GqaLayout {
  protected:
   GqaLayout(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads,
-            std::int64_t dim, RopeOptions rope)
+            std::int64_t dim, RopeOptions rope, std::int64_t window)
       : b_(batch),
         t_(time),
         h_(heads),
         g_(kv_heads),
         d_(dim),
         rep_(heads / kv_heads),
+        window_(window),
         rope_(rope) {}
 
   std::int64_t cq() const noexcept { return h_ * d_; }
@@ -54,15 +56,22 @@ class GqaLayout {
   }
 
   std::int64_t b_, t_, h_, g_, d_, rep_;
+  std::int64_t window_;  ///< 0: plain causal; else each query sees the last `window_` keys
   RopeOptions rope_;
 };
+
+inline void check_window(const char* op, std::int64_t window) {
+  if (window < 0)
+    throw UsageError(cat(op, ": the sliding window must be 0 (none) or positive, got ", window));
+}
 
 template <class T>
 class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
  public:
   GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
-                            std::int64_t kv_heads, std::int64_t dim, RopeOptions rope)
-      : GqaLayout(batch, time, heads, kv_heads, dim, rope) {}
+                            std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
+                            std::int64_t window)
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window) {}
   const char* op_name() const noexcept override { return "grouped_query_attention"; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
@@ -79,7 +88,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
         gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h),
                 ckv(), T(0), p, t_);
-        causal_softmax_rows<T>(p, t_, nullptr, 0, t_);
+        causal_softmax_rows<T>(p, t_, nullptr, 0, t_, window_);
         gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0),
                 q_at(y.data(), b, h), cq());
       }
@@ -120,7 +129,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         if (!need_qk) continue;
         gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0),
                 dp.data(), t_);
-        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_);
+        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_, window_);
         gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
                 q_at(dq.data(), b, h), cq());
         gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(),
@@ -143,11 +152,13 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
 /// (B, T, kv_heads x D), kv_heads dividing heads, D even; returns (B, T, heads x D), the heads'
 /// outputs side by side (Hugging Face's layout before o_proj). Query i attends to keys 0..i;
 /// queries and keys are rotated by positions rope.offset + t. With kv_heads == heads this is
-/// ordinary multi-head attention.
+/// ordinary multi-head attention. A `window` > 0 restricts query i to keys i - window < j <= i
+/// (Hugging Face's sliding_window); 0 is no window.
 template <class T>
 Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
                                const std::type_identity_t<Var<T>>& v, std::int64_t heads,
-                               std::int64_t kv_heads, RopeOptions rope = {}) {
+                               std::int64_t kv_heads, RopeOptions rope = {},
+                               std::int64_t window = 0) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
   const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
@@ -161,8 +172,9 @@ Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T
         sq, ", k ", k.shape(), ", v ", v.shape(), ", heads ", heads, ", kv_heads ", kv_heads));
   }
   detail::check_rope_options("grouped_query_attention", rope);
-  return detail::record_op<detail::GroupedQueryAttentionNode<T>>({&q, &k, &v}, sq[0], sq[1], heads,
-                                                                 kv_heads, sq[2] / heads, rope);
+  detail::check_window("grouped_query_attention", window);
+  return detail::record_op<detail::GroupedQueryAttentionNode<T>>(
+      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, window);
 }
 
 namespace detail {

@@ -1,0 +1,311 @@
+// nn::Llama's families and options against the independent PyTorch reference
+// (tests/reference/llama_reference.py, data from make_reference.py's family_cases): one random
+// config per (family, option): Llama with attention_bias (q, k, v and o), mlp_bias, an explicit
+// head_dim and the rope types llama3, linear, dynamic and default; Qwen2 with and without sliding
+// windows; Qwen3 (q_norm, k_norm, explicit head_dim) with and without windows; Mistral with and
+// without its sliding window. Logits, loss and every gradient in double to 1e-12, with the fused
+// and the flash attention, and gradients under checkpoint plans equal to plain ones.
+#include "support/gradcheck.hpp"
+#include "support/reference.hpp"
+
+#include <remat/nn/llama.hpp>
+#include <remat/nn/llama_config.hpp>
+
+#include <set>
+
+namespace {
+
+using remat::Tensor;
+
+std::unique_ptr<remat::nn::Llama<double>> family_model(const nlohmann::json& c,
+                                                       remat::nn::Attention attention) {
+  remat::nn::LlamaConfig config =
+      remat::nn::llama_config_from_json(c.at("config"), "llama_families.json");
+  config.attention = attention;
+  auto model = std::make_unique<remat::nn::Llama<double>>(config);
+  for (const auto& [name, p] : model->named_parameters()) {
+    const Tensor<double> w = remat::test::json_tensor<double>(c.at("params").at(name));
+    REQUIRE(w.shape() == p.shape());
+    std::copy(w.begin(), w.end(), remat::Parameter<double>(p).data().data());
+  }
+  return model;
+}
+
+std::map<std::string, Tensor<double>> family_grads(const remat::nn::Llama<double>& model,
+                                                   const Tensor<std::int32_t>& ids,
+                                                   const Tensor<std::int32_t>& targets,
+                                                   const remat::plan::Plan* plan, bool chunked,
+                                                   double* loss) {
+  for (auto& p : model.parameters()) p.zero_grad();
+  remat::Tape tape;
+  const remat::Var<double> l = model.loss(ids, targets, plan, chunked);
+  tape.backward(l);
+  *loss = l.item();
+  std::map<std::string, Tensor<double>> out;
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad().clone();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "nn::Llama families (Llama 2/3, Qwen2, Qwen3, Mistral) and options match the PyTorch "
+    "reference to 1e-12, fused and flash, under checkpoint plans",
+    "[nn][llama][reference][families]") {
+  std::set<std::string> families;
+  for (const nlohmann::json& c : remat::test::reference("llama_families.json").at("cases")) {
+    families.insert(c.at("family").get<std::string>());
+    for (const auto attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+      const auto model = family_model(c, attention);
+      INFO(c.at("family").get<std::string>()
+           << " / " << c.at("option").get<std::string>() << ", " << remat::nn::to_string(attention)
+           << ": config " << c.at("config").dump());
+      // exactly Hugging Face's parameter names: none missing, none extra
+      std::set<std::string> ours, theirs;
+      for (const auto& [name, p] : model->named_parameters()) ours.insert(name);
+      for (const auto& [name, value] : c.at("params").items()) theirs.insert(name);
+      CHECK(ours == theirs);
+
+      const auto ids = remat::test::json_tensor<std::int32_t>(c.at("ids"));
+      const auto targets = remat::test::json_tensor<std::int32_t>(c.at("targets"));
+      CHECK(remat::test::relative_difference(model->logits(ids).value(),
+                                             remat::test::json_tensor<double>(c.at("logits"))) <=
+            1e-12);
+      std::map<std::string, Tensor<double>> plain;
+      for (const bool chunked : {true, false}) {
+        double loss = 0;
+        const auto grads = family_grads(*model, ids, targets, nullptr, chunked, &loss);
+        CHECK(std::abs(loss - c.at("loss").get<double>()) <= 1e-12 * std::abs(loss));
+        for (const auto& [name, g] : grads) {
+          INFO("gradient of " << name << (chunked ? " (chunked loss)" : " (plain loss)"));
+          CHECK(remat::test::relative_difference(
+                    g, remat::test::json_tensor<double>(c.at("grads").at(name))) <= 1e-12);
+        }
+        if (chunked) plain = grads;
+      }
+      // the same gradients, bit for bit, when the layers are checkpointed
+      const remat::plan::Chain chain = model->profile(ids, targets);
+      for (const remat::plan::Plan& p : {remat::plan::every(chain), remat::plan::sqrt(chain)}) {
+        double loss = 0;
+        const auto grads = family_grads(*model, ids, targets, &p, true, &loss);
+        for (const auto& [name, g] : grads) {
+          INFO(p.describe() << ": " << name);
+          CHECK(g.to_vector() == plain.at(name).to_vector());
+        }
+      }
+    }
+  }
+  CHECK(families == std::set<std::string>{"llama", "mistral", "qwen2", "qwen3"});
+}
+
+namespace {
+
+/// A config.json of `family` with the required sizes and `extra` fields merged in.
+std::string family_json(const std::string& family, const std::string& extra = "") {
+  return R"({"model_type": ")" + family +
+         R"(", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+             "num_hidden_layers": 3, "num_attention_heads": 2)" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+std::string family_error(const std::string& text) {
+  return remat::test::error_message(
+      [&] { remat::nn::parse_llama_config(text, "hub/config.json"); });
+}
+
+}  // namespace
+
+TEST_CASE("config.json families: Hugging Face's defaults and meanings per model_type",
+          "[nn][llama][config][families]") {
+  using remat::nn::parse_llama_config;
+  const auto llama = parse_llama_config(family_json("llama", R"("attention_bias": true,
+      "mlp_bias": true, "rope_scaling": {"rope_type": "llama3", "factor": 32.0,
+      "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+      "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "bos_token_id": 1,
+      "eos_token_id": [2, 3], "use_cache": true, "pretraining_tp": 1, "attention_dropout": 0.0,
+      "architectures": ["LlamaForCausalLM"])"));
+  CHECK(llama.attention_bias);
+  CHECK(llama.o_proj_bias);  // Llama's attention_bias: q, k, v and o
+  CHECK(llama.mlp_bias);
+  CHECK(!llama.qk_norm);
+  CHECK(llama.rope_scaling.type == remat::RopeScalingType::llama3);
+  CHECK(llama.rope_scaling.factor == 32.0);
+  CHECK(llama.rope_scaling.original_max_position_embeddings == 8192);
+  CHECK(llama.max_position_embeddings == 2048);
+  // "default" is no scaling, under either key; the legacy "type" key is read as HF reads it
+  for (const char* r : {R"({"rope_type": "default"})", R"({"type": "default"})"}) {
+    CHECK(parse_llama_config(family_json("llama", std::string("\"rope_scaling\": ") + r))
+              .rope_scaling.type == remat::RopeScalingType::none);
+  }
+  CHECK(parse_llama_config(
+            family_json("llama", R"("rope_scaling": {"type": "dynamic", "factor": 2})"))
+            .rope_scaling.type == remat::RopeScalingType::dynamic);
+  // transformers v5's rope_parameters, which carries rope_theta
+  const auto v5 = parse_llama_config(family_json(
+      "llama",
+      R"("rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0})"));
+  CHECK(v5.rope_theta == 500000.0);
+  CHECK(v5.rope_scaling.type == remat::RopeScalingType::linear);
+
+  const auto qwen2 = parse_llama_config(family_json("qwen2", R"("use_sliding_window": true,
+      "sliding_window": 5, "max_window_layers": 1)"));
+  CHECK(qwen2.attention_bias);
+  CHECK(!qwen2.o_proj_bias);  // Qwen2: q, k and v only
+  CHECK(qwen2.max_position_embeddings == 32768);
+  CHECK(qwen2.window_of(0) == 0);  // layers below max_window_layers attend to everything
+  CHECK(qwen2.window_of(1) == 5);
+  CHECK(qwen2.window_of(2) == 5);
+  // Qwen2.5's own config: a sliding_window that use_sliding_window turns off
+  CHECK(parse_llama_config(family_json("qwen2", R"("use_sliding_window": false,
+            "sliding_window": 131072, "max_window_layers": 21)"))
+            .sliding_window == 0);
+
+  const auto qwen3 = parse_llama_config(family_json("qwen3", R"("use_sliding_window": true,
+      "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"])"));
+  CHECK(qwen3.qk_norm);
+  CHECK(qwen3.head_dim() == 128);  // Qwen3Config's default, not hidden_size / heads
+  CHECK(qwen3.window_of(0) == 4);
+  CHECK(qwen3.window_of(1) == 0);
+  CHECK(qwen3.window_of(2) == 4);
+
+  const auto mistral = parse_llama_config(family_json("mistral", R"("num_key_value_heads": 1)"));
+  CHECK(mistral.sliding_window == 4096);  // MistralConfig's default when the field is absent
+  CHECK(mistral.max_position_embeddings == 131072);
+  CHECK(parse_llama_config(R"({"model_type": "mistral", "vocab_size": 10, "hidden_size": 32,
+            "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 16})")
+            .num_key_value_heads == 8);  // MistralConfig's default, not num_attention_heads
+  CHECK(parse_llama_config(
+            family_json("mistral", R"("num_key_value_heads": 2, "sliding_window": null)"))
+            .sliding_window == 0);
+  CHECK(parse_llama_config(family_json("mistral", R"("num_key_value_heads": 2, "head_dim": 6)"))
+            .head_dim() == 6);
+  // architectures alone names the family
+  CHECK(parse_llama_config(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 10,
+            "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "head_dim": 4})")
+            .qk_norm);
+}
+
+TEST_CASE("config.json: unsupported families and unaccounted fields are errors naming them",
+          "[nn][llama][config][families][errors]") {
+  using Catch::Matchers::Contains;
+  CHECK_THAT(family_error(family_json("gemma")),
+             Contains("hub/config.json") && Contains("'gemma'") && Contains("not supported") &&
+                 Contains("qwen3 (Qwen3ForCausalLM)") && Contains("mistral"));
+  CHECK_THAT(
+      family_error(family_json("llama", R"("architectures": ["LlamaForSequenceClassification"])")),
+      Contains("LlamaForSequenceClassification") && Contains("LlamaForCausalLM"));
+  CHECK_THAT(family_error(R"({"architectures": ["PhiForCausalLM"], "vocab_size": 10})"),
+             Contains("PhiForCausalLM") && Contains("not supported"));
+  // a field nothing reads is refused by name, with its value
+  CHECK_THAT(family_error(family_json("llama", R"("num_experts": 8)")),
+             Contains("'num_experts'") && Contains("8") && Contains("model_type 'llama'"));
+  // fields of another family are not this one's: HF's Mistral has no mlp_bias
+  CHECK_THAT(family_error(family_json("mistral", R"("mlp_bias": true)")), Contains("'mlp_bias'"));
+  CHECK_THAT(family_error(family_json("llama", R"("sliding_window": 4)")),
+             Contains("'sliding_window'"));
+  CHECK_THAT(family_error(family_json("qwen2", R"("attention_bias": false)")),
+             Contains("'attention_bias'") && Contains("false"));
+  CHECK_THAT(family_error(family_json("llama", R"("attention_dropout": 0.1)")),
+             Contains("'attention_dropout'") && Contains("0.1"));
+  CHECK_THAT(family_error(family_json("llama", R"("partial_rotary_factor": 0.5)")),
+             Contains("'partial_rotary_factor'"));
+  CHECK_THAT(family_error(family_json("llama", R"("quantization_config": {"bits": 4})")),
+             Contains("'quantization_config'"));
+  CHECK_THAT(
+      family_error(family_json("llama", R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
+      Contains("'yarn'") && Contains("llama3"));
+  CHECK_THAT(family_error(
+                 family_json("llama", R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})")),
+             Contains("low_freq_factor"));
+  CHECK_THAT(family_error(family_json(
+                 "llama", R"("rope_scaling": {"type": "linear", "factor": 2.0, "beta": 1})")),
+             Contains("'beta'"));
+  CHECK_THAT(
+      family_error(family_json("llama", R"("rope_scaling": {"type": "linear", "factor": 0.5})")),
+      Contains("factor"));
+  CHECK_THAT(family_error(family_json("qwen3", R"("use_sliding_window": true, "sliding_window": 4,
+                 "layer_types": ["sliding_attention", "chunked_attention", "full_attention"])")),
+             Contains("'layer_types'") && Contains("chunked_attention"));
+  CHECK_THAT(family_error(family_json("qwen3", R"("use_sliding_window": true, "sliding_window": 4,
+                 "layer_types": ["sliding_attention"])")),
+             Contains("'layer_types'") && Contains("3 layer types"));
+  CHECK_THAT(
+      family_error(family_json(
+          "qwen2", R"("layer_types": ["sliding_attention", "full_attention", "full_attention"])")),
+      Contains("'layer_types'"));
+  CHECK_THAT(family_error(family_json("llama", R"("head_dim": 3)")), Contains("head_dim 3"));
+}
+
+TEST_CASE("config.json written by llama_config_json reads back to the same config, every family",
+          "[nn][llama][config][families]") {
+  remat::Rng rng(2212);
+  const char* families[] = {"llama", "mistral", "qwen2", "qwen3"};
+  for (int round = 0; round < 40; ++round) {
+    remat::nn::LlamaConfig c{.vocab_size = 5 + rng.uniform_int(20),
+                             .intermediate_size = 1 + rng.uniform_int(9),
+                             .num_hidden_layers = 1 + rng.uniform_int(4),
+                             .num_attention_heads = 2,
+                             .num_key_value_heads = 1 + rng.uniform_int(2),
+                             .rope_theta = rng.uniform_int(2) ? 1e4 : 5e5,
+                             .tie_word_embeddings = rng.uniform_int(2) == 1,
+                             .max_position_embeddings = 8 + rng.uniform_int(30)};
+    c.hidden_size = 4 * (1 + rng.uniform_int(4));  // an even head size under 2 heads
+    c.model_type = families[rng.uniform_int(4)];
+    const bool bias = rng.uniform_int(2) == 1;
+    if (rng.uniform_int(2)) c.explicit_head_dim = 2 * (1 + rng.uniform_int(3));
+    if (c.model_type == "llama") {
+      c.attention_bias = c.o_proj_bias = bias;
+      c.mlp_bias = rng.uniform_int(2) == 1;
+      const int r = static_cast<int>(rng.uniform_int(4));
+      c.rope_scaling.type = static_cast<remat::RopeScalingType>(r);
+      if (r > 0) c.rope_scaling.factor = 1.0 + static_cast<double>(rng.uniform_int(8));
+      if (c.rope_scaling.type == remat::RopeScalingType::llama3)
+        c.rope_scaling.original_max_position_embeddings = 1 + rng.uniform_int(1000);
+    } else if (c.model_type == "qwen2") {
+      c.attention_bias = true;
+    } else if (c.model_type == "qwen3") {
+      c.qk_norm = true;
+      c.attention_bias = c.o_proj_bias = bias;
+    }
+    if (c.model_type != "llama" && rng.uniform_int(2)) {
+      c.sliding_window = 1 + rng.uniform_int(6);
+      if (c.model_type != "mistral") {
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+          c.sliding_layers.push_back(rng.uniform_int(2) == 1);
+      }
+    }
+    INFO("round " << round << ": " << remat::nn::llama_config_json(c));
+    const auto back = remat::nn::parse_llama_config(remat::nn::llama_config_json(c));
+    CHECK(back.model_type == c.model_type);
+    CHECK(back.head_dim() == c.head_dim());
+    CHECK(back.attention_bias == c.attention_bias);
+    CHECK(back.o_proj_bias == c.o_proj_bias);
+    CHECK(back.mlp_bias == c.mlp_bias);
+    CHECK(back.qk_norm == c.qk_norm);
+    CHECK(back.rope_scaling.type == c.rope_scaling.type);
+    CHECK(back.rope_scaling.factor == c.rope_scaling.factor);
+    CHECK(back.tie_word_embeddings == c.tie_word_embeddings);
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+      CHECK(back.window_of(i) == c.window_of(i));
+    // the model built from either has the same parameter names and shapes
+    const remat::nn::Llama<float> a(c), b(back);
+    const auto pa = a.named_parameters(), pb = b.named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      CHECK(pa[i].first == pb[i].first);
+      CHECK(pa[i].second.shape() == pb[i].second.shape());
+    }
+  }
+  // a Llama with q/k/v biases and none on o is written as Qwen2, as before
+  remat::nn::LlamaConfig qkv_only{.vocab_size = 7,
+                                  .hidden_size = 4,
+                                  .intermediate_size = 3,
+                                  .num_hidden_layers = 1,
+                                  .num_attention_heads = 2,
+                                  .num_key_value_heads = 1,
+                                  .attention_bias = true};
+  CHECK(remat::nn::llama_family_of(qkv_only) == "qwen2");
+  qkv_only.mlp_bias = true;  // no family has q/k/v and MLP biases without an o bias
+  CHECK_THROWS_WITH(remat::nn::llama_family_of(qkv_only), Catch::Contains("no supported family"));
+}
