@@ -123,6 +123,11 @@ class LlamaAttention : public Module<T> {
                       : grouped_query_attention(q, k, v, heads_, kv_heads_, rope_));
   }
 
+  /// What the cached forward (nn/generate.hpp) needs to run this attention over a KV cache.
+  std::int64_t heads() const noexcept { return heads_; }
+  std::int64_t kv_heads() const noexcept { return kv_heads_; }
+  const RopeOptions& rope() const noexcept { return rope_; }
+
   Linear<T> q_proj, k_proj, v_proj, o_proj;
 
  private:
