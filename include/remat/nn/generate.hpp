@@ -28,17 +28,16 @@
 #include "remat/nn/llama.hpp"
 #include "remat/nn/sampling.hpp"
 
-namespace remat::nn {
-
-namespace detail {
+namespace remat::detail {
 
 /// Throws unless ids are (cache.batch(), n >= 1) and n more positions fit the cache.
 template <class T>
-void check_cached_ids(const char* op, const Tensor<std::int32_t>& ids, const KvCache<T>& cache) {
+void check_cached_ids(const char* op, const Tensor<std::int32_t>& ids,
+                      const nn::KvCache<T>& cache) {
   if (!ids.defined() || ids.rank() != 2 || ids.dim(0) != cache.batch() || ids.dim(1) < 1) {
-    throw ShapeError(remat::detail::cat(op, ": token ids must be (", cache.batch(),
-                                        ", n) with n >= 1 (the cache's batch), got shape ",
-                                        ids.defined() ? ids.shape() : Shape{}));
+    throw ShapeError(detail::cat(op, ": token ids must be (", cache.batch(),
+                                 ", n) with n >= 1 (the cache's batch), got shape ",
+                                 ids.defined() ? ids.shape() : Shape{}));
   }
   cache.check_room(op, ids.dim(1));
 }
@@ -74,7 +73,9 @@ Tensor<T> head_logits(const Var<T>& x, const Norm& norm, const Parameter<T>& hea
   return last.reshape(Shape{x.dim(0), last.dim(-1)});
 }
 
-}  // namespace detail
+}  // namespace remat::detail
+
+namespace remat::nn {
 
 /// A cache for `model`'s layers, `batch` sequences of up to `capacity` positions (at most
 /// max_position_embeddings, the full forward's limit too).
@@ -82,9 +83,9 @@ template <class T>
 KvCache<T> make_kv_cache(const Llama<T>& model, std::int64_t batch, std::int64_t capacity) {
   const LlamaConfig& c = model.config();
   if (capacity > c.max_position_embeddings) {
-    throw UsageError(remat::detail::cat(
-        "nn::make_kv_cache: capacity ", capacity,
-        " exceeds the model's max_position_embeddings = ", c.max_position_embeddings));
+    throw UsageError(
+        detail::cat("nn::make_kv_cache: capacity ", capacity,
+                    " exceeds the model's max_position_embeddings = ", c.max_position_embeddings));
   }
   const LlamaAttention<T>& a = model.layers.front().self_attn;
   return KvCache<T>(c.num_hidden_layers, batch, capacity, a.k_proj.out_features());
@@ -95,8 +96,8 @@ template <class T>
 KvCache<T> make_kv_cache(const GPT<T>& model, std::int64_t batch, std::int64_t capacity) {
   const GPTConfig& c = model.config();
   if (capacity > c.context) {
-    throw UsageError(remat::detail::cat("nn::make_kv_cache: capacity ", capacity,
-                                        " exceeds the GPT's context = ", c.context));
+    throw UsageError(detail::cat("nn::make_kv_cache: capacity ", capacity,
+                                 " exceeds the GPT's context = ", c.context));
   }
   return KvCache<T>(c.layers, batch, capacity, c.width);
 }
@@ -126,8 +127,8 @@ Tensor<T> forward_cached(const Llama<T>& model, const Tensor<std::int32_t>& ids,
                          bool all_positions = false) {
   detail::check_cached_ids("nn::forward_cached", ids, cache);
   if (cache.layers() != static_cast<std::int64_t>(model.layers.size())) {
-    throw UsageError(remat::detail::cat("nn::forward_cached: the cache has ", cache.layers(),
-                                        " layers, the model ", model.layers.size()));
+    throw UsageError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
+                                 " layers, the model ", model.layers.size()));
   }
   const NoGradGuard no_grad;
   Var<T> x = model.embed_tokens(ids);
@@ -143,8 +144,8 @@ Tensor<T> forward_cached(const GPT<T>& model, const Tensor<std::int32_t>& ids, K
                          bool all_positions = false) {
   detail::check_cached_ids("nn::forward_cached", ids, cache);
   if (cache.layers() != static_cast<std::int64_t>(model.blocks.size())) {
-    throw UsageError(remat::detail::cat("nn::forward_cached: the cache has ", cache.layers(),
-                                        " layers, the model ", model.blocks.size()));
+    throw UsageError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
+                                 " layers, the model ", model.blocks.size()));
   }
   const NoGradGuard no_grad;
   const std::int64_t n = ids.dim(1), width = model.config().width;
@@ -206,8 +207,8 @@ Generated generate(const Model& model, const std::vector<std::int32_t>& prompt,
   options.sampling.validate();
   if (prompt.empty()) throw UsageError("nn::generate: the prompt is empty");
   if (options.max_new_tokens < 1) {
-    throw UsageError(remat::detail::cat("nn::generate: max_new_tokens must be >= 1, got ",
-                                        options.max_new_tokens));
+    throw UsageError(
+        detail::cat("nn::generate: max_new_tokens must be >= 1, got ", options.max_new_tokens));
   }
   if (!options.stop.empty() && !options.decode) {
     throw UsageError("nn::generate: stop strings need a decode function (GenerateOptions::decode)");

@@ -18,6 +18,17 @@
 #include "remat/core/error.hpp"
 #include "remat/core/rng.hpp"
 
+namespace remat::detail {
+
+/// A double in [0, 1) with 53 random bits, the draw of `step` in the stream of `seed`.
+inline double uniform_draw(std::uint64_t seed, std::uint64_t step) noexcept {
+  const CounterRng rng = CounterRng::at(seed, step);
+  const std::uint64_t hi = rng.bits(0) >> 5, lo = rng.bits(1) >> 6;  // 27 + 26 bits
+  return static_cast<double>((hi << 26) | lo) * 0x1p-53;
+}
+
+}  // namespace remat::detail
+
 namespace remat::nn {
 
 /// How the next token is chosen. temperature 0 is greedy; top_k and top_p then play no part.
@@ -46,17 +57,6 @@ std::int32_t argmax(const T* logits, std::int64_t n) {
   if (n < 1) throw UsageError("nn::argmax: no logits");
   return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
 }
-
-namespace detail {
-
-/// A double in [0, 1) with 53 random bits, the draw of `step` in the stream of `seed`.
-inline double uniform_draw(std::uint64_t seed, std::uint64_t step) noexcept {
-  const CounterRng rng = CounterRng::at(seed, step);
-  const std::uint64_t hi = rng.bits(0) >> 5, lo = rng.bits(1) >> 6;  // 27 + 26 bits
-  return static_cast<double>((hi << 26) | lo) * 0x1p-53;
-}
-
-}  // namespace detail
 
 /// The probabilities the draw of sample_token() uses: softmax of the warped logits, zero for the
 /// tokens top-k and top-p removed. Needs a sampling (non-greedy) configuration.
