@@ -23,7 +23,9 @@
 #include <map>
 #include <random>
 
-namespace {
+// Named, not anonymous: the suite compiles test files five to a unit (unity build), where the
+// helpers' short names could meet another file's.
+namespace remat_generate_test {
 
 using remat::Tensor;
 using remat::WeightStorage;
@@ -160,8 +162,6 @@ double check_against_full(const Model& model, std::vector<std::int32_t> seq, std
   CHECK(cache.length() == prompt + steps);
   return worst;
 }
-
-}  // namespace
 
 TEST_CASE(
     "Cached Llama logits equal the full forward's: the prefill bitwise, each step within "
@@ -422,3 +422,5 @@ TEST_CASE("Generation refuses bad input with a clear error", "[nn][generate]") {
                     Contains("4 new positions do not fit the KV cache (0 of 3 positions used)"));
   CHECK(cache.length() == 0);
 }
+
+}  // namespace remat_generate_test
