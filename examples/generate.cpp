@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
     if (o.threads > 0) remat::set_num_threads(o.threads);
-    const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::load(o.base);
+    const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::from_folder(o.base);
     remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base);
     if (o.storage != "f32") {
       remat::nn::quantize_blocks(model, o.storage == "bf16"   ? remat::WeightStorage::bf16

@@ -179,6 +179,49 @@ TEST_CASE(
   WARN("largest step difference relative to the largest logit: " << worst);
 }
 
+TEST_CASE("A batch of sequences in one cache: each row is its own sequence's forward",
+          "[nn][generate]") {
+  for (std::uint64_t seed = 50; seed < 56; ++seed) {
+    const Case c = random_case(seed);
+    INFO("case " << seed << ": " << c.name());
+    const Built b = build(c);
+    const std::int64_t batch = 3, prompt = 4, steps = 3, vocab = c.config.vocab_size;
+    remat::nn::KvCache<double> cache = remat::nn::make_kv_cache(*b.model, batch, prompt + steps);
+    std::vector<std::vector<std::int32_t>> seqs;
+    Tensor<std::int32_t> ids(remat::Shape{batch, prompt});
+    for (std::int64_t r = 0; r < batch; ++r) {
+      seqs.push_back(random_ids(seed * 10 + std::uint64_t(r), prompt, vocab));
+      std::copy(seqs[r].begin(), seqs[r].end(), ids.data() + r * prompt);
+    }
+    Tensor<double> logits = remat::nn::forward_cached(*b.model, ids, cache, true);
+    {
+      const remat::NoGradGuard no_grad;
+      const Tensor<double> full = b.model->logits(ids).value();
+      CHECK(std::equal(logits.begin(), logits.end(), full.begin()));  // the prefill: bit for bit
+    }
+    for (std::int64_t s = 0; s < steps; ++s) {
+      Tensor<std::int32_t> next(remat::Shape{batch, 1});
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const double* row =
+            logits.data() +
+            (logits.rank() == 3 ? (r * logits.dim(1) + logits.dim(1) - 1) * vocab : r * vocab);
+        next[r] = remat::nn::argmax(row, vocab);
+        seqs[r].push_back(next[r]);
+      }
+      logits = remat::nn::forward_cached(*b.model, next, cache);
+      REQUIRE(logits.shape() == remat::Shape{batch, vocab});
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const Tensor<double> full = full_logits(*b.model, seqs[r]);
+        const double* ref = full.data() + (full.dim(0) - 1) * vocab;
+        double diff = 0;
+        for (std::int64_t v = 0; v < vocab; ++v)
+          diff = std::max(diff, std::abs(logits[r * vocab + v] - ref[v]));
+        CHECK(diff / std::max(1.0, max_abs(ref, vocab)) <= kStepBound);
+      }
+    }
+  }
+}
+
 TEST_CASE("Greedy generation picks the full forward's argmax at every step", "[nn][generate]") {
   for (std::uint64_t seed = 30; seed < 42; ++seed) {
     const Case c = random_case(seed);
