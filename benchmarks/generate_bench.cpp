@@ -7,41 +7,57 @@
 //                  [--storage f32|bf16|int8|nf4] [--threads 1]
 //
 // Prints one JSON object per prompt length: {"bench": "generate", "prompt": ..., "new_tokens":
-// ..., "seconds_per_token": median over runs (decode steps after the first token),
+// ..., "seconds_per_token": median over runs (decode steps after the first token, wall time),
+// "cpu_seconds_per_token": the same steps in processor time,
 // "prefill_seconds": ..., "no_cache_seconds_per_token": ...}, then {"bench": "generate_ratio",
-// "long_over_short": ...}, the ratio of the two seconds_per_token medians.
+// "long_over_short": ..., "rounds": [...]}: the median over rounds (each runs both prompts) of
+// the long prompt's seconds per token over the short one's, and "cpu_long_over_short", the
+// same in processor time.
 #include "../examples/flags.hpp"
 #include "bench_util.hpp"
+
+#include <ctime>
 
 #include <remat/nn/quantize_blocks.hpp>
 
 namespace {
 
-struct Result {
-  double per_token, prefill, no_cache;
-};
-
-Result run(const remat::nn::Llama<float>& model, std::int64_t prompt, std::int64_t new_tokens,
-           int repeat) {
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(prompt));
+std::vector<std::int32_t> prompt_of(const remat::nn::Llama<float>& model, std::int64_t length) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(length));
   for (std::size_t i = 0; i < ids.size(); ++i)
     ids[i] = static_cast<std::int32_t>((i * 7919) % std::size_t(model.config().vocab_size));
-  std::vector<double> per_token, prefill;
-  for (int r = 0; r < repeat + 1; ++r) {  // the first run warms up
-    const remat::nn::Generated g = remat::nn::generate(model, ids, {.max_new_tokens = new_tokens});
-    if (r == 0) continue;
-    per_token.push_back(g.seconds_per_token());
-    prefill.push_back(g.prefill_seconds);
-  }
-  // Without a cache, each token is a full forward over the sequence so far: timed at the
-  // sequence's middle length.
+  return ids;
+}
+
+/// Seconds per token without a cache: each token is then a full forward over the sequence so
+/// far, timed at the sequence's middle length.
+double no_cache_seconds(const remat::nn::Llama<float>& model, std::int64_t prompt,
+                        std::int64_t new_tokens, int repeat) {
+  const std::vector<std::int32_t> ids = prompt_of(model, prompt);
   remat::Tensor<std::int32_t> seq(remat::Shape{1, prompt + new_tokens / 2});
   for (std::int64_t t = 0; t < seq.numel(); ++t) seq[t] = ids[std::size_t(t % prompt)];
-  const double no_cache = bench::time_median(repeat, [&] {
+  return bench::time_median(repeat, [&] {
     const remat::NoGradGuard no_grad;
     (void)model.logits(seq);
   });
-  return {bench::median(per_token), bench::median(prefill), no_cache};
+}
+
+/// Processor seconds per decode step (std::clock: this process, whatever else the machine
+/// runs), over the same steps generate() times: the prefill, then new_tokens - 1 greedy steps.
+double cpu_seconds_per_step(const remat::nn::Llama<float>& model, std::int64_t prompt,
+                            std::int64_t new_tokens) {
+  const std::vector<std::int32_t> ids = prompt_of(model, prompt);
+  remat::nn::KvCache<float> cache = remat::nn::make_kv_cache(model, 1, prompt + new_tokens);
+  remat::Tensor<std::int32_t> in(remat::Shape{1, prompt});
+  std::copy(ids.begin(), ids.end(), in.data());
+  remat::Tensor<float> logits = remat::nn::forward_cached(model, in, cache);
+  const std::clock_t start = std::clock();
+  for (std::int64_t s = 1; s < new_tokens; ++s) {
+    remat::Tensor<std::int32_t> next(remat::Shape{1, 1});
+    next[0] = remat::nn::argmax(logits.data(), logits.dim(-1));
+    logits = remat::nn::forward_cached(model, next, cache);
+  }
+  return double(std::clock() - start) / CLOCKS_PER_SEC / double(new_tokens - 1);
 }
 
 }  // namespace
@@ -106,20 +122,41 @@ int main(int argc, char** argv) {
                                       : storage == "int8" ? remat::WeightStorage::int8
                                                           : remat::WeightStorage::nf4);
   }
-  double seconds[2] = {0, 0};
-  int i = 0;
-  for (std::int64_t prompt : {short_prompt, long_prompt}) {
-    const Result r = run(model, prompt, new_tokens, repeat);
-    seconds[i++] = r.per_token;
+  // Rounds alternate the two prompt lengths, so that a change in the machine's load (other
+  // processes) reaches both alike; the ratio is taken within each round, then its median.
+  const std::int64_t prompts[2] = {short_prompt, long_prompt};
+  std::vector<double> per_token[2], prefill[2], cpu[2], ratios, cpu_ratios;
+  for (int r = 0; r < repeat + 1; ++r) {  // round 0 warms up
+    double round[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const remat::nn::Generated g =
+          remat::nn::generate(model, prompt_of(model, prompts[i]), {.max_new_tokens = new_tokens});
+      round[i] = g.seconds_per_token();
+      if (r > 0) {
+        per_token[i].push_back(g.seconds_per_token());
+        prefill[i].push_back(g.prefill_seconds);
+      }
+    }
+    if (r > 0) ratios.push_back(round[1] / round[0]);
+    double cpu_round[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) cpu_round[i] = cpu_seconds_per_step(model, prompts[i], new_tokens);
+    if (r > 0) {
+      for (int i = 0; i < 2; ++i) cpu[i].push_back(cpu_round[i]);
+      cpu_ratios.push_back(cpu_round[1] / cpu_round[0]);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
     std::printf(
         "{\"bench\": \"generate\", \"storage\": \"%s\", \"prompt\": %lld, \"new_tokens\": %lld, "
-        "\"seconds_per_token\": %.6f, \"prefill_seconds\": %.6f, "
+        "\"seconds_per_token\": %.6f, \"cpu_seconds_per_token\": %.6f, \"prefill_seconds\": %.6f, "
         "\"no_cache_seconds_per_token\": %.6f}\n",
-        storage.c_str(), static_cast<long long>(prompt), static_cast<long long>(new_tokens),
-        r.per_token, r.prefill, r.no_cache);
-    std::fflush(stdout);
+        storage.c_str(), static_cast<long long>(prompts[i]), static_cast<long long>(new_tokens),
+        bench::median(per_token[i]), bench::median(cpu[i]), bench::median(prefill[i]),
+        no_cache_seconds(model, prompts[i], new_tokens, repeat));
   }
-  std::printf("{\"bench\": \"generate_ratio\", \"long_over_short\": %.3f}\n",
-              seconds[1] / seconds[0]);
+  std::printf("{\"bench\": \"generate_ratio\", \"long_over_short\": %.3f, \"rounds\": [",
+              bench::median(ratios));
+  for (std::size_t i = 0; i < ratios.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ratios[i]);
+  std::printf("], \"cpu_long_over_short\": %.3f}\n", bench::median(cpu_ratios));
   return 0;
 }
