@@ -62,6 +62,8 @@ class CausalSelfAttention : public Module<T> {
 
   /// Which attention op runs.
   Attention kind() const noexcept { return kind_; }
+  /// Attention heads (the cached forward of nn/generate.hpp reads it).
+  std::int64_t heads() const noexcept { return heads_; }
 
   Linear<T> qkv, proj;
   Dropout<T> drop;
