@@ -13,6 +13,7 @@
 #include <remat/io/weight_files.hpp>
 
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "../examples/flags.hpp"
 
 namespace {
 
@@ -34,6 +37,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void make(const std::string& path, double gib) {
+  struct statvfs fs {};
+  if (::statvfs(flags::detail::parent_of(path).c_str(), &fs) == 0) {
+    const double free = double(fs.f_bavail) * double(fs.f_frsize);
+    if (!(gib * double(1ull << 30) <= free)) {
+      throw remat::UsageError(remat::detail::cat("load_bench: make ", path, " ", gib, " needs ",
+                                                 flags::human_bytes(gib * double(1ull << 30)),
+                                                 "; its file system has ", flags::human_bytes(free),
+                                                 " free"));
+    }
+  }
   const int tensors = 8;
   const auto per = static_cast<std::int64_t>(gib * double(1ull << 30) / 2 / tensors / 1024) * 1024;
   std::vector<remat::io::detail::HeaderEntry> entries;
@@ -59,6 +72,10 @@ void load(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = remat::io::WeightFiles::open(path);
   std::vector<remat::io::NamedTensor<float>> targets;
+  double floats = 0;
+  for (const std::string& name : files.names())
+    floats += double(files.file_of(name).entry(name).shape.numel());
+  flags::fits("load_bench", "loading " + path + " into floats", 4 * floats);
   std::size_t bytes = 0;
   for (const std::string& name : files.names()) {
     targets.emplace_back(name, remat::Tensor<float>(files.file_of(name).entry(name).shape));
@@ -95,20 +112,29 @@ void read_twice(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const std::string mode = argc > 1 ? argv[1] : "";
-    if (argc >= 3 && mode == "make")
-      make(argv[2], argc > 3 ? std::atof(argv[3]) : 1.0);
-    else if (argc == 3 && mode == "load")
-      load(argv[2]);
-    else if (argc == 3 && mode == "read2")
-      read_twice(argv[2]);
-    else {
-      std::fprintf(stderr, "usage: load_bench make PATH [GiB] | load PATH | read2 PATH\n");
-      return 2;
-    }
-  } catch (const remat::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  CLI::App app(
+      "Loading a BF16 safetensors checkpoint into floats: memory and time, against reading the "
+      "file twice.");
+  app.require_subcommand(1);
+  std::string path;
+  double gib = 1;
+  CLI::App* make_cmd = app.add_subcommand("make", "write a BF16 file of GIB gibibytes: 8 tensors");
+  make_cmd->add_option("PATH", path, "the file to write")->required()->check(flags::output_file);
+  make_cmd->add_option("GIB", gib, "gibibytes of data")
+      ->check(flags::positive)
+      ->capture_default_str();
+  CLI::App* load_cmd = app.add_subcommand(
+      "load",
+      "load it into float tensors; print seconds, the floats' size and the peak resident memory");
+  load_cmd->add_option("PATH", path, "the file to load")->required()->check(flags::input_file);
+  CLI::App* read_cmd =
+      app.add_subcommand("read2", "read the file twice, each time into a buffer of its size");
+  read_cmd->add_option("PATH", path, "the file to read")->required()->check(flags::input_file);
+  flags::parse(app, argc, argv);
+  return flags::run_main("load_bench", [&] {
+    if (*make_cmd) make(path, gib);
+    if (*load_cmd) load(path);
+    if (*read_cmd) read_twice(path);
+    return 0;
+  });
 }

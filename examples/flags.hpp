@@ -88,6 +88,24 @@ inline const CLI::Validator count(
     },
     "UINT");
 
+/// Most worker threads a flag may ask for: more would only cost memory (a stack each) and time.
+inline constexpr long kMaxThreads = 1024;
+
+/// A number of worker threads: an integer in [1, kMaxThreads], or 0 too (`allow_zero`: the
+/// library's default).
+inline CLI::Validator thread_count(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long v = std::strtol(text.c_str(), &end, 10);
+        if (!text.empty() && *end == '\0' && v >= (allow_zero ? 0 : 1) && v <= kMaxThreads)
+          return {};
+        return "'" + text + "' is not an integer in [" + (allow_zero ? "0" : "1") + ", " +
+               std::to_string(kMaxThreads) + "]";
+      },
+      "THREADS");
+}
+
 /// A probability of dropping: a finite number in [0, 1) (1 would drop everything and scale the
 /// rest by 1/0).
 inline const CLI::Validator probability(

@@ -61,7 +61,7 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
       ->check(count)
       ->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
-      ->check(non_negative)
+      ->check(flags::thread_count(true))
       ->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
       ->capture_default_str();
