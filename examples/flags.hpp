@@ -41,6 +41,10 @@ inline CLI::Validator number_check(bool allow_zero, const char* name) {
         const double v = std::strtod(text.c_str(), &end);
         const bool ok =
             !text.empty() && *end == '\0' && std::isfinite(v) && (allow_zero ? v >= 0 : v > 0);
+        // CLI11 reads an integer past 2^63 - 1 into a 64-bit flag as 2^63 - 1: refused here
+        errno = 0;
+        std::strtoll(text.c_str(), &end, 10);
+        if (*end == '\0' && errno == ERANGE) return "'" + text + "' is out of range (> 2^63 - 1)";
         if (ok) return {};
         return "'" + text + "' is not " +
                (allow_zero ? "a finite number >= 0" : "a finite number > 0");

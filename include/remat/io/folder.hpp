@@ -80,8 +80,11 @@ void save_folder(const std::string& dir, Fill&& fill) {
   std::error_code ec;
   fs::path target = fs::path(dir).lexically_normal();
   if (target.has_filename() == false) target = target.parent_path();  // "out/" is "out"
-  if (fs::is_symlink(target, ec)) target = fs::canonical(target, ec);
-  if (ec) throw IoError(remat::detail::cat("io::save_folder: ", dir, ": ", ec.message()));
+  if (fs::is_symlink(fs::symlink_status(target, ec))) {
+    target = fs::canonical(target, ec);
+    if (ec) throw IoError(remat::detail::cat("io::save_folder: ", dir, ": ", ec.message()));
+  }
+  ec.clear();
   const bool exists = fs::exists(target, ec);
   if (exists && !fs::is_directory(target, ec))
     throw detail::system_error("saving the folder", dir, ENOTDIR);
