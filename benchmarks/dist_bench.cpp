@@ -129,8 +129,11 @@ int main(int argc, char** argv) {
   CLI::App app(
       "Data-parallel step timing (run under mpirun): backward, wait for reductions, reductions "
       "alone.");
-  for (auto& [name, value] : o)
-    app.add_option(name, value, help.at(name))->check(flags::positive)->capture_default_str();
+  for (auto& [name, value] : o) {
+    app.add_option(name, value, help.at(name))
+        ->check(name == "--threads" ? flags::thread_count(false) : flags::positive)
+        ->capture_default_str();
+  }
   app.add_option("--model", model, "the model's architecture")
       ->check(CLI::IsMember({"gpt", "llama"}))
       ->capture_default_str();
@@ -139,29 +142,38 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   if (const int code = flags::parse_or_exit_code(app, argc, argv, comm.rank() == 0); code >= 0)
     return code;
-  try {
-    remat::set_num_threads(int(o["--threads"]));
-    const auto n = [&](const char* k) { return static_cast<std::int64_t>(o[k]); };
-    if (model == "llama") {
-      remat::nn::Llama<float> llama({.vocab_size = n("--vocab"),
-                                     .hidden_size = n("--width"),
-                                     .intermediate_size = n("--mlp"),
-                                     .num_hidden_layers = n("--layers"),
-                                     .num_attention_heads = n("--heads"),
-                                     .num_key_value_heads = n("--kv-heads"),
-                                     .max_position_embeddings = n("--context")});
-      run(comm, llama, "llama", o, checkpoint);
-    } else {
-      remat::nn::GPT<float> gpt({.vocab = n("--vocab"),
-                                 .context = n("--context"),
-                                 .layers = n("--layers"),
-                                 .heads = n("--heads"),
-                                 .width = n("--width")});
-      run(comm, gpt, "gpt", o, checkpoint);
-    }
-  } catch (const remat::Error& e) {
-    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
-    remat::dist::abort(1);
-  }
-  return 0;
+  return flags::run_main(
+      "dist_bench",
+      [&] {
+        remat::set_num_threads(int(o["--threads"]));
+        const auto n = [&](const char* k) { return static_cast<std::int64_t>(o[k]); };
+        // the model's weights, gradients and moments, and one activation a layer
+        flags::fits("dist_bench", "this model",
+                    16 * (o["--layers"] * 12 * o["--width"] * o["--width"] +
+                          (o["--vocab"] + o["--context"]) * o["--width"]) +
+                        4 * o["--batch"] * o["--context"] * o["--width"] * o["--layers"]);
+        if (model == "llama") {
+          remat::nn::Llama<float> llama({.vocab_size = n("--vocab"),
+                                         .hidden_size = n("--width"),
+                                         .intermediate_size = n("--mlp"),
+                                         .num_hidden_layers = n("--layers"),
+                                         .num_attention_heads = n("--heads"),
+                                         .num_key_value_heads = n("--kv-heads"),
+                                         .max_position_embeddings = n("--context")});
+          run(comm, llama, "llama", o, checkpoint);
+        } else {
+          remat::nn::GPT<float> gpt({.vocab = n("--vocab"),
+                                     .context = n("--context"),
+                                     .layers = n("--layers"),
+                                     .heads = n("--heads"),
+                                     .width = n("--width")});
+          run(comm, gpt, "gpt", o, checkpoint);
+        }
+        return 0;
+      },
+      [&](const std::string& line) {  // the other ranks may wait in a reduction: end them all
+        std::fprintf(stderr, "rank %d: %s\n", comm.rank(), line.c_str());
+        remat::dist::abort(1);
+        return 1;
+      });
 }

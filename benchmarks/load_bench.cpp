@@ -1,17 +1,17 @@
 // Loading a Hugging Face checkpoint: how much memory and time converting a BF16 safetensors file
-// into float tensors takes (io::WeightFiles::load reads by memory map and releases the pages it
-// has converted), against reading the file twice.
+// into float tensors takes (io::WeightFiles::load reads a slice at a time with pread and converts
+// it), against reading the file twice.
 //
 //   load_bench make PATH [GiB]   writes a BF16 file of GiB gibibytes (default 1): 8 tensors
 //   load_bench load PATH         loads it into float tensors; prints seconds, the floats' size and
 //                                this process's peak resident memory (getrusage)
 //   load_bench read2 PATH        reads the file twice, each time into a buffer of its size; prints
 //   seconds
-//   load_bench llama DIR [STORAGE [random]]
+//   load_bench llama DIR [STORAGE] [--random]
 //                                nn::load_llama of a hub folder (benchmarks/make_hub_folder.py
 //                                writes a Qwen2.5-0.5B-shaped one): STORAGE f32 (default) loads
 //                                float parameters, bf16/int8/nf4 freezes the decoder projections
-//                                in that storage as they are read; `random` first builds the model
+//                                in that storage as they are read; --random first builds the model
 //                                with random values, as loading did before Llama::uninitialized.
 //                                Prints wall and CPU seconds, the loaded model's bytes, the
 //                                resident memory before loading (the fixed baseline: program,
@@ -24,6 +24,7 @@
 #include <remat/nn/quantize_blocks.hpp>
 
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "../examples/flags.hpp"
 
 namespace {
 
@@ -67,6 +70,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void make(const std::string& path, double gib) {
+  struct statvfs fs {};
+  if (::statvfs(flags::detail::parent_of(path).c_str(), &fs) == 0) {
+    const double free = double(fs.f_bavail) * double(fs.f_frsize);
+    if (!(gib * double(1ull << 30) <= free)) {
+      throw remat::UsageError(remat::detail::cat("load_bench: make ", path, " ", gib, " needs ",
+                                                 flags::human_bytes(gib * double(1ull << 30)),
+                                                 "; its file system has ", flags::human_bytes(free),
+                                                 " free"));
+    }
+  }
   const int tensors = 8;
   const auto per = static_cast<std::int64_t>(gib * double(1ull << 30) / 2 / tensors / 1024) * 1024;
   std::vector<remat::io::detail::HeaderEntry> entries;
@@ -92,6 +105,10 @@ void load(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = remat::io::WeightFiles::open(path);
   std::vector<remat::io::NamedTensor<float>> targets;
+  double floats = 0;
+  for (const std::string& name : files.names())
+    floats += double(files.file_of(name).entry(name).shape.numel());
+  flags::fits("load_bench", "loading " + path + " into floats", 4 * floats);
   std::size_t bytes = 0;
   for (const std::string& name : files.names()) {
     targets.emplace_back(name, remat::Tensor<float>(files.file_of(name).entry(name).shape));
@@ -169,25 +186,40 @@ void load_llama_folder(const std::string& dir, remat::WeightStorage storage, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const std::string mode = argc > 1 ? argv[1] : "";
-    if (argc >= 3 && mode == "make")
-      make(argv[2], argc > 3 ? std::atof(argv[3]) : 1.0);
-    else if (argc == 3 && mode == "load")
-      load(argv[2]);
-    else if (argc == 3 && mode == "read2")
-      read_twice(argv[2]);
-    else if (argc >= 3 && argc <= 5 && mode == "llama")
-      load_llama_folder(argv[2], storage_named(argc > 3 ? argv[3] : "f32"),
-                        argc > 4 && std::string(argv[4]) == "random");
-    else {
-      std::fprintf(stderr,
-                   "usage: load_bench make PATH [GiB] | load PATH | read2 PATH | llama DIR "
-                   "[f32|bf16|int8|nf4 [random]]\n");
-      return 2;
-    }
-  } catch (const remat::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  CLI::App app(
+      "Loading a BF16 safetensors checkpoint into floats: memory and time, against reading the "
+      "file twice.");
+  app.require_subcommand(1);
+  std::string path;
+  double gib = 1;
+  CLI::App* make_cmd = app.add_subcommand("make", "write a BF16 file of GIB gibibytes: 8 tensors");
+  make_cmd->add_option("PATH", path, "the file to write")->required()->check(flags::output_file);
+  make_cmd->add_option("GIB", gib, "gibibytes of data")
+      ->check(flags::positive)
+      ->capture_default_str();
+  CLI::App* load_cmd = app.add_subcommand(
+      "load",
+      "load it into float tensors; print seconds, the floats' size and the peak resident memory");
+  load_cmd->add_option("PATH", path, "the file to load")->required()->check(flags::input_file);
+  CLI::App* read_cmd =
+      app.add_subcommand("read2", "read the file twice, each time into a buffer of its size");
+  read_cmd->add_option("PATH", path, "the file to read")->required()->check(flags::input_file);
+  std::string storage = "f32";
+  bool random_first = false;
+  CLI::App* llama_cmd = app.add_subcommand(
+      "llama", "load a Hugging Face folder with nn::load_llama; print seconds and memory");
+  llama_cmd->add_option("DIR", path, "the model folder")->required()->check(CLI::ExistingDirectory);
+  llama_cmd->add_option("STORAGE", storage, "the projections' storage")
+      ->check(CLI::IsMember({"f32", "bf16", "int8", "nf4"}))
+      ->capture_default_str();
+  llama_cmd->add_flag("--random", random_first,
+                      "build the model with random values first (the former path)");
+  flags::parse(app, argc, argv);
+  return flags::run_main("load_bench", [&] {
+    if (*make_cmd) make(path, gib);
+    if (*load_cmd) load(path);
+    if (*read_cmd) read_twice(path);
+    if (*llama_cmd) load_llama_folder(path, storage_named(storage), random_first);
+    return 0;
+  });
 }

@@ -47,17 +47,23 @@ void bench_op(const char* name, const std::vector<Shape>& shapes, const Op& op, 
 
 }  // namespace
 
+int run(int threads, int repeat);
+
 int main(int argc, char** argv) {
   int threads = 1, repeat = 20;
   CLI::App app(
       "Micro-benchmark of remat's core ops (forward and backward) and this machine's GEMM rate.");
   app.add_option("--threads", threads, "worker threads")
-      ->check(flags::positive)
+      ->check(flags::thread_count(false))
       ->capture_default_str();
   app.add_option("--repeat", repeat, "runs per op (medians)")
       ->check(flags::positive)
       ->capture_default_str();
   flags::parse(app, argc, argv);
+  return flags::run_main("ops_bench", [&] { return run(threads, repeat); });
+}
+
+int run(int threads, int repeat) {
   remat::set_num_threads(threads);
   for (std::int64_t n : {256, 1024}) {
     std::printf("{\"bench\": \"gemm\", \"n\": %ld, \"threads\": %d, \"gflops\": %.1f}\n",

@@ -46,6 +46,8 @@ double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora,
 
 }  // namespace
 
+int run(const Setup& c, int threads);
+
 int main(int argc, char** argv) {
   Setup c{1024, 1024, 256, 16, 21};
   int threads = 1;
@@ -62,9 +64,17 @@ int main(int argc, char** argv) {
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--threads", threads, "worker threads")
-      ->check(flags::positive)
+      ->check(flags::thread_count(false))
       ->capture_default_str();
   flags::parse(app, argc, argv);
+  return flags::run_main("quantized_bench", [&] { return run(c, threads); });
+}
+
+int run(const Setup& c, int threads) {
+  // the float weight, its gradient and the adapters, the input, its gradient and the output
+  flags::fits("quantized_bench", "this size",
+              4.0 * (2 * double(c.in) * double(c.out) + 2 * double(c.rank) * double(c.in + c.out) +
+                     2 * double(c.batch) * double(c.in) + 2 * double(c.batch) * double(c.out)));
   remat::set_num_threads(threads);
   for (bool lora : {false, true}) {
     double bytes = 0;
@@ -86,4 +96,5 @@ int main(int argc, char** argv) {
           t * 1e3, t / frozen, bytes);
     }
   }
+  return 0;
 }

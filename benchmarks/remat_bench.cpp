@@ -515,7 +515,7 @@ int main(int argc, char** argv) {
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--threads", threads, "worker threads")
-      ->check(flags::positive)
+      ->check(flags::thread_count(false))
       ->capture_default_str();
   app.add_option("--print-plan", print_plan,
                  "write the plan's top-level segments as JSON to this file");
@@ -530,9 +530,22 @@ int main(int argc, char** argv) {
   app.add_option(
       "--trace", trace_file,
       "write the memory timeline of one step of --mode (Chrome trace JSON) to this file");
+  app.get_option("--out")->check(flags::output_dir);
+  app.get_option("--print-plan")->check(flags::output_file);
+  app.get_option("--trace")->check(flags::output_file);
+  app.get_option("--derived-policies")->check(flags::count);
   flags::parse(app, argc, argv);
-  try {
+  return flags::run_main("remat_bench", [&] {
     if (!sweep.empty()) model_name = sweep;
+    if (model_name == "gpt") {  // its weights, gradients and moments, and what a step keeps
+      const double w = GptModel::kWidth, layers = GptModel::kLayers,
+                   tokens = double(batch) * double(context);
+      flags::fits(
+          "remat_bench",
+          "gpt with --context " + std::to_string(context) + " --batch " + std::to_string(batch),
+          16 * (layers * 12 * w * w + double(context) * w) + 4 * tokens * w * layers * 2 +
+              4 * double(batch) * double(context) * 2);
+    }
     remat::set_num_threads(threads);
     remat::set_flush_denormals(flush == "on");
     if (isa == "baseline")
@@ -632,8 +645,5 @@ int main(int argc, char** argv) {
                    mode.c_str(), trace_file.c_str(), traced_s, r.step_s, steps);
     }
     return 0;
-  } catch (const remat::Error& e) {
-    std::fprintf(stderr, "remat_bench: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -5,6 +5,7 @@
 #include <remat/remat.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "flags.hpp"
 
 namespace corpus {
 
@@ -24,6 +27,9 @@ struct Corpus {
 
   /// `program` prefixes the error messages ("train_gpt: cannot read ...").
   static Corpus load(const std::string& path, const std::string& known_vocab, const char* program) {
+    // a FIFO would block open() until someone writes to it
+    if (const std::string why = flags::input_file(std::string(path)); !why.empty())
+      throw remat::IoError(std::string(program) + ": " + why);
     std::ifstream in(path, std::ios::binary);
     if (!in) throw remat::IoError(std::string(program) + ": cannot read " + path);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -99,6 +105,29 @@ double mean_loss(Model& model, const Batches& val) {
   return total / double(val.size());
 }
 
+/// The MiB of a --checkpoint budget:<MiB>: a finite number > 0, or a UsageError.
+inline double budget_mib(const std::string& mode, const char* program) {
+  const std::string text = mode.substr(7);
+  char* end = nullptr;
+  const double mib = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(mib) || mib <= 0) {
+    throw remat::UsageError(std::string(program) + ": --checkpoint " + mode +
+                            ": the budget must be a finite number of MiB > 0");
+  }
+  return mib;
+}
+
+/// Checks --checkpoint names a plan (none, every, sqrt or budget:<MiB>), at start-up.
+inline void check_checkpoint_mode(const std::string& mode, const char* program) {
+  if (mode == "none" || mode == "every" || mode == "sqrt") return;
+  if (mode.rfind("budget:", 0) == 0) {
+    budget_mib(mode, program);
+    return;
+  }
+  throw remat::UsageError(std::string(program) +
+                          ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+}
+
 /// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y;
 /// the profile's gradients are zeroed).
 template <class Model>
@@ -111,12 +140,77 @@ remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::in
   if (mode == "every") return plan::every(n);
   if (mode == "sqrt") return plan::sqrt(n);
   if (mode.rfind("budget:", 0) == 0) {
+    const double mib = budget_mib(mode, program);
     const plan::Chain chain = model.profile(x, y);
     for (auto p : model.parameters()) p.zero_grad();
-    return plan::budget(chain, std::stod(mode.substr(7)) * 1024 * 1024);
+    return plan::budget(chain, mib * 1024 * 1024);
   }
   throw remat::UsageError(std::string(program) +
                           ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+}
+
+/// The plan --checkpoint names before any profile: none, every and sqrt as they are, every for
+/// budget:<MiB> (the least memory any plan needs), to check a run fits before allocating it.
+inline remat::plan::Plan smallest_plan(const std::string& mode, std::int64_t layers,
+                                       const char* program) {
+  namespace plan = remat::plan;
+  const auto n = static_cast<std::size_t>(layers);
+  if (mode == "none") return plan::none(n);
+  if (mode == "sqrt") return plan::sqrt(n);
+  check_checkpoint_mode(mode, program);
+  return plan::every(n);  // every, or a budget
+}
+
+/// Refuses a run that cannot fit in this machine's memory, before anything is allocated: first
+/// a lower bound from the sizes alone (weights, gradients and AdamW's two moments of the
+/// embedding and one width x width matrix a layer, one activation a layer; in doubles, so that
+/// no size overflows and the estimate below is never asked about absurd sizes), then
+/// `estimate()`, the library's figure for a step under the plan --checkpoint names (smallest_plan)
+/// plus `held` bytes the run keeps besides (validation batches).
+template <class Estimate>
+void check_fits(const char* program, double vocab, double width, double layers, double context,
+                double batch, double held, Estimate&& estimate) {
+  const double floor = 4 * 4 * (vocab * width + context * width + layers * width * width) +
+                       4 * batch * context * width * layers + held;
+  flags::fits(program, "this run", floor);
+  flags::fits(program, "this run", estimate() + held);
+}
+
+/// The integer metadata value `key` of the saved run `path`, all of it and >= 0, or an IoError
+/// naming the file, the key and the value.
+inline std::int64_t metadata_integer(const remat::io::Metadata& meta, const std::string& key,
+                                     const std::string& path, const char* program) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) {
+    throw remat::IoError(remat::detail::cat(program, ": ", path, " has no '", key,
+                                            "' metadata (is it a ", program, " --save file?)"));
+  }
+  std::int64_t value = -1;
+  const std::string& text = it->second;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || value < 0) {
+    throw remat::IoError(remat::detail::cat(program, ": ", path, " has an invalid '", key,
+                                            "' metadata value '", text.substr(0, 40),
+                                            "' (expected an integer >= 0)"));
+  }
+  return value;
+}
+
+/// The finite number metadata value `key` of the saved run `path`, or an IoError naming it.
+inline double metadata_number(const remat::io::Metadata& meta, const std::string& key,
+                              const std::string& path, const char* program) {
+  const auto it = meta.find(key);
+  double value = 0;
+  const std::string text = it == meta.end() ? std::string() : it->second;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (it == meta.end() || r.ec != std::errc() || r.ptr != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    throw remat::IoError(remat::detail::cat(
+        program, ": ", path, " has ",
+        it == meta.end() ? "no '" + key + "' metadata"
+                         : "an invalid '" + key + "' metadata value '" + text.substr(0, 40) + "'"));
+  }
+  return value;
 }
 
 /// m:ss

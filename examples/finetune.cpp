@@ -82,8 +82,10 @@ Options parse(int argc, char** argv) {
       "the memory went, counted next to the estimate.");
   // checked after parsing rather than ->required(), so that an unknown flag is what gets reported
   app.add_option("--base", o.base,
-                 "train_llama --save-hf folder, or train_gpt --save file (required)");
+                 "train_llama --save-hf folder, or train_gpt --save file (required)")
+      ->check(flags::input_file_or_dir);
   app.add_option("--data", o.data, "text to fine-tune on (the last tenth is for validation)")
+      ->check(flags::input_file)
       ->capture_default_str();
   app.add_option("--storage", o.storage,
                  "the frozen blocks' linear weights: nf4, bf16, int8 or f32")
@@ -95,8 +97,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--alpha", o.alpha, "LoRA alpha (the adapters' output is scaled by alpha / r)")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input")
-      ->check(CLI::Range(0.0, 0.99))
+  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input, in [0, 1)")
+      ->check(flags::probability)
       ->capture_default_str();
   app.add_option("--targets", o.targets,
                  "comma-separated linear names to adapt (default: every linear of a block)");
@@ -115,9 +117,11 @@ Options parse(int argc, char** argv) {
   app.add_option("--lr", o.lr, "peak AdamW learning rate (warm-up, then cosine decay)")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the adapters and the batches")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the adapters and the batches")
+      ->check(flags::count)
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
-      ->check(flags::non_negative)
+      ->check(flags::thread_count(true))
       ->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint,
                  "checkpoint plan: none, every, sqrt or budget:<MiB> (--full: none)")
@@ -129,7 +133,8 @@ Options parse(int argc, char** argv) {
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--save-adapters", o.save_adapters,
-                 "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)");
+                 "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)")
+      ->check(flags::output_dir);
   app.add_flag("--full", o.full,
                "full fine-tuning in float without checkpointing instead (the baseline)");
   app.add_option("--sample", o.sample, "characters to generate at the end")
@@ -138,7 +143,8 @@ Options parse(int argc, char** argv) {
   app.add_flag("--json", o.json,
                "end with one JSON object: losses, seconds, counted_mb and estimated_mb");
   app.add_option("--trace", o.trace,
-                 "write a memory timeline (Chrome trace JSON) of the second step");
+                 "write a memory timeline (Chrome trace JSON) of the second step")
+      ->check(flags::output_file);
   flags::parse(app, argc, argv);
   if (o.base.empty()) {
     std::fprintf(stderr,
@@ -147,6 +153,7 @@ Options parse(int argc, char** argv) {
     std::exit(2);
   }
   if (o.full) o.checkpoint = "none";
+  corpus::check_checkpoint_mode(o.checkpoint, kProgram);
   return o;
 }
 
@@ -178,11 +185,19 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
     }
   }
   vocab = meta["vocab"];
-  remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(vocab.size()),
-                             .context = std::stoll(meta["context"]),
-                             .layers = std::stoll(meta["layers"]),
-                             .heads = std::stoll(meta["heads"]),
-                             .width = std::stoll(meta["width"])});
+  const auto integer = [&](const char* key) {
+    return corpus::metadata_integer(meta, key, path, kProgram);
+  };
+  const remat::nn::GPTConfig config{.vocab = static_cast<std::int64_t>(vocab.size()),
+                                    .context = integer("context"),
+                                    .layers = integer("layers"),
+                                    .heads = integer("heads"),
+                                    .width = integer("width")};
+  // the sizes come from a file: the model they describe must fit before it is allocated
+  flags::fits(kProgram, "the model in " + path,
+              16.0 * double(config.layers) * double(config.width) * double(config.width) +
+                  4.0 * double(config.vocab + config.context) * double(config.width));
+  remat::nn::GPT<float> gpt(config);
   for (const auto& [name, p] : gpt.named_parameters()) {
     const std::string key = "model." + name;
     if (!file.contains(key))
@@ -284,6 +299,14 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
   }
   const remat::WeightStorage storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage);
   const std::vector<std::string> targets = o.targets.empty() ? linears_of(model) : split(o.targets);
+  // the adapters (rank x (in + out) values per linear, with gradients and AdamW moments) and a
+  // batch's activations, bounded below before the estimate prices them exactly
+  flags::fits(kProgram, "this run",
+              16.0 * double(o.rank) * 2 * double(width_of(model)) * double(layers_of(model)) *
+                      double(targets.size()) +
+                  4.0 * double(o.batch) * double(o.context) * double(width_of(model)) *
+                      double(layers_of(model)) +
+                  8.0 * double(o.eval_batches) * double(o.batch) * double(o.context));
   // Weights as stored: quantize (f32: only freeze) the blocks' linears.
   Split counted;
   if (!o.full) remat::nn::quantize_blocks(model, storage, !o.no_double_quant);
@@ -317,6 +340,10 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
                              .double_quant = !o.no_double_quant};
   if (!o.full) shape.lora = {.rank = o.rank, .targets = targets};
   const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config_of(model), shape);
+  // what the step and the validation batches need, before they are allocated
+  flags::fits(kProgram, "this run",
+              e.total(corpus::smallest_plan(o.checkpoint, layers_of(model), kProgram)) +
+                  8.0 * double(o.eval_batches) * double(o.batch) * double(o.context));
 
   remat::Rng data_rng(o.seed * 7919 + 1), val_rng(o.seed * 104729 + 3), plan_rng(o.seed);
   const corpus::Batches val =
@@ -444,7 +471,7 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return flags::run_main(kProgram, [&] {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
     std::string vocab;
@@ -455,11 +482,5 @@ int main(int argc, char** argv) {
     }
     remat::nn::GPT<float> model = load_gpt(o.base, vocab);
     return run(model, vocab, o, live0);
-  } catch (const remat::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
-    return 1;
-  }
+  });
 }

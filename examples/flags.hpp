@@ -1,13 +1,34 @@
 #pragma once
-// Checks for CLI11 flags shared by the examples and benchmarks. CLI11's own PositiveNumber lets
-// "nan" through and its NonNegativeNumber prints a range of 309 digits; these say what they want
-// in words and reject NaN and infinity.
+// What the examples and benchmarks share around their flags:
+// - checks for CLI11 flags (CLI11's own PositiveNumber lets "nan" through and its
+//   NonNegativeNumber prints a range of 309 digits; these say what they want in words and reject
+//   NaN and infinity; CLI11 reads "-1" into an unsigned flag as 2^64 - 1, `count` refuses it);
+// - checks of the paths flags name, before anything is read or computed: an input must be a
+//   regular file (a FIFO would block the program forever), an output must not be a directory or
+//   a FIFO and its folder must exist;
+// - the machine's memory and `fits()`, to refuse a run that cannot fit before allocating it;
+// - `run_main()`, every program's error boundary: any exception ends the program with one line
+//   on stderr and exit status 1, never a signal.
 #include <CLI/CLI.hpp>
+#include <remat/core/error.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <utility>
 
 namespace flags {
 
@@ -20,11 +41,38 @@ inline CLI::Validator number_check(bool allow_zero, const char* name) {
         const double v = std::strtod(text.c_str(), &end);
         const bool ok =
             !text.empty() && *end == '\0' && std::isfinite(v) && (allow_zero ? v >= 0 : v > 0);
+        // CLI11 reads an integer past 2^63 - 1 into a 64-bit flag as 2^63 - 1: refused here
+        errno = 0;
+        std::strtoll(text.c_str(), &end, 10);
+        if (*end == '\0' && errno == ERANGE) return "'" + text + "' is out of range (> 2^63 - 1)";
         if (ok) return {};
         return "'" + text + "' is not " +
                (allow_zero ? "a finite number >= 0" : "a finite number > 0");
       },
       name);
+}
+
+inline std::string file_type(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  return "not a regular file";
+}
+
+/// The folder a path is in ("." for a bare name).
+inline std::string parent_of(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+/// "" when `dir` is an existing directory, else why not.
+inline std::string check_directory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return "'" + dir + "': " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "'" + dir + "' is " + file_type(st) + ", not a directory";
+  return {};
 }
 
 }  // namespace detail
@@ -33,6 +81,225 @@ inline CLI::Validator number_check(bool allow_zero, const char* name) {
 inline const CLI::Validator positive = detail::number_check(false, "POSITIVE");
 /// A finite number >= 0.
 inline const CLI::Validator non_negative = detail::number_check(true, "NON-NEGATIVE");
+
+/// An integer >= 0 written in decimal digits only (for unsigned flags: seeds, counts).
+inline const CLI::Validator count(
+    [](std::string& text) -> std::string {
+      const bool digits = !text.empty() && text.size() <= 20 &&
+                          text.find_first_not_of("0123456789") == std::string::npos;
+      if (digits && (text.size() < 20 || text <= "18446744073709551615")) return {};
+      return "'" + text + "' is not an integer in [0, 2^64 - 1]";
+    },
+    "UINT");
+
+/// Most worker threads a flag may ask for: more would only cost memory (a stack each) and time.
+inline constexpr long kMaxThreads = 1024;
+
+/// A number of worker threads: an integer in [1, kMaxThreads], or 0 too (`allow_zero`: the
+/// library's default).
+inline CLI::Validator thread_count(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long v = std::strtol(text.c_str(), &end, 10);
+        if (!text.empty() && *end == '\0' && v >= (allow_zero ? 0 : 1) && v <= kMaxThreads)
+          return {};
+        return "'" + text + "' is not an integer in [" + (allow_zero ? "0" : "1") + ", " +
+               std::to_string(kMaxThreads) + "]";
+      },
+      "THREADS");
+}
+
+/// A probability of dropping: a finite number in [0, 1) (1 would drop everything and scale the
+/// rest by 1/0).
+inline const CLI::Validator probability(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (!text.empty() && *end == '\0' && v >= 0 && v < 1) return {};
+      return "'" + text + "' is not a number in [0, 1)";
+    },
+    "[0,1)");
+
+/// A file to read: it exists and is a regular file (or a link to one). A FIFO would block the
+/// program in open() until someone writes to it.
+inline const CLI::Validator input_file(
+    [](std::string& path) -> std::string {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0)
+        return "cannot read '" + path + "': " + std::strerror(errno);
+      if (!S_ISREG(st.st_mode))
+        return "'" + path + "' is " + detail::file_type(st) + ", not a file";
+      return {};
+    },
+    "FILE");
+
+/// A folder to read: it exists and is a directory.
+inline const CLI::Validator input_dir(detail::check_directory, "DIR");
+
+/// A file or a folder to read (a FIFO or a device is neither).
+inline const CLI::Validator input_file_or_dir(
+    [](std::string& path) -> std::string {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0)
+        return "cannot read '" + path + "': " + std::strerror(errno);
+      if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return "'" + path + "' is " + detail::file_type(st) + ", not a file or a folder";
+      return {};
+    },
+    "PATH");
+
+/// A file to write ('' for none): not an existing directory, FIFO or device, in an existing
+/// folder. Checked when the flags are parsed, so that a long run does not fail at its end.
+inline const CLI::Validator output_file(
+    [](std::string& path) -> std::string {
+      if (path.empty()) return {};
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        return "cannot write '" + path + "': it is " + detail::file_type(st);
+      const std::string why = detail::check_directory(detail::parent_of(path));
+      return why.empty() ? why : "cannot write '" + path + "': " + why;
+    },
+    "FILE");
+
+/// A folder to write ('' for none): an existing directory, or a name in an existing folder.
+inline const CLI::Validator output_dir(
+    [](std::string& path) -> std::string {
+      if (path.empty()) return {};
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0)
+        return S_ISDIR(st.st_mode)
+                   ? ""
+                   : "cannot write into '" + path + "': it is " + detail::file_type(st);
+      const std::string why = detail::check_directory(detail::parent_of(path));
+      return why.empty() ? why : "cannot create '" + path + "': " + why;
+    },
+    "DIR");
+
+/// Bytes as a person reads them: "512 B", "3.7 TiB".
+inline std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  char out[64];
+  if (bytes >= 1e6)
+    std::snprintf(out, sizeof out, "%.3g %s", bytes, units[u]);
+  else
+    std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return out;
+}
+
+/// The memory this process may use: the machine's (MemTotal, or sysconf's physical pages), or
+/// its control group's limit when that is lower (a container).
+inline double machine_memory() {
+  double total = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double kib = 0;
+    meminfo >> kib;
+    if (key == "MemTotal:") total = kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (total <= 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    total = pages > 0 && page > 0 ? double(pages) * double(page)
+                                  : std::numeric_limits<double>::infinity();
+  }
+  for (const char* limit_file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit_file);
+    double limit = 0;
+    if (in >> limit && limit > 0) total = std::min(total, limit);  // "max" reads as no number
+  }
+  return total;
+}
+
+/// Refuses (UsageError) what needs more than `memory` bytes: "PROGRAM: WHAT needs 3.7 TiB; this
+/// machine has 24.0 GiB". Called with the estimate before anything that large is allocated.
+inline void fits(const char* program, const std::string& what, double bytes,
+                 double memory = machine_memory()) {
+  if (!(bytes <= memory)) {  // NaN too
+    throw remat::UsageError(std::string(program) + ": " + what + " needs " + human_bytes(bytes) +
+                            "; this machine has " + human_bytes(memory));
+  }
+}
+
+namespace detail {
+
+inline const char*& program_name() {
+  static const char* name = "program";
+  return name;
+}
+
+/// One line for the exception being handled: remat's own messages as they are (prefixed with the
+/// program's name unless they start with it), the standard library's with what they mean.
+inline std::string describe_current_exception(const char* program) {
+  const std::string prefix = std::string(program) + ": ";
+  try {
+    throw;
+  } catch (const remat::Error& e) {
+    const std::string what = e.what();
+    return what.rfind(prefix, 0) == 0 ? what : prefix + what;
+  } catch (const std::bad_alloc&) {
+    return prefix + "out of memory (std::bad_alloc): a size is larger than this machine holds";
+  } catch (const std::filesystem::filesystem_error& e) {
+    return prefix + e.what();
+  } catch (const std::system_error& e) {  // std::thread's constructor, say
+    return prefix + "system error: " + e.what();
+  } catch (const std::invalid_argument& e) {
+    return prefix + "invalid value (" + e.what() + ")";
+  } catch (const std::out_of_range& e) {
+    return prefix + "value out of range (" + e.what() + ")";
+  } catch (const std::exception& e) {
+    return prefix + e.what();
+  } catch (...) {
+    return prefix + "unknown error";
+  }
+}
+
+/// std::terminate's handler: an exception that escapes a worker thread or a noexcept function
+/// still ends the program with one line and exit status 1, not with SIGABRT.
+[[noreturn]] inline void on_terminate() {
+  const std::string line = std::current_exception() ? describe_current_exception(program_name())
+                                                    : std::string(program_name()) + ": terminated";
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+}  // namespace detail
+
+/// Runs a program's body inside its error boundary: `body()`'s return value is the exit status;
+/// any exception it throws (remat::Error, std::bad_alloc, std::invalid_argument, a failed thread
+/// creation, anything) is reported as one line on stderr, "PROGRAM: what happened", and the exit
+/// status is `fail(line)`: by default the line is printed and 1 returned (an MPI program passes
+/// one that stops the other ranks too). An exception escaping elsewhere (a worker thread) ends
+/// the program with one line and status 1 through std::terminate.
+///
+///     int main(int argc, char** argv) {
+///       return flags::run_main("my_program", [&] { ... return 0; });
+///     }
+template <class Body, class Fail>
+int run_main(const char* program, Body&& body, Fail&& fail) {
+  detail::program_name() = program;
+  std::set_terminate(detail::on_terminate);
+  std::string line;
+  try {
+    return std::forward<Body>(body)();
+  } catch (...) {
+    line = detail::describe_current_exception(program);
+  }
+  std::fflush(stdout);  // the progress printed so far, before the error
+  return std::forward<Fail>(fail)(line);
+}
+
+template <class Body>
+int run_main(const char* program, Body&& body) {
+  return run_main(program, std::forward<Body>(body), [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return 1;
+  });
+}
 
 /// Parses argv into `app`; on --help prints the flags and exits 0, on a bad or unknown flag
 /// prints the error and the list of valid flags and exits non-zero.

@@ -50,19 +50,22 @@ Options parse(int argc, char** argv) {
   CLI::App app("Trains a character-level GPT on a text file, with any checkpoint plan.");
   flags::add_training_flags(app, o, "transformer blocks", "attention heads (must divide --width)",
                             "print one JSON object at the end instead of progress");
-  app.add_option("--dropout", o.dropout, "dropout probability")
-      ->check(CLI::Range(0.0, 1.0))
+  app.add_option("--dropout", o.dropout, "dropout probability, in [0, 1)")
+      ->check(flags::probability)
       ->capture_default_str();
   app.add_option("--save", o.save,
                  "file for the weights and optimizer state at the end ('' for none)")
+      ->check(flags::output_file)
       ->capture_default_str();
-  app.add_option("--resume", o.resume, "continue from a file written by --save");
+  app.add_option("--resume", o.resume, "continue from a file written by --save")
+      ->check(flags::input_file);
   app.add_option("--stop-after", o.stop_after,
                  "stop (and save) after this step of the run (0: run all --steps)")
       ->check(flags::non_negative)
       ->capture_default_str();
   app.add_option("--trace", o.trace,
-                 "write a memory timeline (Chrome trace JSON) of the first step after warm-up");
+                 "write a memory timeline (Chrome trace JSON) of the first step after warm-up")
+      ->check(flags::output_file);
   flags::parse(app, argc, argv);
   return o;
 }
@@ -72,52 +75,73 @@ constexpr const char* kProgram = "train_gpt";
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  ranks::Job job(argc, argv);
+int train(ranks::Job& job, int argc, char** argv) {
   const int ranks = job.size();
   const bool root = job.root();  // the rank that evaluates, prints, logs and saves
-  try {
+  {
     Options o = parse(argc, argv);
+    corpus::check_checkpoint_mode(o.checkpoint, kProgram);
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = root && ::isatty(STDOUT_FILENO);
 
     // A resumed run takes its sizes and vocabulary from the file, and checks the rest agree.
     remat::io::Metadata resumed;
+    std::int64_t start = 0;
     if (!o.resume.empty()) {
       resumed = remat::io::File::read(o.resume).metadata();
-      for (const char* key : {"layers", "width", "heads", "context", "vocab", "step", "seed",
-                              "steps", "data_position"}) {
-        if (!resumed.count(key))
-          throw remat::IoError(std::string("train_gpt: ") + o.resume + " has no '" + key +
-                               "' metadata");
+      const auto integer = [&](const char* key) {
+        return corpus::metadata_integer(resumed, key, o.resume, kProgram);
+      };
+      if (!resumed.count("vocab"))
+        throw remat::IoError("train_gpt: " + o.resume + " has no 'vocab' metadata");
+      o.layers = integer("layers"), o.width = integer("width");
+      o.heads = integer("heads"), o.context = integer("context");
+      start = integer("step");
+      integer("data_position");
+      if (integer("steps") != o.steps || resumed["seed"] != std::to_string(o.seed)) {
+        throw remat::UsageError(
+            "train_gpt: resume with the --steps and --seed the run was started with (" +
+            resumed["steps"] + ", " + resumed["seed"] + ")");
       }
-      o.layers = std::stoll(resumed["layers"]), o.width = std::stoll(resumed["width"]);
-      o.heads = std::stoll(resumed["heads"]), o.context = std::stoll(resumed["context"]);
+      if (start > o.steps) {
+        throw remat::IoError(remat::detail::cat("train_gpt: ", o.resume, " says step ", start,
+                                                " of a run of ", o.steps, " steps"));
+      }
+      // a file saved at step 20 must hold step 20's weights: stopping before the step the run
+      // resumes at cannot be done
+      if (o.stop_after > 0 && o.stop_after < start) {
+        throw remat::UsageError(remat::detail::cat("train_gpt: --stop-after ", o.stop_after,
+                                                   " is before step ", start, ", where ", o.resume,
+                                                   " resumes"));
+      }
     }
     const Corpus corpus =
         Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);
-    remat::nn::GPT<float> gpt({.vocab = static_cast<std::int64_t>(corpus.vocab.size()),
-                               .context = o.context,
-                               .layers = o.layers,
-                               .heads = o.heads,
-                               .width = o.width,
-                               .dropout = o.dropout,
-                               .seed = o.seed});
+    const remat::nn::GPTConfig config{.vocab = static_cast<std::int64_t>(corpus.vocab.size()),
+                                      .context = o.context,
+                                      .layers = o.layers,
+                                      .heads = o.heads,
+                                      .width = o.width,
+                                      .dropout = o.dropout,
+                                      .seed = o.seed};
+    // the validation batches (the job's: ids and targets) are held through the run
+    const double held = 8.0 * double(o.eval_batches) * double(o.batch) * ranks * double(o.context);
+    corpus::check_fits(kProgram, double(config.vocab), double(o.width), double(o.layers),
+                       double(o.context), double(o.batch), held, [&] {
+                         return remat::nn::estimate_memory<float>(
+                                    config, {.batch = o.batch, .time = o.context})
+                             .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram));
+                       });
+    remat::nn::GPT<float> gpt(config);
     remat::optim::AdamW<float> optimizer(gpt.parameters(), {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
     const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
                                                 o.steps, o.lr / 10);
     remat::Rng data_rng(o.seed * 7919 + 1);
-    std::int64_t start = 0;
     if (!o.resume.empty()) {
       remat::train::load_training_state(o.resume, gpt, optimizer);
-      start = std::stoll(resumed["step"]);
-      data_rng.seek(std::stoull(resumed["data_position"]));
-      if (std::stoll(resumed["steps"]) != o.steps || std::stoull(resumed["seed"]) != o.seed) {
-        throw remat::UsageError(
-            "train_gpt: resume with the --steps and --seed the run was started with (" +
-            resumed["steps"] + ", " + resumed["seed"] + ")");
-      }
+      data_rng.seek(static_cast<std::uint64_t>(
+          corpus::metadata_integer(resumed, "data_position", o.resume, kProgram)));
     }
     job.replicate(gpt.parameters());  // rank 0's weights everywhere; the optimizer holds all
 
@@ -140,9 +164,10 @@ int main(int argc, char** argv) {
       if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
     }
     const double first_val =
-        start == 0 && root
-            ? validation_loss()
-            : std::stod(resumed.count("first_val_loss") ? resumed["first_val_loss"] : "0");
+        start == 0 && root ? validation_loss()
+        : resumed.count("first_val_loss")
+            ? corpus::metadata_number(resumed, "first_val_loss", o.resume, kProgram)
+            : 0.0;
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
     if (!o.json && root)
       std::printf("%zu characters of text, vocabulary %zu, %lld parameters, checkpoint %s (%s)\n",
@@ -249,7 +274,12 @@ int main(int argc, char** argv) {
                   first_val, last_val, seconds, tokens_per_s, o.save.c_str());
     }
     return 0;
-  } catch (const remat::Error& e) {
-    return job.fail(e.what());
   }
+}
+
+int main(int argc, char** argv) {
+  ranks::Job job(argc, argv);
+  return flags::run_main(
+      kProgram, [&] { return train(job, argc, argv); },
+      [&](const std::string& line) { return job.fail(line.c_str()); });
 }

@@ -4,8 +4,8 @@
 //   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
 //               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
 //               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
-//               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--sample N] [--json]
-//               [--zero]    (--help)
+//               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--save FILE]
+//               [--resume FILE] [--stop-after N] [--sample N] [--json] [--zero]    (--help)
 //
 // Without --data it trains on examples/data/corpus.txt (original text shipped with remat). It
 // prints a live progress line on a terminal (plain lines otherwise) and the validation loss every
@@ -17,7 +17,10 @@
 // any Hugging Face Llama/Qwen2 folder with a character vocabulary of this corpus' size: one
 // model.safetensors or an index and shards, F32/BF16/F16): its config.json sets the model's shape
 // (the shape flags are ignored), and a vocabulary saved in its remat_eval.json must be the
-// corpus'. With --json the last line is a JSON object:
+// corpus'. --save FILE writes the weights, the AdamW state and where the run is (as train_gpt
+// --save does); --resume FILE continues from it exactly (bitwise: the same weights and losses as
+// a run that never stopped), and --stop-after N stops (and saves) after step N of a run planned
+// for --steps. With --json the last line is a JSON object:
 // first_val_loss, final_val_loss (all 17 digits), tokens_per_s, act_peak_mb, seconds, steps,
 // checkpoint, world_size.
 //
@@ -36,6 +39,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +50,8 @@
 namespace {
 
 struct Options : flags::Training {
-  std::int64_t kv_heads = 2, mlp = 512;
-  std::string save_hf, init_from;
+  std::int64_t kv_heads = 2, mlp = 512, stop_after = 0;
+  std::string save_hf, init_from, save, resume;
   bool zero = false;
 };
 
@@ -68,10 +72,22 @@ Options parse(int argc, char** argv) {
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--save-hf", o.save_hf,
-                 "folder to write config.json, model.safetensors and remat_eval.json to");
+                 "folder to write config.json, model.safetensors and remat_eval.json to")
+      ->check(flags::output_dir);
   app.add_option(
-      "--init-from", o.init_from,
-      "Hugging Face folder to start from (config.json + weights; sets the model's shape)");
+         "--init-from", o.init_from,
+         "Hugging Face folder to start from (config.json + weights; sets the model's shape)")
+      ->check(flags::input_dir);
+  app.add_option("--save", o.save,
+                 "file for the weights and optimizer state at the end, to --resume from")
+      ->check(flags::output_file);
+  app.add_option("--resume", o.resume,
+                 "continue from a file written by --save (its model, step and data position)")
+      ->check(flags::input_file);
+  app.add_option("--stop-after", o.stop_after,
+                 "stop (and save) after this step of the run (0: run all --steps)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
   app.add_flag("--zero", o.zero,
                "under mpirun: each rank keeps the optimizer state of 1/N of the parameters "
                "(ZeRO-1)");
@@ -83,18 +99,13 @@ using corpus::Batches;
 using corpus::Corpus;
 constexpr const char* kProgram = "train_llama";
 
-/// Writes config.json, model.safetensors and remat_eval.json (see the file comment) into `dir`.
+/// Writes config.json, model.safetensors and remat_eval.json (see the file comment) into `dir`,
+/// as a whole (io::save_folder): a folder saved there before stays readable until the new one is
+/// complete, and a failed save (a full disk) leaves it as it was.
 void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model,
                     const Corpus& corpus, const Batches& val, double val_loss) {
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream out(dir + "/config.json");
-    out << remat::nn::llama_config_json(model.config());
-    if (!out) throw remat::IoError("train_llama: cannot write " + dir + "/config.json");
-  }
   std::vector<remat::io::NamedTensor<float>> tensors;
   for (const auto& [name, p] : model.named_parameters()) tensors.emplace_back(name, p.value());
-  remat::io::save(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   nlohmann::json eval;
   eval["vocab"] = std::vector<int>(corpus.vocab.begin(), corpus.vocab.end());
   eval["loss"] = val_loss;
@@ -102,9 +113,28 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
     eval["batches"].push_back(
         {{"shape", {vx.dim(0), vx.dim(1)}}, {"ids", vx.to_vector()}, {"targets", vy.to_vector()}});
   }
-  std::ofstream out(dir + "/remat_eval.json");
-  out << eval.dump() << "\n";
-  if (!out) throw remat::IoError("train_llama: cannot write " + dir + "/remat_eval.json");
+  remat::io::save_folder(dir, [&](const std::string& staging) {
+    remat::io::save_text(staging + "/config.json", remat::nn::llama_config_json(model.config()));
+    remat::io::save(staging + "/model.safetensors", tensors, {{"format", "pt"}});
+    remat::io::save_text(staging + "/remat_eval.json", eval.dump() + "\n");
+  });
+}
+
+/// What --save writes beside the weights and the optimizer state: the model's configuration
+/// (config.json's text), the vocabulary and where the run is, to resume it exactly.
+remat::io::Metadata run_metadata(const remat::nn::LlamaConfig& config, const Options& o,
+                                 const Corpus& corpus, std::int64_t step,
+                                 std::uint64_t data_position, double first_val) {
+  return {{"config", remat::nn::llama_config_json(config)},
+          {"context", std::to_string(o.context)},
+          {"batch", std::to_string(o.batch)},
+          {"vocab", corpus.vocab},
+          {"step", std::to_string(step)},
+          {"steps", std::to_string(o.steps)},
+          {"seed", std::to_string(o.seed)},
+          {"lr", remat::train::detail::format_double(o.lr)},
+          {"data_position", std::to_string(data_position)},
+          {"first_val_loss", remat::train::detail::format_double(first_val)}};
 }
 
 /// The model saved in `dir` (nn::load_llama), checked against the corpus: the same vocabulary
@@ -136,28 +166,94 @@ remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  ranks::Job job(argc, argv);
+int train(ranks::Job& job, int argc, char** argv) {
   const std::int64_t ranks = job.size();
   const bool root = job.root();  // the rank that evaluates, prints, logs and saves
-  try {
+  {
     Options o = parse(argc, argv);
+    corpus::check_checkpoint_mode(o.checkpoint, kProgram);
+    if (!o.resume.empty() && !o.init_from.empty())
+      throw remat::UsageError("train_llama: --resume and --init-from both set the model; give one");
+    // the optimizer state is saved and restored whole: under ZeRO-1 each rank holds a part
+    if (o.zero && ranks > 1 && (!o.save.empty() || !o.resume.empty()))
+      throw remat::UsageError("train_llama: --save and --resume do not work with --zero yet");
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = root && ::isatty(STDOUT_FILENO);
-    const Corpus corpus = Corpus::load(o.data, "", kProgram);
-    const remat::nn::LlamaConfig config{
-        .vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
-        .hidden_size = o.width,
-        .intermediate_size = o.mlp,
-        .num_hidden_layers = o.layers,
-        .num_attention_heads = o.heads,
-        .num_key_value_heads = o.kv_heads,
-        .rms_norm_eps = 1e-5,
-        .max_position_embeddings = o.context,
-        .seed = o.seed};
+
+    // A resumed run takes its model and vocabulary from the file, and checks the rest agree.
+    remat::io::Metadata resumed;
+    std::int64_t start = 0;
+    std::optional<remat::nn::LlamaConfig> resumed_config;
+    if (!o.resume.empty()) {
+      resumed = remat::io::File::read(o.resume).metadata();
+      const auto integer = [&](const char* key) {
+        return corpus::metadata_integer(resumed, key, o.resume, kProgram);
+      };
+      for (const char* key : {"config", "vocab", "seed", "lr"}) {
+        if (!resumed.count(key)) {
+          throw remat::IoError(remat::detail::cat("train_llama: ", o.resume, " has no '", key,
+                                                  "' metadata (is it a train_llama --save file?)"));
+        }
+      }
+      resumed_config =
+          remat::nn::parse_llama_config(resumed["config"], o.resume + " (metadata 'config')");
+      o.context = integer("context");
+      start = integer("step");
+      integer("data_position");
+      if (integer("steps") != o.steps || resumed["seed"] != std::to_string(o.seed) ||
+          integer("batch") != o.batch ||
+          resumed["lr"] != remat::train::detail::format_double(o.lr)) {
+        throw remat::UsageError(remat::detail::cat(
+            "train_llama: resume with the --steps, --seed, --batch and --lr the run was started "
+            "with (",
+            resumed["steps"], ", ", resumed["seed"], ", ", resumed["batch"], ", ", resumed["lr"],
+            ")"));
+      }
+      if (start > o.steps) {
+        throw remat::IoError(remat::detail::cat("train_llama: ", o.resume, " says step ", start,
+                                                " of a run of ", o.steps, " steps"));
+      }
+      // a file saved at step 20 must hold step 20's weights: stopping before the step the run
+      // resumes at cannot be done
+      if (o.stop_after > 0 && o.stop_after < start) {
+        throw remat::UsageError(remat::detail::cat("train_llama: --stop-after ", o.stop_after,
+                                                   " is before step ", start, ", where ", o.resume,
+                                                   " resumes"));
+      }
+    }
+    const Corpus corpus =
+        Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);
+    const remat::nn::LlamaConfig config =
+        resumed_config
+            ? *resumed_config
+            : remat::nn::LlamaConfig{.vocab_size = static_cast<std::int64_t>(corpus.vocab.size()),
+                                     .hidden_size = o.width,
+                                     .intermediate_size = o.mlp,
+                                     .num_hidden_layers = o.layers,
+                                     .num_attention_heads = o.heads,
+                                     .num_key_value_heads = o.kv_heads,
+                                     .rms_norm_eps = 1e-5,
+                                     .max_position_embeddings = o.context,
+                                     .seed = o.seed};
+    if (config.vocab_size != static_cast<std::int64_t>(corpus.vocab.size())) {
+      throw remat::IoError(remat::detail::cat("train_llama: ", o.resume, " has vocab_size ",
+                                              config.vocab_size, " but its vocabulary ",
+                                              corpus.vocab.size(), " characters"));
+    }
+    if (o.init_from.empty()) {  // a folder's model is checked once its config is read
+      // the validation batches (the job's: ids and targets) are held through the run
+      const double held =
+          8.0 * double(o.eval_batches) * double(o.batch) * double(ranks) * double(o.context);
+      corpus::check_fits(
+          kProgram, double(config.vocab_size), double(config.hidden_size),
+          double(config.num_hidden_layers), double(o.context), double(o.batch), held, [&] {
+            return remat::nn::estimate_memory<float>(config, {.batch = o.batch, .time = o.context})
+                .total(corpus::smallest_plan(o.checkpoint, config.num_hidden_layers, kProgram));
+          });
+    }
     remat::nn::Llama<float> model =
         o.init_from.empty() ? remat::nn::Llama<float>(config) : load_folder(o.init_from, corpus);
-    if (!o.init_from.empty()) {  // the folder's shape, for the plan and the messages
+    {  // the model's shape (a folder's or a file's), for the plan and the messages
       const remat::nn::LlamaConfig& c = model.config();
       o.layers = c.num_hidden_layers, o.width = c.hidden_size, o.heads = c.num_attention_heads,
       o.kv_heads = c.num_key_value_heads;
@@ -165,8 +261,15 @@ int main(int argc, char** argv) {
       if (o.context > c.max_position_embeddings) {
         throw remat::UsageError(remat::detail::cat(
             "train_llama: --context ", o.context, " exceeds the max_position_embeddings ",
-            c.max_position_embeddings, " of ", o.init_from, "/config.json"));
+            c.max_position_embeddings, " of ",
+            o.init_from.empty() ? o.resume : o.init_from + "/config.json"));
       }
+    }
+    if (!o.init_from.empty()) {  // the folder's model is allocated; a step on it must fit too
+      flags::fits(
+          kProgram, "this run",
+          remat::nn::estimate_memory<float>(model.config(), {.batch = o.batch, .time = o.context})
+              .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram)));
     }
     // rank 0's weights on every rank; with --zero this rank's optimizer holds its range only
     remat::optim::AdamW<float> optimizer(job.replicate(model.parameters(), o.zero),
@@ -175,6 +278,11 @@ int main(int argc, char** argv) {
     const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
                                                 o.steps, o.lr / 10);
     remat::Rng data_rng(o.seed * 7919 + 1);
+    if (!o.resume.empty()) {
+      remat::train::load_training_state(o.resume, model, optimizer);
+      data_rng.seek(static_cast<std::uint64_t>(
+          corpus::metadata_integer(resumed, "data_position", o.resume, kProgram)));
+    }
 
     // Fixed validation batches, the same for every run with this seed.
     remat::Rng val_rng(o.seed * 104729 + 3);
@@ -189,11 +297,16 @@ int main(int argc, char** argv) {
 
     std::FILE* log = nullptr;
     if (!o.log.empty() && root) {
-      log = std::fopen(o.log.c_str(), "w");
+      log = std::fopen(o.log.c_str(), start > 0 ? "a" : "w");
       if (!log) throw remat::IoError("train_llama: cannot write " + o.log);
-      std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
+      if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
     }
-    const double first_val = root ? validation_loss() : 0.0;
+    // a resumed run keeps the first validation loss of the run it continues
+    const double first_val =
+        start == 0 && root ? validation_loss()
+        : resumed.count("first_val_loss")
+            ? corpus::metadata_number(resumed, "first_val_loss", o.resume, kProgram)
+            : 0.0;
     double last_val = first_val, peak_mb = 0, tokens_per_s = 0;
     if (!o.json && root) {
       std::printf(
@@ -202,11 +315,12 @@ int main(int argc, char** argv) {
           corpus.train.size() + corpus.val.size(), corpus.vocab.size(),
           static_cast<long long>(model.parameter_count()), static_cast<long long>(o.heads),
           static_cast<long long>(o.kv_heads), o.checkpoint.c_str(), plan.describe().c_str());
-      std::printf("step %5d  val loss %.4f\n", 0, first_val);
+      if (start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
     }
 
+    const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
     const auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t step = 0; step < o.steps; ++step) {
+    for (std::int64_t step = start; step < end; ++step) {
       // the job's batch, the same on every rank; this rank trains on its slice of it
       corpus::fill_batch(corpus.train, o.batch * ranks, o.context, data_rng, x, y, kProgram);
       x = job.slice(x), y = job.slice(y);
@@ -229,7 +343,7 @@ int main(int argc, char** argv) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      tokens_per_s = double((step + 1) * o.batch * ranks * o.context) / elapsed;
+      tokens_per_s = double((step - start + 1) * o.batch * ranks * o.context) / elapsed;
       const bool evaluate = root && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
       if (evaluate) last_val = validation_loss();
       if (log) {
@@ -238,7 +352,7 @@ int main(int argc, char** argv) {
                      double(o.batch * ranks * o.context) / step_s, peak_mb);
       }
       if (o.json || !root) continue;
-      const double eta = elapsed / double(step + 1) * double(o.steps - step - 1);
+      const double eta = elapsed / double(step - start + 1) * double(end - step - 1);
       if (tty) {
         std::printf("\r\033[Kstep %5lld/%lld  loss %.4f  %7.0f tok/s  peak %.1f MiB  ETA %s",
                     static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss,
@@ -256,6 +370,11 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (!root) return 0;
+    if (!o.save.empty()) {
+      remat::train::save_training_state(
+          o.save, model, optimizer,
+          run_metadata(model.config(), o, corpus, end, data_rng.position(), first_val));
+    }
     if (!o.save_hf.empty()) save_hf_folder(o.save_hf, model, corpus, val, last_val);
     if (o.sample > 0 && !o.json) {
       remat::Rng sample_rng(o.seed + 99);
@@ -272,7 +391,7 @@ int main(int argc, char** argv) {
           "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, "
           "\"act_peak_mb\": %.2f, "
           "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %lld}\n",
-          first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(o.steps),
+          first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end),
           o.checkpoint.c_str(), static_cast<long long>(ranks));
     } else {
       std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val,
@@ -280,9 +399,12 @@ int main(int argc, char** argv) {
                   o.save_hf.c_str());
     }
     return 0;
-  } catch (const remat::Error& e) {
-    return job.fail(e.what());
-  } catch (const std::filesystem::filesystem_error& e) {
-    return job.fail((std::string("train_llama: ") + e.what()).c_str());
   }
+}
+
+int main(int argc, char** argv) {
+  ranks::Job job(argc, argv);
+  return flags::run_main(
+      kProgram, [&] { return train(job, argc, argv); },
+      [&](const std::string& line) { return job.fail(line.c_str()); });
 }

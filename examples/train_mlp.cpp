@@ -46,6 +46,7 @@ Options parse(int argc, char** argv) {
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the data, the initialization and the shuffles")
+      ->check(flags::count)
       ->capture_default_str();
   app.add_flag("--json", o.json, "end with one JSON object: accuracy, final_loss, seconds");
   flags::parse(app, argc, argv);
@@ -109,10 +110,11 @@ double accuracy(const Mlp& model, const Dataset& d) {
   return static_cast<double>(correct) / static_cast<double>(d.y.numel());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Options opt = parse(argc, argv);
+int run(const Options& opt) {
+  // the H x H layer's weights, gradients and AdamW moments, and a batch's activations
+  const double hidden = opt.hidden;
+  flags::fits("train_mlp", "--hidden " + std::to_string(opt.hidden),
+              4 * 4 * hidden * (hidden + 5) + 4 * 4 * double(std::min(opt.batch, 2000)) * hidden);
   remat::manual_seed(opt.seed);
   remat::Rng rng(opt.seed);
   const Dataset train = spirals(1000, rng), test = spirals(500, rng);
@@ -160,4 +162,10 @@ int main(int argc, char** argv) {
     std::printf("test accuracy %.3f after %d epochs in %.2f s\n", acc, opt.epochs, seconds);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return flags::run_main("train_mlp", [&] { return run(parse(argc, argv)); });
 }

@@ -40,6 +40,7 @@ inline const CLI::Validator at_least_two(
 inline void add_training_flags(CLI::App& app, Training& o, const char* layers, const char* heads,
                                const char* json_fields) {
   app.add_option("--data", o.data, "UTF-8 text to train on (the last tenth is for validation)")
+      ->check(input_file)
       ->capture_default_str();
   app.add_option("--layers", o.layers, layers)->check(positive)->capture_default_str();
   app.add_option("--width", o.width, "hidden size")->check(positive)->capture_default_str();
@@ -57,9 +58,10 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
       ->check(positive)
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of everything random: weights, batches, dropout")
+      ->check(count)
       ->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
-      ->check(non_negative)
+      ->check(flags::thread_count(true))
       ->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
       ->capture_default_str();
@@ -69,7 +71,7 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
   app.add_option("--eval-batches", o.eval_batches, "validation batches")
       ->check(positive)
       ->capture_default_str();
-  app.add_option("--log", o.log, "CSV file for the loss curve");
+  app.add_option("--log", o.log, "CSV file for the loss curve")->check(output_file);
   app.add_option("--sample", o.sample, "characters to generate at the end")
       ->check(non_negative)
       ->capture_default_str();

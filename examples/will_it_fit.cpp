@@ -128,7 +128,8 @@ Options parse(int argc, char** argv) {
       ->check(CLI::IsMember({"gpt", "llama"}))
       ->capture_default_str();
   app.add_option("--config", config_path,
-                 "a Hugging Face Llama/Qwen2 config.json (sets the Llama's shape)");
+                 "a Hugging Face Llama/Qwen2 config.json (sets the Llama's shape)")
+      ->check(flags::input_file);
   app.add_flag("--seed-2b", o.seed_2b,
                "print the seed article's table for its 2B Qwen-class example and exit");
   app.add_option("--storage", storage,
@@ -461,7 +462,7 @@ void print_json(const Options& o, const MemoryEstimate& e, const std::vector<pla
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return flags::run_main("will_it_fit", [&] {
     const Options o = parse(argc, argv);  // --config's file is read here
     if (o.seed_2b) {
       print_seed_2b(o);
@@ -470,10 +471,6 @@ int main(int argc, char** argv) {
     const MemoryEstimate e = estimate(o, o.step.batch);
     const std::vector<plan::Plan> ps = plans(o, e);  // before printing: a budget too small throws
     o.json ? print_json(o, e, ps) : print_table(o, e, ps);
-  } catch (const std::exception&
-               err) {  // remat::Error for what it rejects; bad_alloc, say, for the rest
-    std::fprintf(stderr, "will_it_fit: %s\n", err.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -25,6 +25,12 @@ grep -q '"first_val_loss"' none.json && grep -q '"final_val_loss"' none.json && 
 # the resumed run must not restart the clock on its first validation loss
 [ "$(grep -o '"first_val_loss": [0-9.]*' resumed.json)" = "$(grep -o '"first_val_loss": [0-9.]*' none.json)" ] \
   || { echo "first_val_loss lost on resume"; cat resumed.json none.json; exit 1; }
+# resuming with --stop-after before the file's step is refused (the file would say step 5 and
+# hold step 17's weights), and nothing is written
+status=0
+"$train_gpt" "${small[@]}" --resume part.safetensors --stop-after 5 --save refused.safetensors > out.txt 2>&1 || status=$?
+[ "$status" -eq 1 ] && grep -q -- "--stop-after 5 is before step 17" out.txt || { echo "exit $status"; cat out.txt; exit 1; }
+[ ! -e refused.safetensors ] || { echo "a refused resume wrote a file"; exit 1; }
 # bad input gets a clear error
 if "$train_gpt" --checkpoint sometimes > out.txt 2>&1; then echo "bad --checkpoint accepted"; exit 1; fi
 grep -q "checkpoint must be" out.txt || { cat out.txt; exit 1; }

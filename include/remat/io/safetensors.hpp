@@ -20,9 +20,11 @@
 /// hang the reader), and they are read with pread() rather than mapped (Note [no memory map]): a
 /// file truncated while open is an IoError, never a SIGBUS.
 ///
-/// Writing is atomic: a uniquely named temporary file in the target's directory is written,
-/// flushed to disk and renamed over the target, then the directory is flushed. A crash, a full
-/// disk or a concurrent save never leaves a half-written file under the target's name. An
+/// Writing is atomic: a temporary file in the target's directory is written (without a name
+/// where the file system allows, O_TMPFILE), flushed to disk and renamed over the target, then
+/// the directory is flushed. A crash, a full disk or a concurrent save never leaves a
+/// half-written file under the target's name, and the next save to the same target removes what
+/// a killed one left behind. An
 /// existing file keeps its permissions, and a symbolic link is written through (the link stays).
 
 #if !__has_include(<nlohmann/json.hpp>)
@@ -32,10 +34,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -50,6 +54,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -301,8 +306,51 @@ inline void sync_directory(const std::string& dir, const std::string& path) {
     throw system_error(remat::detail::cat("saved ", path, " but closing its directory"), dir, err);
 }
 
-/// Writes `chunks` to `path` atomically (see the file comment): a unique temporary next to the
-/// target, fsync, rename, fsync of the directory; the temporary is removed on every failure.
+/// Whether process `pid` runs on this machine (EPERM: it does, as another user).
+inline bool process_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+/// The start of the names of the temporaries saves to `base` make in its directory:
+/// "." + base (cut so that a name stays within NAME_MAX) + ".tmp.", then the saving process'
+/// id, "." and a number unique within that process.
+inline std::string temporary_prefix(const std::string& base) {
+  return "." + base.substr(0, std::min<std::size_t>(base.size(), 200)) + ".tmp.";
+}
+
+/// A new temporary name in `dir` (with its slash, or "") for a save to `base`.
+inline std::string temporary_name(const std::string& dir, const std::string& base) {
+  static std::atomic<unsigned long long> counter{0};
+  return remat::detail::cat(dir, temporary_prefix(base), static_cast<long>(::getpid()), ".",
+                            counter.fetch_add(1));
+}
+
+/// Removes what earlier saves to `base` left in `dir` when their process died mid-save (killed,
+/// power cut): the entries named temporary_prefix(base) + PID + "." + anything whose process
+/// PID no longer runs, files or folders. A running process' temporaries (a concurrent save) are
+/// left alone. Best effort: what cannot be removed stays, and the save goes on.
+inline void remove_stale_temporaries(const std::string& dir, const std::string& base) {
+  const std::string prefix = temporary_prefix(base);
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::size_t digits = name.find_first_not_of("0123456789", prefix.size());
+    if (digits == prefix.size() || digits == std::string::npos || name[digits] != '.' ||
+        digits - prefix.size() > 9)
+      continue;
+    if (process_alive(std::stol(name.substr(prefix.size(), digits - prefix.size())))) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(it->path(), ignored);
+  }
+}
+
+/// Writes `chunks` to `path` atomically (see the file comment): a temporary next to the target,
+/// fsync, rename, fsync of the directory; the temporary is removed on every failure. Where the
+/// file system can, the temporary is written without a name (O_TMPFILE) and named only just
+/// before the rename, so that a process killed while writing leaves nothing behind; what a
+/// killed save left under a name is removed by the next save to the same target.
 inline void write_atomically(const std::string& path,
                              std::span<const std::pair<const void*, std::size_t>> chunks) {
   const std::string target = resolve_links(path);
@@ -311,6 +359,8 @@ inline void write_atomically(const std::string& path,
                           : slash == 0               ? "/"
                                                      : target.substr(0, slash);
   const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+  const std::string dir_prefix =
+      slash == std::string::npos ? std::string() : target.substr(0, slash + 1);
   mode_t mode = 0;
   struct stat st {};
   if (::stat(target.c_str(), &st) == 0) {
@@ -321,28 +371,43 @@ inline void write_atomically(const std::string& path,
   } else {
     throw system_error("saving", path, errno);
   }
-  // A hidden, unique name in the same directory (a rename cannot cross file systems); the base
-  // is cut so that the name stays within NAME_MAX.
-  std::string pattern = (slash == std::string::npos ? std::string() : target.substr(0, slash + 1)) +
-                        "." + base.substr(0, std::min<std::size_t>(base.size(), 200)) +
-                        ".tmp.XXXXXX";
-  Descriptor fd(::mkostemp(pattern.data(), O_CLOEXEC));
+  remove_stale_temporaries(dir, base);
+  // In the same directory (a rename cannot cross file systems). The anonymous file gets its name
+  // through /proc/self/fd, so it is used only where that exists.
+  const bool anonymous = ::access("/proc/self/fd", X_OK) == 0;
+  std::string temporary = anonymous ? std::string() : temporary_name(dir_prefix, base);
+  int raw = anonymous ? ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600) : -1;
+  if (raw < 0) {  // no O_TMPFILE on this file system (EOPNOTSUPP): a named temporary
+    if (temporary.empty()) temporary = temporary_name(dir_prefix, base);
+    raw = ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  }
+  Descriptor fd(raw);
   if (!fd.valid())
     throw system_error(remat::detail::cat("saving ", path, ": creating a temporary file in"), dir,
                        errno);
-  const std::string& temporary = pattern;  // mkostemp filled in the X's
   try {
     if (::fchmod(fd.get(), mode) != 0)
-      throw system_error("setting the permissions of", temporary, errno);
-    for (const auto& [data, bytes] : chunks) write_all(fd.get(), data, bytes, temporary);
-    if (::fsync(fd.get()) != 0) throw system_error("flushing", temporary, errno);
+      throw system_error("setting the permissions of", temporary.empty() ? path : temporary, errno);
+    for (const auto& [data, bytes] : chunks)
+      write_all(fd.get(), data, bytes, temporary.empty() ? path : temporary);
+    if (::fsync(fd.get()) != 0)
+      throw system_error("flushing", temporary.empty() ? path : temporary, errno);
+    if (temporary.empty()) {  // name the anonymous file, to rename it over the target
+      temporary = temporary_name(dir_prefix, base);
+      const std::string self = remat::detail::cat("/proc/self/fd/", fd.get());
+      if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temporary.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+        const int err = errno;
+        temporary.clear();  // nothing to remove
+        throw system_error("naming the temporary file of", path, err);
+      }
+    }
     if (const int err = fd.close()) throw system_error("closing", temporary, err);
     if (::rename(temporary.c_str(), target.c_str()) != 0) {
       throw system_error(remat::detail::cat("renaming ", temporary, " to"), target, errno);
     }
   } catch (...) {
     fd.close();
-    ::unlink(temporary.c_str());
+    if (!temporary.empty()) ::unlink(temporary.c_str());
     throw;
   }
   sync_directory(dir, path);

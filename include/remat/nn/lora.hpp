@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/io/folder.hpp"
 #include "remat/io/json.hpp"
 #include "remat/io/safetensors.hpp"
 #include "remat/nn/layers.hpp"
@@ -88,18 +89,13 @@ class Adapters {
                               ".weight");
   }
 
-  /// Writes `dir`/adapter_model.safetensors and `dir`/adapter_config.json (PEFT's layout; the
-  /// directory is created).
+  /// Writes `dir`/adapter_model.safetensors and `dir`/adapter_config.json (PEFT's layout), as a
+  /// whole (io::save_folder): an earlier save in `dir` stays readable until the new one is
+  /// complete, and a failed save leaves it as it was.
   void save_adapters(const std::string& dir) const {
     check_not_merged("save_adapters");
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-      throw IoError(remat::detail::cat("lora::save_adapters: cannot create directory ", dir, ": ",
-                                       ec.message()));
     std::vector<io::NamedTensor<T>> tensors;
     for (const auto& [name, p] : named_parameters()) tensors.emplace_back(name, p.value());
-    io::save<T>(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
     nlohmann::json config = {
         {"peft_type", "LORA"},
         {"task_type", "CAUSAL_LM"},
@@ -112,11 +108,10 @@ class Adapters {
         {"inference_mode", false},
         {"base_model_name_or_path", options_.base_model_name_or_path},
     };
-    const std::string path = dir + "/adapter_config.json";
-    std::ofstream f(path);
-    f << config.dump(2) << "\n";
-    f.close();
-    if (!f) throw IoError(remat::detail::cat("lora::save_adapters: cannot write ", path));
+    io::save_folder(dir, [&](const std::string& staging) {
+      io::save<T>(staging + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+      io::save_text(staging + "/adapter_config.json", config.dump(2) + "\n");
+    });
   }
 
   /// Reads adapters saved by save_adapters() (or by PEFT with the same rank and targets) into
