@@ -168,6 +168,12 @@ int main(int argc, char** argv) {
             c.max_position_embeddings, " of ", o.init_from, "/config.json"));
       }
     }
+    // every rank started alike, before the first collective (whose sizes depend on it)
+    job.agree(kProgram, ranks::settings(o,
+                                        {{"--kv-heads", std::to_string(o.kv_heads)},
+                                         {"--mlp", std::to_string(o.mlp)},
+                                         {"--zero", o.zero ? "on" : "off"}},
+                                        corpus, 0, 0));
     // rank 0's weights on every rank; with --zero this rank's optimizer holds its range only
     remat::optim::AdamW<float> optimizer(job.replicate(model.parameters(), o.zero),
                                          {.lr = o.lr, .weight_decay = 0.1});
