@@ -143,6 +143,11 @@ int train(ranks::Job& job, int argc, char** argv) {
       data_rng.seek(static_cast<std::uint64_t>(
           corpus::metadata_integer(resumed, "data_position", o.resume, kProgram)));
     }
+    // every rank started alike, before the first collective (whose sizes depend on it)
+    job.agree(kProgram, ranks::settings(o,
+                                        {{"--dropout", ranks::text(o.dropout)},
+                                         {"--stop-after", std::to_string(o.stop_after)}},
+                                        corpus, data_rng.position(), start));
     job.replicate(gpt.parameters());  // rank 0's weights everywhere; the optimizer holds all
 
     // Fixed validation batches, the same for every run with this seed.

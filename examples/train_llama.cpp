@@ -271,6 +271,12 @@ int train(ranks::Job& job, int argc, char** argv) {
           remat::nn::estimate_memory<float>(model.config(), {.batch = o.batch, .time = o.context})
               .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram)));
     }
+    // every rank started alike, before the first collective (whose sizes depend on it)
+    job.agree(kProgram, ranks::settings(o,
+                                        {{"--kv-heads", std::to_string(o.kv_heads)},
+                                         {"--mlp", std::to_string(o.mlp)},
+                                         {"--zero", o.zero ? "on" : "off"}},
+                                        corpus, 0, 0));
     // rank 0's weights on every rank; with --zero this rank's optimizer holds its range only
     remat::optim::AdamW<float> optimizer(job.replicate(model.parameters(), o.zero),
                                          {.lr = o.lr, .weight_decay = 0.1});

@@ -1,6 +1,8 @@
 #include "support/gradcheck.hpp"
 #include "support/reference.hpp"
 
+#include <cstring>
+
 namespace {
 
 using remat::QuantizedWeight;
@@ -27,6 +29,13 @@ const float kPublishedNf4[16] = {-1.0f,
 
 Tensor<float> quantized_case_tensor(const nlohmann::json& c, const char* key) {
   return remat::test::json_tensor<float>(c.at(key));
+}
+
+/// The bits of each float (so that -0.0 and 0.0 differ, as bit for bit means).
+std::vector<std::uint32_t> quantized_bits(const Tensor<float>& t) {
+  std::vector<std::uint32_t> out(static_cast<std::size_t>(t.numel()));
+  std::memcpy(out.data(), t.data(), out.size() * 4);
+  return out;
 }
 
 }  // namespace
@@ -77,13 +86,39 @@ TEST_CASE("BF16, INT8 and NF4 codes and values match the NumPy reference",
       code_mismatches += float(q4dq.nf4_code(e)) != codes4[e];
     }
     CHECK(code_mismatches == 0);
-    CHECK(q4.dequantize().to_vector() == quantized_case_tensor(c, "nf4").to_vector());
-    CHECK(q4dq.dequantize().to_vector() == quantized_case_tensor(c, "nf4_dq").to_vector());
+    CHECK(quantized_bits(q4.dequantize()) == quantized_bits(quantized_case_tensor(c, "nf4")));
+    // double quantization: bitsandbytes' dynamic codes of the centred absmaxes, their groups'
+    // absmaxes, the offset, and the dequantized weights, bit for bit
+    const Tensor<float> absmax_codes = quantized_case_tensor(c, "nf4_dq_absmax_codes");
+    REQUIRE(q4dq.absmax_codes().numel() == absmax_codes.numel());
+    for (std::int64_t b = 0; b < absmax_codes.numel(); ++b)
+      CHECK(float(q4dq.absmax_codes()[b]) == absmax_codes[b]);
+    CHECK(quantized_bits(q4dq.absmax_scales()) ==
+          quantized_bits(quantized_case_tensor(c, "nf4_dq_absmax_scales")));
+    CHECK(q4dq.absmax_offset() == c.at("nf4_dq_offset").get<float>());
+    CHECK(quantized_bits(q4dq.dequantize()) == quantized_bits(quantized_case_tensor(c, "nf4_dq")));
     // Double instantiation: each value computed in float, then widened.
     const Tensor<double> d64 = q4dq.dequantize<double>();
     const Tensor<float> d32 = q4dq.dequantize<float>();
     for (std::int64_t e = 0; e < n; ++e) CHECK(d64[e] == double(d32[e]));
   }
+}
+
+TEST_CASE("the second-level code is bitsandbytes' dynamic map, rounded as its kernel rounds",
+          "[core][quantized][reference]") {
+  const nlohmann::json& ref = remat::test::reference("quantized.json");
+  // the map create_dynamic_map(signed=True) builds (run by the reference script)
+  REQUIRE(ref.at("dynamic_map").size() == 256);
+  for (std::size_t i = 0; i < 256; ++i)
+    CHECK(remat::kDynamicCodes[i] == ref.at("dynamic_map")[i].get<float>());
+  // every code, every midpoint and its neighbouring floats, random values, values past the ends
+  const Tensor<float> x = quantized_case_tensor(ref.at("dynamic_codes"), "x");
+  const Tensor<float> codes = quantized_case_tensor(ref.at("dynamic_codes"), "codes");
+  std::int64_t mismatches = 0;
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    mismatches += float(remat::detail::nearest_dynamic(x[i])) != codes[i];
+  CHECK(mismatches == 0);
+  CHECK(x.numel() > 3000 + 256 + 3 * 255);
 }
 
 TEST_CASE("dequantize_rows of any row range equals the same rows of the whole",

@@ -5,6 +5,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <remat/dist/agreement.hpp>
 #include <remat/dist/data_parallel.hpp>
 #include <remat/dist/training_state.hpp>
 #include <remat/remat.hpp>
@@ -109,6 +110,68 @@ TEST_CASE("communicator errors name the call and the rank", "[dist][comm]") {
   CHECK_THROWS_AS(dist::Communicator(MPI_COMM_NULL), dist::CommError);
   CHECK_THROWS_WITH(dist::detail::check(MPI_ERR_TRUNCATE, MPI_COMM_WORLD, "MPI_Recv"),
                     Catch::Contains("MPI_Recv failed " + rank) && Catch::Contains("truncat"));
+}
+
+// ---- agreement of the ranks' settings -----------------------------------------------------
+
+/// agree() on `settings`, returning the message every rank got ("" when they agreed).
+std::string agreement_message(const std::vector<dist::Setting>& settings) {
+  try {
+    dist::agree(world(), settings, "test");
+    return "";
+  } catch (const dist::MismatchError& e) {
+    return e.what();
+  }
+}
+
+/// The same message on every rank: its length and bytes compared with rank 0's.
+bool same_on_every_rank(std::string text) {
+  std::string root = text;
+  std::uint64_t n = root.size();
+  world().broadcast(std::span<std::uint64_t>(&n, 1));
+  root.resize(n);
+  world().broadcast(std::span<char>(root.data(), root.size()));
+  return world().all_reduce(int(root != text), dist::ReduceOp::max) == 0;
+}
+
+TEST_CASE("agree() passes equal settings and names the first difference on every rank",
+          "[dist][agree]") {
+  const int n = world().size(), r = world().rank();
+  remat::Rng draw(2024);  // the same draws on every rank
+  for (int round = 0; round < 20; ++round) {
+    // a random list, the same on every rank: values of any bytes, a NUL and a length included
+    std::vector<dist::Setting> base;
+    const int count = 1 + int(draw.uniform_int(6));
+    for (int i = 0; i < count; ++i) {
+      std::string value(std::size_t(draw.uniform_int(5)), '\0');
+      for (char& c : value) c = char(draw.uniform_int(256));
+      base.push_back({"--flag" + std::to_string(i), value});
+    }
+    CHECK(agreement_message(base).empty());
+    if (n == 1) continue;
+    // one rank (not 0) changes one value; the others keep rank 0's
+    const int odd = 1 + int(draw.uniform_int(n - 1));
+    const int which = int(draw.uniform_int(count));
+    std::vector<dist::Setting> mine = base;
+    if (r == odd) mine[std::size_t(which)].value = "other";
+    const std::string message = agreement_message(mine);
+    CHECK(same_on_every_rank(message));
+    const dist::Setting& theirs = base[std::size_t(which)];
+    CHECK_THAT(message, Catch::Contains("rank " + std::to_string(odd) + " has " + theirs.name +
+                                        " other, rank 0 has " + theirs.name + " " + theirs.value));
+  }
+  if (n == 1) return;
+  // the lowest differing rank is named; a missing setting and a renamed one are named too
+  std::vector<dist::Setting> mine = {{"--heads", std::to_string(r == 0 ? 2 : 4)}};
+  CHECK_THAT(agreement_message(mine),
+             Catch::Contains("rank 1 has --heads 4, rank 0 has --heads 2"));
+  mine = {{"--steps", "3"}};
+  if (r > 0) mine.push_back({"--zero", "on"});
+  CHECK_THAT(agreement_message(mine),
+             Catch::Contains("rank 1 has --zero on, rank 0 has no --zero"));
+  mine = {{r == 0 ? "--width" : "--mlp", "8"}};
+  CHECK_THAT(agreement_message(mine),
+             Catch::Contains("rank 1's setting 1 is --mlp, rank 0's is --width"));
 }
 
 // ---- data-parallel training ----------------------------------------------------------------

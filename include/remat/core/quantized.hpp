@@ -5,19 +5,25 @@
 ///  - BF16: the top 16 bits of each float, rounded to nearest even (2 bytes a value);
 ///  - INT8: per row, q = rint(x / absmax(row) * 127), x ~ q * absmax / 127 (1 byte + 4 per row);
 ///  - NF4: QLoRA's 4-bit NormalFloat (Dettmers et al. 2023, bitsandbytes): the matrix read flat
-///    in row-major order, in blocks of 64 values; each value divided by its block's absmax is
-///    rounded to the nearest of 16 fixed codes (kNf4Codes), two codes a byte, the first in the
-///    high nibble (bitsandbytes' packing). The last block may be short (the matrix need not be a
-///    multiple of 64: no padding is stored).
-///    With double quantization (the default, as QLoRA) the float absmaxes are quantized again:
-///    their mean is subtracted (one float offset) and the centred values are stored as int8 in
-///    blocks of 256 with one float absmax each. 4 bits + 8/64 + 32/(64*256) = 4.127 bits a value
-///    (0.516 bytes); without it 4.5 bits (0.5625 bytes).
-/// Note [second-level code]: bitsandbytes stores the second-level codes with its 8-bit "dynamic"
-/// (tree) map; remat uses a linear int8 absmax code instead (simpler, and written out here so
-/// that tests/reference/make_quantized_reference.py reproduces it bit for bit). The files are
-/// therefore not byte-compatible with bitsandbytes' double-quantized state; the first-level
-/// codes, their values and the packing are.
+///    in row-major order, in blocks of 64 values; each value times the reciprocal of its block's
+///    absmax goes to one of 16 fixed codes (kNf4Codes): the number of midpoints between
+///    consecutive codes that lie below it, as bitsandbytes' kernel decides (a tie goes to the
+///    lower code; an all-zero block gets code 0). Two codes a byte, the first in the high nibble
+///    (bitsandbytes' packing). The last block may be short (no padding is stored).
+///    With double quantization (the default, as QLoRA: bitsandbytes' quantize_4bit with
+///    compress_statistics=True) the float absmaxes are quantized again: their mean is
+///    subtracted (one float offset) and the centred values are stored as 8-bit codes of
+///    bitsandbytes' signed dynamic map (kDynamicCodes, create_dynamic_map(signed=True)) in blocks
+///    of 256, each with its float absmax; a code is chosen as bitsandbytes' blockwise kernel
+///    chooses it (value times the reciprocal of the absmax, nearest code, Note [dynamic code]).
+///    Dequantization is bitsandbytes': code * absmax2 + offset, then NF4 code * that absmax, in
+///    float. 4 bits + 8/64 + 32/(64*256) = 4.127 bits a value (0.516 bytes); without double
+///    quantization 4.5 bits (0.5625 bytes).
+/// Note [offset rounding]: bitsandbytes takes the offset as torch's float32 mean() of the
+/// absmaxes, whose last bit depends on the device's summation order (CPU lanes and threads, CUDA
+/// blocks); remat rounds the mean of the absmaxes summed in double. Everything else (the codes,
+/// the absmaxes, the arithmetic of dequantization) follows bitsandbytes bit for bit, so with the
+/// same offset the dequantized weights are equal (tests/reference/make_quantized_reference.py).
 ///
 /// Every buffer is a Tensor, so the allocator counts it (bytes()). Quantization reads float
 /// (a double matrix is rounded to float first); dequantize<T>() computes each value in float
@@ -70,6 +76,77 @@ inline constexpr std::array<float, 16> kNf4Codes = {-1.0f,
                                                     0.7229568362236023f,
                                                     1.0f};
 
+/// bitsandbytes' signed 8-bit dynamic map, ascending: create_dynamic_map(signed=True,
+/// max_exponent_bits=7, total_bits=8) as torch computes it in float32 (the test compares it
+/// with the map tests/reference/make_quantized_reference.py builds with bitsandbytes' code).
+/// Mantissas with 1 to 7 significant decimal-exponent steps, 0 at index 127 and 1 at 255.
+inline constexpr std::array<float, 256> kDynamicCodes = {
+    -0x1.fc6666p-1f,  -0x1.f53332p-1f,  -0x1.eep-1f,      -0x1.e6ccccp-1f,
+    -0x1.df9998p-1f,  -0x1.d86666p-1f,  -0x1.d13334p-1f,  -0x1.cap-1f,
+    -0x1.c2ccccp-1f,  -0x1.bb9998p-1f,  -0x1.b46666p-1f,  -0x1.ad3332p-1f,
+    -0x1.a6p-1f,      -0x1.9eccccp-1f,  -0x1.979998p-1f,  -0x1.906666p-1f,
+    -0x1.893334p-1f,  -0x1.82p-1f,      -0x1.7acccep-1f,  -0x1.73999ap-1f,
+    -0x1.6c6668p-1f,  -0x1.653334p-1f,  -0x1.5ep-1f,      -0x1.56cccep-1f,
+    -0x1.4f999ap-1f,  -0x1.486666p-1f,  -0x1.413334p-1f,  -0x1.3ap-1f,
+    -0x1.32ccccp-1f,  -0x1.2b999ap-1f,  -0x1.246668p-1f,  -0x1.1d3334p-1f,
+    -0x1.16p-1f,      -0x1.0eccccp-1f,  -0x1.07999ap-1f,  -0x1.006666p-1f,
+    -0x1.f26668p-2f,  -0x1.e4p-2f,      -0x1.d59998p-2f,  -0x1.c73334p-2f,
+    -0x1.b8ccccp-2f,  -0x1.aa6664p-2f,  -0x1.9cp-2f,      -0x1.8d9998p-2f,
+    -0x1.7f3334p-2f,  -0x1.70ccccp-2f,  -0x1.626664p-2f,  -0x1.54p-2f,
+    -0x1.459998p-2f,  -0x1.373334p-2f,  -0x1.28ccccp-2f,  -0x1.1a6668p-2f,
+    -0x1.0cp-2f,      -0x1.fb3334p-3f,  -0x1.de6668p-3f,  -0x1.c1999ap-3f,
+    -0x1.a4ccccp-3f,  -0x1.88p-3f,      -0x1.6b3332p-3f,  -0x1.4e6666p-3f,
+    -0x1.31999ap-3f,  -0x1.14ccccp-3f,  -0x1.fp-4f,       -0x1.b66668p-4f,
+    -0x1.93d70ap-4f,  -0x1.8851eap-4f,  -0x1.7ccccep-4f,  -0x1.7147aep-4f,
+    -0x1.65c29p-4f,   -0x1.5a3d7p-4f,   -0x1.4eb85p-4f,   -0x1.433334p-4f,
+    -0x1.37ae14p-4f,  -0x1.2c28f6p-4f,  -0x1.20a3d6p-4f,  -0x1.151ebap-4f,
+    -0x1.09999ap-4f,  -0x1.fc28f4p-5f,  -0x1.e51ebap-5f,  -0x1.ce147ap-5f,
+    -0x1.b70a3ep-5f,  -0x1.ap-5f,       -0x1.88f5c2p-5f,  -0x1.71eb86p-5f,
+    -0x1.5ae146p-5f,  -0x1.43d70ap-5f,  -0x1.2ccccep-5f,  -0x1.15c28ep-5f,
+    -0x1.fd70a4p-6f,  -0x1.cf5c26p-6f,  -0x1.a147aep-6f,  -0x1.733334p-6f,
+    -0x1.451eb8p-6f,  -0x1.170a3ep-6f,  -0x1.d1eb86p-7f,  -0x1.75c29p-7f,
+    -0x1.3e76c8p-7f,  -0x1.2c083p-7f,   -0x1.19999ap-7f,  -0x1.072b02p-7f,
+    -0x1.e978d4p-8f,  -0x1.c49ba6p-8f,  -0x1.9fbe76p-8f,  -0x1.7ae148p-8f,
+    -0x1.56041ap-8f,  -0x1.3126e8p-8f,  -0x1.0c49bap-8f,  -0x1.ced914p-9f,
+    -0x1.851eb8p-9f,  -0x1.3b645ap-9f,  -0x1.e353f8p-10f, -0x1.4fdf3ap-10f,
+    -0x1.eecbfep-11f, -0x1.b3d07cp-11f, -0x1.78d5p-11f,   -0x1.3dd982p-11f,
+    -0x1.02de02p-11f, -0x1.8fc506p-12f, -0x1.19ce0ap-12f, -0x1.47ae16p-13f,
+    -0x1.743e96p-14f, -0x1.15df66p-14f, -0x1.6f0068p-15f, -0x1.64840cp-16f,
+    -0x1.040bfep-17f, -0x1.b43528p-19f, -0x1.27476ep-21f, 0.0f,
+    0x1.27476ep-21f,  0x1.b43528p-19f,  0x1.040bfep-17f,  0x1.64840cp-16f,
+    0x1.6f0068p-15f,  0x1.15df66p-14f,  0x1.743e96p-14f,  0x1.47ae16p-13f,
+    0x1.19ce0ap-12f,  0x1.8fc506p-12f,  0x1.02de02p-11f,  0x1.3dd982p-11f,
+    0x1.78d5p-11f,    0x1.b3d07cp-11f,  0x1.eecbfep-11f,  0x1.4fdf3ap-10f,
+    0x1.e353f8p-10f,  0x1.3b645ap-9f,   0x1.851eb8p-9f,   0x1.ced914p-9f,
+    0x1.0c49bap-8f,   0x1.3126e8p-8f,   0x1.56041ap-8f,   0x1.7ae148p-8f,
+    0x1.9fbe76p-8f,   0x1.c49ba6p-8f,   0x1.e978d4p-8f,   0x1.072b02p-7f,
+    0x1.19999ap-7f,   0x1.2c083p-7f,    0x1.3e76c8p-7f,   0x1.75c29p-7f,
+    0x1.d1eb86p-7f,   0x1.170a3ep-6f,   0x1.451eb8p-6f,   0x1.733334p-6f,
+    0x1.a147aep-6f,   0x1.cf5c26p-6f,   0x1.fd70a4p-6f,   0x1.15c28ep-5f,
+    0x1.2ccccep-5f,   0x1.43d70ap-5f,   0x1.5ae146p-5f,   0x1.71eb86p-5f,
+    0x1.88f5c2p-5f,   0x1.ap-5f,        0x1.b70a3ep-5f,   0x1.ce147ap-5f,
+    0x1.e51ebap-5f,   0x1.fc28f4p-5f,   0x1.09999ap-4f,   0x1.151ebap-4f,
+    0x1.20a3d6p-4f,   0x1.2c28f6p-4f,   0x1.37ae14p-4f,   0x1.433334p-4f,
+    0x1.4eb85p-4f,    0x1.5a3d7p-4f,    0x1.65c29p-4f,    0x1.7147aep-4f,
+    0x1.7ccccep-4f,   0x1.8851eap-4f,   0x1.93d70ap-4f,   0x1.b66668p-4f,
+    0x1.fp-4f,        0x1.14ccccp-3f,   0x1.31999ap-3f,   0x1.4e6666p-3f,
+    0x1.6b3332p-3f,   0x1.88p-3f,       0x1.a4ccccp-3f,   0x1.c1999ap-3f,
+    0x1.de6668p-3f,   0x1.fb3334p-3f,   0x1.0cp-2f,       0x1.1a6668p-2f,
+    0x1.28ccccp-2f,   0x1.373334p-2f,   0x1.459998p-2f,   0x1.54p-2f,
+    0x1.626664p-2f,   0x1.70ccccp-2f,   0x1.7f3334p-2f,   0x1.8d9998p-2f,
+    0x1.9cp-2f,       0x1.aa6664p-2f,   0x1.b8ccccp-2f,   0x1.c73334p-2f,
+    0x1.d59998p-2f,   0x1.e4p-2f,       0x1.f26668p-2f,   0x1.006666p-1f,
+    0x1.07999ap-1f,   0x1.0eccccp-1f,   0x1.16p-1f,       0x1.1d3334p-1f,
+    0x1.246668p-1f,   0x1.2b999ap-1f,   0x1.32ccccp-1f,   0x1.3ap-1f,
+    0x1.413334p-1f,   0x1.486666p-1f,   0x1.4f999ap-1f,   0x1.56cccep-1f,
+    0x1.5ep-1f,       0x1.653334p-1f,   0x1.6c6668p-1f,   0x1.73999ap-1f,
+    0x1.7acccep-1f,   0x1.82p-1f,       0x1.893334p-1f,   0x1.906666p-1f,
+    0x1.979998p-1f,   0x1.9eccccp-1f,   0x1.a6p-1f,       0x1.ad3332p-1f,
+    0x1.b46666p-1f,   0x1.bb9998p-1f,   0x1.c2ccccp-1f,   0x1.cap-1f,
+    0x1.d13334p-1f,   0x1.d86666p-1f,   0x1.df9998p-1f,   0x1.e6ccccp-1f,
+    0x1.eep-1f,       0x1.f53332p-1f,   0x1.fc6666p-1f,   0x1p+0f,
+};
+
 /// Values per NF4 block, and absmaxes per block of the second (double) quantization.
 inline constexpr std::int64_t kNf4Block = 64;
 inline constexpr std::int64_t kNf4ScaleBlock = 256;
@@ -92,15 +169,43 @@ inline float bf16_to_float(std::uint16_t b) noexcept {
   return x;
 }
 
-/// Index of the NF4 code nearest to v (v in [-1, 1]); the lower index on a tie.
+/// The NF4 code of v (v scaled into [-1, 1]): how many of the 15 midpoints between consecutive
+/// codes lie strictly below v (bitsandbytes' decision tree, its thresholds being these midpoints
+/// taken in double and rounded to float), so a tie goes to the lower code. NaN gets code 0, as
+/// in bitsandbytes.
 inline std::uint8_t nearest_nf4(float v) noexcept {
-  std::uint8_t best = 0;
-  float best_d = std::fabs(v - kNf4Codes[0]);
-  for (std::uint8_t i = 1; i < 16; ++i) {
-    const float d = std::fabs(v - kNf4Codes[i]);
-    if (d < best_d) best = i, best_d = d;
+  std::uint8_t code = 0;
+  for (std::size_t i = 0; i + 1 < kNf4Codes.size(); ++i) {
+    const float midpoint = float((double(kNf4Codes[i]) + double(kNf4Codes[i + 1])) / 2);
+    code = static_cast<std::uint8_t>(code + (v > midpoint ? 1 : 0));
   }
-  return best;
+  return code;
+}
+
+// Note [dynamic code]: bitsandbytes' blockwise 8-bit quantization (its kernel without stochastic
+// rounding) finds a value's code by a binary search over the 256 codes that starts at index 127
+// and halves its step from 64 to 1, remembering the last code passed on each side (the ends of
+// the map when none); then it takes the neighbour when the value lies beyond the midpoint
+// between it and the code reached, strictly, so a value exactly at a midpoint keeps the code
+// reached. nearest_dynamic() follows those steps: codes may differ from a plain nearest search
+// only at exact midpoints, and then they are bitsandbytes'.
+inline std::uint8_t nearest_dynamic(float x) noexcept {
+  int at = 127, below = 0, above = 255;
+  float below_value = -1.0f, above_value = 1.0f;
+  for (int step = 64; step > 0; step /= 2) {
+    const float value = kDynamicCodes[std::size_t(at)];
+    if (x > value) {
+      below = at, below_value = value, at += step;
+    } else {
+      above = at, above_value = value, at -= step;
+    }
+  }
+  if (above == 255) above_value = kDynamicCodes[255];
+  if (below == 0) below_value = kDynamicCodes[0];
+  const float reached = kDynamicCodes[std::size_t(at)];
+  if (x > reached)
+    return static_cast<std::uint8_t>(x > (above_value + reached) * 0.5f ? above : at);
+  return static_cast<std::uint8_t>(x < (below_value + reached) * 0.5f ? below : at);
 }
 
 /// rint(v * 127) as int8, for v in [-1, 1].
@@ -190,7 +295,7 @@ class QuantizedWeight {
     const double blocks = std::ceil(n / kNf4Block), packed = std::ceil(n / 2);
     if (!double_quant) return packed + 4 * blocks;
     return packed + blocks + 4 * std::ceil(blocks / kNf4ScaleBlock) +
-           4;  // int8 codes, a scale per 256, the offset
+           4;  // 8-bit codes, an absmax per 256, the offset
   }
 
   /// Bytes held (every buffer, as the allocator counts them).
@@ -226,11 +331,18 @@ class QuantizedWeight {
     return w;
   }
 
-  /// NF4 block b's absmax as dequantization uses it (after double quantization, if any).
+  /// NF4 block b's absmax as dequantization uses it (after double quantization, if any:
+  /// bitsandbytes' dynamic code times its group's absmax, plus the offset, in float).
   float block_absmax(std::int64_t b) const noexcept {
     if (!qabsmax_.defined()) return scale_[b];
-    return float(qabsmax_[b]) * absmax2_[b / kNf4ScaleBlock] + offset_[0];
+    const float centred = kDynamicCodes[qabsmax_[b]] * absmax2_[b / kNf4ScaleBlock];
+    return centred + offset_[0];
   }
+  /// Double quantization's state, for tests: each block's 8-bit code of its centred absmax, each
+  /// group of 256 blocks' absmax, and the offset (the mean absmax).
+  const Tensor<std::uint8_t>& absmax_codes() const noexcept { return qabsmax_; }
+  const Tensor<float>& absmax_scales() const noexcept { return absmax2_; }
+  float absmax_offset() const noexcept { return offset_[0]; }
   /// NF4 code of flat element e (0..15).
   std::uint8_t nf4_code(std::int64_t e) const noexcept {
     const std::uint8_t byte = packed_[e >> 1];
@@ -260,8 +372,11 @@ class QuantizedWeight {
       const std::int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
       const float a = absmax(x.data() + e0, e1 - e0);
       amax[b] = a;
+      // bitsandbytes multiplies by the reciprocal (not a division: the last bit may differ); an
+      // all-zero block (0 * inf is NaN there) gets code 0 and dequantizes to -0.0 * 0
+      const float inverse = a > 0 ? 1.0f / a : 0.0f;
       for (std::int64_t e = e0; e < e1; ++e) {
-        const std::uint8_t code = detail::nearest_nf4(a > 0 ? x[e] / a : 0.0f);
+        const std::uint8_t code = a > 0 ? detail::nearest_nf4(x[e] * inverse) : 0;
         packed_[e >> 1] |= static_cast<std::uint8_t>((e & 1) ? code : code << 4);
       }
     }
@@ -269,20 +384,23 @@ class QuantizedWeight {
       scale_ = amax;
       return;
     }
-    // Second level: centre on the mean (in double, then rounded), int8 absmax code per 256.
+    // Second level (bitsandbytes' quantize_blockwise of absmax - offset, blocks of 256): the
+    // mean (Note [offset rounding]), then each group's absmax and dynamic codes.
     double sum = 0;
     for (std::int64_t b = 0; b < blocks; ++b) sum += amax[b];
     offset_ = Tensor<float>::full({1}, static_cast<float>(sum / double(blocks)));
     const std::int64_t groups = (blocks + kNf4ScaleBlock - 1) / kNf4ScaleBlock;
-    qabsmax_ = Tensor<std::int8_t>({blocks});
+    qabsmax_ = Tensor<std::uint8_t>({blocks});
     absmax2_ = Tensor<float>({groups});
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t b0 = g * kNf4ScaleBlock, b1 = std::min(blocks, b0 + kNf4ScaleBlock);
       float a2 = 0;
       for (std::int64_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(amax[b] - offset_[0]));
+      // all absmaxes equal: bitsandbytes' 0 * inf is NaN, whose search ends at code 0
+      const float inverse = a2 > 0 ? 1.0f / a2 : 0.0f;
       for (std::int64_t b = b0; b < b1; ++b)
-        qabsmax_[b] = detail::int8_code(amax[b] - offset_[0], a2);
-      absmax2_[g] = a2 / 127.0f;
+        qabsmax_[b] = a2 > 0 ? detail::nearest_dynamic((amax[b] - offset_[0]) * inverse) : 0;
+      absmax2_[g] = a2;
     }
   }
 
@@ -312,10 +430,10 @@ class QuantizedWeight {
   Tensor<std::uint16_t> bf16_;  // BF16 bits
   Tensor<std::int8_t> int8_;    // INT8 codes
   Tensor<float> scale_;  // INT8: absmax / 127 per row; NF4 without double quant: absmax per block
-  Tensor<std::uint8_t> packed_;  // NF4 codes, two a byte
-  Tensor<std::int8_t> qabsmax_;  // NF4 double quant: int8 code of (absmax - offset) per block
-  Tensor<float> absmax2_;        // ... its scale (absmax / 127) per 256 blocks
-  Tensor<float> offset_;         // ... the mean absmax (one value)
+  Tensor<std::uint8_t> packed_;   // NF4 codes, two a byte
+  Tensor<std::uint8_t> qabsmax_;  // NF4 double quant: dynamic code of absmax - offset per block
+  Tensor<float> absmax2_;         // ... the absmax of those per 256 blocks
+  Tensor<float> offset_;          // ... the mean absmax (one value)
 };
 
 }  // namespace remat
