@@ -310,7 +310,7 @@ TEST_CASE("Bad tokenizer.json files are errors naming the file, the field and th
   fails_with(j, "model.merges[4]: merge 'a b c' is not two tokens separated by one space");
   j = good;
   j["model"]["vocab"]["x"] = "seven";
-  fails_with(j, "model.vocab.x: expected an integer, found \"seven\"");
+  fails_with(j, "model.vocab.x: expected an id (an integer from 0 to 2^31 - 1), found \"seven\"");
   j = good;
   j["added_tokens"][0]["id"] = 300;
   fails_with(j, "added_tokens[0].id: added token '<|end|>' has id 300");
