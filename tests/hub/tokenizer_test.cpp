@@ -204,7 +204,7 @@ TEST_CASE("Byte-level BPE: GPT-2 pieces, added tokens before BPE, exact decode",
   CHECK(tok.id_to_token(256) == "he");
 }
 
-TEST_CASE("UTF-8: invalid text is refused by encode; lossy decoding by maximal subparts", "[hub]") {
+TEST_CASE("UTF-8: invalid text is refused by encode, lossy decoding by maximal subparts", "[hub]") {
   using remat::hub::utf8::lossy;
   // Unicode's example of U+FFFD substitution (section 3.9): maximal subparts
   CHECK(lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64") ==
