@@ -26,8 +26,9 @@ find_package(nlohmann_json 3 QUIET)
 # normalization forms), through pkg-config; without them remat builds without remat::hub.
 find_package(PkgConfig QUIET)
 if(PKG_CONFIG_FOUND)
-  pkg_check_modules(REMAT_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
-  pkg_check_modules(REMAT_ICU QUIET IMPORTED_TARGET icu-uc)
+  # GLOBAL: a parent project that add_subdirectory()s remat links remat::hub from its own scope
+  pkg_check_modules(REMAT_PCRE2 QUIET IMPORTED_TARGET GLOBAL libpcre2-8)
+  pkg_check_modules(REMAT_ICU QUIET IMPORTED_TARGET GLOBAL icu-uc)
 endif()
 
 # remat::remat takes them as INTERFACE; the compiled remat_instances library (REMAT_PRECOMPILE_HEADERS)

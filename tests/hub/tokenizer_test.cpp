@@ -204,7 +204,7 @@ TEST_CASE("Byte-level BPE: GPT-2 pieces, added tokens before BPE, exact decode",
   CHECK(tok.id_to_token(256) == "he");
 }
 
-TEST_CASE("UTF-8: invalid text is refused by encode; lossy decoding by maximal subparts", "[hub]") {
+TEST_CASE("UTF-8: invalid text is refused by encode, lossy decoding by maximal subparts", "[hub]") {
   using remat::hub::utf8::lossy;
   // Unicode's example of U+FFFD substitution (section 3.9): maximal subparts
   CHECK(lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64") ==
@@ -310,7 +310,7 @@ TEST_CASE("Bad tokenizer.json files are errors naming the file, the field and th
   fails_with(j, "model.merges[4]: merge 'a b c' is not two tokens separated by one space");
   j = good;
   j["model"]["vocab"]["x"] = "seven";
-  fails_with(j, "model.vocab.x: expected an integer, found \"seven\"");
+  fails_with(j, "model.vocab.x: expected an id (an integer from 0 to 2^31 - 1), found \"seven\"");
   j = good;
   j["added_tokens"][0]["id"] = 300;
   fails_with(j, "added_tokens[0].id: added token '<|end|>' has id 300");

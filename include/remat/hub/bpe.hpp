@@ -187,11 +187,17 @@ class Bpe {
     vocab_.reserve(vocab.value().size());
     std::int64_t max_id = -1;
     for (const auto& item : vocab.value().items()) {
-      const JsonField id(item.value(), vocab.child(item.key()));
-      const std::int64_t v = id.integer();
-      if (v < 0 || v > INT32_MAX) id.fail(remat::detail::cat("id ", v, " is out of range"));
-      vocab_.emplace(item.key(), static_cast<std::int32_t>(v));
-      max_id = std::max(max_id, v);
+      // the field's path (for a message) is built only on failure: 100,000s of entries
+      const auto& v = item.value();
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() > INT32_MAX) {
+        const JsonField id(v, vocab.child(item.key()));
+        id.fail(remat::detail::cat("expected an id (an integer from 0 to 2^31 - 1), found ",
+                                   id.shown()));
+      }
+      const std::int64_t id = v.get<std::int64_t>();
+      vocab_.emplace(item.key(), static_cast<std::int32_t>(id));
+      max_id = std::max(max_id, id);
     }
     // ids are dense in every real file; a sparse one would waste memory here
     if (max_id >= static_cast<std::int64_t>(4 * vocab_.size() + 1024))
@@ -212,32 +218,34 @@ class Bpe {
     const std::size_t n = merges.size();
     merges_.reserve(n);
     const std::size_t prefix_size = prefix_ ? prefix_->size() : 0;
+    std::string a, b;
     for (std::size_t rank = 0; rank < n; ++rank) {
-      const JsonField m = merges.at(rank);
-      std::string a, b;
-      if (m.value().is_string()) {
+      // the field's path (for a message) is built only on failure: 100,000s of merges
+      const nlohmann::json& raw = merges.value()[rank];
+      const auto fail = [&](const std::string& why) { merges.at(rank).fail(why); };
+      if (raw.is_string()) {
         // "a b": exactly one space (Hugging Face refuses anything else)
-        const std::string line = m.string();
+        const std::string& line = raw.get_ref<const std::string&>();
         const std::size_t space = line.find(' ');
         if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-          m.fail(remat::detail::cat("merge '", line, "' is not two tokens separated by one space"));
-        a = line.substr(0, space);
-        b = line.substr(space + 1);
-      } else if (m.value().is_array() && m.value().size() == 2) {
-        a = m.at(0).string();
-        b = m.at(1).string();
+          fail(remat::detail::cat("merge '", line, "' is not two tokens separated by one space"));
+        a.assign(line, 0, space);
+        b.assign(line, space + 1);
+      } else if (raw.is_array() && raw.size() == 2 && raw[0].is_string() && raw[1].is_string()) {
+        a = raw[0].get_ref<const std::string&>();
+        b = raw[1].get_ref<const std::string&>();
       } else {
-        m.fail(remat::detail::cat("expected \"a b\" or [\"a\", \"b\"], found ", m.shown()));
+        fail(remat::detail::cat("expected \"a b\" or [\"a\", \"b\"], found ",
+                                merges.at(rank).shown()));
       }
       const std::int64_t ia = token_to_id(a), ib = token_to_id(b);
-      if (ia < 0) m.fail(remat::detail::cat("merge token '", a, "' is not in the vocabulary"));
-      if (ib < 0) m.fail(remat::detail::cat("merge token '", b, "' is not in the vocabulary"));
+      if (ia < 0) fail(remat::detail::cat("merge token '", a, "' is not in the vocabulary"));
+      if (ib < 0) fail(remat::detail::cat("merge token '", b, "' is not in the vocabulary"));
       if (b.size() < prefix_size)
-        m.fail(remat::detail::cat("merge token '", b, "' is shorter than the subword prefix"));
+        fail(remat::detail::cat("merge token '", b, "' is shorter than the subword prefix"));
       const std::string merged = a + b.substr(prefix_size);
       const std::int64_t im = token_to_id(merged);
-      if (im < 0)
-        m.fail(remat::detail::cat("merged token '", merged, "' is not in the vocabulary"));
+      if (im < 0) fail(remat::detail::cat("merged token '", merged, "' is not in the vocabulary"));
       merges_.put(static_cast<std::uint32_t>(ia), static_cast<std::uint32_t>(ib),
                   static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(im));
     }
