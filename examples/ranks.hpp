@@ -158,8 +158,8 @@ inline std::string text(double value) {
 /// The settings train_gpt and train_llama share (flags::Training) that change what a rank
 /// computes or how many collectives it joins, then `own` (the program's flags), then the data:
 /// a digest of the text and vocabulary (ranks may read it from different paths) and the
-/// position of the batch stream. Left out: --threads (results do not depend on it), and what
-/// only rank 0 does (--log, --sample, --json, saving).
+/// position of the batch stream. Left out: --threads (results do not depend on it), and the
+/// outputs only rank 0 writes (--log, --sample, --json, --save, --trace).
 template <class Training, class Corpus>
 Settings settings(const Training& o, const Settings& own, const Corpus& corpus,
                   std::uint64_t data_position, std::int64_t first_step) {
