@@ -132,7 +132,7 @@ inline std::string chatml_default_system(std::string_view t) {
   return {};
 }
 
-/// Whether the code point at `at` is whitespace for Python's str.strip (Jinja's trim).
+/// Whether code point `c` is whitespace for Python's str.strip (Jinja's trim).
 inline bool python_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
          c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
