@@ -1,0 +1,397 @@
+// Chat data (remat/hub): JSONL conversations and their errors, chat templates rendered byte for
+// byte as Jinja2 renders the real templates (tests/hub/chat/cases.json, made by
+// make_chat_cases.py with python3-jinja2), the assistant loss mask on tokens, token limits with
+// their report, and the padded/packed batch layout.
+
+#include <catch2/catch.hpp>
+
+#include <remat/hub/byte_level.hpp>
+#include <remat/hub/chat_template.hpp>
+#include <remat/hub/chat_tokens.hpp>
+#include <remat/hub/conversation.hpp>
+#include <remat/hub/packing.hpp>
+#include <remat/hub/token_limits.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace chat_test {
+
+using nlohmann::json;
+using namespace remat::hub;
+
+std::string scratch(const std::string& name) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("remat_chat_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return json::parse(in);
+}
+
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no error of the expected type");
+  return {};
+}
+
+Conversation from_json(const json& messages) {
+  Conversation c;
+  c.source = "case";
+  for (const auto& m : messages) {
+    const std::string role = m["role"];
+    c.messages.push_back({role == "system"      ? Role::system
+                          : role == "assistant" ? Role::assistant
+                                                : Role::user,
+                          m["content"]});
+  }
+  return c;
+}
+
+ChatFamily family_of(const std::string& name) {
+  static const std::map<std::string, ChatFamily> names = {{"chatml", ChatFamily::chatml},
+                                                          {"qwen3", ChatFamily::qwen3},
+                                                          {"llama3", ChatFamily::llama3},
+                                                          {"llama2", ChatFamily::llama2},
+                                                          {"mistral", ChatFamily::mistral}};
+  return names.at(name);
+}
+
+/// A byte-level tokenizer with ChatML's markers as special tokens and merges that make tokens
+/// straddle span boundaries ("\n\n", "t\n", " a").
+Tokenizer chatml_tokenizer() {
+  const auto& alphabet = ByteAlphabet::get();
+  const auto bl = [&](std::string_view s) {
+    std::string out;
+    for (const char c : s) out += alphabet.encode(static_cast<unsigned char>(c));
+    return out;
+  };
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[bl(std::string(1, static_cast<char>(b)))] = b;
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"\n", "\n"}, {"t", "\n"}, {" ", "a"}, {"a", "b"}, {"ab", "c"}, {"s", "t"}, {"\n", "x"}};
+  json merge_list = json::array();
+  int id = 256;
+  for (const auto& [a, b] : merges) {
+    vocab[bl(a + b)] = id++;
+    merge_list.push_back(bl(a) + " " + bl(b));
+  }
+  json added = json::array();
+  for (const char* t : {"<|im_start|>", "<|im_end|>"})
+    added.push_back({{"id", id++},
+                     {"content", t},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", true}};
+  return Tokenizer::from_json(
+      json{{"version", "1.0"},
+           {"added_tokens", added},
+           {"normalizer", nullptr},
+           {"pre_tokenizer", byte_level},
+           {"post_processor", nullptr},
+           {"decoder", byte_level},
+           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}},
+      "chatml test tokenizer");
+}
+
+/// A random ASCII conversation: optional system, 1 to `exchanges` exchanges.
+Conversation random_chat(std::mt19937& rng, int exchanges, int words = 6) {
+  static const char* pieces[] = {"abc", "st", " a", "\n", "\n\n", "t", "x", "hello", " ", "ab"};
+  const auto text = [&] {
+    std::string s;
+    for (int i = std::uniform_int_distribution<int>(0, words)(rng); i > 0; --i)
+      s += pieces[std::uniform_int_distribution<std::size_t>(0, std::size(pieces) - 1)(rng)];
+    return s;
+  };
+  Conversation c;
+  c.source = "random";
+  if (rng() % 2) c.messages.push_back({Role::system, text()});
+  for (int k = std::uniform_int_distribution<int>(1, exchanges)(rng); k > 0; --k) {
+    c.messages.push_back({Role::user, text()});
+    c.messages.push_back({Role::assistant, text()});
+  }
+  return c;
+}
+
+}  // namespace chat_test
+
+using namespace chat_test;
+
+TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templates",
+          "[hub][chat]") {
+  const std::string dir = REMAT_HUB_CHAT_DIR;
+  std::map<std::string, ChatTemplate> templates;
+  for (const auto& t : read_json(dir + "/templates.json")) {
+    const ChatTemplate recognised =
+        recognise_chat_template(t["template"].get<std::string>(), t["bos"], t["eos"]);
+    INFO(t["name"].get<std::string>());
+    CHECK(recognised.family == family_of(t["family"]));
+    templates[t["name"]] = recognised;
+  }
+  CHECK(templates.at("qwen2.5").default_system ==
+        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  CHECK(templates.at("qwen3").default_system.empty());
+  const json cases = read_json(dir + "/cases.json")["cases"];
+  REQUIRE(cases.size() >= 300);
+  std::size_t compared = 0, refused = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const json& k = cases[i];
+    const ChatTemplate& t = templates.at(k["template"]);
+    const Conversation c = from_json(k["messages"]);
+    INFO("case " << i << " (" << k["template"].get<std::string>() << ")");
+    if (k.contains("error")) {
+      CHECK_THROWS_AS(render_chat(t, c), UnknownRoleError);
+      ++refused;
+      continue;
+    }
+    const RenderedChat r = render_chat(t, c);
+    CHECK(r.text == k["text"].get<std::string>());
+    ++compared;
+    // One span per assistant turn, each ending with the end marker and holding the content.
+    std::vector<const Message*> answers;
+    for (const Message& m : c.messages)
+      if (m.role == Role::assistant) answers.push_back(&m);
+    REQUIRE(r.assistant.size() == answers.size());
+    const std::string end_marker = t.family == ChatFamily::llama3 ? "<|eot_id|>"
+                                   : t.family == ChatFamily::chatml || t.family == ChatFamily::qwen3
+                                       ? "<|im_end|>"
+                                       : t.eos;
+    for (std::size_t a = 0; a < answers.size(); ++a) {
+      const std::string span =
+          r.text.substr(r.assistant[a].begin, r.assistant[a].end - r.assistant[a].begin);
+      CHECK(span.ends_with(end_marker));
+      std::string_view content = answers[a]->content;
+      if (t.family == ChatFamily::qwen3 && content.find("</think>") != std::string_view::npos)
+        content = content.substr(content.rfind("</think>") + 8);
+      CHECK(span.find(detail::python_strip(content)) != std::string::npos);
+    }
+  }
+  CHECK(compared >= 250);
+  CHECK(refused >= 20);
+}
+
+TEST_CASE("Chat templates: unknown ones are refused with an excerpt", "[hub][chat]") {
+  const std::string unknown = "{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}";
+  const std::string msg =
+      error_of<ChatTemplateError>([&] { recognise_chat_template(unknown, "", ""); });
+  CHECK(msg.find("unknown chat template") != std::string::npos);
+  CHECK(msg.find("<start_of_turn>") != std::string::npos);
+  // A Llama 3.1 template with its date preamble, and an [INST] variant: refused, not guessed.
+  CHECK_THROWS_AS(recognise_chat_template("<|start_header_id|><|end_header_id|><|eot_id|> "
+                                          "Cutting Knowledge Date: December 2023",
+                                          "", ""),
+                  ChatTemplateError);
+  CHECK(error_of<ChatTemplateError>([&] {
+          recognise_chat_template("{{ '[INST] ' + message['content'] }}", "<s>", "</s>");
+        }).find("[INST]") != std::string::npos);
+}
+
+TEST_CASE("JSONL conversations: every malformed line is named, or skipped and counted",
+          "[hub][chat]") {
+  std::mt19937 rng(7);
+  const std::string good = R"({"messages": [{"role": "user", "content": "hi é"}, )"
+                           R"({"role": "assistant", "content": "hello\nthere"}]})";
+  // Bad lines and the words their error must contain.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant"})", "JSON"},
+      {R"({"messages": [], "messages": []})", "twice"},
+      {R"({"messages": [{"role": "user", "content": "a", "name": "x"}]})", "'name'"},
+      {R"({"messages": [{"role": "tool", "content": "a"}]})", "unknown role 'tool'"},
+      {R"({"messages": [{"role": "user", "content": "a"}]})", "no assistant"},
+      {R"({"messages": [{"role": "user", "content": 3}]})", "\"content\""},
+      {R"({"chat": []})", "unknown key 'chat'"},
+      {R"([1, 2])", "expected a JSON object"},
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::string> lines(std::uniform_int_distribution<int>(1, 8)(rng), good);
+    const std::size_t which = rng() % bad.size();
+    const std::size_t at = rng() % (lines.size() + 1);
+    lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(at), bad[which].first);
+    std::string text;
+    for (const auto& l : lines) text += l + (rng() % 3 == 0 ? "\r\n" : "\n");
+    const std::string file = scratch("chats.jsonl");
+    write(file, text);
+    const std::string msg = error_of<DataError>([&] { read_conversations(file); });
+    INFO(msg);
+    CHECK(msg.find(file + ":" + std::to_string(at + 1) + ":") != std::string::npos);
+    CHECK(msg.find(bad[which].second) != std::string::npos);
+    const ConversationFile read = read_conversations(file, {.skip_bad = true});
+    CHECK(read.skipped == 1);
+    CHECK(read.conversations.size() == lines.size() - 1);
+    CHECK(read.conversations[0].messages[1].content == "hello\nthere");
+  }
+  const std::string empty = scratch("empty.jsonl");
+  write(empty, "\n  \n");
+  CHECK_THROWS_AS(read_conversations(empty), EmptyDataError);
+  write(empty, bad[0].first + "\n");
+  CHECK_THROWS_AS(read_conversations(empty, {.skip_bad = true}), EmptyDataError);
+  CHECK_THROWS_AS(parse_conversation(bad[3].first, "x:1"), UnknownRoleError);
+  CHECK_THROWS_AS(parse_conversation(bad[4].first, "x:1"), NoAssistantError);
+  CHECK_THROWS_AS(parse_conversation(bad[0].first, "x:1"), MalformedDataError);
+}
+
+TEST_CASE("Plain text files: documents between empty lines", "[hub][chat]") {
+  const std::string file = scratch("doc.txt");
+  write(file, "one\r\ntwo\n\n\n  \nthree\n");
+  CHECK(read_text_documents(file) == std::vector<std::string>{"one\ntwo", "three"});
+  write(file, "ok\n\xff\n");
+  CHECK(error_of<MalformedDataError>([&] { read_text_documents(file); }).find(":2:") !=
+        std::string::npos);
+  write(file, "\n\n");
+  CHECK_THROWS_AS(read_text_documents(file), EmptyDataError);
+}
+
+TEST_CASE("The loss mask is on exactly the tokens that overlap assistant spans", "[hub][chat]") {
+  const Tokenizer tok = chatml_tokenizer();
+  const ChatTemplate t = recognise_chat_template("<|im_start|><|im_end|>", "", "<|im_end|>");
+  std::mt19937 rng(11);
+  std::size_t straddling = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const RenderedChat r = render_chat(t, random_chat(rng, 3));
+    const TokenizedExample ex = tokenize_chat(tok, r);
+    REQUIRE(ex.ids == tok.encode(r.text, false));
+    // Byte ranges of the tokens (the text is ASCII, so each token decodes to its own bytes).
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < ex.ids.size(); ++i) {
+      const std::size_t len = tok.decode(std::span(&ex.ids[i], 1), false).size();
+      bool overlaps = false, inside = true;
+      for (const auto& s : r.assistant) {
+        overlaps |= at < s.end && s.begin < at + len;
+        if (at < s.end && s.begin < at + len) inside = s.begin <= at && at + len <= s.end;
+      }
+      straddling += overlaps && !inside;
+      CHECK(ex.loss[i] == (overlaps ? 1 : 0));
+      at += len;
+    }
+    CHECK(at == r.text.size());
+    const TokenizedExample all = tokenize_chat(tok, r, TrainOn::all);
+    CHECK(std::count(all.loss.begin(), all.loss.end(), 1) ==
+          static_cast<std::ptrdiff_t>(all.ids.size()));
+  }
+  CHECK(straddling > 0);  // the merges did make tokens cross span boundaries
+}
+
+TEST_CASE("Token limits: oldest exchanges dropped, system kept, or the example excluded",
+          "[hub][chat]") {
+  const Tokenizer tok = chatml_tokenizer();
+  const ChatTemplate t = recognise_chat_template("<|im_start|><|im_end|>", "", "<|im_end|>");
+  std::mt19937 rng(5);
+  std::vector<Conversation> chats;
+  for (int i = 0; i < 40; ++i) chats.push_back(random_chat(rng, 5, 12));
+  std::vector<std::size_t> lengths;
+  for (const auto& c : chats) lengths.push_back(tokenize_chat(tok, render_chat(t, c)).ids.size());
+  std::vector<std::size_t> sorted = lengths;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t limit = sorted[sorted.size() / 3];
+  const ChatData kept = prepare_chat_data(tok, t, chats, {.max_tokens = limit});
+  // Independently: the longest suffix of whole exchanges (with the system message) that fits.
+  std::size_t truncated = 0, excluded = 0, next = 0;
+  for (std::size_t i = 0; i < chats.size(); ++i) {
+    const Conversation& c = chats[i];
+    if (lengths[i] <= limit) {
+      CHECK(kept.examples[next++].ids.size() == lengths[i]);
+      continue;
+    }
+    const bool sys = c.messages[0].role == Role::system;
+    bool found = false;
+    for (std::size_t from = (sys ? 3 : 2); from < c.messages.size(); from += 2) {
+      Conversation s;
+      if (sys) s.messages.push_back(c.messages[0]);
+      s.messages.insert(s.messages.end(), c.messages.begin() + static_cast<std::ptrdiff_t>(from),
+                        c.messages.end());
+      const TokenizedExample ex = tokenize_chat(tok, render_chat(t, s));
+      if (ex.ids.size() <= limit) {
+        CHECK(kept.examples[next++].ids == ex.ids);
+        found = true;
+        break;
+      }
+    }
+    (found ? truncated : excluded)++;
+  }
+  CHECK(next == kept.examples.size());
+  CHECK(kept.report.truncated == truncated);
+  CHECK(kept.report.excluded == excluded);
+  CHECK(truncated > 0);
+  CHECK(kept.report.min == sorted.front());
+  CHECK(kept.report.max == sorted.back());
+  CHECK(kept.report.median == sorted[19]);  // nearest rank: ceil(0.5 * 40) = 20th
+  CHECK(kept.report.p95 == sorted[37]);     // ceil(0.95 * 40) = 38th
+  const ChatData ex =
+      prepare_chat_data(tok, t, chats, {.max_tokens = limit, .truncate = Truncate::exclude});
+  CHECK(ex.report.excluded == truncated + excluded);
+  CHECK(ex.report.truncated == 0);
+  CHECK(describe(ex.report).find("excluded") != std::string::npos);
+  CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 4096, .context = 2048}),
+                  remat::UsageError);
+  CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 3}), EmptyDataError);
+}
+
+TEST_CASE("Batch layout: padded and packed rows, positions and segments per example",
+          "[hub][chat]") {
+  std::mt19937 rng(3);
+  std::vector<TokenizedExample> examples(23);
+  for (auto& e : examples) {
+    const std::size_t n = std::uniform_int_distribution<std::size_t>(2, 17)(rng);
+    for (std::size_t i = 0; i < n; ++i) {
+      e.ids.push_back(static_cast<std::int32_t>(rng() % 1000));
+      e.loss.push_back(static_cast<std::uint8_t>(rng() % 2));
+    }
+  }
+  for (const Layout layout : {Layout::pad, Layout::pack}) {
+    const TokenBatch b = lay_out(examples, 16, layout, -7);
+    if (layout == Layout::pad) CHECK(b.rows == examples.size());
+    if (layout == Layout::pack) CHECK(b.rows < examples.size());
+    // Walk the rows: every example appears whole, in order, positions from 0.
+    std::size_t e = 0;
+    for (std::size_t r = 0; r < b.rows; ++r) {
+      std::size_t c = 0;
+      for (std::int32_t seg = 0; c < b.columns && b.segment[r * 16 + c] == seg; ++seg, ++e) {
+        const auto& ex = examples.at(e);
+        for (std::size_t t = 0; t + 1 < ex.ids.size(); ++t, ++c) {
+          const std::size_t at = r * 16 + c;
+          CHECK(b.ids[at] == ex.ids[t]);
+          CHECK(b.targets[at] == ex.ids[t + 1]);
+          CHECK(b.loss[at] == ex.loss[t + 1]);
+          CHECK(b.positions[at] == static_cast<std::int32_t>(t));
+          CHECK(b.segment[at] == seg);
+        }
+      }
+      for (; c < b.columns; ++c) {
+        CHECK(b.ids[r * 16 + c] == -7);
+        CHECK(b.targets[r * 16 + c] == -1);
+        CHECK(b.loss[r * 16 + c] == 0);
+        CHECK(b.segment[r * 16 + c] == -1);
+      }
+    }
+    CHECK(e == examples.size());
+  }
+  examples[4].ids.resize(18);
+  examples[4].loss.resize(18);
+  CHECK_THROWS_AS(lay_out(examples, 16, Layout::pack, 0), remat::UsageError);
+}
