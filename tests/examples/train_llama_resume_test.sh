@@ -2,8 +2,8 @@
 # train_llama --save / --resume / --stop-after: a run stopped and resumed (twice, under other
 # checkpoint plans) ends with the weights, optimizer state and loss curve of the run that never
 # stopped, bit for bit; resuming with --stop-after before the file's step, or with other
-# --steps/--seed/--batch/--lr, is refused. --save-hf over a good folder is atomic: a save that
-# fails (a file size limit, as a full disk) leaves the old folder whole and nothing beside it.
+# --steps/--seed/--batch/--lr, is refused. --save-hf over a saved folder replaces it whole,
+# keeping the user's other files.
 set -euo pipefail
 train_llama=$1
 work=$(mktemp -d)
