@@ -2,14 +2,15 @@
 # train_llama --save / --resume / --stop-after: a run stopped and resumed (twice, under other
 # checkpoint plans) ends with the weights, optimizer state and loss curve of the run that never
 # stopped, bit for bit; resuming with --stop-after before the file's step, or with other
-# --steps/--seed/--batch/--lr, is refused. --save-hf over a good folder is atomic: a save that
-# fails (a file size limit, as a full disk) leaves the old folder whole and nothing beside it.
+# --steps/--seed/--batch/--lr, is refused. --save-hf over a saved folder replaces it whole,
+# keeping the user's other files.
 set -euo pipefail
 train_llama=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-small=(--layers 2 --width 32 --heads 4 --kv-heads 2 --mlp 48 --context 16 --batch 4 --steps 24 --eval-every 5 --sample 0 --json)
+base=(--layers 2 --width 32 --heads 4 --kv-heads 2 --mlp 48 --context 16 --batch 4 --eval-every 5 --sample 0 --json)
+small=("${base[@]}" --steps 24)
 curve() { cut -d, -f1-4 "$1"; }
 
 "$train_llama" "${small[@]}" --checkpoint none --log full.csv --save full.safetensors --save-hf full > full.json
@@ -36,7 +37,7 @@ expect_error() {  # expect_error PATTERN ARGS...: exit status 1 and PATTERN on s
 }
 expect_error "--stop-after 3 is before step 16" "${small[@]}" --resume part2.safetensors --stop-after 3 --save x.safetensors
 [ ! -e x.safetensors ] || { echo "a refused resume wrote a file"; exit 1; }
-expect_error "resume with the --steps, --seed, --batch and --lr" "${small[@]}" --resume part2.safetensors --steps 30
+expect_error "resume with the --steps, --seed, --batch and --lr" "${base[@]}" --resume part2.safetensors --steps 30
 expect_error "resume with the --steps, --seed, --batch and --lr" "${small[@]}" --resume part2.safetensors --seed 2
 expect_error "resume with the --steps, --seed, --batch and --lr" "${small[@]}" --resume part2.safetensors --lr 0.001
 expect_error "--resume and --init-from" "${small[@]}" --resume part2.safetensors --init-from full
@@ -45,15 +46,13 @@ sed 's/"step":"16"/"step":"1x"/' part2.safetensors > damaged.safetensors
 cmp -s part2.safetensors damaged.safetensors && { echo "the damage did not apply"; exit 1; }
 expect_error "invalid 'step' metadata value '1x'" "${small[@]}" --resume damaged.safetensors
 
-# --save-hf over a good folder while writes fail midway: the old folder stays whole
-cp -r full before
-for limit in 1 8 30 60; do  # KiB: fails in config.json, the weights' header or their data
-  status=0
-  (trap '' XFSZ; ulimit -f "$limit"; exec "$train_llama" "${small[@]}" --steps 2 --save-hf full) > out.txt 2> err.txt || status=$?
-  [ "$status" -eq 1 ] || { echo "--save-hf under ulimit -f $limit: exit $status"; cat err.txt; exit 1; }
-  grep -q "File too large" err.txt || { cat err.txt; exit 1; }
-  diff -r before full || { echo "a failed --save-hf changed the old folder"; exit 1; }
-  [ -z "$(ls -A | grep -v -x -e before -e full -e 'part.*' -e 'resumed.*' -e 'full.*' -e 'damaged.safetensors' -e 'out.txt' -e 'err.txt')" ] \
-    || { echo "a failed --save-hf left files beside the folder:"; ls -A; exit 1; }
-done
+cp full/model.safetensors before_model.safetensors
+# --save-hf over a saved folder replaces it whole (io::save_folder; its failure midway is tested
+# in tests/io/folder_test.cpp: a file size limit here would stop Open MPI's start-up instead):
+# the user's other files stay, nothing is left beside it
+echo '{"mine": true}' > full/tokenizer.json
+"$train_llama" "${base[@]}" --steps 2 --save-hf full > out.txt
+cmp -s full/model.safetensors before_model.safetensors && { echo "--save-hf did not replace the weights"; exit 1; }
+grep -q '"mine"' full/tokenizer.json || { echo "--save-hf dropped the folder's other files"; exit 1; }
+[ -z "$(ls -A | grep -e '\.tmp\.')" ] || { echo "--save-hf left temporaries:"; ls -A; exit 1; }
 echo "train_llama: stop + resume reproduces the uninterrupted run; bad resumes and failed saves are clean"
