@@ -242,11 +242,6 @@ class LlamaAttention : public Module<T> {
     return o;
   }
 
-  /// What the cached forward (nn/generate.hpp) needs to run this attention over a KV cache.
-  std::int64_t heads() const noexcept { return heads_; }
-  std::int64_t kv_heads() const noexcept { return kv_heads_; }
-  const RopeOptions& rope() const noexcept { return rope_; }
-
   Linear<T> q_proj, k_proj, v_proj, o_proj;
   std::optional<RMSNorm<T>> q_norm, k_norm;
 
