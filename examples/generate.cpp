@@ -7,11 +7,11 @@
 //
 // Prints the continuation (greedy unless a temperature is given). It stops after N tokens, at
 // the tokenizer's end-of-sequence id (and generation_config.json's eos_token_id, when the folder
-// has one), or once the continuation contains a --stop string. --storage freezes the decoder
-// layers' weights in that storage (QLoRA's NF4, say) after loading. --verify re-runs the model's
-// full forward (the training path, no cache) on the prompt and the continuation and checks that
-// every greedy token is its argmax; a disagreement is an error. --json ends the output with one
-// object: prompt_ids, new_ids, text, stop_reason, seconds_per_token (the steps after the first
+// has one), or once the continuation contains a --stop string. --storage reads the decoder
+// layers' projections straight into that frozen storage (QLoRA's NF4, say). --verify re-runs the
+// model's full forward (the training path, no cache) on the prompt and the continuation and checks
+// that every greedy token is its argmax; a disagreement is an error. --json ends the output with
+// one object: prompt_ids, new_ids, text, stop_reason, seconds_per_token (the steps after the first
 // token), prefill_seconds, cache_bytes (and full_forward_agrees under --verify).
 //
 // A bad flag or value is one line on standard error and exit status 1; --help exits 0.
@@ -19,7 +19,6 @@
 #include <remat/nn/generate.hpp>
 #include <remat/nn/llama_load.hpp>
 #include <remat/nn/lora.hpp>
-#include <remat/nn/quantize_blocks.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -111,33 +110,13 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-/// Wraps the layers PEFT's adapter_config.json names and loads adapter_model.safetensors.
+/// Wraps the layers PEFT's adapter_config.json names (every field read or refused by
+/// lora::read_options) and loads adapter_model.safetensors.
 remat::nn::lora::Adapters<float> load_adapters(remat::nn::Llama<float>& model,
                                                const std::string& dir) {
-  const std::string path = dir + "/adapter_config.json";
-  const nlohmann::json c = read_json(path);
-  const auto field = [&](const char* key) -> const nlohmann::json& {
-    if (!c.is_object() || !c.contains(key))
-      throw remat::IoError(remat::detail::cat(path, ": field '", key, "' is missing"));
-    return c.at(key);
-  };
-  const nlohmann::json& targets = field("target_modules");
-  if (!targets.is_array() || targets.empty() ||
-      !std::all_of(targets.begin(), targets.end(), [](const auto& t) { return t.is_string(); })) {
-    throw remat::IoError(remat::detail::cat(
-        path, ": field 'target_modules' must be a non-empty list of module names, got ",
-        targets.dump()));
-  }
-  if (!field("r").is_number_integer() || !field("lora_alpha").is_number()) {
-    throw remat::IoError(remat::detail::cat(path, ": fields 'r' (an integer) and 'lora_alpha' (a ",
-                                            "number) are required, got r ", field("r").dump(),
-                                            ", lora_alpha ", field("lora_alpha").dump()));
-  }
-  remat::nn::lora::Options options;
-  options.rank = field("r").get<std::int64_t>();
-  options.alpha = field("lora_alpha").get<double>();
-  options.targets = targets.get<std::vector<std::string>>();
-  remat::nn::lora::Adapters<float> adapters = remat::nn::lora::apply(model, options);
+  // lora_dropout is read too: generate() runs the model in evaluation mode, where it is off
+  remat::nn::lora::Adapters<float> adapters =
+      remat::nn::lora::apply(model, remat::nn::lora::read_options(dir));
   adapters.load_adapters(dir);
   return adapters;
 }
@@ -166,12 +145,12 @@ int main(int argc, char** argv) {
   try {
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::from_folder(o.base);
-    remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base);
-    if (o.storage != "f32") {
-      remat::nn::quantize_blocks(model, o.storage == "bf16"   ? remat::WeightStorage::bf16
-                                        : o.storage == "int8" ? remat::WeightStorage::int8
-                                                              : remat::WeightStorage::nf4);
-    }
+    // the decoder's projections read straight into their storage, one matrix at a time
+    const remat::WeightStorage storage = o.storage == "bf16"   ? remat::WeightStorage::bf16
+                                         : o.storage == "int8" ? remat::WeightStorage::int8
+                                         : o.storage == "nf4"  ? remat::WeightStorage::nf4
+                                                               : remat::WeightStorage::f32;
+    remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, {.projections = storage});
     std::optional<remat::nn::lora::Adapters<float>> adapters;
     if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
     model.eval();

@@ -48,8 +48,11 @@ struct Case {
     s << "layers " << config.num_hidden_layers << " heads " << config.num_attention_heads << "/"
       << config.num_key_value_heads << " hidden " << config.hidden_size << " vocab "
       << config.vocab_size << (config.tie_word_embeddings ? " tied" : " untied")
-      << (config.attention_bias ? " bias" : "") << (lora ? " lora" : "") << " "
-      << remat::to_string(storage);
+      << (config.attention_bias ? " bias" : "") << (config.o_proj_bias ? " o_bias" : "")
+      << (config.mlp_bias ? " mlp_bias" : "") << (config.qk_norm ? " qk_norm" : "") << " head_dim "
+      << config.head_dim() << " rope " << remat::to_string(config.rope_scaling.type) << " window "
+      << config.sliding_window << (config.sliding_layers.empty() ? "" : " on some layers")
+      << (lora ? " lora" : "") << " " << remat::to_string(storage);
     return s.str();
   }
 };
@@ -72,6 +75,34 @@ Case random_case(std::uint64_t seed) {
   m.tie_word_embeddings = pick(0, 1);
   m.attention_bias = pick(0, 1);
   m.rope_theta = pick(0, 1) ? 10000.0 : 500.0;
+  // the families' options (nn/llama.hpp): each drawn on its own
+  if (pick(0, 2) == 0) m.explicit_head_dim = 2 * pick(1, 5);  // Qwen3: need not be hidden / heads
+  m.qk_norm = pick(0, 2) == 0;
+  m.o_proj_bias = pick(0, 2) == 0;
+  m.mlp_bias = pick(0, 2) == 0;
+  switch (pick(0, 4)) {  // none (twice as likely), linear, dynamic, llama3
+    case 1:
+      m.rope_scaling = {.type = remat::RopeScalingType::linear, .factor = 2.5};
+      break;
+    case 2:
+      m.rope_scaling = {.type = remat::RopeScalingType::dynamic, .factor = 2.0};
+      break;
+    case 3:
+      m.rope_scaling = {.type = remat::RopeScalingType::llama3,
+                        .factor = 8.0,
+                        .low_freq_factor = 1.0,
+                        .high_freq_factor = 4.0,
+                        .original_max_position_embeddings = 8};
+      break;
+    default:
+      break;
+  }
+  if (pick(0, 2) == 0) {  // Mistral's window, shorter than the sequences; on some layers (Qwen2)
+    m.sliding_window = pick(1, 5);
+    if (pick(0, 1)) {
+      for (std::int64_t l = 0; l < m.num_hidden_layers; ++l) m.sliding_layers.push_back(pick(0, 1));
+    }
+  }
   m.initializer_range = 0.3;  // large weights: logits spread, no near-ties in the argmax
   m.seed = seed + 1;
   c.lora = pick(0, 1);
@@ -274,7 +305,7 @@ TEST_CASE(
   const Built b = build(c);
   const remat::nn::LlamaConfig& m = c.config;
   const std::int64_t capacity = 40;
-  const std::int64_t head_dim = m.hidden_size / m.num_attention_heads;
+  const std::int64_t head_dim = m.head_dim();
   const std::size_t predicted = 2 * std::size_t(m.num_hidden_layers) * capacity *
                                 std::size_t(m.num_key_value_heads * head_dim) * sizeof(double);
   const std::size_t before = remat::memory::live_bytes();

@@ -102,14 +102,16 @@ KvCache<T> make_kv_cache(const GPT<T>& model, std::int64_t batch, std::int64_t c
   return KvCache<T>(c.layers, batch, capacity, c.width);
 }
 
-/// One Llama attention over the cache: the layer's own projections (biases, LoRA, storage), the
-/// cache's attention with the layer's RoPE, the layer's o_proj. x: (B, n, C) normed.
+/// One Llama attention over the cache: the layer's own projections (biases, LoRA, storage,
+/// Qwen3's q/k norms: LlamaAttention::project), the cache's attention with the layer's RoPE
+/// (scaling included) and sliding window, the layer's o_proj. x: (B, n, C) normed.
 template <class T>
 Var<T> attention_cached(const LlamaAttention<T>& a, const Var<T>& x, KvCache<T>& cache,
                         std::int64_t layer) {
-  const Var<T> q = a.q_proj(x), k = a.k_proj(x), v = a.v_proj(x);
-  return a.o_proj(
-      Var<T>(cache.attend(layer, q.value(), k.value(), v.value(), a.heads(), &a.rope())));
+  const typename LlamaAttention<T>::Projected p = a.project(x);
+  const RopeOptions rope = a.rope_options();
+  return a.o_proj(Var<T>(
+      cache.attend(layer, p.q.value(), p.k.value(), p.v.value(), a.heads(), &rope, a.window())));
 }
 
 /// One Llama decoder layer over the cache, the residual structure of its operator().

@@ -28,6 +28,7 @@
 #include "remat/core/tensor.hpp"
 #include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/rope.hpp"
 
 namespace remat::nn {
@@ -83,12 +84,15 @@ class KvCache {
 
   /// Layer l's attention for n new positions at length()..length()+n-1: q (batch, n, heads x D),
   /// k and v (batch, n, kv_width) with kv_width = kv_heads x D, kv_heads dividing heads. Rotates
-  /// q and k by their positions when `rope` is given, stores k and v in the cache and returns the
-  /// causal attention of the new queries over every stored position (batch, n, heads x D). Call
-  /// it for every layer, then advance(n).
+  /// q and k by their positions when `rope` is given (rope->offset is where the cache's first
+  /// position sits, 0 for a model's), stores k and v in the cache and returns the causal
+  /// attention of the new queries over the stored positions (batch, n, heads x D): all of them,
+  /// or the last `window` ones up to each query under a sliding window (ops/causal_softmax.hpp).
+  /// Call it for every layer, then advance(n).
   Tensor<T> attend(std::int64_t l, const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
-                   std::int64_t heads, const RopeOptions* rope) {
+                   std::int64_t heads, const RopeOptions* rope, std::int64_t window = 0) {
     check_attend(l, q, k, v, heads, rope);
+    detail::check_window("KvCache::attend", window);
     const std::int64_t n = q.dim(1), d = q.dim(2) / heads, kv_heads = width_ / d;
     const std::int64_t offset = length_, len = offset + n;
     const std::int64_t cq = heads * d, rep = heads / kv_heads;
@@ -128,7 +132,7 @@ class KvCache {
         const T* kh = row(kc, b, 0) + (h / rep) * d;
         const T* vh = row(vc, b, 0) + (h / rep) * d;
         detail::gemm<T>(false, true, n, len, d, scale, qh, cq, kh, width_, T(0), scores, len);
-        detail::causal_softmax_rows<T>(scores, len, nullptr, offset, len);
+        detail::causal_softmax_rows<T>(scores, len, nullptr, offset, len, window);
         detail::gemm<T>(false, false, n, d, len, T(1), scores, len, vh, width_, T(0),
                         y.data() + b * n * cq + h * d, cq);
       }

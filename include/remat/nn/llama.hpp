@@ -242,9 +242,6 @@ class LlamaAttention : public Module<T> {
     return o;
   }
 
-  /// The rotary embedding from position 0 (the cached forward, nn/generate.hpp, offsets it).
-  const RopeOptions& rope() const noexcept { return rope_; }
-
   Linear<T> q_proj, k_proj, v_proj, o_proj;
   std::optional<RMSNorm<T>> q_norm, k_norm;
 
