@@ -16,9 +16,12 @@
 //
 // A bad flag or value is one line on standard error and exit status 1; --help exits 0.
 #include <remat/hub/tokenizer.hpp>
+#include <remat/io/json.hpp>
 #include <remat/nn/generate.hpp>
 #include <remat/nn/llama_load.hpp>
 #include <remat/nn/lora.hpp>
+
+#include "flags.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -27,7 +30,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,14 +102,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// strictly (io/json.hpp): a regular file, no repeated key
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw remat::IoError(remat::detail::cat(path, ": cannot open"));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw remat::IoError(remat::detail::cat(path, ": not valid JSON (", e.what(), ")"));
-  }
+  return remat::io::read_json_file(path, "generate");
 }
 
 /// Wraps the layers PEFT's adapter_config.json names (every field read or refused by
@@ -140,74 +137,74 @@ std::vector<std::int32_t> generation_eos_ids(const std::string& dir) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  try {
-    if (o.threads > 0) remat::set_num_threads(o.threads);
-    const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::from_folder(o.base);
-    // the decoder's projections read straight into their storage, one matrix at a time
-    const remat::WeightStorage storage = o.storage == "bf16"   ? remat::WeightStorage::bf16
-                                         : o.storage == "int8" ? remat::WeightStorage::int8
-                                         : o.storage == "nf4"  ? remat::WeightStorage::nf4
-                                                               : remat::WeightStorage::f32;
-    remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, {.projections = storage});
-    std::optional<remat::nn::lora::Adapters<float>> adapters;
-    if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
-    model.eval();
+  if (o.threads > 0) remat::set_num_threads(o.threads);
+  const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::from_folder(o.base);
+  // the decoder's projections read straight into their storage, one matrix at a time
+  const remat::WeightStorage storage = o.storage == "bf16"   ? remat::WeightStorage::bf16
+                                       : o.storage == "int8" ? remat::WeightStorage::int8
+                                       : o.storage == "nf4"  ? remat::WeightStorage::nf4
+                                                             : remat::WeightStorage::f32;
+  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, {.projections = storage});
+  std::optional<remat::nn::lora::Adapters<float>> adapters;
+  if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
+  model.eval();
 
-    const std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt);
-    if (prompt.empty()) fail("--prompt encodes to no tokens");
-    remat::nn::GenerateOptions g{.max_new_tokens = o.max_new_tokens};
-    if (o.temperature) {
-      g.sampling = {.temperature = *o.temperature,
-                    .top_k = o.top_k.value_or(0),
-                    .top_p = o.top_p.value_or(1.0),
-                    .seed = o.seed.value_or(0)};
-    }
-    g.eos_ids = generation_eos_ids(o.base);
-    if (const std::optional<std::int32_t> eos = tokenizer.eos_id()) g.eos_ids.push_back(*eos);
-    g.stop = o.stop;
-    g.decode = [&](const std::vector<std::int32_t>& ids) { return tokenizer.decode(ids); };
-    const remat::nn::Generated out = remat::nn::generate(model, prompt, g);
-    const std::string text = tokenizer.decode(out.ids);
-    std::printf("%s\n", text.c_str());
-
-    std::optional<bool> agrees;
-    if (o.verify) {
-      std::vector<std::int32_t> seq = prompt;
-      agrees = true;
-      for (const std::int32_t id : out.ids) {
-        const remat::NoGradGuard no_grad;
-        remat::Tensor<std::int32_t> ids(remat::Shape{1, static_cast<std::int64_t>(seq.size())});
-        std::copy(seq.begin(), seq.end(), ids.data());
-        const remat::Tensor<float> logits = model.logits(ids).value();
-        const std::int64_t vocab = logits.dim(-1);
-        const std::int32_t best =
-            remat::nn::argmax(logits.data() + (logits.numel() - vocab), vocab);
-        if (best != id) {
-          agrees = false;
-          std::fprintf(stderr,
-                       "generate: --verify: token %zu is %d, the full forward's argmax is %d\n",
-                       seq.size() - prompt.size(), id, best);
-          break;
-        }
-        seq.push_back(id);
-      }
-    }
-    if (o.json) {
-      nlohmann::ordered_json j;
-      j["prompt_ids"] = prompt;
-      j["new_ids"] = out.ids;
-      j["text"] = text;
-      j["stop_reason"] = remat::nn::to_string(out.reason);
-      j["seconds_per_token"] = out.seconds_per_token();
-      j["prefill_seconds"] = out.prefill_seconds;
-      j["cache_bytes"] = out.cache_bytes;
-      if (agrees) j["full_forward_agrees"] = *agrees;
-      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    }
-    return agrees.value_or(true) ? 0 : 1;
-  } catch (const remat::Error& e) {
-    fail(e.what());
+  const std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt);
+  if (prompt.empty()) fail("--prompt encodes to no tokens");
+  remat::nn::GenerateOptions g{.max_new_tokens = o.max_new_tokens};
+  if (o.temperature) {
+    g.sampling = {.temperature = *o.temperature,
+                  .top_k = o.top_k.value_or(0),
+                  .top_p = o.top_p.value_or(1.0),
+                  .seed = o.seed.value_or(0)};
   }
+  g.eos_ids = generation_eos_ids(o.base);
+  if (const std::optional<std::int32_t> eos = tokenizer.eos_id()) g.eos_ids.push_back(*eos);
+  g.stop = o.stop;
+  g.decode = [&](const std::vector<std::int32_t>& ids) { return tokenizer.decode(ids); };
+  const remat::nn::Generated out = remat::nn::generate(model, prompt, g);
+  const std::string text = tokenizer.decode(out.ids);
+  std::printf("%s\n", text.c_str());
+
+  std::optional<bool> agrees;
+  if (o.verify) {
+    std::vector<std::int32_t> seq = prompt;
+    agrees = true;
+    for (const std::int32_t id : out.ids) {
+      const remat::NoGradGuard no_grad;
+      remat::Tensor<std::int32_t> ids(remat::Shape{1, static_cast<std::int64_t>(seq.size())});
+      std::copy(seq.begin(), seq.end(), ids.data());
+      const remat::Tensor<float> logits = model.logits(ids).value();
+      const std::int64_t vocab = logits.dim(-1);
+      const std::int32_t best = remat::nn::argmax(logits.data() + (logits.numel() - vocab), vocab);
+      if (best != id) {
+        agrees = false;
+        std::fprintf(stderr,
+                     "generate: --verify: token %zu is %d, the full forward's argmax is %d\n",
+                     seq.size() - prompt.size(), id, best);
+        break;
+      }
+      seq.push_back(id);
+    }
+  }
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["prompt_ids"] = prompt;
+    j["new_ids"] = out.ids;
+    j["text"] = text;
+    j["stop_reason"] = remat::nn::to_string(out.reason);
+    j["seconds_per_token"] = out.seconds_per_token();
+    j["prefill_seconds"] = out.prefill_seconds;
+    j["cache_bytes"] = out.cache_bytes;
+    if (agrees) j["full_forward_agrees"] = *agrees;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return agrees.value_or(true) ? 0 : 1;
+}
+
+// One error boundary (examples/flags.hpp): any failure is one line and exit status 1.
+int main(int argc, char** argv) {
+  return flags::run_main("generate", [&] { return run(argc, argv); });
 }

@@ -74,31 +74,28 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  try {
-    std::ios::sync_with_stdio(false);
-    const auto tokenizer = remat::hub::Tokenizer::from_file(o.tokenizer);
-    const std::string input = read_all(std::cin);
-    if (o.decode) {
-      const std::string text = tokenizer.decode(parse_ids(input), !o.keep_special);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    } else {
-      const auto ids = tokenizer.encode(input, !o.no_special);
-      std::string out = "[";
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        if (i) out += ',';
-        out += std::to_string(ids[i]);
-      }
-      out += "]\n";
-      std::fwrite(out.data(), 1, out.size(), stdout);
+  std::ios::sync_with_stdio(false);
+  const auto tokenizer = remat::hub::Tokenizer::from_file(o.tokenizer);
+  const std::string input = read_all(std::cin);
+  if (o.decode) {
+    const std::string text = tokenizer.decode(parse_ids(input), !o.keep_special);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    const auto ids = tokenizer.encode(input, !o.no_special);
+    std::string out = "[";
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(ids[i]);
     }
-  } catch (const std::exception& err) {
-    std::string message = err.what();
-    for (char& c : message)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "tokenize: %s\n", message.c_str());
-    return 1;
+    out += "]\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
   }
   return 0;
+}
+
+// One error boundary (examples/flags.hpp): any failure is one line and exit status 1.
+int main(int argc, char** argv) {
+  return flags::run_main("tokenize", [&] { return run(argc, argv); });
 }
