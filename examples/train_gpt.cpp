@@ -103,17 +103,7 @@ int train(ranks::Job& job, int argc, char** argv) {
             "train_gpt: resume with the --steps and --seed the run was started with (" +
             resumed["steps"] + ", " + resumed["seed"] + ")");
       }
-      if (start > o.steps) {
-        throw remat::IoError(remat::detail::cat("train_gpt: ", o.resume, " says step ", start,
-                                                " of a run of ", o.steps, " steps"));
-      }
-      // a file saved at step 20 must hold step 20's weights: stopping before the step the run
-      // resumes at cannot be done
-      if (o.stop_after > 0 && o.stop_after < start) {
-        throw remat::UsageError(remat::detail::cat("train_gpt: --stop-after ", o.stop_after,
-                                                   " is before step ", start, ", where ", o.resume,
-                                                   " resumes"));
-      }
+      flags::check_resume_step("train_gpt", o.resume, start, o.steps, o.stop_after);
     }
     const Corpus corpus =
         Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);

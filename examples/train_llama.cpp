@@ -209,17 +209,7 @@ int train(ranks::Job& job, int argc, char** argv) {
             resumed["steps"], ", ", resumed["seed"], ", ", resumed["batch"], ", ", resumed["lr"],
             ")"));
       }
-      if (start > o.steps) {
-        throw remat::IoError(remat::detail::cat("train_llama: ", o.resume, " says step ", start,
-                                                " of a run of ", o.steps, " steps"));
-      }
-      // a file saved at step 20 must hold step 20's weights: stopping before the step the run
-      // resumes at cannot be done
-      if (o.stop_after > 0 && o.stop_after < start) {
-        throw remat::UsageError(remat::detail::cat("train_llama: --stop-after ", o.stop_after,
-                                                   " is before step ", start, ", where ", o.resume,
-                                                   " resumes"));
-      }
+      flags::check_resume_step("train_llama", o.resume, start, o.steps, o.stop_after);
     }
     const Corpus corpus =
         Corpus::load(o.data, resumed.count("vocab") ? resumed["vocab"] : "", kProgram);

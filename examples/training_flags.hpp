@@ -78,4 +78,20 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
   app.add_flag("--json", o.json, json_fields);
 }
 
+/// Throws unless a run of `steps` steps may resume at `start` from `file` and stop after
+/// `stop_after` (0: never): a file saved at step 20 must hold step 20's weights, so neither a
+/// step past the run's end nor stopping before the resumed step can be honoured.
+inline void check_resume_step(const char* program, const std::string& file, std::int64_t start,
+                              std::int64_t steps, std::int64_t stop_after) {
+  if (start > steps) {
+    throw remat::IoError(remat::detail::cat(program, ": ", file, " says step ", start,
+                                            " of a run of ", steps, " steps"));
+  }
+  if (stop_after > 0 && stop_after < start) {
+    throw remat::UsageError(remat::detail::cat(program, ": --stop-after ", stop_after,
+                                               " is before step ", start, ", where ", file,
+                                               " resumes"));
+  }
+}
+
 }  // namespace flags
