@@ -262,113 +262,114 @@ TEST_CASE("the config fuzzer's seed corpus holds what its names say", "[nn][llam
   }
   CHECK(valid >= 2);
   CHECK(rejected >= 12);
+}
 
-  TEST_CASE(
-      "load_llama: every family saved and loaded gives the same logits; frozen NF4/INT8/BF16 "
-      "projections loaded from the files equal quantizing the loaded floats",
-      "[nn][llama][io][families]") {
-    remat::Rng rng(5151);
-    const remat::WeightStorage storages[] = {remat::WeightStorage::nf4, remat::WeightStorage::int8,
-                                             remat::WeightStorage::bf16};
-    for (int round = 0; round < 12; ++round) {
-      const remat::nn::LlamaConfig config = ll_family_config(rng);
-      const remat::nn::Llama<float> saved(config);
-      const std::string dir = ll_dir("family_" + std::to_string(round));
-      ll_save(saved, dir, 64 + static_cast<std::size_t>(rng.uniform_int(3000)),
-              remat::io::StoreAs::native);
-      INFO("round " << round << ": " << remat::nn::llama_config_json(config));
-      const auto ids = ll_ids(rng, config.vocab_size);
-      remat::NoGradGuard no_grad;
-      const remat::nn::Llama<float> loaded = remat::nn::load_llama<float>(dir);
-      CHECK(loaded.config().model_type == remat::nn::llama_family_of(config));
-      CHECK(loaded.logits(ids).value().to_vector() == saved.logits(ids).value().to_vector());
-
-      const remat::WeightStorage storage = storages[round % 3];
-      remat::nn::Llama<float> quantized = remat::nn::load_llama<float>(dir);
-      remat::nn::quantize_blocks(quantized, storage);
-      const remat::nn::Llama<float> direct =
-          remat::nn::load_llama<float>(dir, {.projections = storage});
-      INFO(remat::to_string(storage));
-      CHECK(direct.logits(ids).value().to_vector() == quantized.logits(ids).value().to_vector());
-      const auto a = direct.named_parameters(), b = quantized.named_parameters();
-      REQUIRE(a.size() == b.size());
-      for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].first == b[i].first);
-      for (const auto& layer : direct.layers) {
-        CHECK(layer.self_attn.q_proj.storage() == storage);
-        CHECK(layer.mlp.down_proj.storage() == storage);
-        CHECK(!layer.self_attn.q_proj.weight.defined());
-      }
-    }
-  }
-
-  TEST_CASE(
-      "load_llama: extra or missing tensors, a vocab_size that is not the embedding's, an unknown "
-      "model_type: IoErrors naming the file, the tensor or field and the value",
-      "[nn][llama][io][errors][families]") {
-    using Catch::Matchers::Contains;
-    remat::Rng rng(6161);
-    remat::nn::LlamaConfig config = ll_random_config(rng);
-    config.tie_word_embeddings = true;
+TEST_CASE(
+    "load_llama: every family saved and loaded gives the same logits; frozen NF4/INT8/BF16 "
+    "projections loaded from the files equal quantizing the loaded floats",
+    "[nn][llama][io][families]") {
+  remat::Rng rng(5151);
+  const remat::WeightStorage storages[] = {remat::WeightStorage::nf4, remat::WeightStorage::int8,
+                                           remat::WeightStorage::bf16};
+  for (int round = 0; round < 12; ++round) {
+    const remat::nn::LlamaConfig config = ll_family_config(rng);
     const remat::nn::Llama<float> saved(config);
-    const auto write = [&](const std::string& name, const remat::nn::LlamaConfig& c,
-                           const std::vector<std::pair<std::string, remat::Tensor<float>>>& extra,
-                           const std::string& drop = "") {
-      const std::string dir = ll_dir(name);
-      std::ofstream(dir + "/config.json") << remat::nn::llama_config_json(c);
-      std::vector<remat::io::NamedTensor<float>> tensors;
-      for (const auto& [n, p] : saved.named_parameters())
-        if (n != drop) tensors.emplace_back(n, p.value());
-      for (const auto& [n, t] : extra) tensors.emplace_back(n, t);
-      remat::io::save_sharded(dir, tensors, 1u << 30, {{"format", "pt"}});
-      return dir;
-    };
-    const auto error = [](const std::string& dir, remat::WeightStorage s) {
-      return remat::test::error_message(
-          [&] { remat::nn::load_llama<float>(dir, {.projections = s}); });
-    };
-    const remat::Tensor<float> embed = saved.embed_tokens.weight.value();
-    for (const auto storage : {remat::WeightStorage::f32, remat::WeightStorage::nf4}) {
-      // an extra tensor the model does not use
-      const std::string extra =
-          write("extra", config, {{"model.layers.0.mlp.experts.0.weight", embed}});
-      CHECK_THAT(error(extra, storage), Contains("'model.layers.0.mlp.experts.0.weight'") &&
-                                            Contains("model.safetensors") && Contains("not used"));
-      // a tied model's lm_head.weight that differs from the embedding
-      const std::string head =
-          write("head", config, {{"lm_head.weight", remat::Tensor<float>::zeros(embed.shape())}});
-      CHECK_THAT(error(head, storage), Contains("'lm_head.weight'") && Contains("ties"));
-      // a missing projection
-      const std::string missing =
-          write("missing", config, {}, "model.layers.0.self_attn.k_proj.weight");
-      CHECK_THAT(error(missing, storage),
-                 Contains("'model.layers.0.self_attn.k_proj.weight'") && Contains("does not hold"));
+    const std::string dir = ll_dir("family_" + std::to_string(round));
+    ll_save(saved, dir, 64 + static_cast<std::size_t>(rng.uniform_int(3000)),
+            remat::io::StoreAs::native);
+    INFO("round " << round << ": " << remat::nn::llama_config_json(config));
+    const auto ids = ll_ids(rng, config.vocab_size);
+    remat::NoGradGuard no_grad;
+    const remat::nn::Llama<float> loaded = remat::nn::load_llama<float>(dir);
+    CHECK(loaded.config().model_type == remat::nn::llama_family_of(config));
+    CHECK(loaded.logits(ids).value().to_vector() == saved.logits(ids).value().to_vector());
+
+    const remat::WeightStorage storage = storages[round % 3];
+    remat::nn::Llama<float> quantized = remat::nn::load_llama<float>(dir);
+    remat::nn::quantize_blocks(quantized, storage);
+    const remat::nn::Llama<float> direct =
+        remat::nn::load_llama<float>(dir, {.projections = storage});
+    INFO(remat::to_string(storage));
+    CHECK(direct.logits(ids).value().to_vector() == quantized.logits(ids).value().to_vector());
+    const auto a = direct.named_parameters(), b = quantized.named_parameters();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].first == b[i].first);
+    for (const auto& layer : direct.layers) {
+      CHECK(layer.self_attn.q_proj.storage() == storage);
+      CHECK(layer.mlp.down_proj.storage() == storage);
+      CHECK(!layer.self_attn.q_proj.weight.defined());
     }
-    // known unused: rotary buffers, and a tied head equal to the embedding
-    const std::string known =
-        write("known", config,
-              {{"model.layers.0.self_attn.rotary_emb.inv_freq", remat::Tensor<float>::ones({2})},
-               {"lm_head.weight", embed.clone()}});
-    CHECK_NOTHROW(remat::nn::load_llama<float>(known));
-    // vocab_size in config.json not the embedding's rows
-    remat::nn::LlamaConfig wrong_vocab = config;
-    wrong_vocab.vocab_size += 3;
-    const std::string vocab = write("vocab", wrong_vocab, {});
-    CHECK_THAT(error(vocab, remat::WeightStorage::f32),
-               Contains("config.json") &&
-                   Contains("vocab_size = " + std::to_string(wrong_vocab.vocab_size)) &&
-                   Contains("'model.embed_tokens.weight'") &&
-                   Contains(std::to_string(config.vocab_size) + " rows"));
-    // a wrong shape deeper in: the tensor, the file and both shapes
-    remat::nn::LlamaConfig wider = config;
-    wider.intermediate_size += 2;
-    const std::string shape = write("shape", wider, {});
-    for (const auto storage : {remat::WeightStorage::f32, remat::WeightStorage::nf4}) {
-      CHECK_THAT(error(shape, storage),
-                 Contains("mlp.") && Contains("has shape") && Contains("but the model expects"));
-    }
-    // an unknown model_type in the folder's config
-    const std::string gemma = write("gemma", config, {});
-    std::ofstream(gemma + "/config.json") << R"({"model_type": "gemma2", "vocab_size": 10})";
-    CHECK_THAT(error(gemma, remat::WeightStorage::f32),
-               Contains(gemma + "/config.json") && Contains("'gemma2'") && Contains("supported"));
   }
+}
+
+TEST_CASE(
+    "load_llama: extra or missing tensors, a vocab_size that is not the embedding's, an unknown "
+    "model_type: IoErrors naming the file, the tensor or field and the value",
+    "[nn][llama][io][errors][families]") {
+  using Catch::Matchers::Contains;
+  remat::Rng rng(6161);
+  remat::nn::LlamaConfig config = ll_random_config(rng);
+  config.tie_word_embeddings = true;
+  const remat::nn::Llama<float> saved(config);
+  const auto write = [&](const std::string& name, const remat::nn::LlamaConfig& c,
+                         const std::vector<std::pair<std::string, remat::Tensor<float>>>& extra,
+                         const std::string& drop = "") {
+    const std::string dir = ll_dir(name);
+    std::ofstream(dir + "/config.json") << remat::nn::llama_config_json(c);
+    std::vector<remat::io::NamedTensor<float>> tensors;
+    for (const auto& [n, p] : saved.named_parameters())
+      if (n != drop) tensors.emplace_back(n, p.value());
+    for (const auto& [n, t] : extra) tensors.emplace_back(n, t);
+    remat::io::save_sharded(dir, tensors, 1u << 30, {{"format", "pt"}});
+    return dir;
+  };
+  const auto error = [](const std::string& dir, remat::WeightStorage s) {
+    return remat::test::error_message(
+        [&] { remat::nn::load_llama<float>(dir, {.projections = s}); });
+  };
+  const remat::Tensor<float> embed = saved.embed_tokens.weight.value();
+  for (const auto storage : {remat::WeightStorage::f32, remat::WeightStorage::nf4}) {
+    // an extra tensor the model does not use
+    const std::string extra =
+        write("extra", config, {{"model.layers.0.mlp.experts.0.weight", embed}});
+    CHECK_THAT(error(extra, storage), Contains("'model.layers.0.mlp.experts.0.weight'") &&
+                                          Contains("model.safetensors") && Contains("not used"));
+    // a tied model's lm_head.weight that differs from the embedding
+    const std::string head =
+        write("head", config, {{"lm_head.weight", remat::Tensor<float>::zeros(embed.shape())}});
+    CHECK_THAT(error(head, storage), Contains("'lm_head.weight'") && Contains("ties"));
+    // a missing projection
+    const std::string missing =
+        write("missing", config, {}, "model.layers.0.self_attn.k_proj.weight");
+    CHECK_THAT(error(missing, storage),
+               Contains("'model.layers.0.self_attn.k_proj.weight'") && Contains("does not hold"));
+  }
+  // known unused: rotary buffers, and a tied head equal to the embedding
+  const std::string known =
+      write("known", config,
+            {{"model.layers.0.self_attn.rotary_emb.inv_freq", remat::Tensor<float>::ones({2})},
+             {"lm_head.weight", embed.clone()}});
+  CHECK_NOTHROW(remat::nn::load_llama<float>(known));
+  // vocab_size in config.json not the embedding's rows
+  remat::nn::LlamaConfig wrong_vocab = config;
+  wrong_vocab.vocab_size += 3;
+  const std::string vocab = write("vocab", wrong_vocab, {});
+  CHECK_THAT(error(vocab, remat::WeightStorage::f32),
+             Contains("config.json") &&
+                 Contains("vocab_size = " + std::to_string(wrong_vocab.vocab_size)) &&
+                 Contains("'model.embed_tokens.weight'") &&
+                 Contains(std::to_string(config.vocab_size) + " rows"));
+  // a wrong shape deeper in: the tensor, the file and both shapes
+  remat::nn::LlamaConfig wider = config;
+  wider.intermediate_size += 2;
+  const std::string shape = write("shape", wider, {});
+  for (const auto storage : {remat::WeightStorage::f32, remat::WeightStorage::nf4}) {
+    CHECK_THAT(error(shape, storage),
+               Contains("mlp.") && Contains("has shape") && Contains("but the model expects"));
+  }
+  // an unknown model_type in the folder's config
+  const std::string gemma = write("gemma", config, {});
+  std::ofstream(gemma + "/config.json") << R"({"model_type": "gemma2", "vocab_size": 10})";
+  CHECK_THAT(error(gemma, remat::WeightStorage::f32),
+             Contains(gemma + "/config.json") && Contains("'gemma2'") && Contains("supported"));
+}
