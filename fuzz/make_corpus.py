@@ -120,7 +120,9 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_si
          "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "bfloat16"}
 CONFIG_SEEDS = {
     "valid_llama": js(LLAMA),
-    "valid_qwen2": js({**LLAMA, "model_type": "qwen2", "tie_word_embeddings": True, "rope_scaling": None}),
+    "valid_qwen2": js({**LLAMA, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                       "tie_word_embeddings": True, "rope_scaling": None}),
+    "valid_rope_linear": js({**LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}}),
     "not_json": js(LLAMA)[:-3],
     "not_object": "[1]",
     "nested_deep": '{"x":' + "[" * 70 + "]" * 70 + "}",
@@ -132,7 +134,7 @@ CONFIG_SEEDS = {
     "heads_not_dividing": js({**LLAMA, "num_attention_heads": 3}),
     "vocab_overflows": js({**LLAMA, "vocab_size": 2**62}),
     "intermediate_overflows": js({**LLAMA, "intermediate_size": 2**59 + 1}),
-    "rope_scaling_set": js({**LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+    "rope_scaling_yarn": js({**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}),
     "hidden_act_gelu": js({**LLAMA, "hidden_act": "gelu"}),
 }
 
