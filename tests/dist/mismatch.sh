@@ -50,9 +50,9 @@ status=$?
 seconds=$(( $(date +%s) - start ))
 echo "== $name, rank 1 cannot read its --data: exit status $status after $seconds s"
 if [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || [ "$seconds" -gt 30 ] ||
-   ! grep -q "^rank 1: .*/nonexistent/corpus.txt" "$out"; then
+   ! grep -q "/nonexistent/corpus.txt" "$out"; then
   cat "$out"
-  echo "FAILED: expected the job to end at once with rank 1's message"
+  echo "FAILED: expected the job to end at once with a message naming rank 1's --data"
   failed=1
 fi
 [ "$failed" -eq 0 ] && echo "$name: ranks started unlike stop with the first difference"

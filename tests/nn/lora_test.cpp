@@ -401,9 +401,9 @@ TEST_CASE(
   }
   CHECK(repeated >= 8);
   std::ofstream(path) << good.substr(0, good.rfind('}'))
-                      << R"(, "alpha_pattern": {"q_proj": 8, "q_proj": 16}})";
+                      << R"(, "nested_pattern": {"q_proj": 8, "q_proj": 16}})";
   CHECK_THAT(remat::test::error_message([&] { adapters.load_adapters(dir); }),
-             Contains("'q_proj' appears twice in the object 'alpha_pattern'"));
+             Contains("'q_proj' appears twice in the object 'nested_pattern'"));
   // a folder in its place (the issue: a non-remat exception), then a FIFO (a hang)
   std::filesystem::remove(path);
   std::filesystem::create_directory(path);

@@ -27,8 +27,10 @@ namespace remat::io {
 inline constexpr std::uint64_t kMaxJsonBytes = kMaxHeaderBytes;
 
 /// Parses `text` strictly (see the file comment); `who` starts every message ("config.json",
-/// "safetensors index m/model.safetensors.index.json").
-inline nlohmann::json parse_json(std::string_view text, const std::string& who) {
+/// "safetensors index m/model.safetensors.index.json"). `Json` may be nlohmann::ordered_json
+/// where the file's key order means something (PEFT's patterns: the first key that matches).
+template <class Json = nlohmann::json>
+Json parse_json(std::string_view text, const std::string& who) {
   const auto fail = [&](const std::string& why) {
     throw IoError(remat::detail::cat(who, ": ", why));
   };
@@ -45,8 +47,8 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& who) 
     std::string last;
   };
   std::vector<Open> open;
-  const auto no_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
+  const auto no_repeats = [&](int, typename Json::parse_event_t event, Json& parsed) {
+    using E = typename Json::parse_event_t;
     if (event == E::object_start)
       open.push_back({{}, open.empty() ? std::string() : open.back().last, {}});
     if (event == E::object_end) open.pop_back();
@@ -64,7 +66,7 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& who) 
     return true;
   };
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), no_repeats);
+    return Json::parse(text.begin(), text.end(), no_repeats);
   } catch (const nlohmann::json::exception& e) {
     fail(remat::detail::cat("not valid JSON (", detail::brief(e.what(), 160), ")"));
   }
@@ -97,8 +99,9 @@ inline std::string read_text_file(const std::string& path, std::string_view who,
 
 /// read_text_file() then parse_json(): the JSON value of the regular file `path`; every failure
 /// is an IoError starting with `who` and naming the file.
-inline nlohmann::json read_json_file(const std::string& path, std::string_view who) {
-  return parse_json(read_text_file(path, who), remat::detail::cat(who, ": ", path));
+template <class Json = nlohmann::json>
+Json read_json_file(const std::string& path, std::string_view who) {
+  return parse_json<Json>(read_text_file(path, who), remat::detail::cat(who, ": ", path));
 }
 
 }  // namespace remat::io

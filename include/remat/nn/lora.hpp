@@ -235,9 +235,9 @@ inline bool off(const Json& v) {
 }
 
 /// adapter_config.json's JSON, read strictly (io/json.hpp): a regular file (a FIFO or a folder
-/// is an IoError naming it), valid JSON with no repeated key.
+/// is an IoError naming it), valid JSON with no repeated key, in the file's key order.
 inline Json read_config_json(const std::string& path) {
-  return Json(io::read_json_file(path, "lora"));
+  return io::read_json_file<Json>(path, "lora");
 }
 
 /// A list of names, or one string (`regex` gets it), from a target_modules-like field.
