@@ -53,7 +53,7 @@ Json parse_json(std::string_view text, const std::string& who) {
       open.push_back({{}, open.empty() ? std::string() : open.back().last, {}});
     if (event == E::object_end) open.pop_back();
     if (event != E::key) return true;
-    const auto& key = parsed.get_ref<const std::string&>();
+    const auto& key = parsed.template get_ref<const std::string&>();
     open.back().last = key;
     if (!open.back().keys.insert(key).second) {
       std::string where;
