@@ -256,4 +256,15 @@ std::string generate(const Model& model, const Corpus& corpus, std::vector<std::
   return out;
 }
 
+/// The CSV loss log at `path` on the root rank (null elsewhere or with no path): a new file with
+/// its header for a run from step 0, appended to by a resumed run.
+inline std::FILE* open_log(const std::string& path, std::int64_t start, bool root,
+                           const char* program) {
+  if (path.empty() || !root) return nullptr;
+  std::FILE* log = std::fopen(path.c_str(), start > 0 ? "a" : "w");
+  if (!log) throw remat::IoError(std::string(program) + ": cannot write " + path);
+  if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
+  return log;
+}
+
 }  // namespace corpus

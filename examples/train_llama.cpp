@@ -291,12 +291,7 @@ int train(ranks::Job& job, int argc, char** argv) {
     corpus::fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y, kProgram);
     const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, model, o.layers, x, y, kProgram);
 
-    std::FILE* log = nullptr;
-    if (!o.log.empty() && root) {
-      log = std::fopen(o.log.c_str(), start > 0 ? "a" : "w");
-      if (!log) throw remat::IoError("train_llama: cannot write " + o.log);
-      if (start == 0) std::fprintf(log, "step,train_loss,val_loss,lr,tokens_per_s,act_peak_mb\n");
-    }
+    std::FILE* log = corpus::open_log(o.log, start, root, kProgram);
     // a resumed run keeps the first validation loss of the run it continues
     const double first_val =
         start == 0 && root ? validation_loss()
