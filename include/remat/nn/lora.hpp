@@ -340,7 +340,8 @@ inline Options options_from_json(const Json& c, const std::string& path) {
                key == "target_parameters" || key == "ensure_weight_tying") {
       if (!off(v)) throw fail(key, "changes the adapted model in a way remat does not implement");
     } else if (std::none_of(std::begin(kHarmlessFields), std::end(kHarmlessFields),
-                            [&](const auto& h) { return key == h.first; })) {
+                            // `name`, not `key`: clang before 16 cannot capture a binding
+                            [&name = key](const auto& h) { return name == h.first; })) {
       throw IoError(remat::detail::cat("lora: ", path, ": unknown field '", key,
                                        "' (remat refuses what it cannot tell is harmless)"));
     }
