@@ -38,6 +38,24 @@ std::vector<std::uint32_t> quantized_bits(const Tensor<float>& t) {
   return out;
 }
 
+/// make_quantized_reference.py's generated(): an integer hash as a fraction of 2^32, times a
+/// scale, in double, rounded to float (the same operations there, so the same floats).
+std::vector<float> generated_values(std::int64_t n, std::uint64_t salt, double scale) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (std::uint64_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t h = (i * 2654435761u + salt) % (std::uint64_t{1} << 32);
+    out[i] = static_cast<float>(double(h) / 4294967296.0 * scale);
+  }
+  return out;
+}
+
+/// The mean of floats summed in double and rounded once (what remat took before torch's order).
+float correctly_rounded_mean(const std::vector<float>& x) {
+  double sum = 0;
+  for (const float v : x) sum += v;
+  return static_cast<float>(sum / double(x.size()));
+}
+
 }  // namespace
 
 TEST_CASE("NF4 codes are the published NormalFloat4 values and round-trip exactly",
@@ -119,6 +137,52 @@ TEST_CASE("the second-level code is bitsandbytes' dynamic map, rounded as its ke
     mismatches += float(remat::detail::nearest_dynamic(x[i])) != codes[i];
   CHECK(mismatches == 0);
   CHECK(x.numel() > 3000 + 256 + 3 * 255);
+}
+
+TEST_CASE("float sums and means come out as torch's CPU kernel adds them",
+          "[core][quantized][reference]") {
+  // torch's float32 sum of generated arrays of every length to 299 and 60 longer ones (to
+  // 300,000: past its grain size, on one thread), bit for bit
+  const nlohmann::json& ref = remat::test::reference("quantized.json");
+  std::int64_t differs_from_exact = 0;
+  for (const nlohmann::json& c : ref.at("torch_sums")) {
+    const std::int64_t n = c.at("n").get<std::int64_t>();
+    const auto x = generated_values(n, c.at("salt").get<std::uint64_t>(), c.at("scale").get<double>());
+    INFO("n = " << n);
+    CHECK(remat::detail::torch_cpu_sum(x.data(), n) == c.at("sum").get<float>());
+    double exact = 0;
+    for (const float v : x) exact += v;
+    differs_from_exact += static_cast<float>(exact) != c.at("sum").get<float>();
+  }
+  // the order matters: a correctly rounded sum would miss many of them
+  CHECK(differs_from_exact > 50);
+}
+
+TEST_CASE("the double-quantization offset is bitsandbytes' absmax.mean(), bit for bit",
+          "[core][quantized][reference]") {
+  // generated matrices up to 1500 x 1500; the offset torch computes from their block absmaxes
+  const nlohmann::json& ref = remat::test::reference("quantized.json");
+  std::int64_t exact_mean_differs = 0;
+  for (const nlohmann::json& c : ref.at("offset_cases")) {
+    const std::int64_t rows = c.at("rows").get<std::int64_t>(), cols = c.at("cols").get<std::int64_t>();
+    const double scale = c.at("scale").get<double>();
+    std::vector<float> values = generated_values(rows * cols, c.at("salt").get<std::uint64_t>(), scale);
+    for (float& v : values) v -= static_cast<float>(scale / 2);
+    Tensor<float> w({rows, cols});
+    std::copy(values.begin(), values.end(), w.data());
+    INFO(rows << " x " << cols);
+    const auto q = QuantizedWeight::quantize(w, WeightStorage::nf4, true);
+    CHECK(q.absmax_offset() == c.at("offset").get<float>());
+    // the same absmaxes' correctly rounded mean: where it differs, only torch's order matches
+    std::vector<float> absmax;
+    for (std::int64_t e0 = 0; e0 < rows * cols; e0 += 64) {
+      float a = 0;
+      for (std::int64_t e = e0; e < std::min(rows * cols, e0 + 64); ++e) a = std::max(a, std::fabs(w[e]));
+      absmax.push_back(a);
+    }
+    exact_mean_differs += correctly_rounded_mean(absmax) != c.at("offset").get<float>();
+  }
+  CHECK(exact_mean_differs > 0);
 }
 
 TEST_CASE("dequantize_rows of any row range equals the same rows of the whole",

@@ -13,10 +13,10 @@ re-stated here:
   - first level: absmax per block of 64; each value times float32(1 / absmax) gets the NF4 code
     whose index is the number of midpoints between consecutive NF4 values (double, rounded to
     float32) strictly below it; an all-zero block has 1 / 0 = inf, 0 * inf = NaN: code 0;
-  - second level: offset = the mean of the absmaxes (bitsandbytes: torch's float32 mean(), whose
-    last bit depends on the device's summation order; here, as in remat, the mean summed in
-    double and rounded once: the count of cases where this machine's torch mean differs is
-    printed), centred = absmax - offset in float32, per 256 blocks a2 = max |centred|, and each
+  - second level: offset = absmax.mean(), as bitsandbytes takes it: torch's float32 mean,
+    here on one thread (on more, past 32,768 values, torch's own last bit depends on the thread
+    count: Note [torch's float sum] in include/remat/core/torch_sum.hpp), centred = absmax -
+    offset in float32, per 256 blocks a2 = max |centred|, and each
     centred * float32(1 / a2) gets the code dQuantize's binary search reaches in the dynamic map
     (create_dynamic_map(signed=True), run below as bitsandbytes writes it, with torch float32);
   - dequantization: absmax' = code_map[q] * a2 + offset, value = NF4[code] * absmax', float32.
@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 import torch
+
+torch.set_num_threads(1)  # torch's CPU sums differ with the thread count past 32,768 values
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NF4 = torch.tensor([
@@ -125,8 +127,8 @@ def nf4(w, double_quant):
     codes = nf4_code(v).reshape(-1)[:n]
     state = {}
     if double_quant:
-        offset = f32(absmax.astype(np.float64).mean())
-        state["torch_mean_differs"] = bool(torch.from_numpy(absmax).mean().item() != float(offset))
+        offset = f32(torch.from_numpy(absmax).mean().item())
+        state["exact_mean_differs"] = bool(offset != f32(absmax.astype(np.float64).mean()))
         centred = (absmax - offset).astype(np.float32)
         groups = (blocks + 255) // 256
         deq_absmax = np.empty(blocks, dtype=np.float32)
@@ -168,7 +170,7 @@ def main():
         codes, d4, _ = nf4(w, False)
         codes_dq, d4dq, state = nf4(w, True)
         assert (codes_dq == codes).all()
-        differs += state["torch_mean_differs"]
+        differs += state["exact_mean_differs"]
         cases.append({
             "rows": rows, "cols": cols, "weight": tensor(w),
             "bf16": tensor(bf16(w.reshape(-1))),
@@ -184,11 +186,46 @@ def main():
                              np.nextafter(mids, f32(-2)), np.nextafter(mids, f32(2)),
                              np.array([-1.5, -1, 1, 1.5], dtype=np.float32)])
     dynamic_cases = {"x": tensor(probes), "codes": tensor(np.array([dynamic_code(v) for v in probes]))}
-    print(f"torch's float32 mean() of the absmaxes differs from the double-summed mean in {differs} "
-          f"of {len(shapes)} cases on this machine (Note [offset rounding])")
+    print(f"torch's float32 mean() of the absmaxes differs from the correctly rounded mean in "
+          f"{differs} of {len(shapes)} cases")
+    offset_cases, sum_cases = offsets(rng), sums(rng)
     with open(os.path.join(HERE, "quantized.json"), "w") as f:
-        json.dump({"nf4_table": [float(v) for v in NF4], "dynamic_map": [float(v) for v in DYNAMIC],
-                   "dynamic_codes": dynamic_cases, "cases": cases}, f)
+        json.dump({"torch": f"{torch.__version__} {torch.__config__.show().split('CPU capability usage: ')[1].split()[0]}",
+                   "nf4_table": [float(v) for v in NF4], "dynamic_map": [float(v) for v in DYNAMIC],
+                   "dynamic_codes": dynamic_cases, "cases": cases,
+                   "offset_cases": offset_cases, "torch_sums": sum_cases}, f)
+
+
+def generated(n, salt, scale):
+    """Values the C++ test makes again without a file: an integer hash over [0, 2^32) as a
+    fraction, times a scale, in double, then rounded to float32 (both sides IEEE)."""
+    i = np.arange(n, dtype=np.uint64)
+    h = (i * np.uint64(2654435761) + np.uint64(salt)) % np.uint64(2 ** 32)
+    return (h.astype(np.float64) / 2.0 ** 32 * scale).astype(np.float32)
+
+
+def offsets(rng):
+    """bitsandbytes' offset for generated matrices of up to 2,097,152 weights (one-thread sums
+    in torch, as every size below its grain of 32,768 blocks)."""
+    cases = []
+    for _ in range(24):
+        rows, cols = int(rng.integers(1, 1500)), int(rng.integers(1, 1500))
+        salt, scale = int(rng.integers(0, 2 ** 32)), float(rng.uniform(0.01, 4))
+        w = generated(rows * cols, salt, scale) - np.float32(scale / 2)
+        n = w.size
+        padded = np.zeros(((n + 63) // 64) * 64, dtype=np.float32)
+        padded[:n] = w
+        absmax = np.abs(padded.reshape(-1, 64)).max(axis=1)
+        cases.append({"rows": rows, "cols": cols, "salt": salt, "scale": scale,
+                      "offset": torch.from_numpy(absmax).mean().item()})
+    return cases
+
+
+def sums(rng):
+    """torch's float32 sum of generated arrays, every length to 300 and random ones past."""
+    lengths = list(range(1, 300)) + [int(n) for n in rng.integers(300, 300_000, 60)]
+    return [{"n": n, "salt": n, "scale": 1.0,
+             "sum": torch.from_numpy(generated(n, n, 1.0)).sum().item()} for n in lengths]
 
 
 if __name__ == "__main__":

@@ -19,11 +19,11 @@
 ///    Dequantization is bitsandbytes': code * absmax2 + offset, then NF4 code * that absmax, in
 ///    float. 4 bits + 8/64 + 32/(64*256) = 4.127 bits a value (0.516 bytes); without double
 ///    quantization 4.5 bits (0.5625 bytes).
-/// Note [offset rounding]: bitsandbytes takes the offset as torch's float32 mean() of the
-/// absmaxes, whose last bit depends on the device's summation order (CPU lanes and threads, CUDA
-/// blocks); remat rounds the mean of the absmaxes summed in double. Everything else (the codes,
-/// the absmaxes, the arithmetic of dequantization) follows bitsandbytes bit for bit, so with the
-/// same offset the dequantized weights are equal (tests/reference/make_quantized_reference.py).
+/// The offset is bitsandbytes' `absmax.mean()`: torch's float32 mean on the CPU, summed in
+/// torch's order (core/torch_sum.hpp, Note [torch's float sum]), so that the offset, the codes,
+/// the absmaxes and the dequantized weights equal bitsandbytes' bit for bit wherever torch's
+/// own mean is one value: fewer than 32,768 blocks (a matrix under 2,097,152 weights) or torch on
+/// one thread (tests/reference/make_quantized_reference.py).
 ///
 /// Every buffer is a Tensor, so the allocator counts it (bytes()). Quantization reads float
 /// (a double matrix is rounded to float first); dequantize<T>() computes each value in float
@@ -38,6 +38,7 @@
 
 #include "remat/core/error.hpp"
 #include "remat/core/tensor.hpp"
+#include "remat/core/torch_sum.hpp"
 
 namespace remat {
 
@@ -385,10 +386,8 @@ class QuantizedWeight {
       return;
     }
     // Second level (bitsandbytes' quantize_blockwise of absmax - offset, blocks of 256): the
-    // mean (Note [offset rounding]), then each group's absmax and dynamic codes.
-    double sum = 0;
-    for (std::int64_t b = 0; b < blocks; ++b) sum += amax[b];
-    offset_ = Tensor<float>::full({1}, static_cast<float>(sum / double(blocks)));
+    // mean as torch takes it (Note [torch's float sum]), then each group's absmax and codes.
+    offset_ = Tensor<float>::full({1}, detail::torch_cpu_mean(amax.data(), blocks));
     const std::int64_t groups = (blocks + kNf4ScaleBlock - 1) / kNf4ScaleBlock;
     qabsmax_ = Tensor<std::uint8_t>({blocks});
     absmax2_ = Tensor<float>({groups});
