@@ -325,6 +325,41 @@ TEST_CASE("save_sharded splits at the size asked for and loads back, natively or
   }
 }
 
+TEST_CASE("save_sharded replaces a folder's weights whole and keeps its other files",
+          "[io][hf]") {
+  const std::string dir = hf_dir("save_sharded_whole");
+  const auto matrix = [](float v) { return remat::Tensor<float>::full({8, 8}, v); };  // 256 bytes
+  using Named = std::vector<remat::io::NamedTensor<float>>;
+  const auto save = [&](const Named& tensors) { remat::io::save_sharded(dir, tensors, 256); };
+  // first save: 4 shards of one tensor each, beside a file of the user's
+  save({{"a", matrix(1)}, {"b", matrix(2)}, {"c", matrix(3)}, {"d", matrix(4)}});
+  std::ofstream(dir + "/tokenizer.json") << "{}";
+  REQUIRE(hfs::exists(dir + "/model-00004-of-00004.safetensors"));
+  // a save that fails in its second shard (an undefined tensor) leaves the first save readable
+  CHECK_THROWS_AS(save({{"a", matrix(5)}, {"c", matrix(6)}, {"b", remat::Tensor<float>()}}),
+                  remat::IoError);
+  // a name twice is refused before anything is written
+  CHECK_THROWS_WITH(save({{"a", matrix(5)}, {"a", matrix(6)}}),
+                    Catch::Contains("'a' is named twice"));
+  std::vector<remat::io::NamedTensor<float>> back{{"d", remat::Tensor<float>({8, 8})}};
+  remat::io::WeightFiles::open(dir).load(back);
+  CHECK(back[0].second[0] == 4.0f);
+  // second save: 2 shards; the old third and fourth are gone, the user's file stays
+  save({{"a", matrix(7)}, {"b", matrix(8)}});
+  CHECK_FALSE(hfs::exists(dir + "/model-00003-of-00004.safetensors"));
+  CHECK_FALSE(hfs::exists(dir + "/model-00001-of-00004.safetensors"));
+  CHECK(hfs::exists(dir + "/model-00002-of-00002.safetensors"));
+  CHECK(hfs::exists(dir + "/tokenizer.json"));
+  back = {{"b", remat::Tensor<float>({8, 8})}};
+  remat::io::WeightFiles::open(dir).load(back);
+  CHECK(back[0].second[0] == 8.0f);
+  // nothing left beside the folder by the saves (the failed one included)
+  std::int64_t beside = 0;
+  for (const auto& e : hfs::directory_iterator(hfs::path(dir).parent_path()))
+    beside += e.path().filename().string().find("save_sharded_whole") != std::string::npos;
+  CHECK(beside == 1);
+}
+
 TEST_CASE(
     "a missing tensor, another shape or a dtype that does not read is an IoError naming both, "
     "nothing half-loaded",

@@ -23,6 +23,7 @@
 
 #include <sys/stat.h>
 
+#include "remat/io/folder.hpp"
 #include "remat/io/json.hpp"
 #include "remat/io/safetensors.hpp"
 
@@ -215,15 +216,22 @@ class WeightFiles {
   std::string index_;                         // the index's path, or empty for one file
 };
 
-/// Writes `tensors` as Hugging Face does for a large model: shards of at most `max_shard_bytes`
-/// of data each (a larger tensor gets a shard of its own), named
+/// Writes `tensors` into the folder `dir` being filled (by a caller's io::save_folder, with
+/// other files beside them) as Hugging Face does for a large model: shards of at most
+/// `max_shard_bytes` of data each (a larger tensor gets a shard of its own), named
 /// model-0000i-of-0000n.safetensors, and model.safetensors.index.json with the weight map and
-/// metadata.total_size; one shard is written as model.safetensors with no index. Each file is
-/// written atomically (safetensors.hpp), the index last.
+/// metadata.total_size; one shard is written as model.safetensors with no index. Names must be
+/// unique (an index maps each to one shard).
 template <class T>
-void save_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& tensors,
-                  std::size_t max_shard_bytes, const Metadata& metadata = {},
-                  StoreAs store = StoreAs::native) {
+void write_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& tensors,
+                   std::size_t max_shard_bytes, const Metadata& metadata = {},
+                   StoreAs store = StoreAs::native) {
+  std::set<std::string_view> names;
+  for (const auto& nt : tensors) {
+    if (!names.insert(nt.first).second)
+      throw IoError(remat::detail::cat("safetensors: cannot save ", dir, ": tensor '",
+                                       detail::brief(nt.first), "' is named twice"));
+  }
   const std::size_t element = store == StoreAs::bf16 ? 2 : sizeof(T);
   std::vector<std::vector<NamedTensor<T>>> shards(1);
   std::size_t in_last = 0, total = 0;
@@ -246,9 +254,20 @@ void save_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& ten
     save(dir + "/" + name, shards[i], metadata, store);
     for (const auto& [tensor, t] : shards[i]) index["weight_map"][tensor] = name;
   }
-  const std::string text = index.dump(2) + "\n";
-  const std::pair<const void*, std::size_t> chunk{text.data(), text.size()};
-  detail::write_atomically(dir + "/" + kIndexName, std::span(&chunk, 1));
+  save_text(dir + "/" + kIndexName, index.dump(2) + "\n");
+}
+
+/// Saves `tensors` as the weights of the folder `dir` (write_sharded's layout), as a whole
+/// (io::save_folder): a model saved there before stays readable, shards and index, until the new
+/// one is complete; its other files (a config, a tokenizer) are kept and its weight files
+/// replaced, so no shard of an earlier save with more shards stays behind.
+template <class T>
+void save_sharded(const std::string& dir, const std::vector<NamedTensor<T>>& tensors,
+                  std::size_t max_shard_bytes, const Metadata& metadata = {},
+                  StoreAs store = StoreAs::native) {
+  save_folder(dir, [&](const std::string& staging) {
+    write_sharded(staging, tensors, max_shard_bytes, metadata, store);
+  });
 }
 
 }  // namespace remat::io
