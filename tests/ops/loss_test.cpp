@@ -118,6 +118,100 @@ TEST_CASE("linear_cross_entropy: gradients", "[ops][loss][gradcheck]") {
             {randn({5, 3}, 7), randn({4, 3}, 8)});
 }
 
+TEST_CASE("an ignored target takes its row out of the loss, exactly", "[ops][loss]") {
+  // the loss with ignored rows equals the loss of the other rows alone, and so do their
+  // gradients, to the last bits: a row's exponentials may take Eigen's vector or scalar path
+  // depending on where the row lies in memory (each within an ulp or two of exp), so 1e-14
+  // relative; the ignored rows' gradients are exactly zero
+  Rng rng(21);
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::int64_t n = 1 + rng.uniform_int(12), c = 1 + rng.uniform_int(7);
+    const auto x = rng.normal_tensor<double>({n, c});
+    Tensor<std::int32_t> t({n});
+    std::vector<std::int64_t> kept;
+    for (std::int64_t r = 0; r < n; ++r) {
+      const bool ignored = rng.uniform_int(3) == 0;
+      t[r] = ignored ? kIgnoreTarget : static_cast<std::int32_t>(rng.uniform_int(c));
+      if (!ignored) kept.push_back(r);
+    }
+    const auto m = static_cast<std::int64_t>(kept.size());
+    Tensor<double> xk({std::max<std::int64_t>(m, 1), c});
+    Tensor<std::int32_t> tk({std::max<std::int64_t>(m, 1)});
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t k = 0; k < c; ++k) xk[i * c + k] = x[kept[std::size_t(i)] * c + k];
+      tk[i] = t[kept[std::size_t(i)]];
+    }
+    Tape a, b;
+    auto xa = a.input(x.clone(), true), xb = b.input(xk, true);
+    const Var<double> with_ignored = cross_entropy(xa, t);
+    a.backward(with_ignored);
+    INFO(n << " rows, " << m << " kept");
+    if (m == 0) {  // nothing to learn: 0, and no gradient
+      CHECK(with_ignored.item() == 0.0);
+      for (std::int64_t i = 0; i < x.numel(); ++i) CHECK(xa.grad()[i] == 0.0);
+      continue;
+    }
+    const Var<double> alone = cross_entropy(xb, tk);
+    b.backward(alone);
+    CHECK(with_ignored.item() == Approx(alone.item()).epsilon(1e-14).margin(0));
+    std::int64_t k_row = 0;
+    for (std::int64_t r = 0; r < n; ++r) {
+      const bool ignored = t[r] == kIgnoreTarget;
+      for (std::int64_t k = 0; k < c; ++k) {
+        if (ignored)
+          CHECK(xa.grad()[r * c + k] == 0.0);
+        else
+          CHECK(xa.grad()[r * c + k] == Approx(xb.grad()[k_row * c + k]).epsilon(1e-14).margin(0));
+      }
+      k_row += !ignored;
+    }
+  }
+}
+
+TEST_CASE("ignored targets: gradients, and the chunked loss agrees", "[ops][loss][gradcheck]") {
+  const auto t = Tensor<std::int32_t>::from({5}, {0, kIgnoreTarget, 3, kIgnoreTarget, 2});
+  gradcheck([t](const auto& v) { return cross_entropy(v[0], t); }, {randn({5, 4}, 11)});
+  gradcheck([t](const auto& v) { return linear_cross_entropy(v[0], v[1], t, 2); },
+            {randn({5, 3}, 12), randn({4, 3}, 13)});
+  // chunked and plain paths with a chunk wholly ignored, within the rounding bounds above
+  Rng rng(8);
+  const std::int64_t n = 12, v = 7, c = 5;
+  const auto h = rng.normal_tensor<double>({n, c});
+  const auto w = rng.normal_tensor<double>({v, c});
+  auto targets = remat::test::ids({n}, static_cast<std::int32_t>(v), 3);
+  for (std::int64_t r : {0, 1, 2, 3, 9}) targets[r] = kIgnoreTarget;
+  const RoundingBounds bound = rounding_bounds(h, w);
+  for (std::int64_t chunk : {1, 4, 12}) {
+    Tape a, b;
+    auto ha = a.input(h.clone(), true), wa = a.input(w.clone(), true);
+    auto hb = b.input(h.clone(), true), wb = b.input(w.clone(), true);
+    const Var<double> chunked = linear_cross_entropy(ha, wa, targets, chunk);
+    const Var<double> plain = cross_entropy(linear(hb, wb), targets);
+    a.backward(chunked);
+    b.backward(plain);
+    INFO("chunk " << chunk);
+    CHECK(std::abs(chunked.item() - plain.item()) <= bound.loss);
+    for (std::int64_t i = 0; i < h.numel(); ++i)
+      CHECK(std::abs(ha.grad()[i] - hb.grad()[i]) <= bound.h_grad[static_cast<std::size_t>(i % c)]);
+    for (std::int64_t i = 0; i < w.numel(); ++i)
+      CHECK(std::abs(wa.grad()[i] - wb.grad()[i]) <= bound.w_grad[static_cast<std::size_t>(i % c)]);
+    for (std::int64_t k = 0; k < 4 * c; ++k) CHECK(ha.grad()[k] == 0.0);  // rows 0-3 ignored
+  }
+  // all ignored: 0 and no gradient, chunked too
+  Tape tape;
+  auto hz = tape.input(h.clone(), true), wz = tape.input(w.clone(), true);
+  const Var<double> none = linear_cross_entropy(hz, wz, Tensor<std::int32_t>::full({n}, kIgnoreTarget), 5);
+  tape.backward(none);
+  CHECK(none.item() == 0.0);
+  for (std::int64_t i = 0; i < w.numel(); ++i) CHECK(wz.grad()[i] == 0.0);
+  // any other negative target is still an error, which names the ignored value
+  CHECK_THAT(remat::test::error_message([&] {
+               cross_entropy(Var<float>(Tensor<float>::zeros({2, 3})),
+                             Tensor<std::int32_t>::from({2}, {0, -1}));
+             }),
+             Catch::Contains("target -1 at position 1") && Catch::Contains("kIgnoreTarget (-100)"));
+}
+
 TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the plain path",
           "[ops][loss][memory]") {
   // 2 x 1024 tokens, vocabulary 32,000, width 256, in double

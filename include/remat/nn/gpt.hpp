@@ -75,8 +75,9 @@ class GPT : public Module<T> {
     return linear(hidden(ids, plan), head_weight());
   }
 
-  /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T). Chunked by default:
-  /// the (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
+  /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T), over the targets
+  /// that are not kIgnoreTarget (a loss mask: prompt tokens, padding). Chunked by default: the
+  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
   Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
               const plan::Plan* plan = nullptr, bool chunked = true) const {
     if (!(targets.shape() == ids.shape())) {

@@ -1,6 +1,9 @@
 #pragma once
 /// @file
 /// cross_entropy: mean negative log-likelihood of integer class targets under softmax(logits).
+/// A target of kIgnoreTarget (-100, PyTorch's and Hugging Face's ignore_index) takes its row out
+/// of the loss: the mean is over the other rows, and the row's gradient is zero. That is how a
+/// loss mask is given (prompt tokens, padding, a packed sequence's boundaries).
 
 #include <cmath>
 #include <vector>
@@ -11,22 +14,54 @@
 #include "remat/ops/gemm.hpp"
 
 namespace remat {
+
+/// The target that takes a row out of cross_entropy and linear_cross_entropy (see the file
+/// comment): PyTorch's default ignore_index, so targets made for transformers read the same.
+inline constexpr std::int32_t kIgnoreTarget = -100;
+
 namespace detail {
+
+/// Checks targets as check_ids does, kIgnoreTarget allowed, and returns how many rows count.
+/// With none, the loss is 0 and every gradient 0 (PyTorch's mean over no rows is NaN, which
+/// would end a run for a batch with nothing to learn).
+inline std::int64_t counted_targets(const char* op, const Tensor<std::int32_t>& targets,
+                                    std::int64_t classes) {
+  std::int64_t counted = 0;
+  for (std::int64_t p = 0; p < targets.numel(); ++p) {
+    if (targets[p] == kIgnoreTarget) continue;
+    if (targets[p] < 0 || targets[p] >= classes) {
+      throw IndexError(cat(op, ": target ", targets[p], " at position ", p,
+                           " is out of range [0, ", classes, ") and is not kIgnoreTarget (",
+                           kIgnoreTarget, ")"));
+    }
+    ++counted;
+  }
+  return counted;
+}
+
+/// Each counted row's share of the gradient `dloss` of the mean (0 when no row counts).
+template <class T>
+T per_counted_row(T dloss, std::int64_t counted) {
+  return counted > 0 ? dloss / T(counted) : T(0);
+}
 
 template <class T>
 class CrossEntropyNode final : public Node<T> {
  public:
-  explicit CrossEntropyNode(Tensor<std::int32_t> targets) : targets_(std::move(targets)) {}
+  CrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted)
+      : targets_(std::move(targets)), counted_(counted) {}
   const char* op_name() const noexcept override { return "cross_entropy"; }
 
-  // logits: (rows, c) -> scalar; saves the logits and each row's log-sum-exp.
+  // logits: (rows, c) -> scalar; saves the logits and each row's log-sum-exp (0 where the
+  // row is ignored).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& x = in[0];
     const std::int64_t c = x.shape().last(), rows = x.shape().rows();
-    Tensor<T> lse(Shape{rows});
+    Tensor<T> lse = Tensor<T>::zeros(Shape{rows});
     std::vector<double> losses(static_cast<std::size_t>(rows));
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
+        if (targets_[r] == kIgnoreTarget) continue;
         const auto xr = view(x, r * c, (r + 1) * c);
         const T m = xr.maxCoeff();
         lse[r] = m + std::log((xr - m).exp().sum());
@@ -37,19 +72,24 @@ class CrossEntropyNode final : public Node<T> {
     for (double l : losses) total += l;
     this->save(0, x);
     this->save(1, lse);
-    return Tensor<T>::scalar(static_cast<T>(total / static_cast<double>(rows)));
+    return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
+                                          : T(0));
   }
 
-  // dlogits = (softmax(logits) - onehot(target)) * dloss / rows
+  // dlogits = (softmax(logits) - onehot(target)) * dloss / counted rows; 0 on ignored rows
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& x = this->saved(0);
     const Tensor<T>& lse = this->saved(1);
     const std::int64_t c = x.shape().last(), rows = x.shape().rows();
-    const T g = gy[0] / T(rows);
+    const T g = per_counted_row(gy[0], counted_);
     Tensor<T> gx(x.shape());
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
         auto gr = view(gx, r * c, (r + 1) * c);
+        if (targets_[r] == kIgnoreTarget) {
+          gr.setZero();
+          continue;
+        }
         gr = (view(x, r * c, (r + 1) * c) - lse[r]).exp() * g;
         gr[targets_[r]] -= g;
       }
@@ -59,11 +99,13 @@ class CrossEntropyNode final : public Node<T> {
 
  private:
   Tensor<std::int32_t> targets_;
+  std::int64_t counted_;  // rows whose target is not kIgnoreTarget
 };
 
 }  // namespace detail
 
-/// Mean cross-entropy of logits (..., C) against integer targets (...) in [0, C).
+/// Mean cross-entropy of logits (..., C) against integer targets (...) in [0, C), over the rows
+/// whose target is not kIgnoreTarget (0 if there are none).
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) {
   if (!targets.defined()) throw UsageError("cross_entropy: the targets tensor is undefined");
@@ -77,8 +119,8 @@ Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) 
   }
   if (logits.shape().rows() == 0)
     throw ShapeError(detail::cat("cross_entropy: logits ", logits.shape(), " have no rows"));
-  detail::check_ids("cross_entropy", targets, logits.dim(-1), "target");
-  return detail::record_op<detail::CrossEntropyNode<T>>({&logits}, targets);
+  const std::int64_t counted = detail::counted_targets("cross_entropy", targets, logits.dim(-1));
+  return detail::record_op<detail::CrossEntropyNode<T>>({&logits}, targets, counted);
 }
 
 namespace detail {
@@ -94,16 +136,17 @@ inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_b
 template <class T>
 class LinearCrossEntropyNode final : public Node<T> {
  public:
-  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t chunk)
-      : targets_(std::move(targets)), chunk_(chunk) {}
+  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted, std::int64_t chunk)
+      : targets_(std::move(targets)), counted_(counted), chunk_(chunk) {}
   const char* op_name() const noexcept override { return "linear_cross_entropy"; }
 
-  // h: (N, C), W: (V, C) -> mean over rows of lse(h W^T) - (h W^T)[target]; saves h, W and lse.
+  // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target]; saves h, W
+  // and lse (0 where the row is ignored).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& h = in[0];
     const Tensor<T>& w = in[1];
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
-    Tensor<T> lse(Shape{n});
+    Tensor<T> lse = Tensor<T>::zeros(Shape{n});
     Tensor<T> logits(Shape{std::min(chunk_, n), v});
     std::vector<double> losses(static_cast<std::size_t>(n));
     for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
@@ -112,6 +155,7 @@ class LinearCrossEntropyNode final : public Node<T> {
               v);
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
+          if (targets_[r0 + r] == kIgnoreTarget) continue;
           const auto row = view(logits, r * v, (r + 1) * v);
           const T m = row.maxCoeff();
           lse[r0 + r] = m + std::log((row - m).exp().sum());
@@ -125,16 +169,18 @@ class LinearCrossEntropyNode final : public Node<T> {
     this->save(0, h);
     this->save(1, w);
     this->save(2, lse);
-    return Tensor<T>::scalar(static_cast<T>(total / static_cast<double>(n)));
+    return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
+                                          : T(0));
   }
 
-  // per chunk: dlogits = (softmax - onehot) dloss / N; dh = dlogits W; dW += dlogits^T h
+  // per chunk: dlogits = (softmax - onehot) dloss / counted rows (0 on ignored rows);
+  // dh = dlogits W; dW += dlogits^T h
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& h = this->saved(0);
     const Tensor<T>& w = this->saved(1);
     const Tensor<T>& lse = this->saved(2);
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
-    const T g = gy[0] / T(n);
+    const T g = per_counted_row(gy[0], counted_);
     const auto gh = grads.target(0, h.shape());
     const auto gw = grads.target(1, w.shape());
     Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
@@ -145,6 +191,10 @@ class LinearCrossEntropyNode final : public Node<T> {
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
           auto row = view(dlogits, r * v, (r + 1) * v);
+          if (targets_[r0 + r] == kIgnoreTarget) {
+            row.setZero();
+            continue;
+          }
           row = (row - lse[r0 + r]).exp() * g;
           row[targets_[r0 + r]] -= g;
         }
@@ -163,6 +213,7 @@ class LinearCrossEntropyNode final : public Node<T> {
 
  private:
   Tensor<std::int32_t> targets_;
+  std::int64_t counted_;  // rows whose target is not kIgnoreTarget
   std::int64_t chunk_;
 };
 
@@ -171,7 +222,8 @@ class LinearCrossEntropyNode final : public Node<T> {
 /// cross_entropy(linear(h, weight), targets) without ever holding the (rows x vocabulary) logits
 /// or their gradient: rows go through in chunks of `chunk_rows` (default: as many as fit in
 /// 8 MiB of logits), and backward recomputes each chunk's logits. h is (..., C), weight
-/// (V, C), targets (...) in [0, V). Costs one more GEMM of the logits' size than the plain path.
+/// (V, C), targets (...) in [0, V) or kIgnoreTarget. Costs one more GEMM of the logits' size
+/// than the plain path.
 template <class T>
 Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>& weight,
                             const Tensor<std::int32_t>& targets, std::int64_t chunk_rows = 0) {
@@ -187,10 +239,10 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   if (chunk_rows < 0)
     throw UsageError(
         detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
-  detail::check_ids("linear_cross_entropy", targets, sw[0], "target");
+  const std::int64_t counted = detail::counted_targets("linear_cross_entropy", targets, sw[0]);
   const std::int64_t chunk =
       chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
-  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets,
+  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, counted,
                                                               std::min(chunk, sh.rows()));
 }
 
