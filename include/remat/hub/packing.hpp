@@ -7,6 +7,9 @@
 /// -1 on padding) so that an attention can refuse every pair of positions in different
 /// segments.
 ///
+/// model_inputs() turns a padded batch into a model's ids and loss targets; a packed one is
+/// refused there until the attention ops take positions and segments (below).
+///
 /// What the model side needs for a packed batch to equal the examples run one by one: rotary
 /// (or learned) position embeddings read from `positions` instead of the column index; causal
 /// attention masked to `segment[i] == segment[j]` (a block-diagonal causal mask), and padded
@@ -19,7 +22,9 @@
 #include <vector>
 
 #include "remat/core/error.hpp"
+#include "remat/core/tensor.hpp"
 #include "remat/hub/chat_tokens.hpp"
+#include "remat/ops/loss.hpp"
 
 namespace remat::hub {
 
@@ -81,6 +86,29 @@ inline TokenBatch lay_out(const std::vector<TokenizedExample>& examples, std::si
     }
   }
   return b;
+}
+
+/// A model's inputs for `b`: the (rows, columns) ids and loss targets of Llama::loss or
+/// GPT::loss, each target kIgnoreTarget (ops/loss.hpp) where the loss is not on it (prompt tokens
+/// under TrainOn::assistant, padding). For padded rows this is exact: an example holds its row's
+/// first columns, so its positions are the column indices, and causal attention never looks
+/// from it at the padding after it; the loss is the mean over the batch's counted targets. A
+/// packed row (two examples or more) is a UsageError: its attention must not cross examples and
+/// its positions restart, which remat's attention ops do not take yet.
+inline std::pair<Tensor<std::int32_t>, Tensor<std::int32_t>> model_inputs(const TokenBatch& b) {
+  const Shape shape{static_cast<std::int64_t>(b.rows), static_cast<std::int64_t>(b.columns)};
+  Tensor<std::int32_t> ids(shape), targets(shape);
+  for (std::size_t at = 0; at < b.ids.size(); ++at) {
+    if (b.segment[at] > 0) {
+      throw UsageError(remat::detail::cat(
+          "hub::model_inputs: row ", at / b.columns, " packs several examples; packed rows need ",
+          "per-example positions and attention, which remat's attention does not take yet: lay ",
+          "the batch out with Layout::pad"));
+    }
+    ids[static_cast<std::int64_t>(at)] = b.ids[at];
+    targets[static_cast<std::int64_t>(at)] = b.loss[at] ? b.targets[at] : kIgnoreTarget;
+  }
+  return {std::move(ids), std::move(targets)};
 }
 
 }  // namespace remat::hub

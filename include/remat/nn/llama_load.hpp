@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/core/memory.hpp"
 #include "remat/io/weight_files.hpp"
 #include "remat/nn/llama.hpp"
 #include "remat/nn/llama_config.hpp"
@@ -178,6 +179,8 @@ Llama<T> load_llama(const std::string& dir, const LoadOptions& options = {}) {
   for (const auto& [name, p] : model.named_parameters()) used.insert(name);
   remat::detail::refuse_unused_tensors(used, files, config);
   load_weights(model, files);
+  // each projection's float matrix was freed once quantized: back to the system, not cached
+  if (options.projections != WeightStorage::f32) memory::release_cache();
   return model;
 }
 
