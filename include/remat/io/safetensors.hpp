@@ -572,7 +572,7 @@ class Bytes {
   /// has shrunk since it was opened, or on a read error.
   void read(std::size_t at, std::size_t n, char* to) const {
     if (!fd_.valid()) {
-      std::memcpy(to, buffer_.data() + at, n);
+      if (n > 0) std::memcpy(to, buffer_.data() + at, n);  // a 0-element tensor has no buffer
       return;
     }
     while (n > 0) {
