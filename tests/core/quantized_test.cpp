@@ -147,7 +147,8 @@ TEST_CASE("float sums and means come out as torch's CPU kernel adds them",
   std::int64_t differs_from_exact = 0;
   for (const nlohmann::json& c : ref.at("torch_sums")) {
     const std::int64_t n = c.at("n").get<std::int64_t>();
-    const auto x = generated_values(n, c.at("salt").get<std::uint64_t>(), c.at("scale").get<double>());
+    const auto x =
+        generated_values(n, c.at("salt").get<std::uint64_t>(), c.at("scale").get<double>());
     INFO("n = " << n);
     CHECK(remat::detail::torch_cpu_sum(x.data(), n) == c.at("sum").get<float>());
     double exact = 0;
@@ -164,9 +165,11 @@ TEST_CASE("the double-quantization offset is bitsandbytes' absmax.mean(), bit fo
   const nlohmann::json& ref = remat::test::reference("quantized.json");
   std::int64_t exact_mean_differs = 0;
   for (const nlohmann::json& c : ref.at("offset_cases")) {
-    const std::int64_t rows = c.at("rows").get<std::int64_t>(), cols = c.at("cols").get<std::int64_t>();
+    const std::int64_t rows = c.at("rows").get<std::int64_t>(),
+                       cols = c.at("cols").get<std::int64_t>();
     const double scale = c.at("scale").get<double>();
-    std::vector<float> values = generated_values(rows * cols, c.at("salt").get<std::uint64_t>(), scale);
+    std::vector<float> values =
+        generated_values(rows * cols, c.at("salt").get<std::uint64_t>(), scale);
     for (float& v : values) v -= static_cast<float>(scale / 2);
     Tensor<float> w({rows, cols});
     std::copy(values.begin(), values.end(), w.data());
@@ -177,7 +180,8 @@ TEST_CASE("the double-quantization offset is bitsandbytes' absmax.mean(), bit fo
     std::vector<float> absmax;
     for (std::int64_t e0 = 0; e0 < rows * cols; e0 += 64) {
       float a = 0;
-      for (std::int64_t e = e0; e < std::min(rows * cols, e0 + 64); ++e) a = std::max(a, std::fabs(w[e]));
+      for (std::int64_t e = e0; e < std::min(rows * cols, e0 + 64); ++e)
+        a = std::max(a, std::fabs(w[e]));
       absmax.push_back(a);
     }
     exact_mean_differs += correctly_rounded_mean(absmax) != c.at("offset").get<float>();

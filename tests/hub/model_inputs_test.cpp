@@ -32,16 +32,14 @@ double loss_and_grads(const remat::nn::Llama<double>& model, const Tensor<std::i
 
 TEST_CASE("A padded batch with loss masks trains as its examples one by one, in double",
           "[hub][chat][exact]") {
-  remat::nn::LlamaConfig config;
-  config.vocab_size = 31;
-  config.hidden_size = 16;
-  config.intermediate_size = 24;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
-  config.initializer_range = 0.3;
-  const remat::nn::Llama<double> model(config);
+  const remat::nn::Llama<double> model({.vocab_size = 31,
+                                        .hidden_size = 16,
+                                        .intermediate_size = 24,
+                                        .num_hidden_layers = 2,
+                                        .num_attention_heads = 4,
+                                        .num_key_value_heads = 2,
+                                        .max_position_embeddings = 64,
+                                        .initializer_range = 0.3});
   std::mt19937 rng(11);
   for (int trial = 0; trial < 4; ++trial) {
     // 5 examples of 2 to 12 tokens, random masks with at least one target counted
@@ -96,9 +94,9 @@ TEST_CASE("A padded batch with loss masks trains as its examples one by one, in 
 TEST_CASE("model_inputs refuses packed rows, naming the row", "[hub][chat][errors]") {
   std::vector<TokenizedExample> examples(2);
   for (auto& e : examples) e = {{1, 2, 3}, {0, 0, 1}};
-  CHECK_THROWS_WITH(remat::hub::model_inputs(remat::hub::lay_out(examples, 8, Layout::pack, 0)),
-                    Catch::Contains("row 0 packs several examples") &&
-                        Catch::Contains("Layout::pad"));
+  CHECK_THROWS_WITH(
+      remat::hub::model_inputs(remat::hub::lay_out(examples, 8, Layout::pack, 0)),
+      Catch::Contains("row 0 packs several examples") && Catch::Contains("Layout::pad"));
   const auto [ids, targets] =
       remat::hub::model_inputs(remat::hub::lay_out(examples, 8, Layout::pad, 0));
   CHECK(ids.shape() == remat::Shape{2, 8});

@@ -325,8 +325,7 @@ TEST_CASE("save_sharded splits at the size asked for and loads back, natively or
   }
 }
 
-TEST_CASE("save_sharded replaces a folder's weights whole and keeps its other files",
-          "[io][hf]") {
+TEST_CASE("save_sharded replaces a folder's weights whole and keeps its other files", "[io][hf]") {
   const std::string dir = hf_dir("save_sharded_whole");
   const auto matrix = [](float v) { return remat::Tensor<float>::full({8, 8}, v); };  // 256 bytes
   using Named = std::vector<remat::io::NamedTensor<float>>;

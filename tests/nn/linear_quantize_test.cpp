@@ -61,14 +61,12 @@ TEST_CASE("Linear::quantize(f32) only freezes; a double Linear quantizes too", "
 TEST_CASE("quantize_blocks gives the freed float weights back to the system, not the cache",
           "[nn][quantized][memory]") {
   if (remat::detail::BlockCache::kDefaultLimit == 0) return;  // sanitized: nothing is cached
-  remat::nn::LlamaConfig config;
-  config.vocab_size = 64;
-  config.hidden_size = 64;
-  config.intermediate_size = 128;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  remat::nn::Llama<float> model(config);
+  remat::nn::Llama<float> model({.vocab_size = 64,
+                                 .hidden_size = 64,
+                                 .intermediate_size = 128,
+                                 .num_hidden_layers = 2,
+                                 .num_attention_heads = 4,
+                                 .num_key_value_heads = 2});
   remat::memory::release_cache();
   { const Tensor<float> freed({1024}); }  // a freed buffer is cached, as in a training loop
   REQUIRE(remat::memory::cached_bytes() > 0);

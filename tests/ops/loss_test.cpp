@@ -200,7 +200,8 @@ TEST_CASE("ignored targets: gradients, and the chunked loss agrees", "[ops][loss
   // all ignored: 0 and no gradient, chunked too
   Tape tape;
   auto hz = tape.input(h.clone(), true), wz = tape.input(w.clone(), true);
-  const Var<double> none = linear_cross_entropy(hz, wz, Tensor<std::int32_t>::full({n}, kIgnoreTarget), 5);
+  const Var<double> none =
+      linear_cross_entropy(hz, wz, Tensor<std::int32_t>::full({n}, kIgnoreTarget), 5);
   tape.backward(none);
   CHECK(none.item() == 0.0);
   for (std::int64_t i = 0; i < w.numel(); ++i) CHECK(wz.grad()[i] == 0.0);

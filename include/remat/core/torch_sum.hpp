@@ -16,7 +16,8 @@
 /// grain size), or `torch.set_num_threads(1)`. Past that, torch splits the array among its
 /// threads and adds their partial sums, so its own last bit depends on the thread count (and on
 /// a machine where torch dispatches 16-float AVX-512 kernels, on the vector width): no single
-/// value is torch's there. Checked against torch 1.13 (tests/reference/make_quantized_reference.py).
+/// value is torch's there. Checked against torch 1.13
+/// (tests/reference/make_quantized_reference.py).
 
 #include <algorithm>
 #include <array>
@@ -45,7 +46,8 @@ V torch_row_sum(std::int64_t size, Load load) {
   const std::int64_t step = std::int64_t{1} << power, mask = step - 1;
   std::array<std::array<V, kInterleave>, kLevels> acc{};
   const auto add_row = [&](std::int64_t row) {
-    for (std::int64_t k = 0; k < kInterleave; ++k) torch_add(acc[0][k], load(row * kInterleave + k));
+    for (std::int64_t k = 0; k < kInterleave; ++k)
+      torch_add(acc[0][k], load(row * kInterleave + k));
   };
   std::int64_t row = 0;
   while (row + step <= rows) {

@@ -30,9 +30,8 @@ inline std::int64_t counted_targets(const char* op, const Tensor<std::int32_t>& 
   for (std::int64_t p = 0; p < targets.numel(); ++p) {
     if (targets[p] == kIgnoreTarget) continue;
     if (targets[p] < 0 || targets[p] >= classes) {
-      throw IndexError(cat(op, ": target ", targets[p], " at position ", p,
-                           " is out of range [0, ", classes, ") and is not kIgnoreTarget (",
-                           kIgnoreTarget, ")"));
+      throw IndexError(cat(op, ": target ", targets[p], " at position ", p, " is out of range [0, ",
+                           classes, ") and is not kIgnoreTarget (", kIgnoreTarget, ")"));
     }
     ++counted;
   }
