@@ -2,6 +2,7 @@
 // What the character-level examples (train_gpt, train_llama, finetune) share: a text read as
 // token ids over its characters, random batches of windows with next-token targets, fixed
 // validation batches and their mean loss, the checkpoint plan named by --checkpoint, sampling.
+#include <remat/io/json.hpp>
 #include <remat/remat.hpp>
 
 #include <algorithm>
@@ -17,6 +18,26 @@
 #include "flags.hpp"
 
 namespace corpus {
+
+/// The vocabulary train_llama --save-hf lists in `dir`/remat_eval.json: each character as its
+/// byte value (written from a char, so -128 to 255). Read as every JSON file is
+/// (io::read_json_file: a regular file, no repeated key); an IoError naming the file and the
+/// entry that is not a byte.
+inline std::string read_saved_vocab(const std::string& dir, const char* program) {
+  const std::string path = dir + "/remat_eval.json";
+  const nlohmann::json eval = remat::io::read_json_file(path, program);
+  if (!eval.is_object() || !eval.contains("vocab") || !eval.at("vocab").is_array())
+    throw remat::IoError(remat::detail::cat(program, ": ", path, " has no 'vocab' list"));
+  std::string vocab;
+  for (const nlohmann::json& ch : eval.at("vocab")) {
+    if (!ch.is_number_integer() || ch.get<std::int64_t>() < -128 || ch.get<std::int64_t>() > 255) {
+      throw remat::IoError(remat::detail::cat(program, ": ", path, ": vocab entry ", vocab.size(),
+                                              " is ", ch.dump(), ", not a character's byte value"));
+    }
+    vocab.push_back(static_cast<char>(ch.get<int>()));
+  }
+  return vocab;
+}
 
 /// The text as token ids over a vocabulary of characters: its own sorted set of characters, or
 /// a given one (a resumed or fine-tuned model's), which must then hold every character of the

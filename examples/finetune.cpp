@@ -215,21 +215,7 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
 /// A train_llama --save-hf folder: the model, and the vocabulary its remat_eval.json lists.
 remat::nn::Llama<float> load_llama(const std::string& dir, std::string& vocab) {
   const std::string eval_path = dir + "/remat_eval.json";
-  std::ifstream in(eval_path);
-  if (!in)
-    throw remat::IoError(remat::detail::cat(kProgram, ": cannot read ", eval_path,
-                                            " (the vocabulary train_llama --save-hf writes)"));
-  nlohmann::json eval;
-  try {
-    eval = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw remat::IoError(
-        remat::detail::cat(kProgram, ": ", eval_path, " is not valid JSON (", e.what(), ")"));
-  }
-  if (!eval.contains("vocab") || !eval["vocab"].is_array())
-    throw remat::IoError(remat::detail::cat(kProgram, ": ", eval_path, " has no 'vocab' list"));
-  vocab.clear();
-  for (const auto& ch : eval["vocab"]) vocab.push_back(static_cast<char>(ch.get<int>()));
+  vocab = corpus::read_saved_vocab(dir, kProgram);
   remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
   if (model.config().vocab_size != static_cast<std::int64_t>(vocab.size())) {
     throw remat::IoError(remat::detail::cat(kProgram, ": ", dir, "/config.json has vocab_size ",

@@ -146,20 +146,10 @@ remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus
                                             model.config().vocab_size, " but the corpus has ",
                                             corpus.vocab.size(), " characters"));
   }
-  std::ifstream in(dir + "/remat_eval.json");
-  if (in) {
-    nlohmann::json eval;
-    try {
-      eval = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw remat::IoError(remat::detail::cat(
-          "train_llama: ", dir, "/remat_eval.json is not valid JSON (", e.what(), ")"));
-    }
-    const std::vector<int> vocab(corpus.vocab.begin(), corpus.vocab.end());
-    if (!eval.contains("vocab") || eval["vocab"] != nlohmann::json(vocab)) {
-      throw remat::IoError(remat::detail::cat("train_llama: the vocabulary in ", dir,
-                                              "/remat_eval.json is not this corpus' vocabulary"));
-    }
+  if (std::filesystem::exists(dir + "/remat_eval.json") &&
+      corpus::read_saved_vocab(dir, "train_llama") != corpus.vocab) {
+    throw remat::IoError(remat::detail::cat("train_llama: the vocabulary in ", dir,
+                                            "/remat_eval.json is not this corpus' vocabulary"));
   }
   return model;
 }

@@ -67,4 +67,13 @@ if "$finetune" --base llama --context 64 "${run[@]}" > out.txt 2>&1; then echo "
 grep -q "context 64 must be in \[2, 32\]" out.txt || { cat out.txt; exit 1; }
 if "$finetune" --base gpt.safetensors --checkpoint sometimes "${run[@]}" > out.txt 2>&1; then echo "bad --checkpoint accepted"; exit 1; fi
 grep -q "checkpoint must be" out.txt || { cat out.txt; exit 1; }
+# a remat_eval.json whose vocabulary is not bytes, or has a key twice: named, not read on
+cp -r llama bad_vocab
+sed -i 's/"vocab":\[/"vocab":[300,/' bad_vocab/remat_eval.json
+if "$finetune" --base bad_vocab "${run[@]}" > out.txt 2>&1; then echo "vocab entry 300 accepted"; exit 1; fi
+grep -q "bad_vocab/remat_eval.json: vocab entry 0 is 300" out.txt || { cat out.txt; exit 1; }
+cp -r llama twice
+sed -i 's/"vocab":\[/"vocab":[],"vocab":[/' twice/remat_eval.json
+if "$finetune" --base twice "${run[@]}" > out.txt 2>&1; then echo "a repeated key accepted"; exit 1; fi
+grep -q "twice/remat_eval.json" out.txt && grep -qi "vocab" out.txt || { cat out.txt; exit 1; }
 echo "finetune: split counted as estimated, losses equal across plans, adapters saved"
