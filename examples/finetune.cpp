@@ -1,25 +1,41 @@
-// Fine-tunes a model saved by train_llama (--save-hf DIR) or train_gpt (--save FILE) on a second
-// text with LoRA adapters over a frozen, quantized base, under a checkpoint plan, and prints
-// where the memory went: each part counted by the library's allocator next to
-// nn::estimate_memory's figure for it.
+// Fine-tunes a Hugging Face model folder on conversations or text, or a model saved by
+// train_llama (--save-hf DIR) or train_gpt (--save FILE) on a second text, with LoRA adapters
+// over a frozen, quantized base, under a checkpoint plan, and prints where the memory went: each
+// part counted by the library's allocator next to nn::estimate_memory's figure for it.
 //
 //   finetune --base DIR|FILE [--data PATH] [--storage nf4|bf16|int8|f32] [--no-double-quant]
 //            [--rank R] [--alpha A] [--lora-dropout P] [--targets a,b,...] [--context T]
+//            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
+//            [--skip-bad] [--prompt TEXT]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
 //            [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
-//            [--save-adapters DIR] [--full] [--sample N] [--json] [--trace FILE.json]   (--help)
+//            [--save-adapters DIR] [--save-every N] [--full] [--sample N] [--json]
+//            [--trace FILE.json]   (--help)
 //
-// --base is a folder (a Hugging Face Llama folder as train_llama --save-hf writes it, with its
-// remat_eval.json vocabulary) or a file (train_gpt --save's weights and metadata). The blocks'
-// linear weights are frozen in --storage (NF4 with double quantization by default; f32 only
-// freezes them); embeddings, norms and the head stay float and frozen; LoRA adapters of rank
-// --rank on --targets (default: every linear of a block) are the only parameters trained, with
-// AdamW, no weight decay. --full instead trains every parameter in float without checkpointing
-// (AdamW, decay 0.1 except biases, norms and embeddings): the baseline the LoRA run is compared
-// with, at the same batch.
+// --base is one of:
+//  - a Hugging Face folder (config.json, safetensors, tokenizer.json, tokenizer_config.json)
+//    of a Llama, Mistral, Qwen2 or Qwen3 model. --data is a .jsonl file of conversations
+//    ({"messages": [{"role": ..., "content": ...}]} a line), rendered with the folder's chat
+//    template, the loss on the assistant's tokens (--train-on all: on every token), or a .txt
+//    file of documents separated by blank lines, the loss on every token. An example longer
+//    than --max-tokens (default: 1024, or the model's context if shorter) loses its oldest
+//    exchanges, its system message kept (--truncate oldest), or is left out (exclude); a text
+//    document is cut into windows. Every tenth example is kept for validation. A batch holds
+//    --batch examples, one a row, padded to the longest. --prompt samples an answer before and
+//    after training (--sample tokens, 48 by default).
+//  - a train_llama --save-hf folder (with its remat_eval.json vocabulary) or a train_gpt --save
+//    file, fine-tuned on a text in the base corpus' characters (default
+//    examples/data/finetune.txt, original text shipped with remat; its last tenth for
+//    validation) in windows of --context characters; --sample N prints N characters at the end.
+// The blocks' linear weights are frozen in --storage (NF4 with double quantization by default;
+// f32 only freezes them); embeddings, norms and the head stay float and frozen; LoRA adapters
+// of rank --rank on --targets (default: every linear of a block) are the only parameters
+// trained, with AdamW, no weight decay. --full instead trains every parameter in float without
+// checkpointing (AdamW, decay 0.1 except biases, norms and embeddings): the baseline the LoRA
+// run is compared with, at the same batch.
 //
-// Without --data it fine-tunes on examples/data/finetune.txt (original text shipped with remat,
-// written in the base corpus' characters). Memory, in the table and the JSON:
+// The loss of a step is the mean over the targets it counts (micro-batches weighted by their
+// counted targets). Memory, in the table and the JSON:
 //   weights      the base model as stored (counted: live bytes after loading and quantizing)
 //   adapters     LoRA's A and B (live bytes lora::apply added)
 //   gradients    the trainable parameters' gradient buffers
@@ -28,9 +44,12 @@
 //                (counted on the step's final hidden states)
 //   activations  the rest of a step's peak: what the blocks keep, the token ids
 //   total        the counted peak of a whole training step (a step after the first)
-// With --json the last line is one JSON object: first_val_loss, final_val_loss, seconds, and
+// The estimate is printed before the first step for the largest batch the data can make, and
+// beside the count at the end for the shape of the step that reached the peak. With --json the
+// last line is one JSON object: first_val_loss, final_val_loss, seconds, tokens_per_second, and
 // counted_mb / estimated_mb objects with those keys (MiB).
 #include <remat/nn/estimate.hpp>
+#include <remat/nn/generate.hpp>
 #include <remat/nn/llama_load.hpp>
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
@@ -45,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_data.hpp"
 #include "corpus.hpp"
 #include "flags.hpp"
 
@@ -54,7 +74,6 @@
 
 namespace {
 
-using corpus::Corpus;
 constexpr const char* kProgram = "finetune";
 
 struct Options {
@@ -71,20 +90,32 @@ struct Options {
   std::string checkpoint = "every";
   std::int64_t eval_every = 20, eval_batches = 4, sample = 0;
   std::string save_adapters, trace;
+  std::int64_t save_every = 0;
   bool full = false, json = false;
+  // a Hugging Face folder's data
+  std::int64_t max_tokens = 0;
+  std::string truncate = "oldest", train_on = "assistant", prompt;
+  bool skip_bad = false;
+  std::vector<std::string> hub_flags_given;  // flags only a Hugging Face folder takes
+  bool context_given = false;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
   CLI::App app(
-      "Fine-tunes a model saved by train_llama or train_gpt with LoRA over a frozen quantized "
-      "base, and prints where\n"
-      "the memory went, counted next to the estimate.");
+      "Fine-tunes a Hugging Face folder on conversations or text, or a model saved by "
+      "train_llama or train_gpt on a\n"
+      "second text, with LoRA over a frozen quantized base, and prints where the memory went, "
+      "counted next to the\n"
+      "estimate.");
   // checked after parsing rather than ->required(), so that an unknown flag is what gets reported
   app.add_option("--base", o.base,
-                 "train_llama --save-hf folder, or train_gpt --save file (required)")
+                 "Hugging Face folder (config.json, safetensors, tokenizer.json), train_llama "
+                 "--save-hf folder, or train_gpt --save file (required)")
       ->check(flags::input_file_or_dir);
-  app.add_option("--data", o.data, "text to fine-tune on (the last tenth is for validation)")
+  app.add_option("--data", o.data,
+                 "conversations (.jsonl) or text (.txt) for a Hugging Face folder; text in the "
+                 "base's characters otherwise")
       ->check(flags::input_file)
       ->capture_default_str();
   app.add_option("--storage", o.storage,
@@ -102,7 +133,8 @@ Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--targets", o.targets,
                  "comma-separated linear names to adapt (default: every linear of a block)");
-  app.add_option("--context", o.context, "tokens per sequence (0: the base model's context)")
+  app.add_option("--context", o.context,
+                 "characters per window of a train_llama/train_gpt model's text (0: its context)")
       ->check(flags::non_negative)
       ->capture_default_str();
   app.add_option("--batch", o.batch, "sequences per micro-batch")
@@ -135,9 +167,32 @@ Options parse(int argc, char** argv) {
   app.add_option("--save-adapters", o.save_adapters,
                  "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)")
       ->check(flags::output_dir);
+  app.add_option("--save-every", o.save_every,
+                 "also save the adapters to --save-adapters every N steps (0: at the end only)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  const std::pair<CLI::Option*, const char*> hub_only[] = {
+      {app.add_option("--max-tokens", o.max_tokens,
+                      "longest example in tokens (0: 1024, or the model's context if shorter)")
+           ->check(flags::non_negative),
+       "--max-tokens"},
+      {app.add_option("--truncate", o.truncate,
+                      "an example above --max-tokens: drop its oldest exchanges, or exclude it")
+           ->check(CLI::IsMember({"oldest", "exclude"})),
+       "--truncate"},
+      {app.add_option("--train-on", o.train_on,
+                      "the tokens the loss is on: the assistant's, or all of a conversation's")
+           ->check(CLI::IsMember({"assistant", "all"})),
+       "--train-on"},
+      {app.add_flag("--skip-bad", o.skip_bad, "skip and count malformed JSONL lines"),
+       "--skip-bad"},
+      {app.add_option("--prompt", o.prompt,
+                      "a user message to answer before and after training (--sample tokens)"),
+       "--prompt"}};
   app.add_flag("--full", o.full,
                "full fine-tuning in float without checkpointing instead (the baseline)");
-  app.add_option("--sample", o.sample, "characters to generate at the end")
+  app.add_option("--sample", o.sample,
+                 "characters to generate at the end; with --prompt, tokens (0: 48)")
       ->check(flags::non_negative)
       ->capture_default_str();
   app.add_flag("--json", o.json,
@@ -146,10 +201,16 @@ Options parse(int argc, char** argv) {
                  "write a memory timeline (Chrome trace JSON) of the second step")
       ->check(flags::output_file);
   flags::parse(app, argc, argv);
+  for (const auto& [option, name] : hub_only) {
+    if (option->count() > 0) o.hub_flags_given.push_back(name);
+  }
+  o.context_given = app.count("--context") > 0;
+  if (o.save_every > 0 && o.save_adapters.empty())
+    throw remat::UsageError("finetune: --save-every needs --save-adapters DIR");
   if (o.base.empty()) {
     std::fprintf(stderr,
-                 "finetune: --base is required (a train_llama --save-hf folder or a train_gpt "
-                 "--save file); see --help\n");
+                 "finetune: --base is required (a Hugging Face folder, a train_llama --save-hf "
+                 "folder or a train_gpt --save file); see --help\n");
     std::exit(2);
   }
   if (o.full) o.checkpoint = "none";
@@ -212,11 +273,19 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
   return gpt;
 }
 
-/// A train_llama --save-hf folder: the model, and the vocabulary its remat_eval.json lists.
-remat::nn::Llama<float> load_llama(const std::string& dir, std::string& vocab) {
+/// How the blocks' linears are stored for this run: --full trains them in float.
+remat::nn::LoadOptions load_options(const Options& o) {
+  return {.projections = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
+          .double_quant = !o.no_double_quant};
+}
+
+/// A train_llama --save-hf folder: the model, its linears read into --storage, and the
+/// vocabulary its remat_eval.json lists.
+remat::nn::Llama<float> load_char_llama(const std::string& dir, const Options& o,
+                                        std::string& vocab) {
   const std::string eval_path = dir + "/remat_eval.json";
   vocab = corpus::read_saved_vocab(dir, kProgram);
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
+  remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir, load_options(o));
   if (model.config().vocab_size != static_cast<std::int64_t>(vocab.size())) {
     throw remat::IoError(remat::detail::cat(kProgram, ": ", dir, "/config.json has vocab_size ",
                                             model.config().vocab_size, " but ", eval_path,
@@ -242,23 +311,140 @@ std::vector<std::string> linears_of(const remat::nn::Llama<float>&) {
 const remat::nn::GPTConfig& config_of(const remat::nn::GPT<float>& m) { return m.config(); }
 const remat::nn::LlamaConfig& config_of(const remat::nn::Llama<float>& m) { return m.config(); }
 
+/// A text in the base model's characters, in windows of --context characters at random
+/// offsets: every batch has the same shape and counts every target.
+class CharSource {
+ public:
+  CharSource(corpus::Corpus c, const Options& o)
+      : corpus_(std::move(c)),
+        rows_(o.batch),
+        columns_(o.context),
+        seed_(o.seed),
+        data_rng_(o.seed * 7919 + 1) {}
+
+  std::string describe() const {
+    return remat::detail::cat(corpus_.train.size() + corpus_.val.size(), " characters of text");
+  }
+  std::int64_t rows() const { return rows_; }
+  /// The most columns a batch has (every batch has them here).
+  std::int64_t max_columns() const { return columns_; }
+  chat::Batch next() { return window_batch(corpus_.train, data_rng_); }
+  /// A batch to profile plans on.
+  chat::Batch largest() {
+    remat::Rng plan_rng(seed_);
+    return window_batch(corpus_.train, plan_rng);
+  }
+  std::vector<chat::Batch> validation(std::int64_t count) const {
+    remat::Rng val_rng(seed_ * 104729 + 3);
+    std::vector<chat::Batch> val;
+    for (std::int64_t i = 0; i < count; ++i) val.push_back(window_batch(corpus_.val, val_rng));
+    return val;
+  }
+  /// `count` characters after the validation text's first 16 (none when count is 0), sampled.
+  template <class Model>
+  std::string sample(const Model& model, std::int64_t count) const {
+    if (count == 0) return {};
+    remat::Rng sample_rng(seed_ + 99);
+    const std::vector<std::int32_t> prompt(corpus_.val.begin(), corpus_.val.begin() + 16);
+    std::string text;
+    for (std::int32_t id : prompt) text.push_back(corpus_.vocab[id]);
+    return text + corpus::generate(model, corpus_, prompt, count, context_of(model),
+                                   vocab_of(model), sample_rng);
+  }
+  bool samples_before() const { return false; }
+
+ private:
+  chat::Batch window_batch(const std::vector<std::int32_t>& ids, remat::Rng& rng) const {
+    chat::Batch b;
+    corpus::fill_batch(ids, rows_, columns_, rng, b.ids, b.targets, kProgram);
+    b.counted = b.tokens = rows_ * columns_;
+    return b;
+  }
+  corpus::Corpus corpus_;
+  std::int64_t rows_, columns_;
+  std::uint64_t seed_;
+  remat::Rng data_rng_;
+};
+
+/// A Hugging Face folder's data: examples made of conversations or documents, --batch a step
+/// in a new order each epoch, padded to the longest of the batch.
+class HubSource {
+ public:
+  HubSource(const remat::hub::Tokenizer& tok, chat::Data data, const Options& o)
+      : tok_(tok),
+        data_(std::move(data)),
+        rows_(static_cast<std::size_t>(o.batch)),
+        sampler_(data_.train.size(), o.seed * 7919 + 1),
+        prompt_(o.prompt),
+        sample_tokens_(o.sample > 0 ? o.sample : 48) {
+    if (rows_ > data_.train.size()) {
+      throw remat::UsageError(remat::detail::cat(kProgram, ": --batch ", o.batch,
+                                                 " is more than the ", data_.train.size(),
+                                                 " training examples of ", o.data));
+    }
+  }
+
+  std::string describe() const {
+    return remat::detail::cat(data_.train.size(), " training and ", data_.val.size(),
+                              " validation examples (", data_.report, ")");
+  }
+  std::int64_t rows() const { return static_cast<std::int64_t>(rows_); }
+  std::int64_t max_columns() const { return static_cast<std::int64_t>(data_.longest) - 1; }
+  chat::Batch next() { return chat::make_batch(data_.train, sampler_.next(rows_), data_.pad); }
+  /// The longest training examples: the batch that needs the most memory.
+  chat::Batch largest() const {
+    std::vector<std::size_t> order(data_.train.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return data_.train[a].ids.size() > data_.train[b].ids.size();
+    });
+    return chat::make_batch(data_.train, std::span(order).first(rows_), data_.pad);
+  }
+  /// The first `count` batches of validation examples.
+  std::vector<chat::Batch> validation(std::int64_t count) const {
+    return chat::validation_batches(data_, rows_, static_cast<std::size_t>(count));
+  }
+  /// The model's greedy answer to --prompt (empty without one).
+  template <class Model>
+  std::string sample(Model& model, std::int64_t) const {
+    if (prompt_.empty()) return {};
+    remat::nn::GenerateOptions g{.max_new_tokens = sample_tokens_};
+    if (const std::optional<std::int32_t> eos = tok_.eos_id()) g.eos_ids.push_back(*eos);
+    model.eval();
+    const remat::nn::Generated out =
+        remat::nn::generate(model, chat::prompt_ids(tok_, data_, prompt_), g);
+    model.train();
+    return prompt_ + " -> " + tok_.decode(out.ids);
+  }
+  bool samples_before() const { return !prompt_.empty(); }
+  double epochs() const { return sampler_.epochs(); }
+
+ private:
+  const remat::hub::Tokenizer& tok_;
+  chat::Data data_;
+  std::size_t rows_;
+  chat::Sampler sampler_;
+  std::string prompt_;
+  std::int64_t sample_tokens_;
+};
+
 /// The memory split, in bytes.
 struct Split {
   double weights = 0, adapters = 0, gradients = 0, optimizer = 0, activations = 0, logits = 0,
          total = 0;
+  std::int64_t parameter_count = 0;  // the base model's (estimated)
 };
 
 /// The counted peak of the loss head alone (logits, or the chunked loss's chunk, and their
-/// gradients) on a (B T, C) input, above that input.
+/// gradients) on a (rows, C) input, above that input.
 template <class Model>
-double head_peak(const Model& model, std::int64_t rows,
-                 const remat::Tensor<std::int32_t>& targets) {
+double head_peak(const Model& model, std::int64_t rows) {
   const remat::Tensor<float> h = remat::Tensor<float>::zeros({rows, width_of(model)});
-  const remat::Tensor<std::int32_t> flat = targets.reshape(remat::Shape{targets.numel()});
+  const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
   remat::Tape tape;
   const remat::Var<float> x = tape.input(h, true);
   remat::memory::Probe probe;
-  tape.backward(remat::linear_cross_entropy(x, model.head_weight(), flat));
+  tape.backward(remat::linear_cross_entropy(x, model.head_weight(), targets));
   return double(probe.peak_above_start());
 }
 
@@ -274,28 +460,71 @@ std::string split_json(const Split& s) {
   return buf;
 }
 
+/// The estimate's split for a step of `rows` x `columns` tokens under `plan`.
 template <class Model>
-int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
-  const Corpus corpus = Corpus::load(o.data, vocab, kProgram);
-  if (o.context == 0) o.context = context_of(model);
-  if (o.context < 2 || o.context > context_of(model)) {
-    throw remat::UsageError(remat::detail::cat(kProgram, ": --context ", o.context,
-                                               " must be in [2, ", context_of(model),
-                                               "], the base model's context"));
+Split estimated_split(const Model& model, const Options& o, const std::vector<std::string>& targets,
+                      std::int64_t rows, std::int64_t columns, const remat::plan::Plan& plan) {
+  remat::nn::StepShape shape{.batch = rows,
+                             .time = columns,
+                             .accumulation = o.accumulate,
+                             .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
+                             .double_quant = !o.no_double_quant};
+  if (!o.full) shape.lora = {.rank = o.rank, .targets = targets, .dropout = o.lora_dropout};
+  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config_of(model), shape);
+  Split s;
+  s.parameter_count = e.parameter_count;
+  s.weights = e.parameters;
+  s.adapters = e.adapters;
+  s.gradients = e.gradients;
+  s.optimizer = e.optimizer_state;
+  // the head alone: a log-sum-exp a row, the chunk and the input's gradient
+  s.logits = double(rows * columns) * sizeof(float) + e.chain.loss_backward_transient_bytes;
+  s.total = e.total(plan);
+  s.activations = s.total - s.weights - s.adapters - s.gradients - s.optimizer - s.logits;
+  return s;
+}
+
+const std::pair<const char*, double Split::*> kSplitRows[] = {
+    {"weights", &Split::weights},
+    {"adapters", &Split::adapters},
+    {"gradients", &Split::gradients},
+    {"optimizer state", &Split::optimizer},
+    {"activations", &Split::activations},
+    {"logits", &Split::logits},
+    {"total", &Split::total}};
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+/// The mean loss over `val` (weighted by the targets each batch counts), in evaluation mode and
+/// without a tape.
+template <class Model>
+double mean_loss(Model& model, const std::vector<chat::Batch>& val) {
+  remat::NoGradGuard no_grad;
+  model.eval();
+  double total = 0, counted = 0;
+  for (const chat::Batch& b : val) {
+    total += double(model.loss(b.ids, b.targets).item()) * double(b.counted);
+    counted += double(b.counted);
   }
-  const remat::WeightStorage storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage);
+  model.train();
+  return counted > 0 ? total / counted : 0.0;
+}
+
+template <class Model, class Source>
+int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   const std::vector<std::string> targets = o.targets.empty() ? linears_of(model) : split(o.targets);
+  const std::int64_t rows = source.rows(), longest = source.max_columns();
   // the adapters (rank x (in + out) values per linear, with gradients and AdamW moments) and a
   // batch's activations, bounded below before the estimate prices them exactly
   flags::fits(kProgram, "this run",
               16.0 * double(o.rank) * 2 * double(width_of(model)) * double(layers_of(model)) *
                       double(targets.size()) +
-                  4.0 * double(o.batch) * double(o.context) * double(width_of(model)) *
+                  4.0 * double(rows) * double(longest) * double(width_of(model)) *
                       double(layers_of(model)) +
-                  8.0 * double(o.eval_batches) * double(o.batch) * double(o.context));
-  // Weights as stored: quantize (f32: only freeze) the blocks' linears.
+                  8.0 * double(o.eval_batches) * double(rows) * double(longest));
+  // Weights as stored (read into --storage by the loader); f32 only freezes the linears.
   Split counted;
-  if (!o.full) remat::nn::quantize_blocks(model, storage, !o.no_double_quant);
+  if (!o.full && o.storage == "f32") remat::nn::quantize_blocks(model, remat::WeightStorage::f32);
   counted.weights = double(remat::memory::live_bytes() - live0);
   std::optional<remat::nn::lora::Adapters<float>> adapters;
   if (!o.full) {
@@ -318,62 +547,73 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
   const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
                                               o.steps, o.lr / 10);
 
-  // The estimate, from the configuration alone.
-  remat::nn::StepShape shape{.batch = o.batch,
-                             .time = o.context,
-                             .accumulation = o.accumulate,
-                             .storage = storage,
-                             .double_quant = !o.no_double_quant};
-  if (!o.full) shape.lora = {.rank = o.rank, .targets = targets};
-  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config_of(model), shape);
-  // what the step and the validation batches need, before they are allocated
+  // The estimate, from the configuration alone, for the largest batch the data can make;
+  // what the step and the validation batches need must fit before they are allocated.
+  const remat::plan::Plan smallest =
+      corpus::smallest_plan(o.checkpoint, layers_of(model), kProgram);
   flags::fits(kProgram, "this run",
-              e.total(corpus::smallest_plan(o.checkpoint, layers_of(model), kProgram)) +
-                  8.0 * double(o.eval_batches) * double(o.batch) * double(o.context));
-
-  remat::Rng data_rng(o.seed * 7919 + 1), val_rng(o.seed * 104729 + 3), plan_rng(o.seed);
-  const corpus::Batches val =
-      corpus::validation_batches(corpus.val, o.eval_batches, o.batch, o.context, val_rng, kProgram);
+              estimated_split(model, o, targets, rows, longest, smallest).total +
+                  8.0 * double(o.eval_batches) * double(rows) * double(longest));
+  const std::vector<chat::Batch> val = source.validation(o.eval_batches);
   double val_bytes = 0;  // held through the run, but no part of a training step
-  for (const auto& [vx, vy] : val) val_bytes += double(vx.bytes() + vy.bytes());
-  remat::Tensor<std::int32_t> x, y;
-  corpus::fill_batch(corpus.train, o.batch, o.context, plan_rng, x, y, kProgram);
-  const remat::plan::Plan plan =
-      corpus::make_plan(o.checkpoint, model, layers_of(model), x, y, kProgram);
+  for (const chat::Batch& b : val) val_bytes += double(b.ids.bytes() + b.targets.bytes());
+  const chat::Batch plan_batch = source.largest();
+  const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, model, layers_of(model),
+                                                   plan_batch.ids, plan_batch.targets, kProgram);
+  const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
-  const double first_val = corpus::mean_loss(model, val);
+  const double first_val = mean_loss(model, val);
   double last_val = first_val;
+  std::string sample_before;
+  if (source.samples_before() && !o.json) sample_before = source.sample(model, o.sample);
   if (!o.json) {
     std::printf(
-        "%zu characters of text; base: %lld parameters, blocks' linears stored as %s; %s; "
-        "checkpoint %s (%s)\n",
-        corpus.train.size() + corpus.val.size(), static_cast<long long>(e.parameter_count),
-        remat::to_string(storage),
+        "%s\nbase: %lld parameters, blocks' linears stored as %s; %s; checkpoint %s (%s)\n",
+        source.describe().c_str(), static_cast<long long>(planned.parameter_count),
+        remat::to_string(load_options(o).projections),
         o.full ? "full fine-tuning"
                : remat::detail::cat("LoRA rank ", o.rank, " on ", targets.size(), " linear names, ",
                                     adapters->parameter_count(), " adapter parameters")
                      .c_str(),
         o.checkpoint.c_str(), plan.describe().c_str());
+    std::printf("estimated memory of a step of %lld x %lld tokens (MiB):",
+                static_cast<long long>(rows), static_cast<long long>(longest));
+    for (const auto& [name, field] : kSplitRows)
+      std::printf(" %s %.1f;", name, mib(planned.*field));
+    std::printf("\n");
+    if (!sample_before.empty()) std::printf("before: %s\n", sample_before.c_str());
     std::printf("step %5d  val loss %.4f\n", 0, first_val);
   }
 
-  double step_peak = 0;  // the largest counted peak of a whole step after the first
+  double step_peak = 0;           // the largest counted peak of a whole step after the first
+  std::int64_t peak_columns = 0;  // the longest micro-batch of that step
+  double tokens = 0;              // positions trained on, padding left out
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < o.steps; ++step) {
     optimizer.set_lr(schedule(step));
     std::optional<remat::Trace> trace;
     if (!o.trace.empty() && step == std::min<std::int64_t>(1, o.steps - 1)) trace.emplace();
     remat::memory::reset_peak();
+    std::vector<chat::Batch> micro(static_cast<std::size_t>(o.accumulate));
+    std::int64_t step_counted = 0, step_columns = 0;
+    for (chat::Batch& b : micro) {
+      b = source.next();
+      step_counted += b.counted;
+      step_columns = std::max(step_columns, b.ids.dim(1));
+    }
     float loss = 0;
-    for (std::int64_t micro = 0; micro < o.accumulate; ++micro) {
-      corpus::fill_batch(corpus.train, o.batch, o.context, data_rng, x, y, kProgram);
+    for (std::size_t k = 0; k < micro.size(); ++k) {
       remat::Tape tape(remat::TapeOptions{
           .seed = remat::detail::mix64(
-              o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate + micro)))});
-      const remat::Var<float> l = model.loss(x, y, &plan);
-      // a mean over the micro-batches: each one's loss scaled by 1/k (equal sizes)
-      tape.backward(o.accumulate > 1 ? l * (1.0f / float(o.accumulate)) : l);
-      loss += l.item() / float(o.accumulate);
+              o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate) + k))});
+      const remat::Var<float> l = model.loss(micro[k].ids, micro[k].targets, &plan);
+      // the step's loss is the mean over its counted targets: each micro-batch's mean weighted
+      // by its share of them
+      const float share =
+          step_counted > 0 ? float(double(micro[k].counted) / double(step_counted)) : 0.0f;
+      tape.backward(micro.size() > 1 ? l * share : l);
+      loss += l.item() * share;
+      tokens += double(micro[k].tokens);
     }
     if (step == 0) {
       for (const auto& p : model.parameters()) {
@@ -385,73 +625,112 @@ int run(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
     optimizer.step();
     if (step == 0) counted.optimizer = double(remat::memory::live_bytes()) - before_step;
     optimizer.zero_grad();
-    if (step > 0 || o.steps == 1)
-      step_peak = std::max(step_peak, double(remat::memory::peak_bytes() - live0) - val_bytes);
+    const double peak = double(remat::memory::peak_bytes() - live0) - val_bytes;
+    if ((step > 0 || o.steps == 1) && peak > step_peak) {
+      step_peak = peak;
+      peak_columns = step_columns;
+    }
     if (trace) {
       trace->stop();
       trace->save_chrome_json(o.trace);
     }
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0 && adapters)
+      adapters->save_adapters(o.save_adapters);
     const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
-    if (evaluate) last_val = corpus::mean_loss(model, val);
+    if (evaluate) last_val = mean_loss(model, val);
     if (!o.json && evaluate) {
-      std::printf("step %5lld  loss %.4f  val loss %.4f\n", static_cast<long long>(step + 1), loss,
-                  last_val);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf(
+          "step %5lld  loss %.4f  val loss %.4f  %.0f tokens/s  %s left\n",
+          static_cast<long long>(step + 1), loss, last_val, tokens / elapsed,
+          corpus::format_duration(elapsed / double(step + 1) * double(o.steps - step - 1)).c_str());
       std::fflush(stdout);
     }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // The split: bytes live before the model was loaded and the validation batches are left out.
+  // The split: bytes live before the model was loaded and the validation batches are left out;
+  // the estimate for the shape of the step that reached the peak.
   counted.total = step_peak;
-  counted.logits = head_peak(model, o.batch * o.context, y);
+  counted.logits = head_peak(model, rows * peak_columns);
   counted.activations = counted.total - counted.weights - counted.adapters - counted.gradients -
                         counted.optimizer - counted.logits;
-  Split estimated;
-  estimated.weights = e.parameters;
-  estimated.adapters = e.adapters;
-  estimated.gradients = e.gradients;
-  estimated.optimizer = e.optimizer_state;
-  // the head alone: a log-sum-exp a row, the chunk and the input's gradient
-  estimated.logits =
-      double(o.batch * o.context) * sizeof(float) + e.chain.loss_backward_transient_bytes;
-  estimated.total = e.total(plan);
-  estimated.activations = estimated.total - estimated.weights - estimated.adapters -
-                          estimated.gradients - estimated.optimizer - estimated.logits;
+  const Split estimated = estimated_split(model, o, targets, rows, peak_columns, plan);
 
   if (!o.save_adapters.empty() && adapters) adapters->save_adapters(o.save_adapters);
-  if (o.sample > 0 && !o.json) {
-    remat::Rng sample_rng(o.seed + 99);
-    const std::vector<std::int32_t> prompt(corpus.val.begin(), corpus.val.begin() + 16);
-    std::string text;
-    for (std::int32_t id : prompt) text.push_back(corpus.vocab[id]);
-    const std::string sample = corpus::generate(model, corpus, prompt, o.sample, context_of(model),
-                                                vocab_of(model), sample_rng);
-    std::printf("\n--- sample ---\n%s%s\n--------------\n", text.c_str(), sample.c_str());
+  const std::string sample_after = o.json ? std::string() : source.sample(model, o.sample);
+  if (!sample_after.empty()) {
+    std::printf("\n--- sample ---\n%s%s\n--------------\n",
+                source.samples_before() ? "after: " : "", sample_after.c_str());
   }
   if (o.json) {
     std::printf(
-        "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, \"counted_mb\": "
-        "%s, \"estimated_mb\": %s}\n",
-        first_val, last_val, seconds, split_json(counted).c_str(), split_json(estimated).c_str());
+        "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, "
+        "\"tokens_per_second\": %.1f, \"counted_mb\": %s, \"estimated_mb\": %s}\n",
+        first_val, last_val, seconds, tokens / seconds, split_json(counted).c_str(),
+        split_json(estimated).c_str());
     return 0;
   }
-  const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   std::printf(
-      "\nvalidation loss %.4f -> %.4f in %.1f s\n\nmemory of a step (MiB)   counted   estimated\n",
-      first_val, last_val, seconds);
-  const std::pair<const char*, double Split::*> rows[] = {{"weights", &Split::weights},
-                                                          {"adapters", &Split::adapters},
-                                                          {"gradients", &Split::gradients},
-                                                          {"optimizer state", &Split::optimizer},
-                                                          {"activations", &Split::activations},
-                                                          {"logits", &Split::logits},
-                                                          {"total", &Split::total}};
-  for (const auto& [name, field] : rows)
+      "\nvalidation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)\n\nmemory of a step of %lld x %lld "
+      "tokens (MiB)   counted   estimated\n",
+      first_val, last_val, seconds, tokens / seconds, static_cast<long long>(rows),
+      static_cast<long long>(peak_columns));
+  for (const auto& [name, field] : kSplitRows)
     std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
   if (!o.save_adapters.empty() && adapters)
     std::printf("adapters saved in %s\n", o.save_adapters.c_str());
   return 0;
+}
+
+/// Refuses the flags that do not apply to the kind of --base given.
+void check_flags_apply(const Options& o, bool hub) {
+  if (hub && o.context_given) {
+    throw remat::UsageError(remat::detail::cat(
+        kProgram, ": --context is for a train_llama/train_gpt model's text; ", o.base,
+        " is a Hugging Face folder, whose examples are limited by --max-tokens"));
+  }
+  if (!hub && !o.hub_flags_given.empty()) {
+    throw remat::UsageError(remat::detail::cat(
+        kProgram, ": ", o.hub_flags_given.front(), " is for a Hugging Face folder's data; ", o.base,
+        " is a train_llama/train_gpt model (fine-tuned on text in its characters)"));
+  }
+}
+
+/// A Hugging Face folder: its tokenizer, the model read into --storage, the data.
+int run_hub(Options& o, std::size_t live0) {
+  const remat::hub::Tokenizer tok = remat::hub::Tokenizer::from_folder(o.base);
+  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
+  const auto context = static_cast<std::size_t>(context_of(model));
+  if (o.data == REMAT_FINETUNE_DATA) {
+    throw remat::UsageError(remat::detail::cat(
+        kProgram, ": a Hugging Face folder needs --data FILE.jsonl (conversations) or FILE.txt"));
+  }
+  const chat::DataOptions data{
+      .path = o.data,
+      .max_tokens = o.max_tokens > 0 ? static_cast<std::size_t>(o.max_tokens)
+                                     : std::min<std::size_t>(1024, context),
+      .truncate =
+          o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
+      .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
+      .skip_bad = o.skip_bad};
+  HubSource source(tok, chat::load(tok, o.base, data, context), o);
+  return run(model, source, o, live0);
+}
+
+/// A train_llama folder or a train_gpt file and a text in its characters.
+template <class Model>
+int run_char(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
+  if (o.context == 0) o.context = context_of(model);
+  if (o.context < 2 || o.context > context_of(model)) {
+    throw remat::UsageError(remat::detail::cat(kProgram, ": --context ", o.context,
+                                               " must be in [2, ", context_of(model),
+                                               "], the base model's context"));
+  }
+  CharSource source(corpus::Corpus::load(o.data, vocab, kProgram), o);
+  return run(model, source, o, live0);
 }
 
 }  // namespace
@@ -460,13 +739,19 @@ int main(int argc, char** argv) {
   return flags::run_main(kProgram, [&] {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
-    std::string vocab;
     const std::size_t live0 = remat::memory::live_bytes();
-    if (std::filesystem::is_directory(o.base)) {
-      remat::nn::Llama<float> model = load_llama(o.base, vocab);
-      return run(model, vocab, o, live0);
+    const bool folder = std::filesystem::is_directory(o.base);
+    // a train_llama folder lists its characters in remat_eval.json; a hub folder has none
+    const bool hub = folder && !std::filesystem::exists(o.base + "/remat_eval.json");
+    check_flags_apply(o, hub);
+    if (hub) return run_hub(o, live0);
+    std::string vocab;
+    if (folder) {
+      remat::nn::Llama<float> model = load_char_llama(o.base, o, vocab);
+      return run_char(model, vocab, o, live0);
     }
     remat::nn::GPT<float> model = load_gpt(o.base, vocab);
-    return run(model, vocab, o, live0);
+    if (!o.full) remat::nn::quantize_blocks(model, storage_of(o.storage), !o.no_double_quant);
+    return run_char(model, vocab, o, live0);
   });
 }

