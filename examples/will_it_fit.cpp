@@ -2,7 +2,7 @@
 // allocating anything: weights (in their storage), LoRA adapters, gradients, optimizer state,
 // activations under each checkpoint plan, and logits.
 //
-//   will_it_fit [--model gpt|llama] [--config config.json] [--seed-2b] [--layers N] [--width C]
+//   will_it_fit [--model gpt|llama] [--config config.json] [--compare] [--layers N] [--width C]
 //               [--heads H] [--kv-heads G] [--mlp F] [--context T] [--vocab V] [--tied]
 //               [--batch B] [--time T] [--accumulate K] [--dtype float|double]
 //               [--optimizer adamw|momentum|sgd] [--storage f32|bf16|int8|nf4] [--no-double-quant]
@@ -13,9 +13,12 @@
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
 // with a batch of 8. --model llama prices a Llama (--kv-heads, --mlp; --width is the hidden
 // size), --config a Hugging Face Llama/Qwen2 config.json (its shape; --time then defaults to
-// --context or the file's max_position_embeddings). --seed-2b prints the seed article's table for
-// its 2B Qwen-class example (hidden 2,048, 28 layers, vocabulary 248,000, batch 2 x 1,024):
-// full fine-tuning, LoRA over 16-bit weights and QLoRA, with and without checkpointing.
+// --context or the file's max_position_embeddings). --compare prints, for the model and batch
+// given, full fine-tuning, LoRA over 16-bit weights and QLoRA side by side, with and without
+// checkpointing (LoRA rank --lora-rank, 16 by default, on every linear). A 2B-class Qwen-like
+// model at batch 2 x 1,024:
+//   will_it_fit --model llama --layers 28 --width 2048 --heads 16 --kv-heads 8 --mlp 6144
+//               --vocab 248000 --tied --context 1024 --batch 2 --compare
 // --storage freezes the blocks' linear weights in that format; --lora-rank > 0 adds adapters on
 // --lora-targets (default: every linear of a block) and trains only them. --memory is what you
 // have (default: this machine's physical memory); the last lines give, for each plan, the
@@ -58,7 +61,7 @@ struct Options {
   remat::nn::LlamaConfig llama;  // with --model llama or --config
   bool is_llama = false;
   StepShape step{.batch = 8};
-  bool double_precision = false, json = false, seed_2b = false;
+  bool double_precision = false, json = false, compare = false;
   double memory_gib = 0, budget_mib = 0;
 };
 
@@ -130,8 +133,9 @@ Options parse(int argc, char** argv) {
   app.add_option("--config", config_path,
                  "a Hugging Face Llama/Qwen2 config.json (sets the Llama's shape)")
       ->check(flags::input_file);
-  app.add_flag("--seed-2b", o.seed_2b,
-               "print the seed article's table for its 2B Qwen-class example and exit");
+  app.add_flag("--compare", o.compare,
+               "print full fine-tuning, LoRA (bf16) and QLoRA (nf4) side by side for this model "
+               "and batch, and exit");
   app.add_option("--storage", storage,
                  "the blocks' linear weights: f32 (trained unless LoRA), or frozen bf16, int8, nf4")
       ->check(CLI::IsMember({"f32", "bf16", "int8", "nf4"}))
@@ -348,23 +352,16 @@ void print_table(const Options& o, const MemoryEstimate& e, const std::vector<pl
       human(memory).c_str());
 }
 
-/// The seed article's 2B example: a Qwen-class Llama (hidden 2,048, 28 layers, 16/8 heads, MLP
-/// 6,144, vocabulary 248,000, tied head), batch 2 x 1,024 tokens, AdamW, in float; full
-/// fine-tuning, LoRA rank 16 on every linear over 16-bit (bf16) weights, and QLoRA (NF4), each
-/// without checkpointing and with one checkpoint per layer, plain and chunked loss.
-void print_seed_2b(const Options& given) {
+/// The model and batch given under full fine-tuning, LoRA (rank --lora-rank, 16 by default, on
+/// every linear of a block) over 16-bit (bf16) weights, and QLoRA (NF4), each without
+/// checkpointing and with one checkpoint per layer, plain and chunked loss.
+void print_compare(const Options& given) {
   Options o = given;
-  o.is_llama = true;
-  o.llama = {.vocab_size = 248000,
-             .hidden_size = 2048,
-             .intermediate_size = 6144,
-             .num_hidden_layers = 28,
-             .num_attention_heads = 16,
-             .num_key_value_heads = 8,
-             .tie_word_embeddings = true,
-             .max_position_embeddings = 1024};
-  o.step.batch = 2;
-  o.step.time = 1024;
+  const std::int64_t rank = given.step.lora.rank > 0 ? given.step.lora.rank : 16;
+  const auto layers =
+      static_cast<std::size_t>(o.is_llama ? o.llama.num_hidden_layers : o.config.layers);
+  if (o.step.time == 0)
+    o.step.time = o.is_llama ? o.llama.max_position_embeddings : o.config.context;
   const double memory = o.memory_gib * (1 << 30);
   struct Scenario {
     const char* name;
@@ -377,19 +374,33 @@ void print_seed_2b(const Options& given) {
   std::vector<MemoryEstimate> plain, chunked;
   for (const Scenario& s : scenarios) {
     o.step.storage = s.storage;
-    o.step.lora = {.rank = s.rank,
-                   .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
+    o.step.lora = {.rank = s.rank ? rank : 0,
+                   .targets = s.rank ? block_linears(o.is_llama) : std::vector<std::string>{}};
     o.step.chunked_loss = false;
     plain.push_back(estimate(o, 2));
     o.step.chunked_loss = true;
     chunked.push_back(estimate(o, 2));
   }
+  if (o.is_llama) {
+    const remat::nn::LlamaConfig& c = o.llama;
+    std::printf("Llama: hidden %lld, %lld layers, %lld/%lld heads, MLP %lld, vocabulary %lld%s",
+                static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+                static_cast<long long>(c.num_attention_heads),
+                static_cast<long long>(c.num_key_value_heads),
+                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+                c.tie_word_embeddings ? ", tied head" : "");
+  } else {
+    std::printf("GPT: width %lld, %lld layers, %lld heads, vocabulary %lld%s",
+                static_cast<long long>(o.config.width), static_cast<long long>(o.config.layers),
+                static_cast<long long>(o.config.heads), static_cast<long long>(o.config.vocab),
+                o.config.tied ? ", tied head" : "");
+  }
   std::printf(
-      "The seed's 2B example: Qwen-class Llama, hidden 2,048, 28 layers, 16/8 heads, MLP 6,144, "
-      "vocabulary 248,000,\n"
-      "tied head (%.2f B parameters); batch 2 x 1,024 tokens; AdamW; activations in float; LoRA "
-      "rank 16 on all seven linears\n\n",
-      static_cast<double>(plain[0].parameter_count) / 1e9);
+      " (%.2f B parameters); batch %lld x %lld tokens; AdamW; activations in %s; LoRA rank %lld "
+      "on every linear\n\n",
+      static_cast<double>(plain[0].parameter_count) / 1e9, static_cast<long long>(o.step.batch),
+      static_cast<long long>(o.step.time), o.double_precision ? "double" : "float",
+      static_cast<long long>(rank));
   std::printf("  %-40s %14s %14s %14s\n", "", scenarios[0].name, scenarios[1].name,
               scenarios[2].name);
   const auto row = [&](const char* label, auto&& value) {
@@ -397,7 +408,7 @@ void print_seed_2b(const Options& given) {
     for (std::size_t i = 0; i < 3; ++i) std::printf(" %14s", human(value(i)).c_str());
     std::printf("\n");
   };
-  const plan::Plan none = plan::none(28), every = plan::every(28);
+  const plan::Plan none = plan::none(layers), every = plan::every(layers);
   row("weights", [&](std::size_t i) { return plain[i].parameters; });
   row("adapters", [&](std::size_t i) { return plain[i].adapters; });
   row("gradients", [&](std::size_t i) { return plain[i].gradients; });
@@ -417,25 +428,25 @@ void print_seed_2b(const Options& given) {
   row("step total: every layer, plain loss", [&](std::size_t i) { return plain[i].total(every); });
   row("step total: every layer, chunked loss",
       [&](std::size_t i) { return chunked[i].total(every); });
-  std::printf("\n  largest micro-batch (x 1,024 tokens) within %s:\n", human(memory).c_str());
+  std::printf("\n  largest micro-batch (x %lld tokens) within %s:\n",
+              static_cast<long long>(o.step.time), human(memory).c_str());
   for (const auto& [label, p, loss] : {std::tuple{"no checkpoint, plain loss", none, false},
                                        std::tuple{"every layer, plain loss", every, false},
                                        std::tuple{"every layer, chunked loss", every, true}}) {
     std::printf("  %-40s", label);
     for (const Scenario& s : scenarios) {
       o.step.storage = s.storage;
-      o.step.lora = {.rank = s.rank,
-                     .targets = s.rank ? block_linears(true) : std::vector<std::string>{}};
+      o.step.lora = {.rank = s.rank ? rank : 0,
+                     .targets = s.rank ? block_linears(o.is_llama) : std::vector<std::string>{}};
       o.step.chunked_loss = loss;
       std::printf(" %14lld", static_cast<long long>(largest_batch(o, p, memory)));
     }
     std::printf("\n");
   }
   std::printf(
-      "\n(the layers' activations are their peak without the loss; the seed counts 16-bit "
-      "activations: 4.0 GB all kept,\n"
-      "0.23 + 0.14 GB checkpointed; these are float. Totals include the loss: with the plain loss "
-      "its logits and their gradient.)\n");
+      "\n(the layers' activations are their peak without the loss, in float: 16-bit activations "
+      "would halve them.\n"
+      "Totals include the loss: with the plain loss its logits and their gradient.)\n");
 }
 
 void print_json(const Options& o, const MemoryEstimate& e, const std::vector<plan::Plan>& ps) {
@@ -464,8 +475,8 @@ void print_json(const Options& o, const MemoryEstimate& e, const std::vector<pla
 int main(int argc, char** argv) {
   return flags::run_main("will_it_fit", [&] {
     const Options o = parse(argc, argv);  // --config's file is read here
-    if (o.seed_2b) {
-      print_seed_2b(o);
+    if (o.compare) {
+      print_compare(o);
       return 0;
     }
     const MemoryEstimate e = estimate(o, o.step.batch);
