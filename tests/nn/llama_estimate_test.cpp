@@ -168,18 +168,30 @@ remat::plan::Chain llama_profiled(const remat::nn::Llama<T>& model, const LlamaE
   return model.profile(ids, targets, c.chunked);
 }
 
+// Rows of a batch packed with examples of 1 to 5 tokens: their starts.
+remat::Tensor<std::int32_t> llama_packed_starts(std::int64_t batch, std::int64_t time) {
+  remat::Tensor<std::int32_t> s({batch, time});
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t i = 0, start = 0; i < time; ++i) {
+      if (i - start == 1 + (b + start) % 5) start = i;
+      s[b * time + i] = static_cast<std::int32_t>(start);
+    }
+  return s;
+}
+
 double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Plan* p,
-                               std::size_t base) {
+                               std::size_t base, bool packed = false) {
   remat::nn::Llama<float> model(c.config);
   const auto ids =
       remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
   const auto targets =
       remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
+  const auto starts = packed ? llama_packed_starts(c.batch, c.time) : remat::Tensor<std::int32_t>();
   remat::optim::AdamW<float> adam(model.parameters());
   for (int step = 0; step < 2; ++step) {
     if (step == 1) remat::memory::reset_peak();
     remat::Tape tape;
-    tape.backward(model.loss(ids, targets, p, c.chunked));
+    tape.backward(model.loss(ids, targets, p, c.chunked, starts));
     adam.step();
     adam.zero_grad();
   }
@@ -245,6 +257,42 @@ TEST_CASE("estimate_memory predicts a Llama training step's counted peak",
            << e.total(p) << " B, counted " << counted << " B");
       CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);
       CHECK(std::abs(e.activations(p) - (counted - e.persistent())) <= 0.01 * e.activations(p));
+    }
+  }
+}
+
+TEST_CASE(
+    "estimate_memory prices packed rows' starts as data: the profiled chain is the same and the "
+    "counted step grows by their bytes exactly",
+    "[nn][estimate][llama][packed]") {
+  const std::vector<LlamaEstimateCase> cases = llama_flash_cases();
+  for (const std::size_t i : {std::size_t(0), std::size_t(1), std::size_t(6), std::size_t(7)}) {
+    const LlamaEstimateCase& c = cases[i];
+    const remat::nn::StepShape step{.batch = c.batch, .time = c.time, .chunked_loss = c.chunked};
+    remat::nn::StepShape packed_step = step;
+    packed_step.packed = true;
+    const auto e = remat::nn::estimate_memory<float>(c.config, step);
+    const auto packed = remat::nn::estimate_memory<float>(c.config, packed_step);
+    const double starts_bytes = 4.0 * static_cast<double>(c.batch * c.time);
+    INFO(remat::nn::to_string(c.config.attention) << ", case " << i);
+    CHECK(packed.data == e.data + starts_bytes);
+    // what the layers keep and allocate does not depend on the starts
+    const remat::nn::Llama<float> model(c.config);
+    const auto ids =
+        remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
+    const auto starts = llama_packed_starts(c.batch, c.time);
+    (void)model.profile(ids, ids, c.chunked, {}, starts);  // the first allocates the gradients
+    const remat::plan::Chain measured = model.profile(ids, ids, c.chunked, {}, starts);
+    CHECK(measured.boundary_bytes == packed.chain.boundary_bytes);
+    CHECK(measured.activation_bytes == packed.chain.activation_bytes);
+    CHECK(measured.forward_transient_bytes == packed.chain.forward_transient_bytes);
+    for (const remat::plan::Plan& p : {remat::plan::none(e.chain), remat::plan::every(e.chain)}) {
+      INFO(p.describe());
+      const std::size_t base = remat::memory::live_bytes();
+      const double counted = llama_counted_step_peak(c, &p, base);
+      const double counted_packed = llama_counted_step_peak(c, &p, base, true);
+      CHECK(counted_packed - counted == packed.total(p) - e.total(p));
+      CHECK(packed.total(p) - e.total(p) == starts_bytes);
     }
   }
 }

@@ -7,15 +7,16 @@
 /// -1 on padding) so that an attention can refuse every pair of positions in different
 /// segments.
 ///
-/// model_inputs() turns a padded batch into a model's ids and loss targets; a packed one is
-/// refused there until the attention ops take positions and segments (below).
+/// batch_inputs() turns any batch, padded or packed, into a model's ids, loss targets and
+/// `starts` (each position's example's first column); model_inputs() gives the ids and targets of
+/// a padded batch alone.
 ///
 /// What the model side needs for a packed batch to equal the examples run one by one: rotary
-/// (or learned) position embeddings read from `positions` instead of the column index; causal
-/// attention masked to `segment[i] == segment[j]` (a block-diagonal causal mask), and padded
-/// columns masked out; the loss summed over `loss` positions and divided by their count (not by
-/// rows × columns). remat's attention ops do not take positions or segments yet: this header is
-/// the data side only.
+/// position embeddings counted from each example's start instead of the column index; causal
+/// attention masked to the example (a block-diagonal causal mask); the loss summed over `loss`
+/// positions and divided by their count (not by rows × columns). nn::Llama takes the starts for
+/// the first two (its loss(), logits(), hidden() and profile(); ops/gqa_attention.hpp), and its
+/// loss is that mean. GPT's learned positions and attention take no starts: train it padded.
 
 #include <cstddef>
 #include <cstdint>
@@ -94,7 +95,7 @@ inline TokenBatch lay_out(const std::vector<TokenizedExample>& examples, std::si
 /// first columns, so its positions are the column indices, and causal attention never looks
 /// from it at the padding after it; the loss is the mean over the batch's counted targets. A
 /// packed row (two examples or more) is a UsageError: its attention must not cross examples and
-/// its positions restart, which remat's attention ops do not take yet.
+/// its positions restart, which only the starts of batch_inputs() tell a model.
 inline std::pair<Tensor<std::int32_t>, Tensor<std::int32_t>> model_inputs(const TokenBatch& b) {
   const Shape shape{static_cast<std::int64_t>(b.rows), static_cast<std::int64_t>(b.columns)};
   Tensor<std::int32_t> ids(shape), targets(shape);
@@ -102,13 +103,74 @@ inline std::pair<Tensor<std::int32_t>, Tensor<std::int32_t>> model_inputs(const 
     if (b.segment[at] > 0) {
       throw UsageError(remat::detail::cat(
           "hub::model_inputs: row ", at / b.columns, " packs several examples; packed rows need ",
-          "per-example positions and attention, which remat's attention does not take yet: lay ",
-          "the batch out with Layout::pad"));
+          "per-example positions and attention: use hub::batch_inputs and pass its starts to ",
+          "nn::Llama (or lay the batch out with Layout::pad)"));
     }
     ids[static_cast<std::int64_t>(at)] = b.ids[at];
     targets[static_cast<std::int64_t>(at)] = b.loss[at] ? b.targets[at] : kIgnoreTarget;
   }
   return {std::move(ids), std::move(targets)};
+}
+
+/// A model's inputs for a batch: token ids and loss targets as model_inputs() gives them, and
+/// `starts`, for each position the column its example starts at (what nn::Llama's loss() and
+/// logits() take for packed rows).
+struct BatchInputs {
+  Tensor<std::int32_t> ids, targets, starts;
+};
+
+namespace detail {
+
+/// A TokenBatch's vectors must all hold rows × columns entries (lay_out's do).
+inline void check_batch_sizes(const TokenBatch& b) {
+  const std::size_t n = b.rows * b.columns;
+  for (const std::size_t size :
+       {b.ids.size(), b.targets.size(), b.loss.size(), b.positions.size(), b.segment.size()}) {
+    if (size != n) {
+      throw UsageError(remat::detail::cat("hub::batch_inputs: a batch of ", b.rows, " x ",
+                                          b.columns, " positions has a vector of ", size,
+                                          " entries"));
+    }
+  }
+}
+
+/// Row r's starts: a new example wherever the segment changes, the padding after the last one
+/// included (it forms an example of its own, which no counted target reads). Each example's
+/// positions must count from its start, as the model's RoPE will.
+inline void row_starts(const TokenBatch& b, std::size_t r, std::int32_t* starts) {
+  std::int32_t start = 0;
+  for (std::size_t c = 0; c < b.columns; ++c) {
+    const std::size_t at = r * b.columns + c;
+    if (c > 0 && b.segment[at] != b.segment[at - 1]) start = static_cast<std::int32_t>(c);
+    starts[c] = start;
+    if (b.segment[at] >= 0 && b.positions[at] != static_cast<std::int32_t>(c) - start) {
+      throw UsageError(remat::detail::cat(
+          "hub::batch_inputs: row ", r, " column ", c, " (segment ", b.segment[at],
+          ", which starts at column ", start, ") has position ", b.positions[at], ", not ",
+          static_cast<std::int32_t>(c) - start, ": positions must restart at 0 per example"));
+    }
+  }
+}
+
+}  // namespace detail
+
+/// The ids, targets and starts of `b`, padded or packed: ids and targets as model_inputs()'s
+/// (kIgnoreTarget where the loss is not on a target), starts as detail::row_starts() finds them.
+/// nn::Llama::loss(ids, targets, plan, chunked, starts) then gives the mean loss over the batch's
+/// counted targets, and its gradients, that its examples give one by one (the mean over all of
+/// their counted targets); tests/hub/model_inputs_test.cpp checks it in double.
+inline BatchInputs batch_inputs(const TokenBatch& b) {
+  detail::check_batch_sizes(b);
+  const Shape shape{static_cast<std::int64_t>(b.rows), static_cast<std::int64_t>(b.columns)};
+  BatchInputs in{Tensor<std::int32_t>(shape), Tensor<std::int32_t>(shape),
+                 Tensor<std::int32_t>(shape)};
+  for (std::size_t at = 0; at < b.ids.size(); ++at) {
+    in.ids[static_cast<std::int64_t>(at)] = b.ids[at];
+    in.targets[static_cast<std::int64_t>(at)] = b.loss[at] ? b.targets[at] : kIgnoreTarget;
+  }
+  for (std::size_t r = 0; r < b.rows; ++r)
+    detail::row_starts(b, r, in.starts.data() + static_cast<std::int64_t>(r * b.columns));
+  return in;
 }
 
 }  // namespace remat::hub

@@ -42,6 +42,10 @@ struct StepShape {
   std::int64_t time = 0;   ///< tokens per sequence (0: the config's context)
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool chunked_loss = true;  ///< GPT::loss's default; false: the full logits
+  /// Packed rows: the step also holds their starts, (B, T) int32 like the ids (Llama::loss's
+  /// `starts`), priced in `data`. The attention ops keep a handle to it, not a copy, and allocate
+  /// nothing more for it: the chain is the same.
+  bool packed = false;
   /// Micro-batches per optimizer step. Memory does not depend on it (backward adds into the
   /// gradient buffers in place); the step trains on batch x accumulation sequences.
   std::int64_t accumulation = 1;
@@ -76,7 +80,7 @@ struct MemoryEstimate {
   double gradients = 0;  ///< one buffer per trainable parameter, reused from step to step
   double optimizer_state =
       0;                  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
-  double data = 0;        ///< token ids and targets
+  double data = 0;        ///< token ids and targets (and packed rows' starts)
   double logits = 0;      ///< the (B T x V) logits of the plain loss (its gradient is as large)
   double loss_chunk = 0;  ///< the logits chunk the chunked loss holds instead
   /// The blocks as a chain for the planners: plan::budget(estimate.chain, bytes) and friends.
@@ -367,7 +371,7 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
   nn::MemoryEstimate m;
   m.parameter_count = static_cast<std::int64_t>(count);
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
-  m.data = 2 * tokens * sizeof(std::int32_t);
+  m.data = (step.packed ? 3 : 2) * tokens * sizeof(std::int32_t);
   m.logits = tokens * static_cast<double>(vocab) * e;
   m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
   m.chain = std::move(chain);

@@ -9,6 +9,13 @@
 /// biases on q/k/v, o and the MLP, Qwen3's per-head q/k RMSNorm, an explicit head_dim, scaled
 /// rotary embeddings and sliding windows (LlamaConfig). No dropout (nn/llama_config.hpp refuses
 /// a nonzero attention_dropout). The layers run under any checkpoint plan.
+///
+/// Packed rows (several examples end to end in a row, hub::batch_inputs) pass `starts` (B, T) to
+/// hidden(), logits(), loss() and profile(): each position's example's first position. Every
+/// layer's attention then stays within an example and counts RoPE positions from its start
+/// (ops/gqa_attention.hpp), so the loss and gradients are those of the examples run one by one.
+/// The starts travel by value in the layers' closures and the attention nodes, which checkpoint
+/// replays run again: nothing is kept in the modules.
 
 #include <functional>
 #include <optional>
@@ -212,13 +219,14 @@ class LlamaAttention : public Module<T> {
     }
   }
 
-  /// x: (B, T, C) -> (B, T, C)
-  Var<T> operator()(const Var<T>& x) const {
+  /// x: (B, T, C) -> (B, T, C); `starts` (B, T): packed rows' (undefined: one example a row).
+  Var<T> operator()(const Var<T>& x, const Tensor<std::int32_t>& starts = {}) const {
     const Projected p = project(x);
-    return o_proj(kind_ == Attention::flash
-                      ? flash_grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_,
-                                                      kFlashBlockRows, window_)
-                      : grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_, window_));
+    return o_proj(
+        kind_ == Attention::flash
+            ? flash_grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_,
+                                            kFlashBlockRows, window_, starts)
+            : grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_, window_, starts));
   }
 
   /// Queries (B, T, H D), keys and values (B, T, G D), before RoPE.
@@ -308,8 +316,9 @@ class LlamaDecoderLayer : public Module<T> {
     this->add_module("post_attention_layernorm", post_attention_layernorm);
   }
 
-  Var<T> operator()(const Var<T>& x) const {
-    const Var<T> h = x + self_attn(input_layernorm(x));
+  /// x: (B, T, C) -> (B, T, C); `starts`: packed rows' (LlamaAttention).
+  Var<T> operator()(const Var<T>& x, const Tensor<std::int32_t>& starts = {}) const {
+    const Var<T> h = x + self_attn(input_layernorm(x), starts);
     return h + mlp(post_attention_layernorm(h));
   }
 
@@ -342,59 +351,70 @@ class Llama : public Module<T> {
   const LlamaConfig& config() const noexcept { return config_; }
 
   /// Final hidden states (B, T, C) for token ids (B, T), the layers run under `plan` (plainly
-  /// without one).
-  Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
+  /// without one); `starts` (B, T) for packed rows (the file comment; undefined: one example a
+  /// row).
+  Var<T> hidden(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr,
+                const Tensor<std::int32_t>& starts = {}) const {
     Var<T> x = embed(ids);
+    check_starts_shape(ids, starts);
     if (plan) {
       // handed over, not copied: x_0 then dies once the first block has read it, as without a
       // plan (a copy here kept it alive through the whole forward pass)
-      x = checkpoint_sequential(block_layers(), *plan, std::move(x));
+      x = checkpoint_sequential(block_layers(starts), *plan, std::move(x));
     } else {
-      for (const LlamaDecoderLayer<T>& layer : layers) x = layer(x);
+      for (const LlamaDecoderLayer<T>& layer : layers) x = layer(x, starts);
     }
     return norm(x);
   }
 
   /// Logits (B, T, V).
-  Var<T> logits(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr) const {
-    return linear(hidden(ids, plan), head_weight());
+  Var<T> logits(const Tensor<std::int32_t>& ids, const plan::Plan* plan = nullptr,
+                const Tensor<std::int32_t>& starts = {}) const {
+    return linear(hidden(ids, plan, starts), head_weight());
   }
 
   /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T), over the targets
   /// that are not kIgnoreTarget (a loss mask: prompt tokens, padding). Chunked by default: the
-  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
+  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp). `starts`: packed
+  /// rows' (hidden()); the mean is still over the batch's counted targets.
   Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-              const plan::Plan* plan = nullptr, bool chunked = true) const {
+              const plan::Plan* plan = nullptr, bool chunked = true,
+              const Tensor<std::int32_t>& starts = {}) const {
     if (!(targets.shape() == ids.shape())) {
       throw ShapeError(detail::cat("Llama::loss: targets ", targets.shape(),
                                    " must have the shape of the ids ", ids.shape()));
     }
-    return head_loss(hidden(ids, plan), targets, chunked);
+    return head_loss(hidden(ids, plan, starts), targets, chunked);
   }
 
   /// Measures the layers as a chain for the planners (plan::profile), on a batch: their input
   /// is the embedding's output, made during the step; the loss is the head and the loss() of
-  /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards.
+  /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards. `starts`:
+  /// packed rows' (hidden()).
   plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-                      bool chunked = true, plan::ProfileOptions options = {}) const {
+                      bool chunked = true, plan::ProfileOptions options = {},
+                      const Tensor<std::int32_t>& starts = {}) const {
     Tensor<T> embedded;
     {
       NoGradGuard no_grad;
       embedded = embed(ids).value();
     }
+    check_starts_shape(ids, starts);
     plan::Chain c = plan::profile(
-        block_layers(), embedded,
+        block_layers(starts), embedded,
         [&](const Var<T>& out) { return head_loss(norm(out), targets, chunked); }, options);
     c.input_made_in_step = true;
     c.output_held = false;  // loss() keeps no Var of the layers' output (the final norm saves it)
     return c;
   }
 
-  /// The decoder layers as a sequence, for checkpoint_sequential() and plan::profile().
-  std::vector<Layer> block_layers() const {
+  /// The decoder layers as a sequence, for checkpoint_sequential() and plan::profile(), over
+  /// packed rows' `starts` when defined. Each closure holds the starts by value (a shared
+  /// handle): a later forward with other starts cannot change what these layers attend to.
+  std::vector<Layer> block_layers(const Tensor<std::int32_t>& starts = {}) const {
     std::vector<Layer> out;
     for (const LlamaDecoderLayer<T>& layer : layers)
-      out.push_back([&layer](const Var<T>& x) { return layer(x); });
+      out.push_back([&layer, starts](const Var<T>& x) { return layer(x, starts); });
     return out;
   }
 
@@ -440,6 +460,15 @@ class Llama : public Module<T> {
           config_.max_position_embeddings, ", got shape ", ids.defined() ? ids.shape() : Shape{}));
     }
     return embed_tokens(ids);
+  }
+
+  /// Packed rows' starts, when given, are (B, T) as the ids (the attention ops check the rest).
+  static void check_starts_shape(const Tensor<std::int32_t>& ids,
+                                 const Tensor<std::int32_t>& starts) {
+    if (starts.defined() && !(starts.shape() == ids.shape())) {
+      throw ShapeError(detail::cat("Llama: starts ", starts.shape(),
+                                   " must have the shape of the token ids ", ids.shape()));
+    }
   }
 
   /// The mean cross-entropy of the head on final hidden states h (B, T, C).

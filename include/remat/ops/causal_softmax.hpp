@@ -11,6 +11,9 @@
 /// its entries after i, up to i1, are set to zero. With a sliding window w > 0 (Mistral's
 /// sliding_window) row i sees keys i - w < j <= i only, w keys counting itself, as Hugging Face's
 /// mask (kv_idx > q_idx - sliding_window); the keys before the window are set to zero too.
+/// With packed rows (several examples in one row) `starts` holds, by position, the first position
+/// of that position's example: row i sees keys starts[i] <= j <= i only (and its window), a
+/// block-diagonal causal mask; null is one example per row.
 
 #include <cmath>
 #include <cstdint>
@@ -24,14 +27,22 @@ inline std::int64_t window_start(std::int64_t i, std::int64_t window) noexcept {
   return window > 0 && i >= window ? i - window + 1 : 0;
 }
 
-/// Row i of the block becomes the softmax of its scores over the keys it sees (0..i, or its
-/// window), zero elsewhere; lse[i] its log-sum-exp when lse is not null.
+/// The first key row i sees: its window's first, or its example's first (`starts`, when not
+/// null), whichever is later.
+inline std::int64_t first_key(std::int64_t i, std::int64_t window,
+                              const std::int32_t* starts) noexcept {
+  const std::int64_t j0 = window_start(i, window);
+  return starts && starts[i] > j0 ? starts[i] : j0;
+}
+
+/// Row i of the block becomes the softmax of its scores over the keys it sees (0..i, within its
+/// window and its example), zero elsewhere; lse[i] its log-sum-exp when lse is not null.
 template <class T>
 void causal_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i1,
-                         std::int64_t window = 0) {
+                         std::int64_t window = 0, const std::int32_t* starts = nullptr) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      const std::int64_t i = i0 + r, j0 = first_key(i, window, starts);
       ArrayView<T>(s + r * ld, j0).setZero();
       ArrayView<T> seen(s + r * ld + j0, i + 1 - j0);
       const T m = seen.maxCoeff();
@@ -48,10 +59,11 @@ void causal_softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::in
 /// elsewhere.
 template <class T>
 void causal_softmax_recompute_rows(T* s, std::int64_t ld, const T* lse, std::int64_t i0,
-                                   std::int64_t i1, std::int64_t window = 0) {
+                                   std::int64_t i1, std::int64_t window = 0,
+                                   const std::int32_t* starts = nullptr) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      const std::int64_t i = i0 + r, j0 = first_key(i, window, starts);
       ArrayView<T>(s + r * ld, j0).setZero();
       ArrayView<T> seen(s + r * ld + j0, i + 1 - j0);
       seen = (seen - lse[i]).exp();
@@ -63,10 +75,11 @@ void causal_softmax_recompute_rows(T* s, std::int64_t ld, const T* lse, std::int
 /// dP := P (dP - rowsum(dP P)) * scale over the keys each row sees, zero elsewhere.
 template <class T>
 void causal_softmax_backward_rows(const T* p, T* dp, std::int64_t ld, T scale, std::int64_t i0,
-                                  std::int64_t i1, std::int64_t window = 0) {
+                                  std::int64_t i1, std::int64_t window = 0,
+                                  const std::int32_t* starts = nullptr) {
   for_rows(i1 - i0, i1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t i = i0 + r, j0 = window_start(i, window);
+      const std::int64_t i = i0 + r, j0 = first_key(i, window, starts);
       ArrayView<T>(dp + r * ld, j0).setZero();
       const ConstArrayView<T> pr(p + r * ld + j0, i + 1 - j0);
       ArrayView<T> dr(dp + r * ld + j0, i + 1 - j0);

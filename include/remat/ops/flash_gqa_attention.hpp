@@ -5,10 +5,13 @@
 /// keeping the (B, H, T, T) probabilities: the node saves the rotated queries and keys, the
 /// values and one log-sum-exp per query row (B, H, T), and its backward pass recomputes the
 /// probabilities by blocks of query rows (Note [attention by query blocks] in
-/// ops/flash_attention.hpp).
+/// ops/flash_attention.hpp). With packed rows (`starts`), a block of query rows skips the keys
+/// before the first example any of its rows sees.
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 #include "remat/core/record.hpp"
 #include "remat/ops/flash_attention.hpp"
@@ -24,14 +27,16 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
  public:
   FlashGroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
                                  std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
-                                 std::int64_t block_rows, std::int64_t window)
-      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window),
+                                 std::int64_t block_rows, std::int64_t window,
+                                 Tensor<std::int32_t> starts)
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
-  // block of query rows [i0, i1): S = rope(Q)[i0:i1] rope(K_g)[0:i1]^T / sqrt(D),
-  // P = softmax(causal(S)), lse = log-sum-exp of each row, y[i0:i1] = P V_g[0:i1].
+  // block of query rows [i0, i1), seeing keys [k0, i1) (k0 = 0 but with packed rows):
+  // S = rope(Q)[i0:i1] rope(K_g)[k0:i1]^T / sqrt(D), P = softmax(causal(S)), lse = log-sum-exp
+  // of each row, y[i0:i1] = P V_g[k0:i1]. Columns [0, k0) of S are only set to zero.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& v = in[2];
     Tensor<T> qr(in[0].shape()), kr(in[1].shape());
@@ -44,11 +49,14 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
       for (std::int64_t h = 0; h < h_; ++h) {
         for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
-                  kv_at(kr.data(), b, h), ckv(), T(0), scores.data(), t_);
-          causal_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_);
-          gemm<T>(false, false, rows, d_, i1, T(1), scores.data(), t_, kv_at(v.data(), b, h), ckv(),
-                  T(0), q_at(y.data(), b, h) + i0 * cq(), cq());
+          const std::int64_t k0 = first_block_key(b, i0), keys = i1 - k0;
+          gemm<T>(false, true, rows, keys, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
+                  kv_at(kr.data(), b, h) + k0 * ckv(), ckv(), T(0), scores.data() + k0, t_);
+          causal_softmax_rows(scores.data(), t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_,
+                              starts_of(b));
+          gemm<T>(false, false, rows, d_, keys, T(1), scores.data() + k0, t_,
+                  kv_at(v.data(), b, h) + k0 * ckv(), ckv(), T(0), q_at(y.data(), b, h) + i0 * cq(),
+                  cq());
         }
       }
     }
@@ -59,10 +67,11 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
     return y;
   }
 
-  // Per block, P = exp(S - lse) recomputed; dV_g[0:i1] += P^T dY[i0:i1]; dP = dY V_g^T;
-  // dS = P (dP - rowsum(dP P)) / sqrt(D); dQr[i0:i1] = dS Kr_g[0:i1]; dKr_g[0:i1] += dS^T
+  // Per block, P = exp(S - lse) recomputed; dV_g[k0:i1] += P^T dY[i0:i1]; dP = dY V_g^T;
+  // dS = P (dP - rowsum(dP P)) / sqrt(D); dQr[i0:i1] = dS Kr_g[k0:i1]; dKr_g[k0:i1] += dS^T
   // Qr[i0:i1]; dQ, dK = inverse rotations of dQr, dKr. Blocks run last first: the last block of the
-  // first head of a group sees every key, so it writes all of the group's dK and dV.
+  // first head of a group sees every key from its k0 on, so it writes all of the group's dK and
+  // dV (the rows before its k0 set to zero: earlier blocks, whose k0 is smaller, add into them).
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& qr = this->saved(0);
     const Tensor<T>& kr = this->saved(1);
@@ -86,24 +95,30 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         if (!need_qk && !dv.dst) continue;
         for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
+          const std::int64_t k0 = first_block_key(b, i0), keys = i1 - k0;
           const bool first_write = first_of_group && i0 == last;
           T* p = probs.data();
-          gemm<T>(false, true, rows, i1, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
-                  kv_at(kr.data(), b, h), ckv(), T(0), p, t_);
-          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_);
+          gemm<T>(false, true, rows, keys, d_, scale, q_at(qr.data(), b, h) + i0 * cq(), cq(),
+                  kv_at(kr.data(), b, h) + k0 * ckv(), ckv(), T(0), p + k0, t_);
+          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1, window_,
+                                        starts_of(b));
           if (dv.dst) {
-            const T beta = dv.overwrite && first_write ? T(0) : T(1);
-            gemm<T>(true, false, i1, d_, rows, T(1), p, t_, dy + i0 * cq(), cq(), beta,
-                    kv_at(dv.dst->data(), b, h), ckv());
+            const bool overwrite = dv.overwrite && first_write;
+            if (overwrite) zero_kv_rows(kv_at(dv.dst->data(), b, h), k0);
+            gemm<T>(true, false, keys, d_, rows, T(1), p + k0, t_, dy + i0 * cq(), cq(),
+                    overwrite ? T(0) : T(1), kv_at(dv.dst->data(), b, h) + k0 * ckv(), ckv());
           }
           if (!need_qk) continue;
-          gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * cq(), cq(), kv_at(v.data(), b, h),
-                  ckv(), T(0), dp.data(), t_);
-          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1, window_);
-          gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(),
-                  T(0), q_at(dq.data(), b, h) + i0 * cq(), cq());
-          gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q_at(qr.data(), b, h) + i0 * cq(),
-                  cq(), first_write ? T(0) : T(1), kv_at(dk.data(), b, h), ckv());
+          gemm<T>(false, true, rows, keys, d_, T(1), dy + i0 * cq(), cq(),
+                  kv_at(v.data(), b, h) + k0 * ckv(), ckv(), T(0), dp.data() + k0, t_);
+          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1, window_, starts_of(b));
+          gemm<T>(false, false, rows, d_, keys, T(1), dp.data() + k0, t_,
+                  kv_at(kr.data(), b, h) + k0 * ckv(), ckv(), T(0),
+                  q_at(dq.data(), b, h) + i0 * cq(), cq());
+          if (first_write) zero_kv_rows(kv_at(dk.data(), b, h), k0);
+          gemm<T>(true, false, keys, d_, rows, T(1), dp.data() + k0, t_,
+                  q_at(qr.data(), b, h) + i0 * cq(), cq(), first_write ? T(0) : T(1),
+                  kv_at(dk.data(), b, h) + k0 * ckv(), ckv());
         }
       }
     }
@@ -116,6 +131,20 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
   }
 
  private:
+  /// The first key any row of the block from query row i0 of batch b sees: with packed rows its
+  /// first row's (the starts and the window's first keys only grow down a row), which the block
+  /// need not multiply by; 0 otherwise, where the products keep their whole-prefix shape.
+  std::int64_t first_block_key(std::int64_t b, std::int64_t i0) const {
+    const std::int32_t* starts = starts_of(b);
+    return starts ? first_key(i0, window_, starts) : 0;
+  }
+
+  /// Sets rows [0, n) of one key/value head of a (B, T, G D) gradient to zero.
+  template <class P>
+  void zero_kv_rows(P* head, std::int64_t n) const {
+    for (std::int64_t j = 0; j < n; ++j) ArrayView<P>(head + j * ckv(), d_).setZero();
+  }
+
   std::int64_t rows_;
 };
 
@@ -124,13 +153,14 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
 /// grouped_query_attention() (same arguments, same output to rounding), keeping the rotated
 /// queries and keys, the values and a log-sum-exp per query row for backward instead of the
 /// (B, H, T, T) probabilities, which backward recomputes `block_rows` query rows at a time. The
-/// sliding `window` is grouped_query_attention's.
+/// sliding `window` and the packed rows' `starts` are grouped_query_attention's.
 template <class T>
 Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
                                      const std::type_identity_t<Var<T>>& v, std::int64_t heads,
                                      std::int64_t kv_heads, RopeOptions rope = {},
                                      std::int64_t block_rows = kFlashBlockRows,
-                                     std::int64_t window = 0) {
+                                     std::int64_t window = 0,
+                                     const Tensor<std::int32_t>& starts = {}) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
   const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
@@ -149,8 +179,9 @@ Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t
   }
   detail::check_rope_options("flash_grouped_query_attention", rope);
   detail::check_window("flash_grouped_query_attention", window);
+  detail::check_starts("flash_grouped_query_attention", starts, sq[0], sq[1]);
   return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>(
-      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows, window);
+      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows, window, starts);
 }
 
 namespace detail {

@@ -7,8 +7,19 @@
 /// i - window < j <= i, ops/causal_softmax.hpp). Heads are read in place from the (B, T, heads x D)
 /// projections with strided GEMMs. The node saves the rotated queries and keys, the values and
 /// the attention probabilities (B, H, T, T).
+///
+/// Packed rows (several examples laid end to end in one row) pass `starts` (B, T): for each
+/// position, the position its example starts at. Query i then sees keys starts[i] <= j <= i only,
+/// and RoPE turns queries and keys by position rope.offset + i - starts[i]: each example is
+/// attended as if it had a row of its own. (Under dynamic rope scaling the frequencies stay those
+/// of the whole row's length, offset + T, as for a padded row: an example run alone would take
+/// its own length's once past max_position_embeddings.) The node keeps the tensor (a shared
+/// handle, not a copy), so replays read it too.
 
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
@@ -24,7 +35,7 @@ namespace detail {
 class GqaLayout {
  protected:
   GqaLayout(std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t kv_heads,
-            std::int64_t dim, RopeOptions rope, std::int64_t window)
+            std::int64_t dim, RopeOptions rope, std::int64_t window, Tensor<std::int32_t> starts)
       : b_(batch),
         t_(time),
         h_(heads),
@@ -32,7 +43,8 @@ class GqaLayout {
         d_(dim),
         rep_(heads / kv_heads),
         window_(window),
-        rope_(rope) {}
+        rope_(rope),
+        starts_(std::move(starts)) {}
 
   std::int64_t cq() const noexcept { return h_ * d_; }
   std::int64_t ckv() const noexcept { return g_ * d_; }
@@ -46,18 +58,25 @@ class GqaLayout {
     return base + b * t_ * ckv() + (h / rep_) * d_;
   }
 
+  /// The starts of batch b's row by position (packed rows), or null (one example per row).
+  const std::int32_t* starts_of(std::int64_t b) const {
+    return starts_.defined() ? starts_.data() + b * t_ : nullptr;
+  }
+
   /// Rotates queries q into qr and keys k into kr (inverse: rotates back; in place is allowed).
   template <class T>
   void rotate(const Tensor<T>& q, const Tensor<T>& k, Tensor<T>& qr, Tensor<T>& kr,
               bool inverse) const {
     const RopeTable<T> table(t_, d_, rope_);
-    table.apply(q.data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, inverse);
-    table.apply(k.data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, inverse);
+    const std::int32_t* starts = starts_of(0);  // every row's, one after the other
+    table.apply(q.data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, inverse, starts);
+    table.apply(k.data(), ckv(), kr.data(), ckv(), b_ * t_, t_, g_, inverse, starts);
   }
 
   std::int64_t b_, t_, h_, g_, d_, rep_;
   std::int64_t window_;  ///< 0: plain causal; else each query sees the last `window_` keys
   RopeOptions rope_;
+  Tensor<std::int32_t> starts_;  ///< undefined: one example per row
 };
 
 inline void check_window(const char* op, std::int64_t window) {
@@ -65,17 +84,41 @@ inline void check_window(const char* op, std::int64_t window) {
     throw UsageError(cat(op, ": the sliding window must be 0 (none) or positive, got ", window));
 }
 
+/// Packed rows' starts: (B, T), and each example a run of positions, so that position i starts
+/// an example (starts[i] == i) or continues the one before it (starts[i] == starts[i - 1]); that
+/// also gives 0 <= starts[i] <= i, which the kernels index by. Undefined: nothing to check.
+inline void check_starts(const char* op, const Tensor<std::int32_t>& starts, std::int64_t batch,
+                         std::int64_t time) {
+  if (!starts.defined()) return;
+  if (!(starts.shape() == Shape{batch, time})) {
+    throw ShapeError(cat(op, ": starts must have the shape (B, T) = ", Shape{batch, time},
+                         " of the queries' batch and time, got ", starts.shape()));
+  }
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int32_t* s = starts.data() + b * time;
+    for (std::int64_t i = 0; i < time; ++i) {
+      if (s[i] == i || (i > 0 && s[i] == s[i - 1])) continue;
+      throw UsageError(
+          cat(op, ": starts[", b, ", ", i, "] = ", s[i], ": row ", b, " position ", i,
+              " must start an example (", i, ")",
+              i > 0 ? cat(" or continue the previous position's (", s[i - 1], ")") : std::string(),
+              "; starts hold, for each position, the first position of its example"));
+    }
+  }
+}
+
 template <class T>
 class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
  public:
   GroupedQueryAttentionNode(std::int64_t batch, std::int64_t time, std::int64_t heads,
                             std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
-                            std::int64_t window)
-      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window) {}
+                            std::int64_t window, Tensor<std::int32_t> starts)
+      : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)) {}
   const char* op_name() const noexcept override { return "grouped_query_attention"; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
-  // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g.
+  // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g. Packed rows: the
+  // causal mask also stops at each example's start (the whole product is still computed).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& v = in[2];
     Tensor<T> qr(in[0].shape()), kr(in[1].shape());
@@ -88,7 +131,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         T* p = probs.data() + (b * h_ + h) * t_ * t_;
         gemm<T>(false, true, t_, t_, d_, scale, q_at(qr.data(), b, h), cq(), kv_at(kr.data(), b, h),
                 ckv(), T(0), p, t_);
-        causal_softmax_rows<T>(p, t_, nullptr, 0, t_, window_);
+        causal_softmax_rows<T>(p, t_, nullptr, 0, t_, window_, starts_of(b));
         gemm<T>(false, false, t_, d_, t_, T(1), p, t_, kv_at(v.data(), b, h), ckv(), T(0),
                 q_at(y.data(), b, h), cq());
       }
@@ -129,7 +172,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         if (!need_qk) continue;
         gemm<T>(false, true, t_, t_, d_, T(1), dy, cq(), kv_at(v.data(), b, h), ckv(), T(0),
                 dp.data(), t_);
-        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_, window_);
+        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_, window_, starts_of(b));
         gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, kv_at(kr.data(), b, h), ckv(), T(0),
                 q_at(dq.data(), b, h), cq());
         gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q_at(qr.data(), b, h), cq(),
@@ -153,12 +196,16 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
 /// outputs side by side (Hugging Face's layout before o_proj). Query i attends to keys 0..i;
 /// queries and keys are rotated by positions rope.offset + t. With kv_heads == heads this is
 /// ordinary multi-head attention. A `window` > 0 restricts query i to keys i - window < j <= i
-/// (Hugging Face's sliding_window); 0 is no window.
+/// (Hugging Face's sliding_window); 0 is no window. Packed rows pass `starts` (B, T) int32: the
+/// first position of each position's example, so that query i of row b sees keys
+/// starts[b, i] <= j <= i (and its window) and is rotated, as its keys are, by position
+/// rope.offset + i - starts[b, i] (see the file comment; a ShapeError or UsageError names the row
+/// and position of a bad start). Undefined (the default): one example per row.
 template <class T>
 Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
                                const std::type_identity_t<Var<T>>& v, std::int64_t heads,
                                std::int64_t kv_heads, RopeOptions rope = {},
-                               std::int64_t window = 0) {
+                               std::int64_t window = 0, const Tensor<std::int32_t>& starts = {}) {
   const Shape& sq = q.shape();
   const bool heads_ok = heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0;
   const bool ok = heads_ok && sq.rank() == 3 && sq[2] % heads == 0 && (sq[2] / heads) % 2 == 0 &&
@@ -173,8 +220,9 @@ Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T
   }
   detail::check_rope_options("grouped_query_attention", rope);
   detail::check_window("grouped_query_attention", window);
+  detail::check_starts("grouped_query_attention", starts, sq[0], sq[1]);
   return detail::record_op<detail::GroupedQueryAttentionNode<T>>(
-      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, window);
+      {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, window, starts);
 }
 
 namespace detail {

@@ -125,14 +125,18 @@ struct RopeTable {
   }
 
   /// Rotates (inverse: rotates back) every head of `rows` rows of `heads` head vectors of size
-  /// 2 half, row r at position r % time. Rows are `ld` elements apart; dst may be src.
+  /// 2 half, row r at position r % time, or r % time - starts[r] when `starts` is given (packed
+  /// rows: the position within the row's example, starts[r] its first position). Rows are `ld`
+  /// elements apart; dst may be src.
   void apply(const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst, std::int64_t rows,
-             std::int64_t time, std::int64_t heads, bool inverse) const {
+             std::int64_t time, std::int64_t heads, bool inverse,
+             const std::int32_t* starts = nullptr) const {
     const T sign = inverse ? T(-1) : T(1);
     for_rows(rows, heads * 2 * half, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
-        const T* c = cos.data() + (r % time) * half;
-        const T* s = sin.data() + (r % time) * half;
+        const std::int64_t p = starts ? r % time - starts[r] : r % time;
+        const T* c = cos.data() + p * half;
+        const T* s = sin.data() + p * half;
         for (std::int64_t h = 0; h < heads; ++h) {
           const T* x = src + r * ld_src + h * 2 * half;
           T* y = dst + r * ld_dst + h * 2 * half;
