@@ -31,9 +31,11 @@ struct DataOptions {
 };
 
 /// One micro-batch: the model's ids and targets (kIgnoreTarget where the loss is not), the
-/// targets the loss counts, and the positions that hold tokens (not padding).
+/// first position of each position's example (packed rows; undefined when every row holds one
+/// example from its first column), the targets the loss counts, and the positions that hold
+/// tokens (not padding).
 struct Batch {
-  remat::Tensor<std::int32_t> ids, targets;
+  remat::Tensor<std::int32_t> ids, targets, starts;
   std::int64_t counted = 0, tokens = 0;
 };
 
@@ -144,6 +146,19 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
   return d;
 }
 
+/// `laid` as the model's inputs; `packed` keeps the starts.
+inline Batch batch_of(const hub::TokenBatch& laid, bool packed) {
+  hub::BatchInputs in = hub::batch_inputs(laid);
+  Batch b;
+  b.ids = std::move(in.ids);
+  b.targets = std::move(in.targets);
+  if (packed) b.starts = std::move(in.starts);
+  b.counted = std::count_if(b.targets.data(), b.targets.data() + b.targets.numel(),
+                            [](std::int32_t t) { return t != remat::kIgnoreTarget; });
+  b.tokens = std::count_if(laid.segment.begin(), laid.segment.end(), [](int s) { return s >= 0; });
+  return b;
+}
+
 /// The examples `which` of `pool`, one a row, padded to the longest of them.
 inline Batch make_batch(const std::vector<hub::TokenizedExample>& pool,
                         std::span<const std::size_t> which, std::int32_t pad) {
@@ -153,24 +168,86 @@ inline Batch make_batch(const std::vector<hub::TokenizedExample>& pool,
     rows.push_back(pool[i]);
     columns = std::max(columns, pool[i].ids.size() - 1);
   }
-  const hub::TokenBatch laid = hub::lay_out(rows, columns, hub::Layout::pad, pad);
-  Batch b;
-  std::tie(b.ids, b.targets) = hub::model_inputs(laid);
-  b.counted = std::count_if(b.targets.data(), b.targets.data() + b.targets.numel(),
-                            [](std::int32_t t) { return t != remat::kIgnoreTarget; });
-  b.tokens = std::count_if(laid.segment.begin(), laid.segment.end(), [](int s) { return s >= 0; });
-  return b;
+  return batch_of(hub::lay_out(rows, columns, hub::Layout::pad, pad), false);
 }
 
-/// The first `count` batches of `rows` validation examples, in order.
-inline std::vector<Batch> validation_batches(const Data& d, std::size_t rows, std::size_t count) {
+/// The rows `examples` take when packed in order into rows of `columns` positions (lay_out's
+/// greedy rule: an example goes on the current row if it fits, else on a new one).
+inline std::size_t packed_rows(const std::vector<hub::TokenizedExample>& examples,
+                               std::size_t columns) {
+  std::size_t rows = 0, used = columns;
+  for (const hub::TokenizedExample& e : examples) {
+    if (used + (e.ids.size() - 1) > columns) {
+      ++rows;
+      used = 0;
+    }
+    used += e.ids.size() - 1;
+  }
+  return rows;
+}
+
+/// Examples packed in order into `rows` rows of `columns` positions, taken from `next` until the
+/// next one would need another row; that one is kept in `pending` for the following batch.
+template <class Next>
+Batch pack_batch(const std::vector<hub::TokenizedExample>& pool, std::size_t rows,
+                 std::size_t columns, std::int32_t pad, std::optional<std::size_t>& pending,
+                 Next&& next) {
+  std::vector<hub::TokenizedExample> chosen;
+  for (;;) {
+    const std::size_t i = pending ? *pending : next();
+    pending.reset();
+    chosen.push_back(pool[i]);
+    if (packed_rows(chosen, columns) > rows) {
+      chosen.pop_back();
+      pending = i;
+      break;
+    }
+  }
+  hub::TokenBatch laid = hub::lay_out(chosen, columns, hub::Layout::pack, pad);
+  // a fixed shape: the rows the examples did not fill are padding
+  laid.rows = rows;
+  const std::size_t total = rows * columns;
+  laid.ids.resize(total, pad);
+  laid.targets.resize(total, -1);
+  laid.loss.resize(total, 0);
+  laid.positions.resize(total, 0);
+  laid.segment.resize(total, -1);
+  return batch_of(laid, true);
+}
+
+/// Rows [first, first + n) of `b`.
+inline hub::TokenBatch rows_of(const hub::TokenBatch& b, std::size_t first, std::size_t n) {
+  hub::TokenBatch out;
+  out.rows = n;
+  out.columns = b.columns;
+  const auto cut = [&](const auto& v) {
+    const auto begin = v.begin() + std::ptrdiff_t(first * b.columns);
+    return std::decay_t<decltype(v)>(begin, begin + std::ptrdiff_t(n * b.columns));
+  };
+  out.ids = cut(b.ids);
+  out.targets = cut(b.targets);
+  out.loss = cut(b.loss);
+  out.positions = cut(b.positions);
+  out.segment = cut(b.segment);
+  return out;
+}
+
+/// The first `count` batches of `rows` rows of validation examples, in order: one example a row,
+/// padded, or packed into rows of `columns` positions when `columns` > 0.
+inline std::vector<Batch> validation_batches(const Data& d, std::size_t rows, std::size_t count,
+                                             std::size_t columns) {
   std::vector<Batch> out;
+  if (columns > 0) {
+    const hub::TokenBatch laid = hub::lay_out(d.val, columns, hub::Layout::pack, d.pad);
+    for (std::size_t r = 0; r < laid.rows && out.size() < count; r += rows)
+      out.push_back(batch_of(rows_of(laid, r, std::min(rows, laid.rows - r)), true));
+    return out;
+  }
   std::vector<std::size_t> all(d.val.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  for (std::size_t at = 0; at < all.size() && out.size() < count; at += rows) {
-    const std::size_t n = std::min(rows, all.size() - at);
-    out.push_back(make_batch(d.val, std::span(all).subspan(at, n), d.pad));
-  }
+  for (std::size_t at = 0; at < all.size() && out.size() < count; at += rows)
+    out.push_back(
+        make_batch(d.val, std::span(all).subspan(at, std::min(rows, all.size() - at)), d.pad));
   return out;
 }
 

@@ -6,7 +6,7 @@
 //   finetune --base DIR|FILE [--data PATH] [--storage nf4|bf16|int8|f32] [--no-double-quant]
 //            [--rank R] [--alpha A] [--lora-dropout P] [--targets a,b,...] [--context T]
 //            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
-//            [--skip-bad] [--prompt TEXT]
+//            [--skip-bad] [--pack] [--prompt TEXT]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
 //            [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
 //            [--save-adapters DIR] [--save-every N] [--full] [--sample N] [--json]
@@ -21,8 +21,10 @@
 //    than --max-tokens (default: 1024, or the model's context if shorter) loses its oldest
 //    exchanges, its system message kept (--truncate oldest), or is left out (exclude); a text
 //    document is cut into windows. Every tenth example is kept for validation. A batch holds
-//    --batch examples, one a row, padded to the longest. --prompt samples an answer before and
-//    after training (--sample tokens, 48 by default).
+//    --batch examples, one a row, padded to the longest, or (--pack) --batch rows of
+//    --max-tokens - 1 positions into which examples are packed, attention kept within each
+//    example. --prompt samples an answer before and after training (--sample tokens, 48 by
+//    default).
 //  - a train_llama --save-hf folder (with its remat_eval.json vocabulary) or a train_gpt --save
 //    file, fine-tuned on a text in the base corpus' characters (default
 //    examples/data/finetune.txt, original text shipped with remat; its last tenth for
@@ -45,15 +47,19 @@
 //   activations  the rest of a step's peak: what the blocks keep, the token ids
 //   total        the counted peak of a whole training step (a step after the first)
 // The estimate is printed before the first step for the largest batch the data can make, and
-// beside the count at the end for the shape of the step that reached the peak. With --json the
-// last line is one JSON object: first_val_loss, final_val_loss, seconds, tokens_per_second, and
-// counted_mb / estimated_mb objects with those keys (MiB).
+// beside the count at the end for the shape of the step that reached the peak. The last line
+// gives the process's peak resident memory (getrusage) beside the allocator's peak of live bytes
+// and the freed buffers its cache keeps. With --json the last line is one JSON object:
+// first_val_loss, final_val_loss, seconds, tokens_per_second, peak_resident_mb, peak_live_mb,
+// cached_mb, and counted_mb / estimated_mb objects with those keys (MiB).
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/generate.hpp>
 #include <remat/nn/llama_load.hpp>
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 #include <remat/remat.hpp>
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -95,7 +101,7 @@ struct Options {
   // a Hugging Face folder's data
   std::int64_t max_tokens = 0;
   std::string truncate = "oldest", train_on = "assistant", prompt;
-  bool skip_bad = false;
+  bool skip_bad = false, pack = false;
   std::vector<std::string> hub_flags_given;  // flags only a Hugging Face folder takes
   bool context_given = false;
 };
@@ -186,6 +192,10 @@ Options parse(int argc, char** argv) {
        "--train-on"},
       {app.add_flag("--skip-bad", o.skip_bad, "skip and count malformed JSONL lines"),
        "--skip-bad"},
+      {app.add_flag("--pack", o.pack,
+                    "pack examples into rows of --max-tokens - 1 positions, attention kept within "
+                    "each example (default: one example a row, padded)"),
+       "--pack"},
       {app.add_option("--prompt", o.prompt,
                       "a user message to answer before and after training (--sample tokens)"),
        "--prompt"}};
@@ -366,18 +376,21 @@ class CharSource {
   remat::Rng data_rng_;
 };
 
-/// A Hugging Face folder's data: examples made of conversations or documents, --batch a step
-/// in a new order each epoch, padded to the longest of the batch.
+/// A Hugging Face folder's data: examples made of conversations or documents in a new order each
+/// epoch; a batch is --batch rows, one example a row padded to the longest of them, or (--pack)
+/// examples packed into rows of --max-tokens - 1 positions.
 class HubSource {
  public:
-  HubSource(const remat::hub::Tokenizer& tok, chat::Data data, const Options& o)
+  HubSource(const remat::hub::Tokenizer& tok, chat::Data data, std::size_t max_tokens,
+            const Options& o)
       : tok_(tok),
         data_(std::move(data)),
         rows_(static_cast<std::size_t>(o.batch)),
+        packed_columns_(o.pack ? max_tokens - 1 : 0),
         sampler_(data_.train.size(), o.seed * 7919 + 1),
         prompt_(o.prompt),
         sample_tokens_(o.sample > 0 ? o.sample : 48) {
-    if (rows_ > data_.train.size()) {
+    if (!o.pack && rows_ > data_.train.size()) {
       throw remat::UsageError(remat::detail::cat(kProgram, ": --batch ", o.batch,
                                                  " is more than the ", data_.train.size(),
                                                  " training examples of ", o.data));
@@ -386,15 +399,28 @@ class HubSource {
 
   std::string describe() const {
     return remat::detail::cat(data_.train.size(), " training and ", data_.val.size(),
-                              " validation examples (", data_.report, ")");
+                              " validation examples (", data_.report, ")",
+                              packed_columns_ ? "; packed" : "");
   }
   std::int64_t rows() const { return static_cast<std::int64_t>(rows_); }
-  std::int64_t max_columns() const { return static_cast<std::int64_t>(data_.longest) - 1; }
-  chat::Batch next() { return chat::make_batch(data_.train, sampler_.next(rows_), data_.pad); }
-  /// The longest training examples: the batch that needs the most memory.
+  std::int64_t max_columns() const {
+    return static_cast<std::int64_t>(packed_columns_ ? packed_columns_ : data_.longest - 1);
+  }
+  chat::Batch next() {
+    if (!packed_columns_) return chat::make_batch(data_.train, sampler_.next(rows_), data_.pad);
+    return chat::pack_batch(data_.train, rows_, packed_columns_, data_.pad, pending_,
+                            [&] { return sampler_.next(1)[0]; });
+  }
+  /// The batch that needs the most memory: the longest training examples, or full packed rows.
   chat::Batch largest() const {
     std::vector<std::size_t> order(data_.train.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (packed_columns_) {
+      std::optional<std::size_t> pending;
+      std::size_t at = 0;
+      return chat::pack_batch(data_.train, rows_, packed_columns_, data_.pad, pending,
+                              [&] { return order[at++ % order.size()]; });
+    }
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return data_.train[a].ids.size() > data_.train[b].ids.size();
     });
@@ -402,7 +428,7 @@ class HubSource {
   }
   /// The first `count` batches of validation examples.
   std::vector<chat::Batch> validation(std::int64_t count) const {
-    return chat::validation_batches(data_, rows_, static_cast<std::size_t>(count));
+    return chat::validation_batches(data_, rows_, static_cast<std::size_t>(count), packed_columns_);
   }
   /// The model's greedy answer to --prompt (empty without one).
   template <class Model>
@@ -422,8 +448,9 @@ class HubSource {
  private:
   const remat::hub::Tokenizer& tok_;
   chat::Data data_;
-  std::size_t rows_;
+  std::size_t rows_, packed_columns_;  // packed_columns_: 0 unless --pack
   chat::Sampler sampler_;
+  std::optional<std::size_t> pending_;  // the example the last packed batch had no room for
   std::string prompt_;
   std::int64_t sample_tokens_;
 };
@@ -466,6 +493,7 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
                       std::int64_t rows, std::int64_t columns, const remat::plan::Plan& plan) {
   remat::nn::StepShape shape{.batch = rows,
                              .time = columns,
+                             .packed = o.pack,
                              .accumulation = o.accumulate,
                              .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
                              .double_quant = !o.no_double_quant};
@@ -495,6 +523,23 @@ const std::pair<const char*, double Split::*> kSplitRows[] = {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+/// The process's peak resident memory so far (getrusage), in bytes.
+double peak_resident_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;  // KiB on Linux
+}
+
+/// The loss of batch `b` (a Llama takes packed rows' starts; a GPT never has them).
+remat::Var<float> batch_loss(const remat::nn::Llama<float>& model, const chat::Batch& b,
+                             const remat::plan::Plan* plan = nullptr) {
+  return model.loss(b.ids, b.targets, plan, true, b.starts);
+}
+remat::Var<float> batch_loss(const remat::nn::GPT<float>& model, const chat::Batch& b,
+                             const remat::plan::Plan* plan = nullptr) {
+  return model.loss(b.ids, b.targets, plan);
+}
+
 /// The mean loss over `val` (weighted by the targets each batch counts), in evaluation mode and
 /// without a tape.
 template <class Model>
@@ -503,7 +548,7 @@ double mean_loss(Model& model, const std::vector<chat::Batch>& val) {
   model.eval();
   double total = 0, counted = 0;
   for (const chat::Batch& b : val) {
-    total += double(model.loss(b.ids, b.targets).item()) * double(b.counted);
+    total += double(batch_loss(model, b).item()) * double(b.counted);
     counted += double(b.counted);
   }
   model.train();
@@ -585,6 +630,9 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     std::printf("step %5d  val loss %.4f\n", 0, first_val);
   }
 
+  // the allocator's peak of live bytes through loading, the set-up and the steps (each step
+  // resets the peak to measure itself)
+  double live_peak = double(remat::memory::peak_bytes());
   double step_peak = 0;           // the largest counted peak of a whole step after the first
   std::int64_t peak_columns = 0;  // the longest micro-batch of that step
   double tokens = 0;              // positions trained on, padding left out
@@ -606,7 +654,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       remat::Tape tape(remat::TapeOptions{
           .seed = remat::detail::mix64(
               o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate) + k))});
-      const remat::Var<float> l = model.loss(micro[k].ids, micro[k].targets, &plan);
+      const remat::Var<float> l = batch_loss(model, micro[k], &plan);
       // the step's loss is the mean over its counted targets: each micro-batch's mean weighted
       // by its share of them
       const float share =
@@ -625,6 +673,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     optimizer.step();
     if (step == 0) counted.optimizer = double(remat::memory::live_bytes()) - before_step;
     optimizer.zero_grad();
+    live_peak = std::max(live_peak, double(remat::memory::peak_bytes()));
     const double peak = double(remat::memory::peak_bytes() - live0) - val_bytes;
     if ((step > 0 || o.steps == 1) && peak > step_peak) {
       step_peak = peak;
@@ -665,12 +714,18 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     std::printf("\n--- sample ---\n%s%s\n--------------\n",
                 source.samples_before() ? "after: " : "", sample_after.c_str());
   }
+  // the process: its peak resident memory, the allocator's peak of live tensor bytes (all of
+  // them, the validation batches and what was live before loading included) and the freed
+  // buffers it keeps for reuse (memory::set_cache_limit bounds them)
+  const double rss = peak_resident_bytes(), live = live_peak,
+               cached = double(remat::memory::cached_bytes());
   if (o.json) {
     std::printf(
         "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, "
-        "\"tokens_per_second\": %.1f, \"counted_mb\": %s, \"estimated_mb\": %s}\n",
-        first_val, last_val, seconds, tokens / seconds, split_json(counted).c_str(),
-        split_json(estimated).c_str());
+        "\"tokens_per_second\": %.1f, \"peak_resident_mb\": %.1f, \"peak_live_mb\": %.1f, "
+        "\"cached_mb\": %.1f, \"counted_mb\": %s, \"estimated_mb\": %s}\n",
+        first_val, last_val, seconds, tokens / seconds, mib(rss), mib(live), mib(cached),
+        split_json(counted).c_str(), split_json(estimated).c_str());
     return 0;
   }
   std::printf(
@@ -680,6 +735,10 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       static_cast<long long>(peak_columns));
   for (const auto& [name, field] : kSplitRows)
     std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
+  std::printf(
+      "process: peak resident %.1f MiB; allocator: peak live %.1f MiB, cache of freed buffers "
+      "%.1f MiB at the end\n",
+      mib(rss), mib(live), mib(cached));
   if (!o.save_adapters.empty() && adapters)
     std::printf("adapters saved in %s\n", o.save_adapters.c_str());
   return 0;
@@ -716,7 +775,7 @@ int run_hub(Options& o, std::size_t live0) {
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
       .skip_bad = o.skip_bad};
-  HubSource source(tok, chat::load(tok, o.base, data, context), o);
+  HubSource source(tok, chat::load(tok, o.base, data, context), data.max_tokens, o);
   return run(model, source, o, live0);
 }
 

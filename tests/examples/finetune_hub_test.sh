@@ -3,7 +3,7 @@
 # tokenizer.json and chat template (make_chat_hub_folder.py) and generated conversations. Checks the
 # data report (truncation, token distribution), the memory split counted as estimated (weights,
 # adapters, gradients, optimizer exactly; the total within 2 %, LoRA dropout included), losses
-# equal with and without checkpointing, a loss on assistant tokens only that differs from one on
+# equal with and without checkpointing, packed rows giving the padded loss, a loss on assistant tokens only that differs from one on
 # every token, adapters saved in PEFT's layout every --save-every steps and read back by generate,
 # samples before and after, plain text data, and a clear error for each kind of bad input.
 #
@@ -63,7 +63,16 @@ check_split() {
 "$finetune" "${run[@]}" --json --checkpoint every --lora-dropout 0.1 --storage int8 --accumulate 2 > dropout.json
 "$finetune" "${run[@]}" --json --checkpoint sqrt --storage bf16 --rank 4 --targets q_proj,v_proj > bf16.json
 "$finetune" "${run[@]}" --json --train-on all > all.json
-for f in every.json none.json dropout.json bf16.json all.json; do check_split "$f"; done
+"$finetune" "${run[@]}" --json --pack --checkpoint every > packed.json
+"$finetune" "${run[@]}" --json --pack --checkpoint none > packed_none.json
+for f in every.json none.json dropout.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
+# packed rows keep examples apart: the validation loss before training is the padded one, to
+# float rounding (the sums run over other shapes); checkpointing changes no packed loss
+awk -v a="$(field every.json first_val_loss)" -v b="$(field packed.json first_val_loss)" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' \
+  || { cat every.json packed.json; fail "packed validation loss differs from the padded one"; }
+[ "$(field packed.json final_val_loss)" = "$(field packed_none.json final_val_loss)" ] \
+  || { cat packed.json packed_none.json; fail "checkpointing changed the packed loss"; }
 [ "$(field every.json final_val_loss)" = "$(field none.json final_val_loss)" ] \
   || { cat every.json none.json; fail "checkpointing changed the loss"; }
 awk -v a="$(field every.json first_val_loss)" -v b="$(field every.json final_val_loss)" 'BEGIN { exit !(b < a) }' \
