@@ -247,6 +247,28 @@ TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the
   CHECK(outside == 0);
 }
 
+TEST_CASE("linear_cross_entropy's default chunk: 8 MiB of logits, or 64 rows within 64 MiB",
+          "[ops][loss]") {
+  using remat::detail::default_chunk_rows;
+  CHECK(default_chunk_rows(32000, 4) == 65);     // 8 MiB hold more than 64 rows
+  CHECK(default_chunk_rows(151936, 4) == 64);    // 8 MiB hold 13 rows: 64 rows are 37 MiB
+  CHECK(default_chunk_rows(248000, 4) == 64);    // 60.5 MiB
+  CHECK(default_chunk_rows(1000000, 4) == 16);   // 64 rows would be 244 MiB: 64 MiB hold 16
+  CHECK(default_chunk_rows(151936, 8) == 55);    // doubles: 64 MiB hold 55 rows
+  CHECK(default_chunk_rows(1LL << 31, 4) == 1);  // not even one row in 8 MiB: one row
+  // and the op allocates what the rule says: one chunk of logits in forward
+  const std::int64_t vocab = 151936, rows = 100, width = 8;
+  remat::Tape tape;
+  const auto h = tape.input(remat::Tensor<float>::zeros({rows, width}), false);
+  const auto w = tape.input(remat::Tensor<float>::zeros({vocab, width}), false);
+  const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
+  remat::memory::Probe probe;
+  (void)remat::linear_cross_entropy(h, w, targets);
+  // the chunk, the log-sum-exps (a float a row) and the loss scalar, released or kept
+  CHECK(probe.peak_above_start() >= std::size_t(64 * vocab * 4));
+  CHECK(probe.peak_above_start() < std::size_t(65 * vocab * 4));
+}
+
 TEST_CASE("linear_cross_entropy rejects shapes and targets that do not fit",
           "[ops][loss][errors]") {
   const Var<float> h(Tensor<float>::zeros({3, 4}));

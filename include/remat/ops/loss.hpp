@@ -126,10 +126,17 @@ namespace detail {
 
 /// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
 /// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
-/// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, at least one.
+/// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, but at least
+/// 64 rows while they fit in 64 MiB, and at least one. Each chunk's three GEMMs read the whole
+/// (V, C) weight: with few rows they are bound by reading it, not by arithmetic. Measured
+/// (V 151,936, C 896, 512 rows, forward and backward, 2 threads, Xeon with AVX-512): 13-row
+/// chunks (8 MiB) 11.9 s, 32 rows 5.2 s, 64 rows 3.5 s, 128 rows 3.5 s, 256 rows 2.9 s; so 64
+/// rows reach the GEMM's arithmetic rate, for 37 MiB at that vocabulary and at most 64 MiB.
 inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
-  return std::max<std::int64_t>(
-      1, (std::int64_t{8} << 20) / (vocab * static_cast<std::int64_t>(element_bytes)));
+  const auto rows_in = [&](std::int64_t mib) {
+    return (mib << 20) / (vocab * static_cast<std::int64_t>(element_bytes));
+  };
+  return std::max<std::int64_t>({1, rows_in(8), std::min<std::int64_t>(64, rows_in(64))});
 }
 
 template <class T>
@@ -219,8 +226,9 @@ class LinearCrossEntropyNode final : public Node<T> {
 }  // namespace detail
 
 /// cross_entropy(linear(h, weight), targets) without ever holding the (rows x vocabulary) logits
-/// or their gradient: rows go through in chunks of `chunk_rows` (default: as many as fit in
-/// 8 MiB of logits), and backward recomputes each chunk's logits. h is (..., C), weight
+/// or their gradient: rows go through in chunks of `chunk_rows` (default: detail::
+/// default_chunk_rows, 8 MiB of logits or 64 rows, whichever is more, within 64 MiB), and
+/// backward recomputes each chunk's logits. h is (..., C), weight
 /// (V, C), targets (...) in [0, V) or kIgnoreTarget. Costs one more GEMM of the logits' size
 /// than the plain path.
 template <class T>
