@@ -523,6 +523,19 @@ const std::pair<const char*, double Split::*> kSplitRows[] = {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+double sum_of(const std::vector<double>& v) {
+  double total = 0;
+  for (double x : v) total += x;
+  return total;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty()      ? 0
+         : v.size() % 2 ? v[v.size() / 2]
+                        : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 /// The process's peak resident memory so far (getrusage), in bytes.
 double peak_resident_bytes() {
   rusage u{};
@@ -636,8 +649,11 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   double step_peak = 0;           // the largest counted peak of a whole step after the first
   std::int64_t peak_columns = 0;  // the longest micro-batch of that step
   double tokens = 0;              // positions trained on, padding left out
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto t0 = now();
+  std::vector<double> step_seconds;  // each step's, validation left out
   for (std::int64_t step = 0; step < o.steps; ++step) {
+    const auto step_start = now();
     optimizer.set_lr(schedule(step));
     std::optional<remat::Trace> trace;
     if (!o.trace.empty() && step == std::min<std::int64_t>(1, o.steps - 1)) trace.emplace();
@@ -686,19 +702,24 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     if (o.save_every > 0 && (step + 1) % o.save_every == 0 && adapters)
       adapters->save_adapters(o.save_adapters);
     const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+    step_seconds.push_back(std::chrono::duration<double>(now() - step_start).count());
     if (evaluate) last_val = mean_loss(model, val);
     if (!o.json && evaluate) {
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double elapsed = std::chrono::duration<double>(now() - t0).count();
       std::printf(
           "step %5lld  loss %.4f  val loss %.4f  %.0f tokens/s  %s left\n",
-          static_cast<long long>(step + 1), loss, last_val, tokens / elapsed,
+          static_cast<long long>(step + 1), loss, last_val, tokens / sum_of(step_seconds),
           corpus::format_duration(elapsed / double(step + 1) * double(o.steps - step - 1)).c_str());
       std::fflush(stdout);
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(now() - t0).count();
+  // tokens/s of training alone; the median step leaves the first out (it allocates the
+  // gradients and moments) when there are others
+  const double train_seconds = sum_of(step_seconds);
+  const double median_step = median_of(
+      step_seconds.size() > 1 ? std::vector<double>(step_seconds.begin() + 1, step_seconds.end())
+                              : step_seconds);
 
   // The split: bytes live before the model was loaded and the validation batches are left out;
   // the estimate for the shape of the step that reached the peak.
@@ -722,17 +743,18 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   if (o.json) {
     std::printf(
         "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, "
-        "\"tokens_per_second\": %.1f, \"peak_resident_mb\": %.1f, \"peak_live_mb\": %.1f, "
-        "\"cached_mb\": %.1f, \"counted_mb\": %s, \"estimated_mb\": %s}\n",
-        first_val, last_val, seconds, tokens / seconds, mib(rss), mib(live), mib(cached),
-        split_json(counted).c_str(), split_json(estimated).c_str());
+        "\"tokens_per_second\": %.1f, \"median_step_seconds\": %.3f, \"peak_resident_mb\": "
+        "%.1f, \"peak_live_mb\": %.1f, \"cached_mb\": %.1f, \"counted_mb\": %s, "
+        "\"estimated_mb\": %s}\n",
+        first_val, last_val, seconds, tokens / train_seconds, median_step, mib(rss), mib(live),
+        mib(cached), split_json(counted).c_str(), split_json(estimated).c_str());
     return 0;
   }
   std::printf(
-      "\nvalidation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)\n\nmemory of a step of %lld x %lld "
-      "tokens (MiB)   counted   estimated\n",
-      first_val, last_val, seconds, tokens / seconds, static_cast<long long>(rows),
-      static_cast<long long>(peak_columns));
+      "\nvalidation loss %.4f -> %.4f in %.1f s (training %.0f tokens/s, median step %.2f s)\n\n"
+      "memory of a step of %lld x %lld tokens (MiB)   counted   estimated\n",
+      first_val, last_val, seconds, tokens / train_seconds, median_step,
+      static_cast<long long>(rows), static_cast<long long>(peak_columns));
   for (const auto& [name, field] : kSplitRows)
     std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
   std::printf(
