@@ -84,11 +84,7 @@ inline hub::ChatData text_examples(const hub::Tokenizer& tok, const std::string&
       out.examples.push_back(std::move(window));
     }
   }
-  std::sort(counts.begin(), counts.end());
-  out.report.min = counts.front();
-  out.report.max = counts.back();
-  out.report.median = hub::detail::nearest_rank(counts, 0.5);
-  out.report.p95 = hub::detail::nearest_rank(counts, 0.95);
+  hub::set_distribution(out.report, std::move(counts));
   if (out.examples.empty())
     throw hub::EmptyDataError(
         remat::detail::cat("finetune: ", path, " has no document of 2 tokens or more"));
@@ -171,37 +167,31 @@ inline Batch make_batch(const std::vector<hub::TokenizedExample>& pool,
   return batch_of(hub::lay_out(rows, columns, hub::Layout::pad, pad), false);
 }
 
-/// The rows `examples` take when packed in order into rows of `columns` positions (lay_out's
-/// greedy rule: an example goes on the current row if it fits, else on a new one).
-inline std::size_t packed_rows(const std::vector<hub::TokenizedExample>& examples,
-                               std::size_t columns) {
-  std::size_t rows = 0, used = columns;
-  for (const hub::TokenizedExample& e : examples) {
-    if (used + (e.ids.size() - 1) > columns) {
-      ++rows;
-      used = 0;
-    }
-    used += e.ids.size() - 1;
-  }
-  return rows;
-}
-
 /// Examples packed in order into `rows` rows of `columns` positions, taken from `next` until the
-/// next one would need another row; that one is kept in `pending` for the following batch.
+/// next one would need another row; that one is kept in `pending` for the following batch. The
+/// rows are counted by lay_out's greedy rule: an example goes on the current row if it fits, else
+/// on a new one.
 template <class Next>
 Batch pack_batch(const std::vector<hub::TokenizedExample>& pool, std::size_t rows,
                  std::size_t columns, std::int32_t pad, std::optional<std::size_t>& pending,
                  Next&& next) {
   std::vector<hub::TokenizedExample> chosen;
+  std::size_t rows_used = 0, used = columns;  // rows begun, positions taken on the last one
   for (;;) {
     const std::size_t i = pending ? *pending : next();
     pending.reset();
-    chosen.push_back(pool[i]);
-    if (packed_rows(chosen, columns) > rows) {
-      chosen.pop_back();
+    const std::size_t n = pool[i].ids.size() - 1;
+    const bool new_row = used + n > columns;
+    if (new_row && rows_used == rows) {
       pending = i;
       break;
     }
+    if (new_row) {
+      ++rows_used;
+      used = 0;
+    }
+    used += n;
+    chosen.push_back(pool[i]);
   }
   hub::TokenBatch laid = hub::lay_out(chosen, columns, hub::Layout::pack, pad);
   // a fixed shape: the rows the examples did not fill are padding

@@ -580,9 +580,9 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                   4.0 * double(rows) * double(longest) * double(width_of(model)) *
                       double(layers_of(model)) +
                   8.0 * double(o.eval_batches) * double(rows) * double(longest));
-  // Weights as stored (read into --storage by the loader); f32 only freezes the linears.
+  // Weights as stored (read into --storage by the loader, or quantized after a GPT's loading);
+  // lora::apply freezes them all.
   Split counted;
-  if (!o.full && o.storage == "f32") remat::nn::quantize_blocks(model, remat::WeightStorage::f32);
   counted.weights = double(remat::memory::live_bytes() - live0);
   std::optional<remat::nn::lora::Adapters<float>> adapters;
   if (!o.full) {
@@ -832,7 +832,8 @@ int main(int argc, char** argv) {
       return run_char(model, vocab, o, live0);
     }
     remat::nn::GPT<float> model = load_gpt(o.base, vocab);
-    if (!o.full) remat::nn::quantize_blocks(model, storage_of(o.storage), !o.no_double_quant);
+    if (!o.full && o.storage != "f32")
+      remat::nn::quantize_blocks(model, storage_of(o.storage), !o.no_double_quant);
     return run_char(model, vocab, o, live0);
   });
 }

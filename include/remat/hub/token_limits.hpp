@@ -85,6 +85,17 @@ inline bool has_assistant(const Conversation& c) {
 
 }  // namespace detail
 
+/// Sets the report's min, median, p95 and max (nearest rank) from the examples' token counts
+/// (none: all zero).
+inline void set_distribution(TokenReport& r, std::vector<std::size_t> counts) {
+  if (counts.empty()) return;
+  std::sort(counts.begin(), counts.end());
+  r.min = counts.front();
+  r.max = counts.back();
+  r.median = detail::nearest_rank(counts, 0.5);
+  r.p95 = detail::nearest_rank(counts, 0.95);
+}
+
 /// Renders, tokenizes and limits `conversations` with template `t` and tokenizer `tok`. An
 /// example that no truncation brings under the limit (its last exchange alone is too long) is
 /// excluded and counted so. A UsageError when `max_tokens` is 0 or above the model's context;
@@ -125,13 +136,7 @@ inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
         static_cast<std::size_t>(std::count(ex.loss.begin(), ex.loss.end(), 1));
     out.examples.push_back(std::move(ex));
   }
-  std::sort(counts.begin(), counts.end());
-  if (!counts.empty()) {
-    out.report.min = counts.front();
-    out.report.max = counts.back();
-    out.report.median = detail::nearest_rank(counts, 0.5);
-    out.report.p95 = detail::nearest_rank(counts, 0.95);
-  }
+  set_distribution(out.report, std::move(counts));
   if (out.examples.empty())
     throw EmptyDataError(remat::detail::cat(
         "hub::prepare_chat_data: no example left: all ", out.report.examples,
