@@ -1,10 +1,15 @@
 // Micro-benchmark of remat's core ops: forward and backward time of each op on shapes like those
 // of the models in remat_bench, and this machine's GEMM rate.
 //
-//   ops_bench [--threads T] [--repeat N]
+//   ops_bench [--threads T] [--repeat N] [--loss-head V,C,N]
 //
 // Prints one JSON object per line: {"bench": "gemm", ...} with the GEMM rate, then one
 // {"bench": "op", "op": ..., "forward_ms": ..., "backward_ms": ...} per op (medians of N runs).
+// --loss-head instead times linear_cross_entropy on N rows of width C against a (V, C) head, for
+// chunks of 16 to 512 rows, the head frozen (the fused path, Note [fused loss head]) and
+// trained: {"bench": "loss_head", "chunk_rows": ..., "head": "frozen" | "trained",
+// "forward_ms": ..., "backward_ms": ..., "peak_mib": ...} (the allocator's peak above the
+// inputs, the weight's gradient included when trained).
 #include "../examples/flags.hpp"
 #include "bench_util.hpp"
 
@@ -48,6 +53,7 @@ void bench_op(const char* name, const std::vector<Shape>& shapes, const Op& op, 
 }  // namespace
 
 int run(int threads, int repeat);
+int run_loss_head(int threads, int repeat, const std::vector<std::int64_t>& vcn);
 
 int main(int argc, char** argv) {
   int threads = 1, repeat = 20;
@@ -59,8 +65,16 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "runs per op (medians)")
       ->check(flags::positive)
       ->capture_default_str();
+  std::vector<std::int64_t> loss_head;
+  app.add_option("--loss-head", loss_head,
+                 "V,C,N: time the chunked loss head instead, vocabulary V, width C, N rows")
+      ->delimiter(',')
+      ->expected(3)
+      ->check(flags::positive);
   flags::parse(app, argc, argv);
-  return flags::run_main("ops_bench", [&] { return run(threads, repeat); });
+  return flags::run_main("ops_bench", [&] {
+    return loss_head.empty() ? run(threads, repeat) : run_loss_head(threads, repeat, loss_head);
+  });
 }
 
 int run(int threads, int repeat) {
@@ -106,5 +120,51 @@ int run(int threads, int repeat) {
         return remat::cross_entropy(v[0], targets);
       },
       repeat);
+  return 0;
+}
+
+int run_loss_head(int threads, int repeat, const std::vector<std::int64_t>& vcn) {
+  remat::set_num_threads(threads);
+  const std::int64_t v = vcn[0], c = vcn[1], n = vcn[2];
+  remat::Rng rng(5);
+  const Tensor<float> h = rng.normal_tensor<float>({n, c});
+  remat::Parameter<float> w(rng.normal_tensor<float>({v, c}, 0.0, 0.02));
+  Tensor<std::int32_t> targets({n});
+  for (std::int64_t i = 0; i < n; ++i) targets[i] = static_cast<std::int32_t>(i * 7919 % v);
+  for (const bool trained : {false, true}) {
+    if (trained)
+      w.unfreeze();
+    else
+      w.freeze();
+    for (std::int64_t chunk : {16, 32, 64, 128, 256, 512}) {
+      if (chunk > n) break;
+      std::vector<double> forward, backward;
+      std::size_t peak = 0;
+      for (int i = 0; i <= repeat; ++i) {
+        w.free_grad();  // each run allocates the trained head's gradient, counted in its peak
+        remat::Tape tape;
+        const Var<float> x = tape.input(h, true);
+        remat::memory::Probe probe;
+        const double t0 = bench::now_seconds();
+        const Var<float> loss = remat::linear_cross_entropy(x, w, targets, chunk);
+        const double t1 = bench::now_seconds();
+        tape.backward(loss);
+        const double t2 = bench::now_seconds();
+        peak = probe.peak_above_start();
+        if (i == 0) continue;  // warm-up
+        forward.push_back(t1 - t0);
+        backward.push_back(t2 - t1);
+      }
+      std::printf(
+          "{\"bench\": \"loss_head\", \"vocab\": %ld, \"width\": %ld, \"rows\": %ld, "
+          "\"chunk_rows\": %ld, \"head\": \"%s\", \"threads\": %d, \"forward_ms\": %.1f, "
+          "\"backward_ms\": %.1f, \"peak_mib\": %.1f}\n",
+          static_cast<long>(v), static_cast<long>(c), static_cast<long>(n),
+          static_cast<long>(chunk), trained ? "trained" : "frozen", threads,
+          bench::median(forward) * 1e3, bench::median(backward) * 1e3,
+          static_cast<double>(peak) / (1 << 20));
+      std::fflush(stdout);
+    }
+  }
   return 0;
 }

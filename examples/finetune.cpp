@@ -9,8 +9,8 @@
 //            [--skip-bad] [--pack] [--prompt TEXT]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
 //            [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
-//            [--save-adapters DIR] [--save-every N] [--full] [--sample N] [--json]
-//            [--trace FILE.json]   (--help)
+//            [--save-adapters DIR] [--save-every N] [--resume DIR] [--stop-after N] [--full]
+//            [--sample N] [--json] [--trace FILE.json]   (--help)
 //
 // --base is one of:
 //  - a Hugging Face folder (config.json, safetensors, tokenizer.json, tokenizer_config.json)
@@ -36,12 +36,19 @@
 // checkpointing (AdamW, decay 0.1 except biases, norms and embeddings): the baseline the LoRA
 // run is compared with, at the same batch.
 //
+// --save-adapters DIR writes PEFT's adapter files at the end; with --save-every N also every N
+// steps, beside training_state.safetensors (the adapters, AdamW's moments and step counts, the
+// step, and the flags the run's course depends on). --resume DIR continues such a run exactly:
+// the same losses and adapters, bit for bit, as if it had not stopped; every flag it records
+// must be given the same (a difference is an error naming the flag). --stop-after N stops after
+// step N of the --steps planned, as a kill would (the schedule still spans --steps).
+//
 // The loss of a step is the mean over the targets it counts (micro-batches weighted by their
 // counted targets). Memory, in the table and the JSON:
 //   weights      the base model as stored (counted: live bytes after loading and quantizing)
 //   adapters     LoRA's A and B (live bytes lora::apply added)
 //   gradients    the trainable parameters' gradient buffers
-//   optimizer    AdamW's moments (live bytes the first optimizer step added)
+//   optimizer    AdamW's moments (live bytes the first optimizer step added, or --resume loaded)
 //   logits       the loss head's peak alone: the chunked loss's logits chunk and its gradient
 //                (counted on the step's final hidden states)
 //   activations  the rest of a step's peak: what the blocks keep, the token ids
@@ -73,6 +80,7 @@
 #include "chat_data.hpp"
 #include "corpus.hpp"
 #include "flags.hpp"
+#include "training_flags.hpp"
 
 #ifndef REMAT_FINETUNE_DATA
 #define REMAT_FINETUNE_DATA "examples/data/finetune.txt"
@@ -95,8 +103,8 @@ struct Options {
   int threads = 0;
   std::string checkpoint = "every";
   std::int64_t eval_every = 20, eval_batches = 4, sample = 0;
-  std::string save_adapters, trace;
-  std::int64_t save_every = 0;
+  std::string save_adapters, trace, resume;
+  std::int64_t save_every = 0, stop_after = 0;
   bool full = false, json = false;
   // a Hugging Face folder's data
   std::int64_t max_tokens = 0;
@@ -174,7 +182,15 @@ Options parse(int argc, char** argv) {
                  "folder for adapter_model.safetensors and adapter_config.json (PEFT's layout)")
       ->check(flags::output_dir);
   app.add_option("--save-every", o.save_every,
-                 "also save the adapters to --save-adapters every N steps (0: at the end only)")
+                 "also save the adapters and the training state to --save-adapters every N "
+                 "steps (0: the adapters at the end only)")
+      ->check(flags::non_negative)
+      ->capture_default_str();
+  app.add_option("--resume", o.resume,
+                 "continue, exactly, the run whose --save-every saves are in this folder")
+      ->check(flags::input_dir);
+  app.add_option("--stop-after", o.stop_after,
+                 "stop after this step of the run, as if killed (0: run all --steps)")
       ->check(flags::non_negative)
       ->capture_default_str();
   const std::pair<CLI::Option*, const char*> hub_only[] = {
@@ -217,6 +233,8 @@ Options parse(int argc, char** argv) {
   o.context_given = app.count("--context") > 0;
   if (o.save_every > 0 && o.save_adapters.empty())
     throw remat::UsageError("finetune: --save-every needs --save-adapters DIR");
+  if (o.full && !o.resume.empty())
+    throw remat::UsageError("finetune: --resume continues a LoRA run; --full saves no state");
   if (o.base.empty()) {
     std::fprintf(stderr,
                  "finetune: --base is required (a Hugging Face folder, a train_llama --save-hf "
@@ -505,8 +523,13 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
   s.adapters = e.adapters;
   s.gradients = e.gradients;
   s.optimizer = e.optimizer_state;
-  // the head alone: a log-sum-exp a row, the chunk and the input's gradient
-  s.logits = double(rows * columns) * sizeof(float) + e.chain.loss_backward_transient_bytes;
+  // The head alone (Note [fused loss head] in ops/loss.hpp). Frozen: its input's unit gradient
+  // beside the chunk in forward, or beside the input's gradient in backward; trained (--full): a
+  // log-sum-exp a row beside the chunk and the input's gradient in backward.
+  const double tokens = double(rows * columns), input = tokens * double(width_of(model)) * 4;
+  s.logits = o.full ? tokens * sizeof(float) + e.chain.loss_backward_transient_bytes
+                    : std::max(e.chain.loss_forward_transient_bytes,
+                               input + e.chain.loss_backward_transient_bytes);
   s.total = e.total(plan);
   s.activations = s.total - s.weights - s.adapters - s.gradients - s.optimizer - s.logits;
   return s;
@@ -568,6 +591,79 @@ double mean_loss(Model& model, const std::vector<chat::Batch>& val) {
   return counted > 0 ? total / counted : 0.0;
 }
 
+/// What --save-every writes into the --save-adapters folder beside the adapters, and --resume
+/// reads: the adapters' values, AdamW's state, the step, and the settings the run's course
+/// depends on.
+constexpr const char* kTrainingState = "training_state.safetensors";
+
+std::string exact_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+/// The flags a run's course depends on, with their values: a resumed run must give the same, or
+/// it would continue another run than the one saved.
+std::vector<std::pair<std::string, std::string>> course_settings(const Options& o) {
+  const auto yes = [](bool b) { return std::string(b ? "yes" : "no"); };
+  return {{"--base", o.base},
+          {"--data", o.data},
+          {"--storage", o.storage},
+          {"--no-double-quant", yes(o.no_double_quant)},
+          {"--rank", std::to_string(o.rank)},
+          {"--alpha", exact_text(o.alpha)},
+          {"--lora-dropout", exact_text(o.lora_dropout)},
+          {"--targets", o.targets},
+          {"--context", std::to_string(o.context)},
+          {"--batch", std::to_string(o.batch)},
+          {"--accumulate", std::to_string(o.accumulate)},
+          {"--steps", std::to_string(o.steps)},
+          {"--lr", exact_text(o.lr)},
+          {"--seed", std::to_string(o.seed)},
+          {"--max-tokens", std::to_string(o.max_tokens)},
+          {"--truncate", o.truncate},
+          {"--train-on", o.train_on},
+          {"--skip-bad", yes(o.skip_bad)},
+          {"--pack", yes(o.pack)}};
+}
+
+/// Saves the adapters (PEFT's files) and the training state after `steps_done` steps into
+/// --save-adapters as one whole: a kill mid-save leaves the previous save, both files of it.
+void save_with_state(const Options& o, const remat::nn::lora::Adapters<float>& adapters,
+                     const remat::optim::AdamW<float>& optimizer, std::int64_t steps_done,
+                     double first_val) {
+  remat::io::Metadata meta{{"finetune.step", std::to_string(steps_done)},
+                           {"finetune.first_val_loss", exact_text(first_val)}};
+  for (const auto& [flag, value] : course_settings(o)) meta.emplace("finetune" + flag, value);
+  remat::io::save_folder(o.save_adapters, [&](const std::string& staging) {
+    adapters.write_adapters(staging);
+    remat::train::save_training_state(staging + "/" + kTrainingState, adapters, optimizer, meta);
+  });
+}
+
+/// The state --resume names, checked against this run's settings, loaded into the adapters and
+/// the optimizer; returns the file's metadata.
+remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float>& adapters,
+                               remat::optim::AdamW<float>& optimizer) {
+  const std::string path = (std::filesystem::path(o.resume) / kTrainingState).string();
+  if (!std::filesystem::exists(path)) {
+    throw remat::IoError(remat::detail::cat(kProgram, ": --resume ", o.resume, " holds no ",
+                                            kTrainingState, " (written by --save-every)"));
+  }
+  const remat::io::Metadata meta = remat::io::File::read(path).metadata();
+  for (const auto& [flag, value] : course_settings(o)) {
+    const auto it = meta.find("finetune" + flag);
+    if (it == meta.end() || it->second != value) {
+      throw remat::UsageError(remat::detail::cat(
+          kProgram, ": ", path, " was saved by a run with ", flag, " ",
+          it == meta.end() ? std::string("(not recorded)") : "'" + it->second + "'",
+          "; resume it with the same (this run has '", value, "')"));
+    }
+  }
+  remat::train::load_training_state(path, adapters, optimizer);
+  return meta;
+}
+
 template <class Model, class Source>
 int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   const std::vector<std::string> targets = o.targets.empty() ? linears_of(model) : split(o.targets);
@@ -604,6 +700,24 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
              : remat::optim::AdamW<float>(adapters->parameters(), {.lr = o.lr, .weight_decay = 0});
   const remat::optim::CosineSchedule schedule(o.lr, std::max<std::int64_t>(1, o.steps / 20),
                                               o.steps, o.lr / 10);
+  // A resumed run: the adapters and AdamW's moments as saved (the moments counted here, as the
+  // first step would), and the data drawn up to the saved step, so that it goes on exactly.
+  const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+  std::int64_t start = 0;
+  std::optional<double> saved_first_val;
+  if (!o.resume.empty()) {
+    const double before = double(remat::memory::live_bytes());
+    const remat::io::Metadata meta = load_state(o, *adapters, optimizer);
+    counted.optimizer = double(remat::memory::live_bytes()) - before;
+    start = corpus::metadata_integer(meta, "finetune.step", o.resume, kProgram);
+    saved_first_val = corpus::metadata_number(meta, "finetune.first_val_loss", o.resume, kProgram);
+    flags::check_resume_step(kProgram, o.resume, start, o.steps, o.stop_after);
+    if (start == end) {
+      throw remat::UsageError(remat::detail::cat(kProgram, ": ", o.resume, " was saved after step ",
+                                                 start, ", the last this run has"));
+    }
+    for (std::int64_t i = 0; i < start * o.accumulate; ++i) (void)source.next();
+  }
 
   // The estimate, from the configuration alone, for the largest batch the data can make;
   // what the step and the validation batches need must fit before they are allocated.
@@ -620,10 +734,11 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                                                    plan_batch.ids, plan_batch.targets, kProgram);
   const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
-  const double first_val = mean_loss(model, val);
+  const double first_val = saved_first_val ? *saved_first_val : mean_loss(model, val);
   double last_val = first_val;
   std::string sample_before;
-  if (source.samples_before() && !o.json) sample_before = source.sample(model, o.sample);
+  if (source.samples_before() && !o.json && start == 0)
+    sample_before = source.sample(model, o.sample);
   if (!o.json) {
     std::printf(
         "%s\nbase: %lld parameters, blocks' linears stored as %s; %s; checkpoint %s (%s)\n",
@@ -640,6 +755,8 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       std::printf(" %s %.1f;", name, mib(planned.*field));
     std::printf("\n");
     if (!sample_before.empty()) std::printf("before: %s\n", sample_before.c_str());
+    if (start > 0)
+      std::printf("resumed after step %lld of %s\n", (long long)start, o.resume.c_str());
     std::printf("step %5d  val loss %.4f\n", 0, first_val);
   }
 
@@ -652,7 +769,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   const auto now = [] { return std::chrono::steady_clock::now(); };
   const auto t0 = now();
   std::vector<double> step_seconds;  // each step's, validation left out
-  for (std::int64_t step = 0; step < o.steps; ++step) {
+  for (std::int64_t step = start; step < end; ++step) {
     const auto step_start = now();
     optimizer.set_lr(schedule(step));
     std::optional<remat::Trace> trace;
@@ -679,7 +796,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       loss += l.item() * share;
       tokens += double(micro[k].tokens);
     }
-    if (step == 0) {
+    if (step == start) {
       for (const auto& p : model.parameters()) {
         if (!p.frozen() && p.grad().defined()) counted.gradients += double(p.grad().bytes());
       }
@@ -691,7 +808,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     optimizer.zero_grad();
     live_peak = std::max(live_peak, double(remat::memory::peak_bytes()));
     const double peak = double(remat::memory::peak_bytes() - live0) - val_bytes;
-    if ((step > 0 || o.steps == 1) && peak > step_peak) {
+    if ((step > start || end - start == 1) && peak > step_peak) {
       step_peak = peak;
       peak_columns = step_columns;
     }
@@ -699,9 +816,9 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       trace->stop();
       trace->save_chrome_json(o.trace);
     }
-    if (o.save_every > 0 && (step + 1) % o.save_every == 0 && adapters)
-      adapters->save_adapters(o.save_adapters);
-    const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+    if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || step + 1 == end) && adapters)
+      save_with_state(o, *adapters, optimizer, step + 1, first_val);
+    const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == end;
     step_seconds.push_back(std::chrono::duration<double>(now() - step_start).count());
     if (evaluate) last_val = mean_loss(model, val);
     if (!o.json && evaluate) {
@@ -709,7 +826,8 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       std::printf(
           "step %5lld  loss %.4f  val loss %.4f  %.0f tokens/s  %s left\n",
           static_cast<long long>(step + 1), loss, last_val, tokens / sum_of(step_seconds),
-          corpus::format_duration(elapsed / double(step + 1) * double(o.steps - step - 1)).c_str());
+          corpus::format_duration(elapsed / double(step + 1 - start) * double(end - step - 1))
+              .c_str());
       std::fflush(stdout);
     }
   }
@@ -729,7 +847,9 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                         counted.optimizer - counted.logits;
   const Split estimated = estimated_split(model, o, targets, rows, peak_columns, plan);
 
-  if (!o.save_adapters.empty() && adapters) adapters->save_adapters(o.save_adapters);
+  // (with --save-every, the last step saved them with the training state)
+  if (!o.save_adapters.empty() && adapters && o.save_every == 0)
+    adapters->save_adapters(o.save_adapters);
   const std::string sample_after = o.json ? std::string() : source.sample(model, o.sample);
   if (!sample_after.empty()) {
     std::printf("\n--- sample ---\n%s%s\n--------------\n",

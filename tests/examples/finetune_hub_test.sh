@@ -5,7 +5,8 @@
 # adapters, gradients, optimizer exactly; the total within 2 %, LoRA dropout included), losses
 # equal with and without checkpointing, packed rows giving the padded loss, a loss on assistant tokens only that differs from one on
 # every token, adapters saved in PEFT's layout every --save-every steps and read back by generate,
-# samples before and after, plain text data, and a clear error for each kind of bad input.
+# a run stopped and resumed ending bit for bit as the uninterrupted one, samples before and after,
+# plain text data, and a clear error for each kind of bad input.
 #
 #   finetune_hub_test.sh FINETUNE GENERATE MAKE_FOLDER_PY NODE_MODULES
 set -euo pipefail
@@ -80,6 +81,20 @@ awk -v a="$(field every.json first_val_loss)" -v b="$(field every.json final_val
 [ "$(field every.json first_val_loss)" != "$(field all.json first_val_loss)" ] \
   || fail "--train-on all gave the same loss as the assistant tokens alone"
 
+# stopped after step 2 and resumed, a run ends as the uninterrupted one: the same validation
+# loss, adapters and training state, bit for bit (LoRA dropout and packing carry state too)
+resumable=("${run[@]}" --json --lora-dropout 0.1 --pack --save-every 2)
+"$finetune" "${resumable[@]}" --save-adapters whole > whole.json
+"$finetune" "${resumable[@]}" --save-adapters part --stop-after 2 > part1.json
+"$finetune" "${resumable[@]}" --save-adapters part --resume part > part2.json
+[ "$(field whole.json final_val_loss)" = "$(field part2.json final_val_loss)" ] \
+  || { cat whole.json part1.json part2.json; fail "the resumed run's loss differs"; }
+[ "$(field whole.json final_val_loss)" != "$(field part1.json final_val_loss)" ] \
+  || fail "the stopped run already had the final loss"
+cmp whole/adapter_model.safetensors part/adapter_model.safetensors || fail "resumed adapters differ"
+cmp whole/training_state.safetensors part/training_state.safetensors || fail "resumed state differs"
+check_split part2.json
+
 # plain text: documents cut into windows of --max-tokens
 for i in $(seq 1 30); do printf 'Document %d says something about the sea.\nA second line.\n\n' "$i"; done > docs.txt
 "$finetune" --base model --data docs.txt --max-tokens 8 --batch 2 --steps 2 --eval-every 2 > docs.out
@@ -109,6 +124,10 @@ expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.js
 expect_error "context is for a train_llama" "${run[@]}" --context 16
 expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
 expect_error "needs --data" --base model
+expect_error "saved by a run with --batch '2'; resume it with the same (this run has '1')" \
+  "${resumable[@]}" --batch 1 --resume part --save-adapters part3
+expect_error "saved after step 4, the last this run has" "${resumable[@]}" --resume part --save-adapters part3
+expect_error "holds no training_state.safetensors" "${run[@]}" --resume model
 expect_error "docs.md: with a Hugging Face folder" --base model --data "$(touch docs.md; echo docs.md)"
 # a chat template remat cannot render exactly is named, not guessed
 cp -r model odd_template

@@ -292,6 +292,52 @@ TEST_CASE("Under a plan the blocks' input dies after the first block, as plan::p
   }
 }
 
+// With LoRA the head is frozen and the chunked loss computes its input's gradient in forward
+// (Note [fused loss head] in ops/loss.hpp): what it keeps and its temporaries are priced to the
+// byte, as plan::profile measures them on generated models.
+TEST_CASE("estimate_memory prices the fused loss head of a LoRA step to the byte",
+          "[nn][estimate][lora][profile]") {
+  remat::Rng rng(41);
+  for (int i = 0; i < 6; ++i) {
+    const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (1 + rng.uniform_int(3));
+    const std::int64_t time = 8 + rng.uniform_int(17), batch = 1 + rng.uniform_int(3);
+    // a vocabulary from below the width to a chunk of several rows
+    const std::int64_t vocab = 5 + rng.uniform_int(300);
+    const remat::nn::GPTConfig gpt{.vocab = vocab,
+                                   .context = time,
+                                   .layers = 1 + rng.uniform_int(2),
+                                   .heads = heads,
+                                   .width = width,
+                                   .seed = std::uint64_t(i + 1)};
+    const remat::nn::LlamaConfig llama{.vocab_size = vocab,
+                                       .hidden_size = width,
+                                       .intermediate_size = 16 + rng.uniform_int(40),
+                                       .num_hidden_layers = 1 + rng.uniform_int(2),
+                                       .num_attention_heads = heads,
+                                       .num_key_value_heads = heads,
+                                       .max_position_embeddings = time,
+                                       .seed = std::uint64_t(i + 1)};
+    const auto ids = remat::test::ids({batch, time}, std::int32_t(vocab), 3);
+    const auto targets = remat::test::ids({batch, time}, std::int32_t(vocab), 4);
+    INFO("vocabulary " << vocab << ", width " << width << ", batch " << batch << " x " << time);
+    const auto check = [&](auto& model, const auto& config, const std::string& target) {
+      const auto adapters = ft_adapt(model, {target});
+      const remat::plan::Chain measured = model.profile(ids, targets, true);
+      const remat::plan::Chain predicted =
+          remat::nn::estimate_memory<float>(
+              config, {.batch = batch, .time = time, .lora = {.rank = 2, .targets = {target}}})
+              .chain;
+      CHECK(predicted.loss_bytes == measured.loss_bytes);
+      CHECK(predicted.loss_forward_transient_bytes == measured.loss_forward_transient_bytes);
+      CHECK(predicted.loss_backward_transient_bytes == measured.loss_backward_transient_bytes);
+    };
+    remat::nn::GPT<float> g(gpt);
+    check(g, gpt, "fc");
+    remat::nn::Llama<float> l(llama);
+    check(l, llama, "up_proj");
+  }
+}
+
 namespace {
 
 /// A random small GPT for the policy tests: 1 or 2 heads, context 16 + [0, extra_time), dropout

@@ -125,6 +125,34 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
          static_cast<double>(vocab) * sizeof(T);
 }
 
+/// The loss head's figures on n rows of width w, after a final norm that keeps `norm_kept`
+/// elements. The plain loss keeps its input, the (N V) logits and one log-sum-exp a row; its
+/// backward holds their gradient or, when the vocabulary is narrower than the model, the norm's
+/// input gradient. The chunked loss (Note [fused loss head] in ops/loss.hpp) with a trained head
+/// keeps its input and the log-sum-exps, holds a logits chunk in forward and the chunk's gradient
+/// and its input's in backward. With a frozen head (LoRA) it keeps its input's unit gradient
+/// instead; in forward it holds a chunk and the log-sum-exps beside its input (which dies with
+/// the forward pass), in backward its input's gradient.
+template <class T>
+void set_loss_figures(plan::Chain& chain, std::int64_t vocab, double n, double w, double norm_kept,
+                      bool chunked, bool head_trained) {
+  const double e = sizeof(T), v = static_cast<double>(vocab);
+  const double chunk = loss_chunk_bytes<T>(vocab, n);
+  if (!chunked) {
+    chain.loss_bytes = (n * w + norm_kept + n + n * v) * e;
+    chain.loss_forward_transient_bytes = 0;
+    chain.loss_backward_transient_bytes = std::max(n * v, n * w - n) * e;
+  } else if (head_trained) {
+    chain.loss_bytes = (n * w + norm_kept + n) * e;
+    chain.loss_forward_transient_bytes = chunk;
+    chain.loss_backward_transient_bytes = chunk + n * w * e;
+  } else {
+    chain.loss_bytes = (n * w + norm_kept) * e;
+    chain.loss_forward_transient_bytes = chunk + (n * w + n) * e;
+    chain.loss_backward_transient_bytes = n * w * e;
+  }
+}
+
 /// What an attention op keeps (elements), its scratch in forward and in backward, and the
 /// (query x key) pairs its GEMMs multiply, for B sequences of T tokens and H heads: the fused op
 /// keeps its (T x T) probabilities per head, its scratch is one or two (T x T) blocks (the
@@ -162,16 +190,14 @@ inline AttentionFigures attention_figures(bool flash, bool dropout, std::int64_t
 ///   probabilities, and its scratch is (R x T) blocks, R = min(kFlashBlockRows, T) query rows:
 ///   the scores and, with dropout, the dropped weights in forward; the probabilities, their
 ///   gradient and, with dropout, the dropped weights in backward;
-/// - the loss keeps ln_f's two numbers a row and output (NC + 2N) and the log-sum-exp of each row
-///   (N), chunked; the plain loss keeps the logits (N V) instead of the chunk, and its backward
-///   holds their gradient or, when the vocabulary is narrower than the model, ln_f's input
-///   gradient.
+/// - the loss head: ln_f keeps two numbers a row (2N); the loss's own figures are
+///   set_loss_figures'.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
 plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t time,
-                      bool chunked_loss) {
+                      bool chunked_loss, bool head_trained) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
-  const double n = b * t, w = static_cast<double>(c.width), v = static_cast<double>(c.vocab);
+  const double n = b * t, w = static_cast<double>(c.width);
   const double dropout = c.dropout > 0 ? 1 : 0;
   const auto [kept, forward_scratch, backward_scratch, pairs] =
       attention_figures(c.attention == nn::Attention::flash, c.dropout > 0, batch, c.heads, time);
@@ -190,15 +216,7 @@ plan::Chain gpt_chain(const nn::GPTConfig& c, std::int64_t batch, std::int64_t t
   chain.input_made_in_step = true;
   chain.output_held = false;  // GPT::loss keeps no Var of the blocks' output; ln_f saves it
   chain.loss_output_bytes = 2 * e;
-  if (chunked_loss) {
-    chain.loss_bytes = (n * w + 3 * n) * e;
-    chain.loss_forward_transient_bytes = loss_chunk_bytes<T>(c.vocab, n);
-    chain.loss_backward_transient_bytes = chain.loss_forward_transient_bytes + n * w * e;
-  } else {
-    chain.loss_bytes = (n * w + 3 * n + n * v) * e;
-    chain.loss_forward_transient_bytes = 0;
-    chain.loss_backward_transient_bytes = std::max(n * v, n * w - n) * e;
-  }
+  set_loss_figures<T>(chain, c.vocab, n, w, 2 * n, chunked_loss, head_trained);
   return chain;
 }
 
@@ -218,12 +236,12 @@ struct BlockLinear {
   bool dropped = false;
 };
 
-/// The float scratch a quantized linear dequantizes its weight into: panels of whole rows, at
-/// most kQuantizedPanel values (at least one row).
+/// The float scratch a quantized linear dequantizes its weight into: a panel of
+/// quantized_panel_rows whole rows.
 template <class T>
 double quantized_panel_bytes(const BlockLinear& l) {
-  return std::clamp(std::floor(static_cast<double>(kQuantizedPanel) / l.in), 1.0, l.out) * l.in *
-         sizeof(T);
+  const auto in = static_cast<std::int64_t>(l.in), out = static_cast<std::int64_t>(l.out);
+  return static_cast<double>(quantized_panel_rows(in, out)) * l.in * sizeof(T);
 }
 
 /// Whether `name` is one of the adapters' targets.
@@ -248,7 +266,7 @@ inline bool lora_targeted(const nn::LoraShape& lora, const std::string& name) {
 ///   B's output once scaled (3 N out): the replay's temporaries (Chain::replay_transient_bytes)
 ///   are at least 3 N out less the same. Without that figure the simulator would take the first
 ///   pass's for replays, and over-price nested plans by about one (N, C) tensor.
-/// - A quantized linear dequantizes panels of at most kQuantizedPanel values into a float
+/// - A quantized linear dequantizes panels (quantized_panel_rows whole rows) into a float
 ///   scratch: in forward the panel sits beside the linear's output (N out), less what the block
 ///   keeps after the linear and its output; backward, beside the input gradient it makes (N in)
 ///   and its output's gradient through dropout (N out) when dropout follows it, less what the
@@ -594,8 +612,8 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
                                                         {"proj", 4 * w, w, true, 4, 0, dropped}};
   MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab, step, time,
-      remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss), config.layers,
-      linears, stages);
+      remat::detail::gpt_chain<T>(config, step.batch, time, step.chunked_loss, step.lora.rank == 0),
+      config.layers, linears, stages);
   // The block's ops for its save policies (Note [block ops] in nn/block_ops.hpp):
   // h = x + drop(proj(attention(qkv(ln1(x))))); y = h + drop(proj(gelu(fc(ln2(h))))).
   const auto ops = [&](bool first) {
@@ -669,14 +687,15 @@ inline double llama_parameter_count(const nn::LlamaConfig& c) {
 ///   probabilities; its scratch is (R x T) blocks, R = min(kFlashBlockRows, T): the scores in
 ///   forward, beside the q and k projections (NC + NK, freed once attention has rotated them),
 ///   less what the rest of the layer keeps after it (3 NC + 3 NF + N); and the probabilities and
-///   their gradient in backward, in place of the (T x T) scratch.
+///   their gradient in backward, in place of the (T x T) scratch;
+/// - the loss head: the final norm keeps one number a row (N); the loss's own figures are
+///   set_loss_figures'.
 /// tests/nn/estimate_test.cpp checks each figure against plan::profile on real models.
 template <class T>
 plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64_t time,
-                        bool chunked_loss) {
+                        bool chunked_loss, bool head_trained) {
   const double e = sizeof(T), b = static_cast<double>(batch), t = static_cast<double>(time);
-  const double n = b * t, w = static_cast<double>(c.hidden_size),
-               v = static_cast<double>(c.vocab_size);
+  const double n = b * t, w = static_cast<double>(c.hidden_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim()),
                q = static_cast<double>(c.num_attention_heads * c.head_dim()),
                f = static_cast<double>(c.intermediate_size);
@@ -707,16 +726,7 @@ plan::Chain llama_chain(const nn::LlamaConfig& c, std::int64_t batch, std::int64
   chain.output_held =
       false;  // Llama::loss keeps no Var of the layers' output; the final norm saves it
   chain.loss_output_bytes = 2 * e;
-  // the loss keeps the final norm's output and one number a row, and the log-sum-exp of each row
-  if (chunked_loss) {
-    chain.loss_bytes = (n * w + 2 * n) * e;
-    chain.loss_forward_transient_bytes = loss_chunk_bytes<T>(c.vocab_size, n);
-    chain.loss_backward_transient_bytes = chain.loss_forward_transient_bytes + n * w * e;
-  } else {
-    chain.loss_bytes = (n * w + 2 * n + n * v) * e;
-    chain.loss_forward_transient_bytes = 0;
-    chain.loss_backward_transient_bytes = std::max(n * v, n * w - n) * e;
-  }
+  set_loss_figures<T>(chain, c.vocab_size, n, w, n, chunked_loss, head_trained);
   return chain;
 }
 
@@ -776,7 +786,8 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
       {"down_proj", f, w, mb, 4}};
   MemoryEstimate m = remat::detail::step_estimate<T>(
       count, config.vocab_size, step, time,
-      remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss),
+      remat::detail::llama_chain<T>(config, step.batch, time, step.chunked_loss,
+                                    step.lora.rank == 0),
       config.num_hidden_layers, linears, stages);
   // The layer's ops for its save policies (Note [block ops] in nn/block_ops.hpp):
   // h = x + o_proj(attention(q_proj(n1), k_proj(n1), v_proj(n1))), n1 = rms_norm(x);

@@ -448,13 +448,17 @@ class Adapters {
   /// complete, and a failed save leaves it as it was.
   void save_adapters(const std::string& dir) const {
     check_not_merged("save_adapters");
+    io::save_folder(dir, [&](const std::string& staging) { write_adapters(staging); });
+  }
+
+  /// Writes the two files of save_adapters() into `folder`, the one a caller's own
+  /// io::save_folder is filling (to save other files with them as one whole).
+  void write_adapters(const std::string& folder) const {
+    check_not_merged("write_adapters");
     std::vector<io::NamedTensor<T>> tensors;
     for (const auto& [name, p] : named_parameters()) tensors.emplace_back(name, p.value());
-    const nlohmann::ordered_json config = detail::config_json(options_);
-    io::save_folder(dir, [&](const std::string& staging) {
-      io::save<T>(staging + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
-      io::save_text(staging + "/adapter_config.json", config.dump(2) + "\n");
-    });
+    io::save<T>(folder + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+    io::save_text(folder + "/adapter_config.json", detail::config_json(options_).dump(2) + "\n");
   }
 
   /// Reads adapters saved by save_adapters() (or by PEFT) into these, all or nothing: a config

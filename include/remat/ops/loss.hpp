@@ -127,32 +127,43 @@ namespace detail {
 /// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
 /// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
 /// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, but at least
-/// 64 rows while they fit in 64 MiB, and at least one. Each chunk's three GEMMs read the whole
-/// (V, C) weight: with few rows they are bound by reading it, not by arithmetic. Measured
-/// (V 151,936, C 896, 512 rows, forward and backward, 2 threads, Xeon with AVX-512): 13-row
-/// chunks (8 MiB) 11.9 s, 32 rows 5.2 s, 64 rows 3.5 s, 128 rows 3.5 s, 256 rows 2.9 s; so 64
-/// rows reach the GEMM's arithmetic rate, for 37 MiB at that vocabulary and at most 64 MiB.
+/// 128 rows while they fit in 128 MiB, and at least one. Each chunk's GEMMs read the whole (V, C)
+/// weight: with few rows they are bound by reading it, not by arithmetic. Measured (ops_bench
+/// --loss-head 151936,896,512: V 151,936, C 896, 512 rows, forward and backward, 2 threads, Xeon
+/// with AVX-512), frozen head: 16-row chunks 5.7 s, 32 rows 3.6 s, 64 rows 2.5 s, 128 rows
+/// 1.95 s, 256 rows 1.79 s, 512 rows 1.76 s; trained head 9.3, 5.6, 4.4, 3.0, 2.6, 2.6 s. So 128
+/// rows reach 90 % of the GEMM's rate, for 74 MiB at that vocabulary, 121 MiB at 248,000.
 inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
   const auto rows_in = [&](std::int64_t mib) {
     return (mib << 20) / (vocab * static_cast<std::int64_t>(element_bytes));
   };
-  return std::max<std::int64_t>({1, rows_in(8), std::min<std::int64_t>(64, rows_in(64))});
+  return std::max<std::int64_t>({1, rows_in(8), std::min<std::int64_t>(128, rows_in(128))});
 }
 
 template <class T>
 class LinearCrossEntropyNode final : public Node<T> {
  public:
-  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted, std::int64_t chunk)
-      : targets_(std::move(targets)), counted_(counted), chunk_(chunk) {}
+  LinearCrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted, std::int64_t chunk,
+                         bool weight_trained)
+      : targets_(std::move(targets)),
+        counted_(counted),
+        chunk_(chunk),
+        weight_trained_(weight_trained) {}
   const char* op_name() const noexcept override { return "linear_cross_entropy"; }
 
-  // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target]; saves h, W
-  // and lse (0 where the row is ignored).
+  // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target].
+  // Note [fused loss head]: when W is not trained (LoRA, a frozen head), the gradient of h for a
+  // unit dloss is computed here, chunk by chunk from the logits just made, and saved in place of
+  // h, W and the log-sum-exps: two GEMMs over the (V, C) weight instead of three (the backward
+  // pass would recompute the logits), for the same (N, C) kept. A trained W needs each chunk's
+  // logits gradient again for dW, so it saves h, W and lse and recomputes them in backward.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& h = in[0];
     const Tensor<T>& w = in[1];
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
+    const bool fused = this->saving && !weight_trained_;
     Tensor<T> lse = Tensor<T>::zeros(Shape{n});
+    Tensor<T> unit_gh = fused ? Tensor<T>(h.shape()) : Tensor<T>();
     Tensor<T> logits(Shape{std::min(chunk_, n), v});
     std::vector<double> losses(static_cast<std::size_t>(n));
     for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
@@ -169,24 +180,45 @@ class LinearCrossEntropyNode final : public Node<T> {
               static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
         }
       });
+      if (fused) {
+        to_logits_grad(logits, r0, rows, lse, per_counted_row(T(1), counted_));
+        gemm<T>(false, false, rows, c, v, T(1), logits.data(), v, w.data(), c, T(0),
+                unit_gh.data() + r0 * c, c);
+      }
     }
     double total = 0;
     for (double l : losses) total += l;
-    this->save(0, h);
-    this->save(1, w);
-    this->save(2, lse);
+    if (fused) {
+      this->save(0, unit_gh);
+    } else {
+      this->save(0, h);
+      this->save(1, w);
+      this->save(2, lse);
+    }
     return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
                                           : T(0));
   }
 
-  // per chunk: dlogits = (softmax - onehot) dloss / counted rows (0 on ignored rows);
-  // dh = dlogits W; dW += dlogits^T h
+  // fused: dh = dloss * the unit gradient forward saved. Otherwise per chunk:
+  // dlogits = (softmax - onehot) dloss / counted rows (0 on ignored rows); dh = dlogits W;
+  // dW += dlogits^T h
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
+    if (!weight_trained_) {
+      const Tensor<T>& unit_gh = this->saved(0);
+      grads.add_with(0, unit_gh.shape(), [&](Tensor<T>& dst, bool overwrite) {
+        const std::int64_t size = dst.numel();
+        if (overwrite) {
+          view(dst, 0, size) = view(unit_gh, 0, size) * gy[0];
+        } else {
+          view(dst, 0, size) += view(unit_gh, 0, size) * gy[0];
+        }
+      });
+      return;
+    }
     const Tensor<T>& h = this->saved(0);
     const Tensor<T>& w = this->saved(1);
     const Tensor<T>& lse = this->saved(2);
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
-    const T g = per_counted_row(gy[0], counted_);
     const auto gh = grads.target(0, h.shape());
     const auto gw = grads.target(1, w.shape());
     Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
@@ -194,17 +226,7 @@ class LinearCrossEntropyNode final : public Node<T> {
       const std::int64_t rows = std::min(chunk_, n - r0);
       gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0),
               dlogits.data(), v);
-      for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t r = a; r < b; ++r) {
-          auto row = view(dlogits, r * v, (r + 1) * v);
-          if (targets_[r0 + r] == kIgnoreTarget) {
-            row.setZero();
-            continue;
-          }
-          row = (row - lse[r0 + r]).exp() * g;
-          row[targets_[r0 + r]] -= g;
-        }
-      });
+      to_logits_grad(dlogits, r0, rows, lse, per_counted_row(gy[0], counted_));
       if (gh.dst) {
         gemm<T>(false, false, rows, c, v, T(1), dlogits.data(), v, w.data(), c,
                 gh.overwrite ? T(0) : T(1), gh.dst->data() + r0 * c, c);
@@ -218,19 +240,39 @@ class LinearCrossEntropyNode final : public Node<T> {
   }
 
  private:
+  // Turns the chunk of logits of rows r0 .. r0 + rows into their gradient, in place:
+  // (softmax - onehot(target)) * g on counted rows, 0 on ignored ones.
+  void to_logits_grad(Tensor<T>& chunk, std::int64_t r0, std::int64_t rows, const Tensor<T>& lse,
+                      T g) const {
+    const std::int64_t v = chunk.shape().last();
+    for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
+      for (std::int64_t r = a; r < b; ++r) {
+        auto row = view(chunk, r * v, (r + 1) * v);
+        if (targets_[r0 + r] == kIgnoreTarget) {
+          row.setZero();
+          continue;
+        }
+        row = (row - lse[r0 + r]).exp() * g;
+        row[targets_[r0 + r]] -= g;
+      }
+    });
+  }
+
   Tensor<std::int32_t> targets_;
   std::int64_t counted_;  // rows whose target is not kIgnoreTarget
   std::int64_t chunk_;
+  bool weight_trained_;  // Note [fused loss head]
 };
 
 }  // namespace detail
 
 /// cross_entropy(linear(h, weight), targets) without ever holding the (rows x vocabulary) logits
 /// or their gradient: rows go through in chunks of `chunk_rows` (default: detail::
-/// default_chunk_rows, 8 MiB of logits or 64 rows, whichever is more, within 64 MiB), and
-/// backward recomputes each chunk's logits. h is (..., C), weight
-/// (V, C), targets (...) in [0, V) or kIgnoreTarget. Costs one more GEMM of the logits' size
-/// than the plain path.
+/// default_chunk_rows, 8 MiB of logits or 128 rows, whichever is more, within 128 MiB). With a
+/// weight that is not trained (a frozen head, LoRA), forward also computes h's gradient and the
+/// pass costs the plain path's two GEMMs; with a trained weight, backward recomputes each
+/// chunk's logits, one GEMM of the logits' size more (Note [fused loss head]). h is (..., C),
+/// weight (V, C), targets (...) in [0, V) or kIgnoreTarget.
 template <class T>
 Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>& weight,
                             const Tensor<std::int32_t>& targets, std::int64_t chunk_rows = 0) {
@@ -249,8 +291,8 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   const std::int64_t counted = detail::counted_targets("linear_cross_entropy", targets, sw[0]);
   const std::int64_t chunk =
       chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
-  return detail::record_op<detail::LinearCrossEntropyNode<T>>({&h, &weight}, targets, counted,
-                                                              std::min(chunk, sh.rows()));
+  return detail::record_op<detail::LinearCrossEntropyNode<T>>(
+      {&h, &weight}, targets, counted, std::min(chunk, sh.rows()), weight.requires_grad());
 }
 
 namespace detail {

@@ -60,8 +60,10 @@ void check_names(const io::File& file, const std::string& path,
                                    " does not match the model; nothing was loaded;", why));
 }
 
-template <class T>
-std::vector<std::pair<std::string, Shape>> shapes_of(const nn::Module<T>& m,
+/// The names and shapes of what `m` (an nn::Module, LoRA's Adapters: any owner of
+/// named_parameters()) holds, each name after `prefix`.
+template <class Owner>
+std::vector<std::pair<std::string, Shape>> shapes_of(const Owner& m,
                                                      const std::string& prefix = "") {
   std::vector<std::pair<std::string, Shape>> out;
   for (const auto& [name, p] : m.named_parameters()) out.emplace_back(prefix + name, p.shape());

@@ -24,8 +24,8 @@ namespace remat::train {
 namespace detail {
 
 /// The position of each of the module's parameters in the optimizer's list.
-template <class T>
-std::vector<std::size_t> optimizer_slots(const nn::Module<T>& m, const optim::Optimizer<T>& opt) {
+template <class Owner, class T>
+std::vector<std::size_t> optimizer_slots(const Owner& m, const optim::Optimizer<T>& opt) {
   std::vector<std::size_t> slots;
   const auto& params = opt.parameters();
   for (const auto& [name, p] : m.named_parameters()) {
@@ -99,11 +99,13 @@ N metadata_at_least_zero(const io::File& file, const std::string& path, const st
 
 }  // namespace detail
 
-/// Writes the parameters and the optimizer's state (see the file comment) and `metadata`, to
-/// resume training exactly. `metadata` may not use the keys the state takes.
-template <class T>
-void save_training_state(const std::string& path, const nn::Module<T>& m,
-                         const optim::Optimizer<T>& opt, Metadata metadata = {}) {
+/// Writes the parameters of `m` and the optimizer's state (see the file comment) and `metadata`,
+/// to resume training exactly. `m` is what the optimizer trains: an nn::Module, or LoRA's
+/// Adapters over a frozen model (any owner of named_parameters()). `metadata` may not use the
+/// keys the state takes.
+template <class Owner, class T>
+void save_training_state(const std::string& path, const Owner& m, const optim::Optimizer<T>& opt,
+                         Metadata metadata = {}) {
   const auto slots = detail::optimizer_slots(m, opt);
   const optim::OptimizerState<T> state = opt.state();
   const std::string prefix = detail::prefix_of(opt.name());
@@ -132,8 +134,8 @@ void save_training_state(const std::string& path, const nn::Module<T>& m,
 /// Restores what save_training_state() wrote into a model of the same names and shapes and an
 /// optimizer of the same kind, all or nothing: every name, shape, count and the optimizer's own
 /// consistency rules are checked before anything changes. Returns the file's metadata.
-template <class T>
-Metadata load_training_state(const std::string& path, nn::Module<T>& m, optim::Optimizer<T>& opt) {
+template <class Owner, class T>
+Metadata load_training_state(const std::string& path, Owner& m, optim::Optimizer<T>& opt) {
   const io::File file = io::File::read(path);
   const auto slots = detail::optimizer_slots(m, opt);
   const auto kind = file.metadata().find("optimizer");
