@@ -26,29 +26,29 @@
 //     last layer). The first plan under which a useful micro-batch fits is chosen, at the largest
 //     batch that fits under it, up to a cap; when none reaches a useful batch, the plan that
 //     fits the largest one. Useful: 512 token positions (enough rows for the GEMMs to run at
-//     speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024 at 39;
-//     issue 23).
-//     Cap: the training examples (a padded batch holds distinct examples) and the rows of the
-//     effective batch below (a larger micro-batch would only mean fewer accumulated ones). A
-//     budget:<MiB> plan is not chosen: finetune profiles it on the model (measured times), so
-//     will_it_fit could not print the same plan without the weights. Why recompute first: a
-//     plan that replays the layers costs about a forward pass more per step whatever the batch
-//     (the 0.5B step at 1 x 512: 37 tokens/s without checkpoints, 27.5 with one per layer;
-//     docs/benchmarks.md), while a larger micro-batch gains little once the GEMMs have 512
-//     rows. Not even one
-//     sequence fitting under the plan needing the least memory is an error with the figures.
+//     speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024 at 39,
+//     issue 23), or the cap if less. Cap: the training examples (a padded batch holds distinct
+//     examples) and the rows of the effective batch below (a larger micro-batch would only mean
+//     fewer accumulated ones). A budget:<MiB> plan is not chosen: finetune profiles it on the
+//     model (measured times), so will_it_fit could not print the same plan without the weights.
+//     Why recompute first: a plan that replays the layers costs about a forward pass more per
+//     step whatever the batch (the 0.5B step at 1 x 512: 37 tokens/s without checkpoints, 27.5
+//     with one per layer, docs/benchmarks.md), while a larger micro-batch gains little once the
+//     GEMMs have 512 rows. Not even one sequence fitting under the plan needing the least
+//     memory is an error with the figures.
 //  4. Gradient accumulation (--accumulate): micro-batches per optimizer step so that a step
 //     trains on about 8,192 tokens (QLoRA's Guanaco recipe: 16 sequences of at most 512 target
 //     tokens, artidoro/qlora scripts/finetune_guanaco_7b.sh), or on an eighth of the training
 //     tokens when the data is smaller, so that an epoch has at least 8 optimizer steps.
-//  5. Learning rate (--lr): 2e-4 for a model of up to 13 B parameters, 1e-4 above (QLoRA's:
-//     finetune_guanaco_7b.sh and _65b.sh; Dettmers et al. 2023, appendix B). Not scaled with the
-//     rank: the recipes that use 2e-4 have alpha / r from 0.25 (QLoRA: r 64, alpha 16) to 2
-//     (r 16, alpha 32), and AdamW's steps do not depend on the gradients' scale.
+//  5. Learning rate (--lr): 2e-4 for a model of up to 13 B parameters, 1e-4 above (QLoRA's,
+//     Dettmers et al. 2023: artidoro/qlora scripts/finetune_guanaco_7b.sh and _13b.sh use 2e-4,
+//     _33b.sh and _65b.sh 1e-4). Not scaled with the rank: 2e-4 is used with alpha / r from 0.25
+//     (QLoRA: r 64, alpha 16) to 2 (the common r 16, alpha 32), and AdamW's steps do not depend
+//     on the gradients' scale.
 //  6. Optimizer steps (--steps): 3 epochs below 1 M training tokens, 2 below 10 M, 1 from there
-//     (small data is seen more often; QLoRA's OASST1 run is 1,875 steps of 16 sequences, about
-//     3 epochs of its 9,846 conversations), each epoch the training tokens over the tokens of an
-//     optimizer step.
+//     (small data is seen more often, and a large set once is long enough on a CPU; QLoRA's
+//     OASST1 run is 1,875 steps of 16 sequences, a few epochs of that data set), each epoch the
+//     training tokens over the tokens of an optimizer step.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/llama_config.hpp>

@@ -3,8 +3,9 @@
 # random-weight Qwen3 folder of finetune_hub_test.sh: both print the same decision; the batch and
 # plan chosen fit the room the decision states and are the largest / least recompute that do,
 # checked with will_it_fit's own pricing (its JSON at the chosen shape); will_it_fit reads no
-# weights; flags given win and say so; a --memory too small is one clear line and a non-zero
-# exit; --auto on a character model and --memory without --auto are refused by name.
+# weights; flags given win and say so; --memory defaults to the memory available; a --memory too
+# small is one clear line and a non-zero exit; --auto on a character model and --memory without
+# --auto are refused by name.
 #
 #   finetune_auto_test.sh FINETUNE WILL_IT_FIT MAKE_FOLDER_PY NODE_MODULES
 set -euo pipefail
@@ -87,9 +88,11 @@ diff plan.auto noweights.auto > /dev/null || fail "without the safetensors will_
 # --base alone prices the folder's shape as --config does
 "$will_it_fit" --base noweights --batch 2 | grep -q "^Llama: 2 layers, hidden 16" || fail "--base alone: no table"
 
-# 5. flags given win, and say so; --max-tokens is the length's ceiling
-"$will_it_fit" "${data[@]}" --memory 4 --batch 2 --accumulate 3 --max-tokens 128 > given.txt
+# 5. flags given win, and say so; --max-tokens is the length's ceiling; without --memory, the
+# memory available now
+"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --max-tokens 128 > given.txt
 for pattern in "^auto: sequence length 128 tokens (--max-tokens): --max-tokens given" \
+               "^auto: memory [0-9.]* [MG]iB (the memory available now, MemAvailable)" \
                "^auto: checkpoint none, batch 2 x [0-9]* tokens.*: --batch given" \
                "^auto: accumulate 3 (--accumulate): .* (--accumulate given)"; do
   grep -q -- "$pattern" given.txt || { cat given.txt; fail "no '$pattern'"; }
