@@ -184,10 +184,10 @@ inline void set_memory(Request& r, double memory_gib) {
   r.memory_source = memory_gib > 0 ? "--memory" : "the memory available now, MemAvailable";
 }
 
-/// `v` with `digits` significant digits ("97", "0.00244").
-inline std::string digits(double v, int digits = 3) {
+/// `v` with `significant` digits ("97", "0.00244").
+inline std::string digits(double v, int significant = 3) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  std::snprintf(buf, sizeof buf, "%.*g", significant, v);
   return buf;
 }
 
@@ -396,14 +396,9 @@ inline void choose_plan_and_batch(const Request& r, const DataFacts& f, double t
                                        flags::human_bytes(d.step_bytes), ": ", c.why));
 }
 
-/// Steps 2 to 6 for data read at `length` tokens an example.
-inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t length,
-                           std::vector<std::string> lines) {
-  Decision d;
-  d.max_tokens = length;
+/// Step 2: the room for a step's estimate in `r.memory`, into `d`.
+inline void set_room(const Request& r, const DataFacts& f, Decision& d) {
   d.memory = r.memory;
-  d.lines = std::move(lines);
-  const DataFacts f = facts_of(data, length, r.pack);
   d.step_limit = (r.memory - kBaselineBytes - f.data_bytes) / kEstimateMargin;
   d.lines.push_back(remat::detail::cat(
       "auto: memory ", flags::human_bytes(r.memory), " (", r.memory_source, "), less ",
@@ -411,10 +406,12 @@ inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t
       " of tokenized data, divided by ", kEstimateMargin,
       " for what the estimate leaves out: a step's estimate may reach ",
       d.step_limit > 0 ? flags::human_bytes(d.step_limit) : std::string("nothing")));
-  const double target_tokens = std::min(kTargetTokens, f.train_tokens / kMinStepsPerEpoch);
   if (d.step_limit <= 0) too_small(r, allowed(candidates(r, f.columns), r), 1, f.columns, 0, f);
-  choose_plan_and_batch(r, f, target_tokens, d);
+}
 
+/// Step 4: micro-batches an optimizer step, into `d`.
+inline void set_accumulation(const Request& r, const DataFacts& f, double target_tokens,
+                             Decision& d) {
   const double micro_tokens = double(d.batch) * f.row_tokens;
   d.accumulate = r.accumulate
                      ? *r.accumulate
@@ -426,7 +423,10 @@ inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t
                    : remat::detail::cat(", the target being ", std::llround(target_tokens),
                                         " (8,192, or an eighth of the ",
                                         std::llround(f.train_tokens), " training tokens)")));
+}
 
+/// Step 5: the learning rate, into `d`.
+inline void set_learning_rate(const Request& r, Decision& d) {
   const std::int64_t parameters =
       remat::nn::estimate_memory<float>(r.model, {.batch = 1, .time = 1}).parameter_count;
   d.lr = r.lr ? *r.lr : double(parameters) <= kLargeModel ? 2e-4 : 1e-4;
@@ -435,18 +435,38 @@ inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t
       r.lr ? std::string("--lr given")
            : remat::detail::cat("QLoRA's for a model of ", digits(double(parameters) / 1e9),
                                 " B parameters (2e-4 up to 13 B, 1e-4 above)")));
+}
 
+/// Step 6: the optimizer steps, into `d`.
+inline void set_steps(const Request& r, const DataFacts& f, Decision& d) {
   d.epochs = f.train_tokens < 1e6 ? 3 : f.train_tokens < 1e7 ? 2 : 1;
-  const double rule_steps =
-      std::max(1.0, std::ceil(d.epochs * f.train_tokens / (micro_tokens * double(d.accumulate))));
+  const double step_tokens = double(d.batch) * f.row_tokens * double(d.accumulate);
+  const double rule_steps = std::max(1.0, std::ceil(d.epochs * f.train_tokens / step_tokens));
   d.steps = r.steps ? *r.steps : static_cast<std::int64_t>(rule_steps);
   d.lines.push_back(remat::detail::cat(
-      "auto: ",
-      r.steps ? remat::detail::cat("steps ", d.steps, " (--steps given; the rule: ")
-              : remat::detail::cat("steps ", d.steps, " (--steps: "),
-      d.epochs, " epochs of ", std::llround(f.train_tokens), " training tokens, ",
+      "auto: steps ", d.steps, r.steps ? " (--steps given; the rule: " : " (--steps: ", d.epochs,
+      " epochs of ", std::llround(f.train_tokens), " training tokens, ",
       static_cast<long long>(rule_steps),
       " steps; 3 epochs below 1 M tokens, 2 below 10 M, 1 above)"));
+}
+
+/// Steps 2 to 6 for data read at `length` tokens an example, and the flags that would make the
+/// same run without --auto.
+inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t length,
+                           std::vector<std::string> lines) {
+  Decision d;
+  d.max_tokens = length;
+  d.lines = std::move(lines);
+  const DataFacts f = facts_of(data, length, r.pack);
+  set_room(r, f, d);
+  const double target_tokens = std::min(kTargetTokens, f.train_tokens / kMinStepsPerEpoch);
+  choose_plan_and_batch(r, f, target_tokens, d);
+  set_accumulation(r, f, target_tokens, d);
+  set_learning_rate(r, d);
+  set_steps(r, f, d);
+  d.lines.push_back(remat::detail::cat(
+      "auto: as flags: --max-tokens ", d.max_tokens, " --checkpoint ", d.checkpoint, " --batch ",
+      d.batch, " --accumulate ", d.accumulate, " --lr ", d.lr, " --steps ", d.steps));
   return d;
 }
 

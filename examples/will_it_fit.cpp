@@ -553,8 +553,6 @@ void print_json(const Options& o, const MemoryEstimate& e, const std::vector<pla
   std::printf("]}\n");
 }
 
-}  // namespace
-
 #ifdef REMAT_WILL_IT_FIT_HUB
 /// finetune --auto's decision for --base and --data (auto_settings.hpp): the data's report and
 /// the "auto:" lines, or one JSON object.
@@ -590,6 +588,8 @@ int print_decision(const Options& o) {
   return 0;
 }
 #endif
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return flags::run_main("will_it_fit", [&] {

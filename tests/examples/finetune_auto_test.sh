@@ -71,11 +71,13 @@ fi
 # 3. finetune --auto prints the same decision (the steps line aside: --steps 1 is given) and runs it
 "$will_it_fit" "${data[@]}" --memory "$memory" > plan.txt
 "$finetune" "${data[@]}" --auto --memory "$memory" --steps 1 --eval-batches 1 --threads 2 > run.txt
-grep '^auto:' plan.txt | grep -v '^auto: steps' > plan.auto
-grep '^auto:' run.txt | grep -v '^auto: steps' > run.auto
+grep '^auto:' plan.txt | grep -v '^auto: \(steps\|as flags\)' > plan.auto
+grep '^auto:' run.txt | grep -v '^auto: \(steps\|as flags\)' > run.auto
 [ "$(wc -l < plan.auto)" = 5 ] || { cat plan.txt; fail "will_it_fit printed no decision"; }
 diff plan.auto run.auto > /dev/null || { diff plan.auto run.auto; fail "finetune --auto and will_it_fit decided differently"; }
 grep -q "^auto: steps 1 (--steps given; the rule: 3 epochs" run.txt || { cat run.txt; fail "--steps given not said"; }
+grep -q "^auto: as flags: --max-tokens $(field tight.json max_tokens) --checkpoint $plan --batch $batch --accumulate $(field tight.json accumulate) --lr 0.0002 --steps 1$" run.txt \
+  || { cat run.txt; fail "no flags for the same run"; }
 grep -q "checkpoint $plan (" run.txt && grep -q "estimated memory of a step of $batch x $columns tokens" run.txt \
   && grep -q "^step     1  loss" run.txt || { cat run.txt; fail "finetune did not run the decision"; }
 grep -q "$(head -n 1 plan.txt)" run.txt || { cat plan.txt run.txt; fail "the data reports differ"; }
@@ -83,7 +85,7 @@ grep -q "$(head -n 1 plan.txt)" run.txt || { cat plan.txt run.txt; fail "the dat
 # 4. will_it_fit reads config.json and the tokenizer, never the weights
 mkdir noweights
 cp model/config.json model/tokenizer.json model/tokenizer_config.json noweights/
-"$will_it_fit" --base noweights --data chats.jsonl --memory "$memory" | grep '^auto:' | grep -v '^auto: steps' > noweights.auto
+"$will_it_fit" --base noweights --data chats.jsonl --memory "$memory" | grep '^auto:' | grep -v '^auto: \(steps\|as flags\)' > noweights.auto
 diff plan.auto noweights.auto > /dev/null || fail "without the safetensors will_it_fit decided differently"
 # --base alone prices the folder's shape as --config does
 "$will_it_fit" --base noweights --batch 2 | grep -q "^Llama: 2 layers, hidden 16" || fail "--base alone: no table"
