@@ -44,6 +44,7 @@ struct Data {
   std::vector<hub::TokenizedExample> train, val;
   std::optional<hub::ChatTemplate> chat;  ///< the template, for conversations (none for text)
   std::string report;                     ///< what the limits did and the token counts
+  hub::TokenReport tokens;                ///< the same as figures (counts of every example)
   std::size_t longest = 0;                ///< tokens of the longest example kept
   std::int32_t pad = 0;                   ///< the id padding positions hold (never a target)
 };
@@ -131,6 +132,7 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
                                                  "(one is kept for validation)"));
   }
   d.report = hub::describe(examples.report) + skipped;
+  d.tokens = std::move(examples.report);
   for (std::size_t i = 0; i < examples.examples.size(); ++i) {
     d.longest = std::max(d.longest, examples.examples[i].ids.size());
     // every tenth example, or the last of fewer than ten

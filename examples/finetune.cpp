@@ -6,7 +6,7 @@
 //   finetune --base DIR|FILE [--data PATH] [--storage nf4|bf16|int8|f32] [--no-double-quant]
 //            [--rank R] [--alpha A] [--lora-dropout P] [--targets a,b,...] [--context T]
 //            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
-//            [--skip-bad] [--pack] [--prompt TEXT]
+//            [--skip-bad] [--pack] [--prompt TEXT] [--auto [--memory GiB]]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
 //            [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
 //            [--save-adapters DIR] [--save-every N] [--resume DIR] [--stop-after N] [--full]
@@ -24,7 +24,11 @@
 //    --batch examples, one a row, padded to the longest, or (--pack) --batch rows of
 //    --max-tokens - 1 positions into which examples are packed, attention kept within each
 //    example. --prompt samples an answer before and after training (--sample tokens, 48 by
-//    default).
+//    default). --auto chooses --max-tokens from the data's token counts, then the checkpoint
+//    plan, --batch and --accumulate that fit --memory (GiB; default: the memory available now),
+//    --lr and --steps, by the rule written in auto_settings.hpp, and prints an "auto:" line for
+//    each choice; a flag given wins for its setting (--max-tokens is then the length's ceiling).
+//    `will_it_fit --base DIR --data FILE` prints the same decision without reading the weights.
 //  - a train_llama --save-hf folder (with its remat_eval.json vocabulary) or a train_gpt --save
 //    file, fine-tuned on a text in the base corpus' characters (default
 //    examples/data/finetune.txt, original text shipped with remat; its last tenth for
@@ -77,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_settings.hpp"
 #include "chat_data.hpp"
 #include "corpus.hpp"
 #include "flags.hpp"
@@ -110,8 +115,13 @@ struct Options {
   std::int64_t max_tokens = 0;
   std::string truncate = "oldest", train_on = "assistant", prompt;
   bool skip_bad = false, pack = false;
+  bool auto_settings = false;                // --auto
+  double memory_gib = 0;                     // --memory (0: the memory available)
   std::vector<std::string> hub_flags_given;  // flags only a Hugging Face folder takes
   bool context_given = false;
+  // the settings --auto chooses, when the user gave them (they win)
+  bool batch_given = false, accumulate_given = false, steps_given = false, lr_given = false,
+       checkpoint_given = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -214,7 +224,16 @@ Options parse(int argc, char** argv) {
        "--pack"},
       {app.add_option("--prompt", o.prompt,
                       "a user message to answer before and after training (--sample tokens)"),
-       "--prompt"}};
+       "--prompt"},
+      {app.add_flag("--auto", o.auto_settings,
+                    "choose --max-tokens, --checkpoint, --batch, --accumulate, --lr and --steps "
+                    "from the data and --memory (flags given win), and say why"),
+       "--auto"},
+      {app.add_option("--memory", o.memory_gib,
+                      "with --auto: the memory the run may take, GiB (default: the memory "
+                      "available now, MemAvailable)")
+           ->check(flags::positive),
+       "--memory"}};
   app.add_flag("--full", o.full,
                "full fine-tuning in float without checkpointing instead (the baseline)");
   app.add_option("--sample", o.sample,
@@ -231,6 +250,16 @@ Options parse(int argc, char** argv) {
     if (option->count() > 0) o.hub_flags_given.push_back(name);
   }
   o.context_given = app.count("--context") > 0;
+  o.batch_given = app.count("--batch") > 0;
+  o.accumulate_given = app.count("--accumulate") > 0;
+  o.steps_given = app.count("--steps") > 0;
+  o.lr_given = app.count("--lr") > 0;
+  o.checkpoint_given = app.count("--checkpoint") > 0;
+  if (o.memory_gib > 0 && !o.auto_settings)
+    throw remat::UsageError("finetune: --memory is for --auto (the memory its choices fit in)");
+  if (o.auto_settings && o.full)
+    throw remat::UsageError(
+        "finetune: --auto chooses a LoRA fine-tune's settings; --full trains every parameter");
   if (o.save_every > 0 && o.save_adapters.empty())
     throw remat::UsageError("finetune: --save-every needs --save-adapters DIR");
   if (o.full && !o.resume.empty())
@@ -334,7 +363,7 @@ std::int64_t width_of(const remat::nn::GPT<float>& m) { return m.config().width;
 std::int64_t width_of(const remat::nn::Llama<float>& m) { return m.config().hidden_size; }
 std::vector<std::string> linears_of(const remat::nn::GPT<float>&) { return {"qkv", "proj", "fc"}; }
 std::vector<std::string> linears_of(const remat::nn::Llama<float>&) {
-  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return auto_settings::llama_linears();
 }
 const remat::nn::GPTConfig& config_of(const remat::nn::GPT<float>& m) { return m.config(); }
 const remat::nn::LlamaConfig& config_of(const remat::nn::Llama<float>& m) { return m.config(); }
@@ -900,16 +929,37 @@ void check_flags_apply(const Options& o, bool hub) {
   }
 }
 
-/// A Hugging Face folder: its tokenizer, the model read into --storage, the data.
+/// What --auto decides for, from the flags and the folder's config.json.
+auto_settings::Request auto_request(const Options& o) {
+  auto_settings::Request r{
+      .model = remat::nn::load_llama_config(o.base + "/config.json"),
+      .storage = storage_of(o.storage),
+      .double_quant = !o.no_double_quant,
+      .rank = o.rank,
+      .targets = o.targets.empty() ? auto_settings::llama_linears() : split(o.targets),
+      .dropout = o.lora_dropout,
+      .pack = o.pack,
+      .max_tokens = static_cast<std::size_t>(o.max_tokens)};
+  auto_settings::set_memory(r, o.memory_gib);
+  if (o.batch_given) r.batch = o.batch;
+  if (o.accumulate_given) r.accumulate = o.accumulate;
+  if (o.steps_given) r.steps = o.steps;
+  if (o.lr_given) r.lr = o.lr;
+  if (o.checkpoint_given) r.checkpoint = o.checkpoint;
+  return r;
+}
+
+/// A Hugging Face folder: its tokenizer, the model read into --storage, the data; with --auto,
+/// the data and the settings first (auto_settings.hpp), the weights read after.
 int run_hub(Options& o, std::size_t live0) {
   const remat::hub::Tokenizer tok = remat::hub::Tokenizer::from_folder(o.base);
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
-  const auto context = static_cast<std::size_t>(context_of(model));
   if (o.data == REMAT_FINETUNE_DATA) {
     throw remat::UsageError(remat::detail::cat(
         kProgram, ": a Hugging Face folder needs --data FILE.jsonl (conversations) or FILE.txt"));
   }
-  const chat::DataOptions data{
+  const auto context = static_cast<std::size_t>(
+      remat::nn::load_llama_config(o.base + "/config.json").max_position_embeddings);
+  chat::DataOptions data{
       .path = o.data,
       .max_tokens = o.max_tokens > 0 ? static_cast<std::size_t>(o.max_tokens)
                                      : std::min<std::size_t>(1024, context),
@@ -917,6 +967,22 @@ int run_hub(Options& o, std::size_t live0) {
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
       .skip_bad = o.skip_bad};
+  if (o.auto_settings) {
+    auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, auto_request(o));
+    for (const std::string& line : chosen.decision.lines) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    data.max_tokens = chosen.decision.max_tokens;
+    o.max_tokens = static_cast<std::int64_t>(data.max_tokens);  // as --save-every records it
+    o.batch = chosen.decision.batch;
+    o.accumulate = chosen.decision.accumulate;
+    o.steps = chosen.decision.steps;
+    o.lr = chosen.decision.lr;
+    o.checkpoint = chosen.decision.checkpoint;
+    remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
+    HubSource source(tok, std::move(chosen.data), data.max_tokens, o);
+    return run(model, source, o, live0);
+  }
+  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
   HubSource source(tok, chat::load(tok, o.base, data, context), data.max_tokens, o);
   return run(model, source, o, live0);
 }

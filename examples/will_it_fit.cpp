@@ -9,6 +9,8 @@
 //               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--save-matmuls]
 //               [--policy save_matmuls|save_ops:a,b,...|recompute_ops:a,b,...]...
 //               [--memory GiB] [--budget MiB] [--json]          (--help)
+//   will_it_fit --base DIR [--data FILE [--max-tokens N] [--truncate oldest|exclude]
+//               [--train-on assistant|all] [--skip-bad] [--pack] [--lora-dropout P]] [...]
 //
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
 // with a batch of 8. --model llama prices a Llama (--kv-heads, --mlp; --width is the hidden
@@ -29,6 +31,15 @@
 // as the tape records them (layer_norm, linear, gelu_tanh, add, ...); each adds the plan with
 // every layer so, and lets --budget choose such layers too; with any storage and LoRA. With
 // --json the output is one JSON object instead.
+//
+// --base DIR prices a Hugging Face folder's model (its config.json, as --config does). With
+// --data FILE it reads the data as `finetune --base DIR --data FILE` does (the folder's
+// tokenizer.json and chat template, the same limits and validation split; the weights are not
+// read) and prints the settings `finetune --auto` would choose and why: the same "auto:" lines,
+// made by the same code (auto_settings.hpp), for the same flags: a LoRA fine-tune (rank 8 and NF4
+// unless --lora-rank and --storage say otherwise, as finetune's defaults), within --memory
+// (default here: the memory available now, as finetune --auto's). --batch and --accumulate, when
+// given, win as they do in finetune; --json prints the decision as one JSON object.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/llama_config.hpp>
@@ -36,6 +47,9 @@
 #include <unistd.h>
 
 #include "flags.hpp"
+#ifdef REMAT_WILL_IT_FIT_HUB
+#include "auto_settings.hpp"
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -63,6 +77,11 @@ struct Options {
   StepShape step{.batch = 8};
   bool double_precision = false, json = false, compare = false;
   double memory_gib = 0, budget_mib = 0;
+  // --base DIR --data FILE: finetune --auto's decision
+  std::string base, data, truncate = "oldest", train_on = "assistant";
+  std::int64_t max_tokens = 0;
+  bool skip_bad = false, pack = false, batch_given = false, accumulate_given = false;
+  double lora_dropout = 0;
 };
 
 /// The linear names a block has, LoRA's default targets.
@@ -95,6 +114,35 @@ remat::SavePolicy policy_from(const std::string& spec) {
   throw remat::UsageError(remat::detail::cat(
       "--policy: '", spec,
       "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));
+}
+
+/// Refuses the flags that do not go together: --base with --config, --data without --base, the
+/// data's flags without --data, and with --data the flags finetune has no equivalent of.
+template <std::size_t N>
+void check_data_flags(const CLI::App& app, const Options& o,
+                      const std::pair<CLI::Option*, const char*> (&data_only)[N], bool data,
+                      bool config) {
+  if (!o.base.empty() && config)
+    throw remat::UsageError("will_it_fit: --base DIR reads DIR/config.json; give it or --config");
+  if (data && o.base.empty())
+    throw remat::UsageError("will_it_fit: --data needs --base DIR (the folder's tokenizer)");
+  for (const auto& [option, name] : data_only) {
+    if (!data && option->count() > 0)
+      throw remat::UsageError(remat::detail::cat("will_it_fit: ", name, " is for --data"));
+  }
+  if (!data) return;
+  // finetune trains in float with AdamW and the chunked loss, over --time chosen from the data
+  for (const char* name : {"--compare", "--dtype", "--optimizer", "--plain-loss", "--policy",
+                           "--save-matmuls", "--budget", "--time", "--model"}) {
+    if (app.count(name) > 0) {
+      throw remat::UsageError(remat::detail::cat(
+          "will_it_fit: ", name, " does not apply with --data (finetune --auto's decision)"));
+    }
+  }
+#ifndef REMAT_WILL_IT_FIT_HUB
+  throw remat::UsageError(
+      "will_it_fit: --data needs remat::hub's tokenizer (PCRE2 and ICU), not in this build");
+#endif
 }
 
 /// The flags; `will_it_fit --help` lists them with their defaults, and an unknown flag or a
@@ -166,7 +214,42 @@ Options parse(int argc, char** argv) {
                  "also price the least-recompute plan under this many MiB of activations")
       ->check(flags::positive);
   app.add_flag("--json", o.json, "print one JSON object instead of the table");
+  app.add_option("--base", o.base,
+                 "a Hugging Face folder: its config.json (as --config); with --data, finetune "
+                 "--auto's decision")
+      ->check(flags::input_dir);
+  // the data's flags, as finetune reads them (only with --data)
+  const std::pair<CLI::Option*, const char*> data_only[] = {
+      {app.add_option("--max-tokens", o.max_tokens,
+                      "the sequence length's ceiling (finetune --auto --max-tokens)")
+           ->check(flags::positive),
+       "--max-tokens"},
+      {app.add_option("--truncate", o.truncate, "finetune's --truncate")
+           ->check(CLI::IsMember({"oldest", "exclude"})),
+       "--truncate"},
+      {app.add_option("--train-on", o.train_on, "finetune's --train-on")
+           ->check(CLI::IsMember({"assistant", "all"})),
+       "--train-on"},
+      {app.add_flag("--skip-bad", o.skip_bad, "finetune's --skip-bad"), "--skip-bad"},
+      {app.add_flag("--pack", o.pack, "finetune's --pack"), "--pack"},
+      {app.add_option("--lora-dropout", o.lora_dropout, "finetune's --lora-dropout")
+           ->check(flags::probability),
+       "--lora-dropout"}};
+  CLI::Option* data_option =
+      app.add_option("--data", o.data,
+                     "with --base: conversations (.jsonl) or text (.txt); print the settings "
+                     "finetune --auto would choose")
+          ->check(flags::input_file);
   flags::parse(app, argc, argv);
+  check_data_flags(app, o, data_only, data_option->count() > 0, !config_path.empty());
+  if (!o.base.empty()) config_path = o.base + "/config.json";
+  if (!o.data.empty()) {
+    // finetune's defaults: NF4 and rank 8 unless given
+    if (app.count("--storage") == 0) storage = "nf4";
+    if (app.count("--lora-rank") == 0) lora_rank = 8;
+    o.batch_given = app.count("--batch") > 0;
+    o.accumulate_given = app.count("--accumulate") > 0;
+  }
   o.double_precision = dtype == "double";
   o.step.optimizer = optimizer == "adamw"      ? remat::nn::OptimizerKind::adamw
                      : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
@@ -202,7 +285,7 @@ Options parse(int argc, char** argv) {
                  .max_position_embeddings = o.config.context};
     }
   }
-  if (o.memory_gib == 0) o.memory_gib = physical_memory_gib();
+  if (o.memory_gib == 0 && o.data.empty()) o.memory_gib = physical_memory_gib();
   return o;
 }
 
@@ -470,11 +553,50 @@ void print_json(const Options& o, const MemoryEstimate& e, const std::vector<pla
   std::printf("]}\n");
 }
 
+#ifdef REMAT_WILL_IT_FIT_HUB
+/// finetune --auto's decision for --base and --data (auto_settings.hpp): the data's report and
+/// the "auto:" lines, or one JSON object.
+int print_decision(const Options& o) {
+  const remat::hub::Tokenizer tok = remat::hub::Tokenizer::from_folder(o.base);
+  auto_settings::Request r{.model = o.llama,
+                           .storage = o.step.storage,
+                           .double_quant = o.step.double_quant,
+                           .rank = o.step.lora.rank,
+                           .targets = o.step.lora.targets,
+                           .dropout = o.lora_dropout,
+                           .pack = o.pack,
+                           .max_tokens = static_cast<std::size_t>(o.max_tokens)};
+  auto_settings::set_memory(r, o.memory_gib);
+  if (r.rank <= 0)
+    throw remat::UsageError("will_it_fit: --data prices a LoRA fine-tune: --lora-rank must be > 0");
+  if (o.batch_given) r.batch = o.step.batch;
+  if (o.accumulate_given) r.accumulate = o.step.accumulation;
+  const chat::DataOptions data{
+      .path = o.data,
+      .truncate =
+          o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
+      .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
+      .skip_bad = o.skip_bad};
+  const auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, r);
+  if (o.json) {
+    std::printf("%s\n", chosen.decision.json().c_str());
+    return 0;
+  }
+  std::printf("%zu training and %zu validation examples (%s)\n", chosen.data.train.size(),
+              chosen.data.val.size(), chosen.data.report.c_str());
+  for (const std::string& line : chosen.decision.lines) std::printf("%s\n", line.c_str());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return flags::run_main("will_it_fit", [&] {
     const Options o = parse(argc, argv);  // --config's file is read here
+#ifdef REMAT_WILL_IT_FIT_HUB
+    if (!o.data.empty()) return print_decision(o);
+#endif
     if (o.compare) {
       print_compare(o);
       return 0;

@@ -342,6 +342,7 @@ TEST_CASE("Token limits: oldest exchanges dropped, system kept, or the example e
   CHECK(kept.report.max == sorted.back());
   CHECK(kept.report.median == sorted[19]);  // nearest rank: ceil(0.5 * 40) = 20th
   CHECK(kept.report.p95 == sorted[37]);     // ceil(0.95 * 40) = 38th
+  CHECK(kept.report.counts == sorted);      // every count, for finetune --auto's length
   const ChatData ex =
       prepare_chat_data(tok, t, chats, {.max_tokens = limit, .truncate = Truncate::exclude});
   CHECK(ex.report.excluded == truncated + excluded);

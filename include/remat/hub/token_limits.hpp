@@ -42,6 +42,9 @@ struct TokenReport {
   std::size_t min = 0, median = 0, p95 = 0, max = 0;
   /// Tokens kept, and those of them the loss is on.
   std::size_t tokens = 0, loss_tokens = 0;
+  /// Every example's token count as written, sorted: the whole distribution, for choosing a
+  /// limit from it (examples/auto_settings.hpp).
+  std::vector<std::size_t> counts;
 };
 
 /// Examples ready for batching and the report on them.
@@ -86,14 +89,15 @@ inline bool has_assistant(const Conversation& c) {
 }  // namespace detail
 
 /// Sets the report's min, median, p95 and max (nearest rank) from the examples' token counts
-/// (none: all zero).
+/// (none: all zero), and keeps the counts, sorted.
 inline void set_distribution(TokenReport& r, std::vector<std::size_t> counts) {
-  if (counts.empty()) return;
   std::sort(counts.begin(), counts.end());
-  r.min = counts.front();
-  r.max = counts.back();
-  r.median = detail::nearest_rank(counts, 0.5);
-  r.p95 = detail::nearest_rank(counts, 0.95);
+  r.counts = std::move(counts);
+  if (r.counts.empty()) return;
+  r.min = r.counts.front();
+  r.max = r.counts.back();
+  r.median = detail::nearest_rank(r.counts, 0.5);
+  r.p95 = detail::nearest_rank(r.counts, 0.95);
 }
 
 /// Renders, tokenizes and limits `conversations` with template `t` and tokenizer `tok`. An

