@@ -124,8 +124,8 @@ expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.js
 expect_error "context is for a train_llama" "${run[@]}" --context 16
 expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
 expect_error "needs --data" --base model
-expect_error "saved by a run with --batch '2'; resume it with the same (this run has '1')" \
-  "${resumable[@]}" --batch 1 --resume part --save-adapters part3
+expect_error "saved by a run with --seed '1'; resume it with the same (this run has '5')" \
+  "${resumable[@]}" --seed 5 --resume part --save-adapters part3
 expect_error "saved after step 4, the last this run has" "${resumable[@]}" --resume part --save-adapters part3
 expect_error "holds no training_state.safetensors" "${run[@]}" --resume model
 expect_error "docs.md: with a Hugging Face folder" --base model --data "$(touch docs.md; echo docs.md)"
