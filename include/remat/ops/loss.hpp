@@ -125,7 +125,8 @@ Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) 
 namespace detail {
 
 /// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
-/// their gradient never exist whole, only one chunk of rows at a time, recomputed in backward.
+/// their gradient never exist whole, only one chunk of rows at a time (Note [fused loss head]
+/// says when backward recomputes them).
 /// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, but at least
 /// 128 rows while they fit in 128 MiB, and at least one. Each chunk's GEMMs read the whole (V, C)
 /// weight: with few rows they are bound by reading it, not by arithmetic. Measured (ops_bench
@@ -206,12 +207,12 @@ class LinearCrossEntropyNode final : public Node<T> {
     if (!weight_trained_) {
       const Tensor<T>& unit_gh = this->saved(0);
       grads.add_with(0, unit_gh.shape(), [&](Tensor<T>& dst, bool overwrite) {
-        const std::int64_t size = dst.numel();
-        if (overwrite) {
-          view(dst, 0, size) = view(unit_gh, 0, size) * gy[0];
-        } else {
-          view(dst, 0, size) += view(unit_gh, 0, size) * gy[0];
-        }
+        for_chunks(dst.numel(), [&](std::int64_t s, std::int64_t e) {
+          if (overwrite)
+            view(dst, s, e) = view(unit_gh, s, e) * gy[0];
+          else
+            view(dst, s, e) += view(unit_gh, s, e) * gy[0];
+        });
       });
       return;
     }
