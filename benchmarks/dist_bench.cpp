@@ -59,7 +59,7 @@ void run(const remat::dist::Communicator& comm, Model& model, const char* name,
     double forward = 0;
     {
       remat::Tape tape;
-      const remat::Var<float> loss = model.loss(x, y, &plan);
+      const remat::Var<float> loss = model.loss(x, y, {.plan = &plan});
       forward = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       dp.backward(tape, loss);
     }

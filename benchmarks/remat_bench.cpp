@@ -168,8 +168,9 @@ struct GptModel {
     m.profile = [this, derived] {
       return gpt->profile(
           ids, targets, true,
-          {.policies = {remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"}),
-                        remat::recompute_ops({"causal_self_attention"})},
+          {.policies = {remat::save_matmuls(),
+                        remat::save_ops({remat::op::linear, remat::op::causal_self_attention}),
+                        remat::recompute_ops({remat::op::causal_self_attention})},
            .derived_policies = derived});
     };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) {
@@ -232,11 +233,11 @@ remat::SavePolicy make_policy(const std::string& name) {
   if (name == "save_matmuls") return remat::save_matmuls();
   const auto colon = name.find(':');
   if (colon != std::string::npos) {
-    std::vector<std::string> ops;
+    remat::OpTypes ops;
     std::string rest = name.substr(colon + 1);
     for (std::size_t at = 0; at <= rest.size();) {
       const std::size_t comma = std::min(rest.find(',', at), rest.size());
-      if (comma > at) ops.push_back(rest.substr(at, comma - at));
+      if (comma > at) ops.push_back(remat::op_type_named(rest.substr(at, comma - at), "--policy"));
       at = comma + 1;
     }
     const std::string kind = name.substr(0, colon);
@@ -370,7 +371,7 @@ class Bench {
       t.fwd_s = bench::now_seconds() - t0;
       tape.backward(loss);
       t.peak = static_cast<double>(probe.peak_above_start());
-      t.recompute_s = tape.state().stats().replay_seconds;
+      t.recompute_s = tape.replay_stats().replay_seconds;
       t.loss = loss.item();
     }
     t.fwd_bwd_s = bench::now_seconds() - t0;

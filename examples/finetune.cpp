@@ -598,11 +598,11 @@ double peak_resident_bytes() {
 /// The loss of batch `b` (a Llama takes packed rows' starts; a GPT never has them).
 remat::Var<float> batch_loss(const remat::nn::Llama<float>& model, const chat::Batch& b,
                              const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, plan, true, b.starts);
+  return model.loss(b.ids, b.targets, {.plan = plan, .starts = b.starts});
 }
 remat::Var<float> batch_loss(const remat::nn::GPT<float>& model, const chat::Batch& b,
                              const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, plan);
+  return model.loss(b.ids, b.targets, {.plan = plan});
 }
 
 /// The mean loss over `val` (weighted by the targets each batch counts), in evaluation mode and

@@ -311,7 +311,7 @@ int train(ranks::Job& job, int argc, char** argv) {
       {
         remat::memory::Probe probe;
         remat::Tape tape;
-        const remat::Var<float> l = model.loss(x, y, &plan);
+        const remat::Var<float> l = model.loss(x, y, {.plan = &plan});
         job.backward(tape, l);
         loss = l.item();
         peak_mb = std::max(peak_mb, double(probe.peak_above_start()) / (1024.0 * 1024.0));

@@ -96,21 +96,21 @@ double physical_memory_gib() {
 }
 
 /// A policy from --policy's text: "save_matmuls", "save_ops:a,b" or "recompute_ops:a,b". An
-/// unknown op name is save_ops()'s PlanError (it lists the known ones); an unknown form, a
-/// UsageError.
+/// unknown op name is op_type_named()'s PlanError (it lists the built-in ops); an unknown form,
+/// a UsageError.
 remat::SavePolicy policy_from(const std::string& spec) {
   if (spec == "save_matmuls") return remat::save_matmuls();
   const std::size_t colon = spec.find(':');
-  std::vector<std::string> names;
+  remat::OpTypes ops;
   if (colon != std::string::npos) {
     std::stringstream in(spec.substr(colon + 1));
     for (std::string n; std::getline(in, n, ',');) {
-      if (!n.empty()) names.push_back(n);
+      if (!n.empty()) ops.push_back(remat::op_type_named(n, "--policy"));
     }
   }
   const std::string kind = spec.substr(0, colon);
-  if (!names.empty() && kind == "save_ops") return remat::save_ops(names);
-  if (!names.empty() && kind == "recompute_ops") return remat::recompute_ops(names);
+  if (!ops.empty() && kind == "save_ops") return remat::save_ops(ops);
+  if (!ops.empty() && kind == "recompute_ops") return remat::recompute_ops(ops);
   throw remat::UsageError(remat::detail::cat(
       "--policy: '", spec,
       "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));

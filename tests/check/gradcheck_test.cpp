@@ -7,12 +7,17 @@
 
 namespace {
 
+inline constexpr remat::OpType kBumpOp{"bump"};
+inline constexpr remat::OpType kProductOp{"product"};
+inline constexpr remat::OpType kDriftingOp{"drifting"};
+inline constexpr remat::OpType kSavesTooMuchOp{"saves_too_much"};
+
 /// y = x * exp(-x^2) * s, s a scalar argument: the guide's custom op.
 template <class T>
 class Bump final : public remat::Node<T> {
  public:
   explicit Bump(T scale, int mistake = 0) : scale_(scale), mistake_(mistake) {}
-  const char* op_name() const noexcept override { return "bump"; }
+  const remat::OpType& op_type() const noexcept override { return kBumpOp; }
 
   remat::Tensor<T> forward(typename remat::Node<T>::Inputs in) override {
     const remat::Tensor<T>& x = in[0];
@@ -45,7 +50,7 @@ template <class T>
 class Product final : public remat::Node<T> {
  public:
   explicit Product(int mistake = 0) : mistake_(mistake) {}
-  const char* op_name() const noexcept override { return "product"; }
+  const remat::OpType& op_type() const noexcept override { return kProductOp; }
   remat::Tensor<T> forward(typename remat::Node<T>::Inputs in) override {
     this->save(0, in[0]);
     this->save(1, in[1]);
@@ -72,7 +77,7 @@ class Product final : public remat::Node<T> {
 /// Right gradients, but forward is not deterministic: it drifts by a call counter.
 class Drifting final : public remat::Node<double> {
  public:
-  const char* op_name() const noexcept override { return "drifting"; }
+  const remat::OpType& op_type() const noexcept override { return kDriftingOp; }
   remat::Tensor<double> forward(Inputs in) override {
     remat::Tensor<double> y = in[0].clone();
     y[0] += 1e-3 * static_cast<double>(calls_++);
@@ -89,7 +94,7 @@ class Drifting final : public remat::Node<double> {
 /// Saves into a slot that does not exist.
 class SavesTooMuch final : public remat::Node<double> {
  public:
-  const char* op_name() const noexcept override { return "saves_too_much"; }
+  const remat::OpType& op_type() const noexcept override { return kSavesTooMuchOp; }
   remat::Tensor<double> forward(Inputs in) override {
     this->save(kMaxSaved, in[0]);
     return in[0].clone();

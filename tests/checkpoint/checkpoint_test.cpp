@@ -9,11 +9,13 @@ using remat::test::step;
 
 namespace {
 
+inline constexpr remat::OpType kDriftingReplayOp{"drifting_op"};
+
 // A custom op that adds a global counter: deterministic it is not, so a replay diverges.
 int g_drift = 0;
 class DriftingOp final : public Node<float> {
  public:
-  const char* op_name() const noexcept override { return "drifting_op"; }
+  const remat::OpType& op_type() const noexcept override { return kDriftingReplayOp; }
   Tensor<float> forward(Inputs in) override {
     Tensor<float> out = in[0].clone();
     out[0] += static_cast<float>(g_drift++);
@@ -138,7 +140,7 @@ TEST_CASE("checkpoints nest: three levels deep", "[checkpoint]") {
                 v);
           },
           h);
-      CHECK(tape.state().segments().size() == 1 + 2 + 4);
+      CHECK(remat::detail::TapeAccess::state(tape).segments().size() == 1 + 2 + 4);
       return sum(h);
     });
   };
@@ -208,7 +210,7 @@ TEST_CASE("code inside a checkpoint runs once per step: side effects do not repe
   }
   const double mean_after_forward = running_mean;
   tape.backward(sum(h));
-  CHECK(tape.state().stats().replays == 4);
+  CHECK(tape.replay_stats().replays == 4);
   CHECK(calls == 4);
   CHECK(running_mean == mean_after_forward);
 }

@@ -56,8 +56,9 @@ bool policy_plan_equal(const std::vector<remat::Tensor<float>>& a,
 }
 
 std::vector<remat::SavePolicy> policy_plan_policies() {
-  return {remat::save_matmuls(), remat::save_ops({"linear", "layer_norm"}),
-          remat::recompute_ops({"tanh", "relu", "gelu", "sigmoid", "dropout"})};
+  return {remat::save_matmuls(), remat::save_ops({remat::op::linear, remat::op::layer_norm}),
+          remat::recompute_ops({remat::op::tanh, remat::op::relu, remat::op::gelu,
+                                remat::op::sigmoid, remat::op::dropout})};
 }
 
 /// A random one-level plan mixing plain layers, policy layers and save_nothing segments.
@@ -298,8 +299,8 @@ TEST_CASE(
   // as many choices per layer as a profile with derived policies gives (Note [derived policies]),
   // three of the four with chained figures
   const std::vector<remat::SavePolicy> policies{
-      remat::save_matmuls(), remat::recompute_ops({"tanh"}),
-      remat::recompute_ops({"tanh", "layer_norm"}),
+      remat::save_matmuls(), remat::recompute_ops({remat::op::tanh}),
+      remat::recompute_ops({remat::op::tanh, remat::op::layer_norm}),
       remat::save_if("big", [](const remat::OpInfo& op) { return op.flops > 1e6; })};
   remat::Rng rng(20261201);
   int compared = 0, with_policies = 0, chained_neighbours = 0;
@@ -449,9 +450,9 @@ TEST_CASE("derived policies: op classes split by output shape, classes freeing n
   const remat::SavePolicy first_gemm = remat::plan::detail::recompute_classes({classes[0]});
   const remat::Shape wide{5, 16}, narrow{5, 4};
   CHECK(first_gemm.name() == "recompute_ops(linear[5x16])");
-  CHECK_FALSE(first_gemm.keeps(remat::OpInfo{"linear", wide, 0.0}));
-  CHECK(first_gemm.keeps(remat::OpInfo{"linear", narrow, 0.0}));
-  CHECK(first_gemm.keeps(remat::OpInfo{"gelu", wide, 0.0}));
+  CHECK_FALSE(first_gemm.keeps(remat::OpInfo{remat::op::linear, wide, 0.0}));
+  CHECK(first_gemm.keeps(remat::OpInfo{remat::op::linear, narrow, 0.0}));
+  CHECK(first_gemm.keeps(remat::OpInfo{remat::op::gelu, wide, 0.0}));
 }
 
 TEST_CASE("policy plans: bad input is a PlanError naming the segment or the policy",
@@ -538,7 +539,7 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
       remat::memory::Probe probe;
       {
         remat::Tape tape(remat::TapeOptions{.seed = 9});
-        tape.backward(gpt.loss(ids, targets, p, chunked));
+        tape.backward(gpt.loss(ids, targets, {.plan = p, .chunked = chunked}));
       }
       grads.clear();
       for (auto q : gpt.parameters()) grads.push_back(q.grad().clone());
@@ -548,9 +549,11 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
     step(nullptr, plain);  // warm-up: gradient buffers
     step(nullptr, plain);
     const std::vector<remat::SavePolicy> policies{
-        remat::save_matmuls(), remat::save_ops({"linear", "causal_self_attention"})};
-    remat::plan::Chain chain = gpt.profile(
-        ids, targets, chunked, remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
+        remat::save_matmuls(),
+        remat::save_ops({remat::op::linear, remat::op::causal_self_attention})};
+    remat::plan::Chain chain =
+        gpt.profile(ids, targets, {.chunked = chunked},
+                    remat::plan::ProfileOptions{.repeats = 1, .policies = policies});
     for (auto q : gpt.parameters()) q.zero_grad();
     for (std::size_t l = 0; l < chain.layers();
          ++l) {  // reproducible costs: replaying a policy layer costs less

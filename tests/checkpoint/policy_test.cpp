@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <remat/remat.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -34,7 +35,7 @@ PolicyStep policy_step(remat_test::RandomChain& chain, const remat_test::RandomL
     const remat::Var<float> in = tape.input(x, true);
     const remat::Var<float> y = remat::checkpoint_sequential(chain.layers, p, in);
     tape.backward(loss(y));
-    out.replayed_nodes = tape.state().stats().replayed_nodes;
+    out.replayed_nodes = tape.replay_stats().replayed_nodes;
     out.grads.push_back(in.grad().clone());
   }
   out.peak = probe.peak_above_start();
@@ -68,13 +69,14 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
   const std::vector<remat::SavePolicy> policies{
       remat::save_nothing(),
       remat::save_matmuls(),
-      remat::save_ops({"linear", "layer_norm"}),
-      remat::recompute_ops({"tanh", "relu", "gelu", "sigmoid", "dropout"}),
+      remat::save_ops({remat::op::linear, remat::op::layer_norm}),
+      remat::recompute_ops({remat::op::tanh, remat::op::relu, remat::op::gelu, remat::op::sigmoid,
+                            remat::op::dropout}),
       remat::recompute_ops({}),  // keeps everything: nothing is replayed
       remat::save_if("over 500 FLOPs", [](const remat::OpInfo& op) { return op.flops > 500; }),
       remat::save_if(
           "2-d outputs",
-          [](const remat::OpInfo& op) { return op.shape.rank() == 2 && op.op != "add"; }),
+          [](const remat::OpInfo& op) { return op.shape.rank() == 2 && op.op != remat::op::add; }),
   };
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t seed = base + static_cast<std::uint64_t>(c);
@@ -117,43 +119,75 @@ TEST_CASE("every save policy gives the plain gradients bit for bit on random blo
   }
 }
 
-TEST_CASE("save policies reject unknown op names and accept registered ones",
-          "[checkpoint][policy]") {
-  CHECK_THROWS_AS(remat::save_ops({"linear", "lienar"}), remat::PlanError);
-  CHECK_THROWS_AS(remat::recompute_ops({"gelu", "no such op"}), remat::PlanError);
-  try {
-    remat::save_ops({"lienar"});
-    FAIL("no PlanError");
-  } catch (const remat::PlanError& e) {
-    const std::string what = e.what();
-    CHECK(what.find("'lienar'") != std::string::npos);
-    CHECK(what.find("linear") != std::string::npos);
+namespace {
+// a custom op's identity, named like a built-in one
+inline constexpr remat::OpType kPolicyTestLinear{"linear"};
+}  // namespace
+
+TEST_CASE("save policies match ops by identity, not by name", "[checkpoint][policy]") {
+  const remat::Shape shape{2, 3};
+  const auto keeps = [&](const remat::SavePolicy& p, const remat::OpType& op) {
+    return p.keeps(remat::OpInfo{op, shape, 0.0});
+  };
+  const remat::SavePolicy mine = remat::save_ops({kPolicyTestLinear});
+  CHECK(keeps(mine, kPolicyTestLinear));
+  CHECK_FALSE(keeps(mine, remat::op::linear));  // same name, another op
+  CHECK(mine.name() == "save_ops(linear)");
+  const remat::SavePolicy others = remat::recompute_ops({remat::op::gelu, remat::op::linear});
+  CHECK(others.name() == "recompute_ops(gelu, linear)");
+  for (const remat::OpType* op : remat::op::kBuiltin) {
+    INFO(op->name());
+    const bool gemm =
+        *op == remat::op::matmul || *op == remat::op::linear || *op == remat::op::quantized_linear;
+    CHECK(keeps(remat::save_matmuls(), *op) == gemm);
+    CHECK(keeps(others, *op) == (*op != remat::op::gelu && *op != remat::op::linear));
   }
+  CHECK_FALSE(keeps(remat::save_matmuls(), kPolicyTestLinear));
   CHECK_THROWS_AS(remat::save_if("empty", {}), remat::PlanError);
-  CHECK_FALSE(remat::is_op_name("policy_test_custom_op"));
-  remat::register_op_name("policy_test_custom_op");
-  CHECK_NOTHROW(remat::save_ops({"policy_test_custom_op"}));
 }
 
-TEST_CASE("every op the models record has a registered name", "[checkpoint][policy]") {
+TEST_CASE("op_type_named finds each built-in op and names the unknown", "[checkpoint][policy]") {
+  std::set<std::string> names;
+  for (const remat::OpType* op : remat::op::kBuiltin) {
+    CHECK(names.insert(op->name()).second);  // no two built-in ops share a name
+    CHECK(&remat::op_type_named(op->name(), "test") == op);
+  }
+  try {
+    (void)remat::op_type_named("lienar", "--policy");
+    FAIL("no PlanError");
+  } catch (const remat::PlanError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("--policy") && Catch::Contains("'lienar'") &&
+                             Catch::Contains("linear_cross_entropy"));
+  }
+}
+
+TEST_CASE("the models and ops record every built-in op identity, and no other",
+          "[checkpoint][policy]") {
   // a policy that keeps nothing but writes down what it was asked about: all the ops of the step
-  std::set<std::string> seen;
-  const remat::SavePolicy watch("watch", [&](const remat::OpInfo& op) {
-    seen.emplace(op.op);
+  std::set<const remat::OpType*> seen;
+  const remat::SavePolicy watch("watch", [&](const remat::OpInfo& info) {
+    seen.emplace(&info.op);
     return false;
   });
   remat::Rng rng(5);
   remat::Tensor<std::int32_t> ids({2, 8}), targets({2, 8});
   for (auto& t : ids) t = static_cast<std::int32_t>(rng.uniform_int(32));
   for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(32));
-  {
-    const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{
-        .vocab = 32, .context = 8, .layers = 1, .heads = 2, .width = 16, .dropout = 0.1});
+  for (const remat::nn::Attention attention :
+       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+    const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 32,
+                                                         .context = 8,
+                                                         .layers = 1,
+                                                         .heads = 2,
+                                                         .width = 16,
+                                                         .dropout = 0.1,
+                                                         .attention = attention});
     remat::Tape tape;
     remat::CheckpointScope scope(watch);
-    for (const bool chunked : {true, false}) (void)gpt.loss(ids, targets, nullptr, chunked);
+    for (const bool chunked : {true, false}) (void)gpt.loss(ids, targets, {.chunked = chunked});
   }
-  {
+  for (const remat::nn::Attention attention :
+       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
     remat::nn::LlamaConfig c;
     c.vocab_size = 32;
     c.hidden_size = 16;
@@ -161,15 +195,60 @@ TEST_CASE("every op the models record has a registered name", "[checkpoint][poli
     c.num_hidden_layers = 1;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
+    c.attention = attention;
     const remat::nn::Llama<float> llama(c);
     remat::Tape tape;
     remat::CheckpointScope scope(watch);
     (void)llama.loss(ids, targets);
   }
-  REQUIRE(seen.size() > 8);
-  for (const std::string& name : seen) {
-    INFO(name);
-    CHECK(remat::is_op_name(name));
+  {
+    // the ops the models above do not use, each once
+    remat::Rng r(7);
+    remat::Tape tape;
+    remat::CheckpointScope scope(watch);
+    const remat::Var<float> x = tape.input(r.uniform_tensor<float>({4, 6}, 0.5, 1.5), true);
+    const remat::Var<float> y = tape.input(r.uniform_tensor<float>({4, 6}, 0.5, 1.5));
+    remat::Tensor<bool> mask({4, 6});
+    for (std::int64_t i = 0; i < mask.numel(); ++i) mask[i] = i % 3 == 0;
+    const auto w = std::make_shared<const remat::QuantizedWeight>(remat::QuantizedWeight::quantize(
+        r.normal_tensor<float>({5, 6}), remat::WeightStorage::nf4, false));
+    const remat::Tensor<std::int32_t> classes = remat::Tensor<std::int32_t>::zeros({4});
+    const std::vector<remat::Var<float>> parts{
+        remat::sub(x, y),
+        remat::div(x, y),
+        remat::neg(x),
+        remat::add_scalar(x, 1.0f),
+        remat::exp(x),
+        remat::log(x),
+        remat::sqrt(x),
+        remat::tanh(x),
+        remat::sigmoid(x),
+        remat::relu(x),
+        remat::gelu(x),
+        remat::silu(x),
+        remat::softmax(x),
+        remat::log_softmax(x),
+        remat::where(mask, x, y),
+        remat::masked_fill(x, mask, 0.0f),
+        remat::broadcast_to(remat::reshape(remat::sum(x, 0), {1, 6}), remat::Shape{4, 6}),
+        remat::mean(x, 1, true) * x,
+        remat::slice(x, 0, 2),
+        remat::transpose(remat::transpose(x)),
+        remat::sum(remat::causal_mask(remat::matmul(x, remat::transpose(y))), 1, true) * x,
+        remat::reshape(remat::rope(remat::reshape(x, {1, 4, 1, 6})), {4, 6}),
+        remat::sum(remat::linear(x, w), 1, true) * x};
+    (void)remat::mse_loss(remat::concat(parts), remat::concat(parts));
+    (void)remat::mean(remat::cross_entropy(x, classes) * remat::sum(x));
+  }
+  // every built-in op was recorded, and nothing else
+  std::set<const remat::OpType*> builtin(remat::op::kBuiltin.begin(), remat::op::kBuiltin.end());
+  for (const remat::OpType* op : seen) {
+    INFO(op->name());
+    CHECK(builtin.count(op) == 1);
+  }
+  for (const remat::OpType* op : builtin) {
+    INFO(op->name());
+    CHECK(seen.count(op) == 1);
   }
 }
 
@@ -192,7 +271,8 @@ TEST_CASE("a kept op's side effects and random draws happen once", "[checkpoint]
   int plain_calls = 0;
   const remat::Tensor<float> plain = run(nullptr, plain_calls);
   for (const remat::SavePolicy& policy :
-       {remat::save_matmuls(), remat::save_ops({"dropout"}), remat::recompute_ops({"linear"})}) {
+       {remat::save_matmuls(), remat::save_ops({remat::op::dropout}),
+        remat::recompute_ops({remat::op::linear})}) {
     INFO(policy.name());
     int calls = 0;
     CHECK(policy_bitwise_equal(run(&policy, calls), plain));
@@ -291,8 +371,10 @@ std::pair<std::size_t, std::size_t> policy_predicted_step(remat_test::RandomChai
 TEST_CASE("a replay behind the sweep saves nothing: dead ops under policies are predicted",
           "[checkpoint][policy][profile][random]") {
   const std::vector<remat::SavePolicy> policies = {
-      remat::recompute_ops({"mul", "matmul"}), remat::recompute_ops({"layer_norm"}),
-      remat::recompute_ops({"tanh", "relu", "gelu", "sigmoid", "dropout", "mul"}),
+      remat::recompute_ops({remat::op::mul, remat::op::matmul}),
+      remat::recompute_ops({remat::op::layer_norm}),
+      remat::recompute_ops({remat::op::tanh, remat::op::relu, remat::op::gelu, remat::op::sigmoid,
+                            remat::op::dropout, remat::op::mul}),
       remat::save_matmuls()};
   const auto check = [&](const remat_test::RandomBlock& block, std::size_t n, std::int64_t batch,
                          int loss_kind, std::uint64_t seed) {

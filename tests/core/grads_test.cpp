@@ -7,6 +7,8 @@ using remat::test::error_message;
 
 namespace {
 
+inline constexpr remat::OpType kShapedGradsOp{"shaped_grads"};
+
 /// How a custom op hands its gradient to Grads.
 enum class GradsPath { add, add_with, target };
 
@@ -18,7 +20,7 @@ class ShapedGrads final : public Node<T> {
  public:
   ShapedGrads(std::vector<Shape> grad_shapes, GradsPath path, bool undefined = false)
       : grad_shapes_(std::move(grad_shapes)), path_(path), undefined_(undefined) {}
-  const char* op_name() const noexcept override { return "shaped_grads"; }
+  const remat::OpType& op_type() const noexcept override { return kShapedGradsOp; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
   void backward(const Tensor<T>&, Grads<T>& grads) override {
     for (int k = 0; k < grads.size(); ++k) {

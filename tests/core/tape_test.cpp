@@ -1,15 +1,20 @@
 #include "support/gradcheck.hpp"
 
+#include <map>
+#include <vector>
+
 using namespace remat;
 using remat::test::error_message;
 
 namespace {
 
+inline constexpr remat::OpType kProbeOp{"probe"};
+
 /// Identity op that records the allocator's live bytes when the backward sweep reaches it.
 class LiveBytesProbe final : public Node<float> {
  public:
   explicit LiveBytesProbe(std::size_t* seen) : seen_(seen) {}
-  const char* op_name() const noexcept override { return "probe"; }
+  const remat::OpType& op_type() const noexcept override { return kProbeOp; }
   Tensor<float> forward(Inputs in) override { return in[0]; }
   void backward(const Tensor<float>& gy, Grads<float>& grads) override {
     *seen_ = memory::live_bytes();
@@ -241,5 +246,51 @@ TEST_CASE("anomaly mode names the first op that produced NaN or infinity", "[cor
     Tape tape;
     auto x = tape.input(Tensor<float>::from({1}, {-1}), true);
     CHECK(std::isnan(log(x).item()));
+  }
+}
+
+TEST_CASE("backward hooks hear each trained parameter once, when its gradient is final",
+          "[core][tape]") {
+  // three layers; `shared` is used by the first and the last, `frozen` trains nothing
+  remat::Rng rng(4);
+  std::vector<Parameter<double>> w;
+  for (int i = 0; i < 3; ++i) w.emplace_back(rng.normal_tensor<double>({4, 4}));
+  Parameter<double> shared(rng.normal_tensor<double>({4, 4}));
+  Parameter<double> frozen(rng.normal_tensor<double>({4, 4}));
+  frozen.freeze();
+  const Tensor<double> input = rng.normal_tensor<double>({2, 4});
+  for (const bool checkpointed : {false, true}) {
+    INFO((checkpointed ? "every layer checkpointed" : "plain"));
+    for (Parameter<double>* p : {&w[0], &w[1], &w[2], &shared}) p->zero_grad();
+    Tape tape;
+    Var<double> h = tape.input(input);
+    const auto layer = [&](int i) {
+      return [&, i](const Var<double>& x) {
+        const Var<double> y = tanh(matmul(x, w[static_cast<std::size_t>(i)]));
+        return i == 1 ? matmul(y, frozen) : matmul(y, shared);
+      };
+    };
+    for (int i = 0; i < 3; ++i) h = checkpointed ? checkpoint(layer(i), h) : layer(i)(h);
+    const std::vector<const void*> first_use = tape.parameters_by_first_use();
+    CHECK(first_use == std::vector<const void*>{w[0].identity(), shared.identity(), w[1].identity(),
+                                                frozen.identity(), w[2].identity()});
+    std::vector<const void*> heard;
+    std::map<const void*, Tensor<double>> at_ready;
+    std::size_t ops = 0;
+    const BackwardHooks hooks{.gradient_ready =
+                                  [&](const void* p) {
+                                    heard.push_back(p);
+                                    for (Parameter<double>* q : {&w[0], &w[1], &w[2], &shared})
+                                      if (q->identity() == p) at_ready[p] = q->grad().clone();
+                                  },
+                              .after_op = [&] { ++ops; }};
+    tape.backward(sum(h * h), hooks);
+    // reverse first use, frozen left out; each gradient was already its final value
+    CHECK(heard == std::vector<const void*>{w[2].identity(), w[1].identity(), shared.identity(),
+                                            w[0].identity()});
+    for (Parameter<double>* q : {&w[0], &w[1], &w[2], &shared})
+      CHECK((at_ready.at(q->identity()).array() == q->grad().array()).all());
+    CHECK(ops >= tape.size());  // every node, replays included
+    CHECK(tape.replay_stats().replays == (checkpointed ? 3U : 0U));
   }
 }

@@ -9,10 +9,12 @@
 
 namespace {
 
+inline constexpr remat::OpType kFailingForwardOp{"failing_forward"};
+
 /// An op whose forward fails after its inputs were resolved into leaves.
 class FailingForward final : public remat::Node<float> {
  public:
-  const char* op_name() const noexcept override { return "failing_forward"; }
+  const remat::OpType& op_type() const noexcept override { return kFailingForwardOp; }
   remat::Tensor<float> forward(Inputs) override {
     throw remat::ShapeError("failing_forward: always fails");
   }

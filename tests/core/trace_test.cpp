@@ -34,9 +34,9 @@ TraceRun traced_step(remat::test::ChainModel& model, const remat::plan::Plan& p)
       const Var<float> loss =
           cross_entropy(checkpoint_sequential(model.layers, p, tape.input(x)), targets);
       tape.backward(loss);
-      run.replayed_nodes = tape.state().stats().replayed_nodes;
+      run.replayed_nodes = tape.replay_stats().replayed_nodes;
       for (std::uint32_t i = 0; i < tape.size(); ++i)
-        run.recorded_ops += tape.state().node(i).is_leaf() ? 0 : 1;
+        run.recorded_ops += remat::detail::TapeAccess::state(tape).node(i).is_leaf() ? 0 : 1;
     }
     run.counted_peak = memory::peak_bytes();
     std::ostringstream out;

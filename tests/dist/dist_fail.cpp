@@ -9,6 +9,10 @@
 #include <cstdio>
 #include <string>
 
+namespace {
+inline constexpr remat::OpType kBoomOp{"boom"};
+}  // namespace
+
 int main(int argc, char** argv) {
   remat::dist::Environment mpi(argc, argv);
   const std::string mode = argc > 1 ? argv[1] : "throw";
@@ -27,7 +31,7 @@ int main(int argc, char** argv) {
         if (mode == "kill") std::raise(SIGKILL);
         // fails inside the sweep, after some buckets have started
         struct Boom : remat::Node<float> {
-          const char* op_name() const noexcept override { return "boom"; }
+          const remat::OpType& op_type() const noexcept override { return kBoomOp; }
           remat::Tensor<float> forward(Inputs in) override { return in[0].clone(); }
           void backward(const remat::Tensor<float>&, remat::Grads<float>&) override {
             throw remat::NumericError(

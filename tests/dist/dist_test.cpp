@@ -265,7 +265,7 @@ Result train(const Setup& s, int ranks, const dist::Communicator* comm) {
       const std::int64_t lo = begin + m * micro_rows, hi = lo + micro_rows;
       remat::Tape tape;
       const remat::Var<float> l =
-          gpt.loss(batch_rows(step, lo, hi, 0), batch_rows(step, lo, hi, 1), &plan);
+          gpt.loss(batch_rows(step, lo, hi, 0), batch_rows(step, lo, hi, 1), {.plan = &plan});
       // mean over the micro-batch; scaled so the accumulated gradient is that of the mean
       const remat::Var<float> scaled = s.micro == 1 ? l : l * (1.0f / float(s.micro));
       loss += double(l.item()) / s.micro;

@@ -26,7 +26,7 @@ double loss_and_grads(const remat::nn::Llama<double>& model, const Tensor<std::i
                       const Tensor<std::int32_t>& starts = {}) {
   for (auto& p : model.parameters()) p.zero_grad();
   remat::Tape tape;
-  const remat::Var<double> loss = model.loss(ids, targets, nullptr, chunked, starts);
+  const remat::Var<double> loss = model.loss(ids, targets, {.chunked = chunked, .starts = starts});
   tape.backward(loss);
   for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().clone();
   return loss.item();

@@ -79,9 +79,10 @@ template <class T>
 plan::Chain profiled(const nn::GPT<T>& gpt, const Case& c) {
   const auto ids = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 5);
   const auto targets = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 6);
-  gpt.profile(ids, targets,
-              c.chunked);  // the first backward allocates the gradients: profile once more
-  return gpt.profile(ids, targets, c.chunked);
+  gpt.profile(
+      ids, targets,
+      {.chunked = c.chunked});  // the first backward allocates the gradients: profile once more
+  return gpt.profile(ids, targets, {.chunked = c.chunked});
 }
 
 // The allocator's peak, relative to `base`, over a second training step with AdamW (the first
@@ -96,7 +97,7 @@ double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base,
   for (int step = 0; step < 2; ++step) {
     if (step == 1) memory::reset_peak();
     Tape tape;
-    tape.backward(gpt.loss(ids, targets, p, c.chunked));
+    tape.backward(gpt.loss(ids, targets, {.plan = p, .chunked = c.chunked}));
     adam.step();
     adam.zero_grad();
   }

@@ -79,7 +79,7 @@ FtCounted ft_count(const std::function<Model()>& make, const remat::nn::StepShap
   for (int s = 0; s < 2; ++s) {
     if (s == 1) remat::memory::reset_peak();
     remat::Tape tape;
-    tape.backward(model.loss(ids, targets, &plan, step.chunked_loss));
+    tape.backward(model.loss(ids, targets, {.plan = &plan, .chunked = step.chunked_loss}));
     adam.step();
     adam.zero_grad();
   }
@@ -213,12 +213,12 @@ std::pair<double, double> ft_peak_and_profile(Model& model, const remat::plan::P
     const std::size_t base = remat::memory::live_bytes();
     remat::memory::reset_peak();
     remat::Tape tape;
-    tape.backward(model.loss(ids, targets, plan, chunked));
+    tape.backward(model.loss(ids, targets, {.plan = plan, .chunked = chunked}));
     adam.step();
     adam.zero_grad();
     peak = double(remat::memory::peak_bytes() - base);
   }
-  const remat::plan::Chain chain = model.profile(ids, targets, chunked);
+  const remat::plan::Chain chain = model.profile(ids, targets, {.chunked = chunked});
   for (auto& p : trainable) p.zero_grad();
   return {peak, plan ? remat::plan::predict(chain, plan->segments).peak_bytes : 0.0};
 }
@@ -322,7 +322,7 @@ TEST_CASE("estimate_memory prices the fused loss head of a LoRA step to the byte
     INFO("vocabulary " << vocab << ", width " << width << ", batch " << batch << " x " << time);
     const auto check = [&](auto& model, const auto& config, const std::string& target) {
       const auto adapters = ft_adapt(model, {target});
-      const remat::plan::Chain measured = model.profile(ids, targets, true);
+      const remat::plan::Chain measured = model.profile(ids, targets);
       const remat::plan::Chain predicted =
           remat::nn::estimate_memory<float>(
               config, {.batch = batch, .time = time, .lora = {.rank = 2, .targets = {target}}})
@@ -471,11 +471,11 @@ namespace {
 /// `rows` and whose width is `width`: a random subset kept by save_ops() or recomputed by
 /// recompute_ops(), a save_if() on an output-size or a FLOPs threshold drawn between the block's
 /// smallest and largest ops, or save_matmuls().
-remat::SavePolicy ft_random_policy(const std::vector<std::string>& names, double rows, double width,
+remat::SavePolicy ft_random_policy(const remat::OpTypes& names, double rows, double width,
                                    remat::Rng& rng) {
-  std::vector<std::string> subset;
+  remat::OpTypes subset;
   while (subset.empty()) {
-    for (const std::string& n : names) {
+    for (const remat::OpType& n : names) {
       if (rng.uniform() < 0.35) subset.push_back(n);
     }
   }
@@ -534,7 +534,7 @@ struct FtPolicyWorst {
 template <class Model, class Config>
 void ft_check_random_policies(const Config& config, const std::function<Model()>& make,
                               const std::vector<std::string>& linears,
-                              const std::vector<std::string>& op_names, std::int64_t vocab,
+                              const remat::OpTypes& op_names, std::int64_t vocab,
                               std::int64_t batch, std::int64_t time, double width, remat::Rng& rng,
                               FtPolicyWorst& worst) {
   for (const bool lora : {false, true}) {
@@ -576,16 +576,16 @@ TEST_CASE("estimate_memory prices generated save policies within 2 % of the coun
       const remat::nn::GPTConfig gpt = ft_random_gpt(rng, i, 100, 0.4);
       const std::int64_t time = gpt.context;
       INFO("seed " << seed << ", " << ft_describe(gpt));
-      const std::vector<std::string> names{"layer_norm",
-                                           "linear",
-                                           "quantized_linear",
-                                           gpt.attention == remat::nn::Attention::flash
-                                               ? "flash_causal_self_attention"
-                                               : "causal_self_attention",
-                                           "dropout",
-                                           "add",
-                                           "gelu_tanh",
-                                           "scale"};
+      const remat::OpTypes names{remat::op::layer_norm,
+                                 remat::op::linear,
+                                 remat::op::quantized_linear,
+                                 gpt.attention == remat::nn::Attention::flash
+                                     ? remat::op::flash_causal_self_attention
+                                     : remat::op::causal_self_attention,
+                                 remat::op::dropout,
+                                 remat::op::add,
+                                 remat::op::gelu_tanh,
+                                 remat::op::scale};
       ft_check_random_policies<remat::nn::GPT<float>>(
           gpt, [&] { return remat::nn::GPT<float>(gpt); }, {"qkv", "proj", "fc"}, names, gpt.vocab,
           1 + rng.uniform_int(3), time, double(gpt.width), rng, worst);
@@ -604,14 +604,14 @@ TEST_CASE("estimate_memory prices generated save policies within 2 % of the coun
       const std::int64_t time = llama.max_position_embeddings;
       const bool flash = llama.attention == remat::nn::Attention::flash;
       INFO("seed " << seed << ", " << ft_describe(llama));
-      const std::vector<std::string> names{
-          "rms_norm",
-          "linear",
-          "quantized_linear",
-          flash ? "flash_grouped_query_attention" : "grouped_query_attention",
-          "add",
-          "swiglu",
-          "scale"};
+      const remat::OpTypes names{
+          remat::op::rms_norm,
+          remat::op::linear,
+          remat::op::quantized_linear,
+          flash ? remat::op::flash_grouped_query_attention : remat::op::grouped_query_attention,
+          remat::op::add,
+          remat::op::swiglu,
+          remat::op::scale};
       ft_check_random_policies<remat::nn::Llama<float>>(
           llama, [&] { return remat::nn::Llama<float>(llama); },
           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, names,
@@ -693,8 +693,8 @@ TEST_CASE("estimate_memory names the save policies it cannot price", "[nn][estim
   const auto first_adds = [](int period) {
     auto adds = std::make_shared<int>(0);
     return remat::save_if("first adds and linears", [adds, period](const remat::OpInfo& op) {
-      if (op.op == "add") return (*adds)++ % period == 0;
-      return op.op == "linear" || op.op == "quantized_linear";
+      if (op.op == remat::op::add) return (*adds)++ % period == 0;
+      return op.op == remat::op::linear || op.op == remat::op::quantized_linear;
     });
   };
   for (const bool lora : {false, true}) {

@@ -45,8 +45,9 @@ TEST_CASE("GPT: the chunked loss equals the plain one, and every plan gives the 
   const auto ids = remat::test::ids({2, 8}, 11, 1);
   const auto targets = remat::test::ids({2, 8}, 11, 2);
   const auto run = [&](const plan::Plan* p, bool chunked) {
-    return remat::test::step(gpt.parameters(),
-                             [&](Tape&) { return gpt.loss(ids, targets, p, chunked); });
+    return remat::test::step(gpt.parameters(), [&](Tape&) {
+      return gpt.loss(ids, targets, {.plan = p, .chunked = chunked});
+    });
   };
   const auto plain = run(nullptr, false);
   const auto chunked = run(nullptr, true);
@@ -161,7 +162,7 @@ std::size_t gpt_step_peak(const nn::GPT<float>& gpt, const Tensor<std::int32_t>&
   memory::Probe probe;
   {
     Tape tape(TapeOptions{.seed = 7});
-    tape.backward(gpt.loss(ids, targets, &p));
+    tape.backward(gpt.loss(ids, targets, {.plan = &p}));
   }
   return probe.peak_above_start();
 }
@@ -181,7 +182,8 @@ TEST_CASE(
         remat::test::ids({2, 70}, 13, 1);  // 70 rows: a block of 64 query rows and one of 6
     const auto targets = remat::test::ids({2, 70}, 13, 2);
     const auto run = [&](nn::GPT<float>& gpt, const plan::Plan* p) {
-      return remat::test::step(gpt.parameters(), [&](Tape&) { return gpt.loss(ids, targets, p); });
+      return remat::test::step(gpt.parameters(),
+                               [&](Tape&) { return gpt.loss(ids, targets, {.plan = p}); });
     };
     const auto reference = run(fused, nullptr);
     const auto plain = run(flash, nullptr);

@@ -163,9 +163,10 @@ remat::plan::Chain llama_profiled(const remat::nn::Llama<T>& model, const LlamaE
       remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
   const auto targets =
       remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 6);
-  model.profile(ids, targets,
-                c.chunked);  // the first backward allocates the gradients: profile once more
-  return model.profile(ids, targets, c.chunked);
+  model.profile(
+      ids, targets,
+      {.chunked = c.chunked});  // the first backward allocates the gradients: profile once more
+  return model.profile(ids, targets, {.chunked = c.chunked});
 }
 
 // Rows of a batch packed with examples of 1 to 5 tokens: their starts.
@@ -191,7 +192,7 @@ double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Pl
   for (int step = 0; step < 2; ++step) {
     if (step == 1) remat::memory::reset_peak();
     remat::Tape tape;
-    tape.backward(model.loss(ids, targets, p, c.chunked, starts));
+    tape.backward(model.loss(ids, targets, {.plan = p, .chunked = c.chunked, .starts = starts}));
     adam.step();
     adam.zero_grad();
   }
@@ -281,8 +282,10 @@ TEST_CASE(
     const auto ids =
         remat::test::ids({c.batch, c.time}, static_cast<std::int32_t>(c.config.vocab_size), 5);
     const auto starts = llama_packed_starts(c.batch, c.time);
-    (void)model.profile(ids, ids, c.chunked, {}, starts);  // the first allocates the gradients
-    const remat::plan::Chain measured = model.profile(ids, ids, c.chunked, {}, starts);
+    (void)model.profile(
+        ids, ids, {.chunked = c.chunked, .starts = starts});  // the first allocates the gradients
+    const remat::plan::Chain measured =
+        model.profile(ids, ids, {.chunked = c.chunked, .starts = starts});
     CHECK(measured.boundary_bytes == packed.chain.boundary_bytes);
     CHECK(measured.activation_bytes == packed.chain.activation_bytes);
     CHECK(measured.forward_transient_bytes == packed.chain.forward_transient_bytes);

@@ -38,7 +38,7 @@ std::map<std::string, Tensor<double>> family_grads(const remat::nn::Llama<double
                                                    double* loss) {
   for (auto& p : model.parameters()) p.zero_grad();
   remat::Tape tape;
-  const remat::Var<double> l = model.loss(ids, targets, plan, chunked);
+  const remat::Var<double> l = model.loss(ids, targets, {.plan = plan, .chunked = chunked});
   tape.backward(l);
   *loss = l.item();
   std::map<std::string, Tensor<double>> out;

@@ -95,13 +95,14 @@ TEST_CASE(
     const auto step = [&](const remat::plan::Plan* plan, bool twice) {
       for (auto& p : model.parameters()) p.zero_grad();
       remat::Tape tape;
-      remat::Var<double> loss = model.loss(ids, targets, plan, true, starts);
-      if (twice) loss = loss + model.loss(ids, targets, plan, false, other);
+      remat::Var<double> loss = model.loss(ids, targets, {.plan = plan, .starts = starts});
+      if (twice)
+        loss = loss + model.loss(ids, targets, {.plan = plan, .chunked = false, .starts = other});
       tape.backward(loss);
       return grads_of(model);
     };
     const auto plain = step(nullptr, false), plain_twice = step(nullptr, true);
-    const remat::plan::Chain chain = model.profile(ids, targets, true, {}, starts);
+    const remat::plan::Chain chain = model.profile(ids, targets, {.starts = starts});
     for (const remat::plan::Plan& p :
          {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
       const auto once = step(&p, false), twice = step(&p, true);
@@ -122,10 +123,10 @@ TEST_CASE("nn::Llama: starts must be (B, T) like the ids and describe contiguous
   const remat::nn::Llama<double> model(packed_config(remat::nn::Attention::fused));
   const Tensor<std::int32_t> ids = remat::test::ids({2, 6}, 23, 1);
   CHECK_THAT(remat::test::error_message([&] {
-               (void)model.loss(ids, ids, nullptr, true, Tensor<std::int32_t>::zeros({2, 5}));
+               (void)model.loss(ids, ids, {.starts = Tensor<std::int32_t>::zeros({2, 5})});
              }),
              Catch::Contains("Llama: starts (2, 5)") && Catch::Contains("(2, 6)"));
-  CHECK_THROWS_AS(model.profile(ids, ids, true, {}, Tensor<std::int32_t>::zeros({6, 2})),
+  CHECK_THROWS_AS(model.profile(ids, ids, {.starts = Tensor<std::int32_t>::zeros({6, 2})}),
                   remat::ShapeError);
   Tensor<std::int32_t> bad = Tensor<std::int32_t>::zeros({2, 6});
   bad[8] = 1;  // row 1, position 2: neither 2 nor row 1's previous start 0

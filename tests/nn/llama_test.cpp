@@ -36,7 +36,7 @@ std::map<std::string, Tensor<double>> llama_grads(const remat::nn::Llama<double>
                                                   double* loss = nullptr) {
   for (auto& p : model.parameters()) p.zero_grad();
   remat::Tape tape;
-  const remat::Var<double> l = model.loss(ids, targets, plan, chunked);
+  const remat::Var<double> l = model.loss(ids, targets, {.plan = plan, .chunked = chunked});
   tape.backward(l);
   if (loss) *loss = l.item();
   std::map<std::string, Tensor<double>> out;
@@ -132,7 +132,7 @@ TEST_CASE("nn::Llama: checkpointed gradients equal plain ones under every plan",
          {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
       for (auto& param : model.parameters()) param.zero_grad();
       remat::Tape tape;
-      tape.backward(model.loss(ids, targets, &p));
+      tape.backward(model.loss(ids, targets, {.plan = &p}));
       for (const auto& [name, param] : model.named_parameters()) {
         INFO(remat::nn::to_string(config.attention) << ", " << p.describe() << ": " << name);
         CHECK(param.grad().to_vector() == plain[name].to_vector());

@@ -169,7 +169,7 @@ TEST_CASE(
         // one seed for every run: the same dropout masks (each op draws from the seed and its
         // position on the tape, so a replay draws them again)
         remat::Tape tape(remat::TapeOptions{.seed = 77});
-        tape.backward(model.loss(ids, next, nullptr, chunked));
+        tape.backward(model.loss(ids, next, {.chunked = chunked}));
         for (const auto& [name, p] : model.named_parameters()) {
           INFO(name);
           // frozen parameters get no gradient at all; every adapter gets one
@@ -181,7 +181,7 @@ TEST_CASE(
       for (const remat::plan::Plan& plan :
            {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
         remat::Tape tape(remat::TapeOptions{.seed = 77});
-        tape.backward(model.loss(ids, next, &plan, chunked));
+        tape.backward(model.loss(ids, next, {.plan = &plan, .chunked = chunked}));
         for (const auto& [name, p] : model.named_parameters()) {
           INFO(plan.describe() << (chunked ? " chunked: " : " plain loss: ") << name);
           CHECK(p.grad().defined() == !p.frozen());
@@ -343,13 +343,14 @@ TEST_CASE(
                next = remat::test::ids({2, 9}, 29, seed + 3);
     const remat::plan::Chain chain = remat::plan::Chain::uniform(4);
     const std::vector<remat::SavePolicy> policies{
-        remat::save_nothing(), remat::save_matmuls(), remat::save_ops({"quantized_linear"}),
-        remat::recompute_ops({"linear", "quantized_linear"})};
+        remat::save_nothing(), remat::save_matmuls(),
+        remat::save_ops({remat::op::quantized_linear}),
+        remat::recompute_ops({remat::op::linear, remat::op::quantized_linear})};
     for (const bool chunked : {true, false}) {
       std::vector<std::vector<float>> plain;
       {
         remat::Tape tape(remat::TapeOptions{.seed = 5});
-        tape.backward(model.loss(ids, next, nullptr, chunked));
+        tape.backward(model.loss(ids, next, {.chunked = chunked}));
         for (const auto& p : adapters.parameters()) plain.push_back(p.grad().to_vector());
       }
       for (auto& p : adapters.parameters()) p.zero_grad();
@@ -358,7 +359,7 @@ TEST_CASE(
                                                 remat::plan::optimal(chain, 1)}) {
           const remat::plan::Plan plan = remat::plan::with_policy(layout, policy);
           remat::Tape tape(remat::TapeOptions{.seed = 5});
-          tape.backward(model.loss(ids, next, &plan, chunked));
+          tape.backward(model.loss(ids, next, {.plan = &plan, .chunked = chunked}));
           const auto params = adapters.parameters();
           for (std::size_t i = 0; i < params.size(); ++i) {
             INFO(remat::to_string(storage)

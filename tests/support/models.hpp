@@ -98,7 +98,7 @@ inline StepResult step(const std::vector<Parameter<float>>& params,
   const Var<float> loss = forward(tape);
   tape.backward(loss);
   r.loss = loss.item();
-  r.replays = tape.state().stats().replays;
+  r.replays = tape.replay_stats().replays;
   for (const auto& p : params)
     r.grads.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<float>{});
   return r;

@@ -19,13 +19,18 @@
 namespace remat::plan {
 namespace detail {
 
+// the profiler's own ops: markers read the allocator as a sweep passes them; a copy stands for
+// a layer input held in a buffer of its own
+inline constexpr OpType kMarker{"profile_marker"};
+inline constexpr OpType kCopy{"profile_copy"};
+
 /// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
 /// peak since the previous marker, which it then resets.
 template <class T>
 class MemoryMarker final : public Node<T> {
  public:
   MemoryMarker(double* live, double* peak) : live_(live), peak_(peak) {}
-  const char* op_name() const noexcept override { return "profile_marker"; }
+  const OpType& op_type() const noexcept override { return kMarker; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
@@ -46,7 +51,7 @@ template <class T>
 class ForwardMarker final : public Node<T> {
  public:
   ForwardMarker(std::vector<double>* readings, bool start) : readings_(readings), start_(start) {}
-  const char* op_name() const noexcept override { return "profile_marker"; }
+  const OpType& op_type() const noexcept override { return kMarker; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     readings_->push_back(static_cast<double>(start_ ? memory::live_bytes() : memory::peak_bytes()));
     if (start_) memory::reset_peak();
@@ -64,20 +69,20 @@ class ForwardMarker final : public Node<T> {
 template <class T>
 class ReplayMarker final : public Node<T> {
  public:
-  ReplayMarker(const remat::detail::TapeState* tape, double* live, double* peak, double* replay)
+  ReplayMarker(const Tape* tape, double* live, double* peak, double* replay)
       : tape_(tape), live_(live), peak_(peak), replay_(replay) {}
-  const char* op_name() const noexcept override { return "profile_marker"; }
+  const OpType& op_type() const noexcept override { return kMarker; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
     *live_ = static_cast<double>(memory::live_bytes());
-    *replay_ = tape_->stats().replay_seconds;
+    *replay_ = tape_->replay_stats().replay_seconds;
     memory::reset_peak();
     grads.add(0, gy);
   }
 
  private:
-  const remat::detail::TapeState* tape_;
+  const Tape* tape_;
   double* live_;
   double* peak_;
   double* replay_;
@@ -87,7 +92,7 @@ class ReplayMarker final : public Node<T> {
 template <class T>
 class CopyNode final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return "profile_copy"; }
+  const OpType& op_type() const noexcept override { return kCopy; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };
@@ -163,8 +168,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]),
-                   {x});
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[l], &peak[l], &clock[l]), {x});
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -180,13 +184,12 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
       q.saves_output[l] = !x.value().is_unique();
       ++l;
     }
-    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]),
-                 {x});
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[n], &peak[n], &clock[n]), {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
     // the marker on the input never runs (no gradient): layer 0's readings are the last ones
     peak[0] = static_cast<double>(memory::peak_bytes());
-    clock[0] = tape.state().stats().replay_seconds;
+    clock[0] = tape.replay_stats().replay_seconds;
     for (std::size_t i = 0; i < n; ++i) {
       q.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
       times[i].push_back(clock[i] - clock[i + 1]);
@@ -254,17 +257,15 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[l], &peak[l], &clock[l]),
-                   {x});
+      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[l], &peak[l], &clock[l]), {x});
       const CheckpointScope scope(x);
       x = layer(x);
       ++l;
     }
-    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape.state(), &live[n], &peak[n], &clock[n]),
-                 {x});
+    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[n], &peak[n], &clock[n]), {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
-    clock[0] = tape.state().stats().replay_seconds;  // the marker on the input never runs
+    clock[0] = tape.replay_stats().replay_seconds;  // the marker on the input never runs
     for (std::size_t i = 0; i < n; ++i) times[i].push_back(clock[i] - clock[i + 1]);
   }
   std::vector<double> out(n);
@@ -280,7 +281,7 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
 template <class T>
 class Separator final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return "profile_marker"; }
+  const OpType& op_type() const noexcept override { return kMarker; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };
@@ -317,7 +318,7 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
     std::size_t l = 0;
     for (auto&& layer : layers) {
       if (!linked[l]) x = apply<T>(std::make_unique<Separator<T>>(), {x});
-      first[l] = tape.state().size();
+      first[l] = static_cast<std::uint32_t>(tape.size());
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -336,22 +337,23 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
       }
       ++l;
     }
-    if (run == 0 && tape.state().chained_tails() == 0) return false;
+    remat::detail::TapeState& state = remat::detail::TapeAccess::state(tape);
+    if (run == 0 && state.chained_tails() == 0) return false;
     x = apply<T>(std::make_unique<Separator<T>>(), {x});
-    first[n] = tape.state().size() - 1;
+    first[n] = state.size() - 1;
     std::size_t next = n;  // the boundary the sweep reaches next
-    tape.state().on_swept = [&](const remat::detail::NodeBase& node) {
+    state.on_swept = [&](const remat::detail::NodeBase& node) {
       while (next != static_cast<std::size_t>(-1) && node.id == first[next]) {
         peak[next] = static_cast<double>(memory::peak_bytes());
         live[next] = static_cast<double>(memory::live_bytes());
-        clock[next] = tape.state().stats().replay_seconds;
+        clock[next] = tape.replay_stats().replay_seconds;
         memory::reset_peak();
         --next;
       }
     };
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
-    tape.state().on_swept = nullptr;
+    state.on_swept = nullptr;
     for (std::size_t i = 0; i < n; ++i) {
       if (variant(i) == 0) continue;
       figures(i).backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
@@ -419,17 +421,18 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
       std::advance(it, static_cast<std::ptrdiff_t>(n - 2));
       Var<T> out = in;
       for (int k = 0; k < 2; ++k, ++it) {
-        if (k == 1) last_first = last_tape.state().size();
+        if (k == 1) last_first = static_cast<std::uint32_t>(last_tape.size());
         const CheckpointScope scope = segment(out);
         out = (*it)(out);
       }
       value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak), {out}));
     }
-    last_tape.state().on_swept = [&](const remat::detail::NodeBase& node) {
+    remat::detail::TapeState& state = remat::detail::TapeAccess::state(last_tape);
+    state.on_swept = [&](const remat::detail::NodeBase& node) {
       if (node.id == last_first) last_peak = static_cast<double>(memory::peak_bytes());
     };
     last_tape.backward(value, Tensor<T>::ones(value.shape()));
-    last_tape.state().on_swept = nullptr;
+    state.on_swept = nullptr;
     figures(n - 1).last_unheld_backward_transient_bytes = std::max(0.0, last_peak - marker_live);
   }
   return true;
@@ -481,17 +484,17 @@ void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, i
 
 /// A class of the layers' ops (Note [derived policies]).
 struct OpClass {
-  std::string op;
+  const OpType* op;
   Shape shape;
   bool by_shape = false;  ///< ops of this name make several shapes: the class is one of them
 
   bool matches(const OpInfo& info) const {
-    return info.op == op && (!by_shape || info.shape == shape);
+    return info.op == *op && (!by_shape || info.shape == shape);
   }
   /// "gelu_tanh", or "linear[8x256x1024]" for a class split by shape.
   std::string label() const {
-    if (!by_shape) return op;
-    std::string s = op + "[";
+    if (!by_shape) return op->name();
+    std::string s = std::string(op->name()) + "[";
     for (int i = 0; i < shape.rank(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
     return s + "]";
   }
@@ -530,14 +533,14 @@ template <class Layers, class T>
 void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
                        std::vector<OpClass>& classes, std::vector<double>& seconds) {
   using Clock = std::chrono::steady_clock;
-  std::vector<std::vector<std::pair<std::string, Shape>>> ops(static_cast<std::size_t>(repeats));
+  std::vector<std::vector<std::pair<const OpType*, Shape>>> ops(static_cast<std::size_t>(repeats));
   std::vector<std::vector<double>> times(static_cast<std::size_t>(repeats));
   for (std::size_t run = 0; run < ops.size(); ++run) {
     Clock::time_point last = Clock::now();
     // keeps every op; called as each op's forward returns (Note [kept nodes])
     const SavePolicy listen("profile_survey", [&](const OpInfo& info) {
       const Clock::time_point now = Clock::now();
-      ops[run].emplace_back(std::string(info.op), info.shape);
+      ops[run].emplace_back(&info.op, info.shape);
       times[run].push_back(std::chrono::duration<double>(now - last).count());
       last = now;
       return true;
@@ -552,7 +555,7 @@ void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
     }
   }
   classes.clear();
-  for (const std::pair<std::string, Shape>& op : ops[0]) {
+  for (const std::pair<const OpType*, Shape>& op : ops[0]) {
     const bool known = std::any_of(classes.begin(), classes.end(), [&](const OpClass& c) {
       return c.op == op.first && c.shape == op.second;
     });
@@ -569,7 +572,7 @@ void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
     for (std::size_t run = 0; run < ops.size(); ++run) {
       double s = 0;
       for (std::size_t k = 0; k < ops[run].size(); ++k) {
-        if (classes[i].matches(OpInfo{ops[run][k].first, ops[run][k].second, 0.0}))
+        if (classes[i].matches(OpInfo{*ops[run][k].first, ops[run][k].second, 0.0}))
           s += times[run][k];
       }
       per_run.push_back(s);

@@ -6,7 +6,7 @@
 /// inputs: that is how a checkpoint segment is replayed.
 ///
 /// Node<T> is also the public base of a custom op (docs/guide.md, "Writing your own op"): derive
-/// from it, implement op_name(), forward() and backward(), and record it with remat::apply().
+/// from it, implement op_type(), forward() and backward(), and record it with remat::apply().
 ///
 /// Note [saved tensors]: forward() hands what backward() will need to save(); the tape decides
 /// whether save() keeps it (a node recorded inside a checkpoint segment keeps nothing during the
@@ -22,6 +22,7 @@
 
 #include "remat/core/error.hpp"
 #include "remat/core/hash.hpp"
+#include "remat/core/op_type.hpp"
 #include "remat/core/parallel.hpp"
 #include "remat/core/tensor.hpp"
 
@@ -52,8 +53,10 @@ class NodeBase {
   NodeBase& operator=(const NodeBase&) = delete;
   virtual ~NodeBase() = default;
 
+  /// The op's identity (core/op_type.hpp): what save policies match on.
+  virtual const OpType& op_type() const noexcept = 0;
   /// The op's name as users call it ("matmul", "layer_norm", ...), for messages.
-  virtual const char* op_name() const noexcept = 0;
+  const char* op_name() const noexcept { return op_type().name(); }
   virtual bool is_leaf() const noexcept { return false; }
   /// The Parameter a leaf stands for (Parameter::identity()), null for every other node.
   virtual const void* parameter_identity() const noexcept { return nullptr; }
@@ -104,7 +107,7 @@ template <class T>
 class Grads;
 
 /// Base of every differentiable operation on Tensor<T>, built-in or custom. An op derives from
-/// it, keeps its non-tensor arguments as members, and implements op_name(), forward() and
+/// it, keeps its non-tensor arguments as members, and implements op_type(), forward() and
 /// backward() side by side; remat::apply() records it. The members below "Internals" are the
 /// tape's; an op does not override them.
 template <class T>

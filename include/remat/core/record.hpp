@@ -23,6 +23,11 @@ namespace detail {
 
 enum class LeafKind { constant, input, parameter };
 
+// leaves are not ops a policy is asked about; their identities name them in messages
+inline constexpr OpType kConstantLeaf{"constant"};
+inline constexpr OpType kInputLeaf{"input"};
+inline constexpr OpType kParameterLeaf{"parameter"};
+
 /// A leaf: a constant, a user input (with a gradient if asked), or a use of a Parameter. Leaves
 /// hold their value for the tape's whole life, so a replay can always read them. A leaf of a
 /// parameter that needs a gradient holds its thread's claim on it while it lives (Note [one
@@ -41,10 +46,10 @@ class Leaf final : public Node<T> {
   Leaf(const Leaf&) = delete;
   Leaf& operator=(const Leaf&) = delete;
 
-  const char* op_name() const noexcept override {
-    return kind_ == LeafKind::parameter ? "parameter"
-           : kind_ == LeafKind::input   ? "input"
-                                        : "constant";
+  const OpType& op_type() const noexcept override {
+    return kind_ == LeafKind::parameter ? kParameterLeaf
+           : kind_ == LeafKind::input   ? kInputLeaf
+                                        : kConstantLeaf;
   }
   bool is_leaf() const noexcept override { return true; }
   const void* parameter_identity() const noexcept override { return param_.get(); }

@@ -4,7 +4,8 @@
 /// backward needs) from the first forward pass instead of being recomputed by the replay.
 ///
 ///     x = remat::checkpoint(block, remat::save_matmuls(), x);
-///     { remat::CheckpointScope scope(remat::save_ops({"linear", "layer_norm"})); h = block(h); }
+///     { remat::CheckpointScope scope(remat::save_ops({remat::op::linear, remat::op::layer_norm}));
+///     h = block(h); }
 ///
 /// Note [kept nodes]: skipping a node's forward during a replay also skips its save() of what its
 /// backward needs. Two answers, chosen per node when its first forward returns (the policy sees
@@ -22,77 +23,26 @@
 ///    this a kept GEMM would hold its first-pass input while the replay recomputed a second copy.
 /// Either way the kept output is the first pass's bits, so gradients are those of the plain run.
 ///
-/// Op names are checked against a registry (op_names()) the op headers fill next to each op's
-/// op_name(); a custom op registers its name with register_op_name(). An unknown name in
-/// save_ops() or recompute_ops() raises a PlanError listing the known names.
+/// Policies name ops by identity (core/op_type.hpp): `save_ops({op::linear})` keeps the op whose
+/// node returns op::linear, so renaming an op cannot make a policy stop matching it.
 
 #include <algorithm>
 #include <functional>
-#include <initializer_list>
-#include <memory>
-#include <mutex>
-#include <set>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <utility>
-#include <vector>
 
 #include "remat/core/error.hpp"
+#include "remat/core/op_type.hpp"
 #include "remat/core/shape.hpp"
 
 namespace remat {
 
 /// What a policy sees of an op when deciding whether to keep its output.
 struct OpInfo {
-  std::string_view op;  ///< op_name(): "linear", "matmul", "gelu", ...
-  const Shape& shape;   ///< the output's shape
-  double flops = 0;     ///< estimated forward FLOPs (Node::forward_flops())
+  const OpType& op;    ///< the op's identity: `info.op == op::linear`, `info.op.name()`
+  const Shape& shape;  ///< the output's shape
+  double flops = 0;    ///< estimated forward FLOPs (Node::forward_flops())
 };
-
-namespace detail {
-
-struct OpNameRegistry {
-  std::mutex mutex;
-  std::set<std::string, std::less<>> names;
-};
-
-inline OpNameRegistry& op_name_registry() {
-  static OpNameRegistry registry;
-  return registry;
-}
-
-}  // namespace detail
-
-/// Adds `name` to the op names policies accept (built-in ops register theirs; call it for a
-/// custom op before naming it in save_ops() or recompute_ops()). Returns true, so that a header
-/// can register at static initialization: `inline const bool r = register_op_name("my_op");`.
-inline bool register_op_name(std::string_view name) {
-  detail::OpNameRegistry& r = detail::op_name_registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.names.emplace(name);
-  return true;
-}
-
-/// Registers several names (see register_op_name()).
-inline bool register_op_names(std::initializer_list<std::string_view> names) {
-  for (std::string_view n : names) register_op_name(n);
-  return true;
-}
-
-/// Every registered op name, sorted.
-inline std::vector<std::string> op_names() {
-  detail::OpNameRegistry& r = detail::op_name_registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return std::vector<std::string>(r.names.begin(), r.names.end());
-}
-
-/// Whether `name` is a registered op name.
-inline bool is_op_name(std::string_view name) {
-  detail::OpNameRegistry& r = detail::op_name_registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return r.names.find(name) != r.names.end();
-}
 
 /// Which ops of a segment keep their output from the first forward pass (Note [kept nodes]).
 /// Copyable; an empty policy (save_nothing()) keeps nothing, as a plain checkpoint does.
@@ -123,20 +73,14 @@ class SavePolicy {
 
 namespace detail {
 
-inline void check_op_names(const char* policy, const std::vector<std::string>& names) {
-  for (const std::string& n : names) {
-    if (is_op_name(n)) continue;
-    std::ostringstream known;
-    for (const std::string& k : op_names()) known << (known.tellp() > 0 ? ", " : "") << k;
-    throw PlanError(cat(policy, ": unknown op name '", n, "' (known: ", known.str(),
-                        "; a custom op registers its name with remat::register_op_name)"));
-  }
+inline std::string joined(const OpTypes& ops) {
+  std::string s;
+  for (const OpType& op : ops) s += (s.empty() ? "" : ", ") + std::string(op.name());
+  return s;
 }
 
-inline std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
+inline bool listed(const OpTypes& ops, const OpType& op) {
+  return std::any_of(ops.begin(), ops.end(), [&](const OpType& o) { return o == op; });
 }
 
 }  // namespace detail
@@ -144,37 +88,30 @@ inline std::string joined(const std::vector<std::string>& names) {
 /// Keeps nothing: every op of the segment is recomputed (a plain checkpoint).
 inline SavePolicy save_nothing() { return SavePolicy(); }
 
-/// Keeps the outputs of the ops named (and what their backward needs); recomputes the rest.
-/// Throws a PlanError for a name no op registered.
-inline SavePolicy save_ops(std::vector<std::string> names) {
-  detail::check_op_names("save_ops", names);
-  std::string label = "save_ops(" + detail::joined(names) + ")";
-  return SavePolicy(std::move(label), [names = std::move(names)](const OpInfo& op) {
-    return std::find(names.begin(), names.end(), op.op) != names.end();
+/// Keeps the outputs of the ops listed (and what their backward needs); recomputes the rest.
+inline SavePolicy save_ops(OpTypes ops) {
+  std::string label = "save_ops(" + detail::joined(ops) + ")";
+  return SavePolicy(std::move(label), [ops = std::move(ops)](const OpInfo& info) {
+    return detail::listed(ops, info.op);
   });
 }
 
-/// Keeps the outputs of matmuls and linear layers (float or quantized weights); recomputes
-/// element-wise ops, norms and the rest. Its names are not checked against the registry: a
-/// program that never includes ops/matmul.hpp may still ask for it.
+/// Keeps the outputs of matrix products (OpType::is_gemm(): matmul, linear, quantized_linear);
+/// recomputes element-wise ops, norms and the rest.
 inline SavePolicy save_matmuls() {
-  return SavePolicy("save_matmuls", [](const OpInfo& op) {
-    return op.op == "matmul" || op.op == "linear" || op.op == "quantized_linear";
+  return SavePolicy("save_matmuls", [](const OpInfo& info) { return info.op.is_gemm(); });
+}
+
+/// Recomputes only the ops listed; keeps every other op's output.
+inline SavePolicy recompute_ops(OpTypes ops) {
+  std::string label = "recompute_ops(" + detail::joined(ops) + ")";
+  return SavePolicy(std::move(label), [ops = std::move(ops)](const OpInfo& info) {
+    return !detail::listed(ops, info.op);
   });
 }
 
-/// Recomputes only the ops named; keeps every other op's output. Throws a PlanError for a name
-/// no op registered.
-inline SavePolicy recompute_ops(std::vector<std::string> names) {
-  detail::check_op_names("recompute_ops", names);
-  std::string label = "recompute_ops(" + detail::joined(names) + ")";
-  return SavePolicy(std::move(label), [names = std::move(names)](const OpInfo& op) {
-    return std::find(names.begin(), names.end(), op.op) == names.end();
-  });
-}
-
-/// Keeps the ops for which `keep(OpInfo)` returns true (op name, output shape, estimated FLOPs):
-/// save_if("big GEMMs", [](const OpInfo& op) { return op.flops > 1e6; }).
+/// Keeps the ops for which `keep(OpInfo)` returns true (op identity, output shape, estimated
+/// FLOPs): save_if("big GEMMs", [](const OpInfo& op) { return op.flops > 1e6; }).
 inline SavePolicy save_if(std::string name, SavePolicy::Predicate keep) {
   if (!keep) throw PlanError("save_if: the predicate is empty");
   return SavePolicy(std::move(name), std::move(keep));

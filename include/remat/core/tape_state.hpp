@@ -33,6 +33,13 @@
 
 namespace remat {
 
+/// What a tape's backward pass recomputed (Tape::replay_stats()).
+struct ReplayStats {
+  std::size_t replays = 0;         ///< segments replayed
+  std::size_t replayed_nodes = 0;  ///< ops run again
+  double replay_seconds = 0;       ///< wall time spent replaying
+};
+
 /// How a tape records.
 struct TapeOptions {
   /// Seed for random ops (dropout). Each op draws from (seed, its position on the tape), so a
@@ -95,6 +102,7 @@ class TapeState {
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
   NodeBase& node(std::uint32_t id) noexcept { return *nodes_[id]; }
+  const NodeBase& node(std::uint32_t id) const noexcept { return *nodes_[id]; }
   NodeTable table() const noexcept { return nodes_.data(); }
   const std::vector<Segment>& segments() const noexcept { return segments_; }
   bool recording_segment() const noexcept { return !open_.empty(); }
@@ -134,7 +142,7 @@ class TapeState {
       // Note [kept nodes]: decided from the output, so the save was tentative
       n.note_saved(values);
       n.kept = segments_[n.segment].policy.keeps(
-          OpInfo{n.op_name(), out.shape(), n.forward_flops(values, out)});
+          OpInfo{n.op_type(), out.shape(), n.forward_flops(values, out)});
       if (n.kept && n.can_resave() && reads_recomputed(n)) {
         // replayed like its neighbours, but re-saving from the kept output instead of computing
         n.kept = false;
@@ -275,12 +283,6 @@ class TapeState {
 
   // ---- backward -----------------------------------------------------------------------------
 
-  /// What the backward pass recomputed.
-  struct ReplayStats {
-    std::size_t replays = 0;         ///< segments replayed
-    std::size_t replayed_nodes = 0;  ///< ops run again
-    double replay_seconds = 0;       ///< wall time spent replaying
-  };
   const ReplayStats& stats() const noexcept { return stats_; }
   /// How many segments took over their previous sibling's tail (Note [chained segments]).
   std::size_t chained_tails() const noexcept { return chained_tails_; }

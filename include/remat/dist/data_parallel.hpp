@@ -5,20 +5,19 @@
 /// buckets, Horovod's tensor fusion, over MPI). Optionally shards the optimizer state (ZeRO
 /// stage 1): each rank updates only its own contiguous range of the parameters.
 ///
-/// Note [buckets]: the sweep calls TapeState::on_swept for each node it has passed; a parameter's
-/// gradient is final once the sweep has passed its first leaf (each use of a parameter records a
-/// leaf; the lowest id is the first use). Its gradient is then copied into its bucket, and a full
+/// Note [buckets]: the tape tells backward()'s BackwardHooks when a parameter's gradient is final
+/// (the sweep has passed its first use). Its gradient is then copied into its bucket, and a full
 /// bucket starts a non-blocking reduction. Buckets are filled in the order gradients become final,
-/// read from the first tape (a scan of its leaves before the sweep), and every rank checks that
+/// read from the first tape (Tape::parameters_by_first_use(), reversed), and every rank checks that
 /// all agree on that layout. Buckets start strictly in layout order, so every rank issues the same
 /// collectives in the same order, and the sums are the same bits from one run to the next. The
 /// first bucket is small (1 MiB, as DDP's), so the first reduction starts early in the sweep.
 /// Open MPI moves non-blocking collectives forward only inside MPI calls, so the hook also tests
-/// the oldest pending request at every node it is called for, and writes a finished bucket's
-/// averages into the gradients there and then: after the sweep, only the buckets still in flight
-/// are waited for and unpacked. A bucket holds at most bucket_bytes and at most 1/min_buckets of
-/// the gradient bytes: with DDP's 25 MiB alone, a model of a few MiB has one bucket that can only
-/// start when the sweep ends, and nothing overlaps.
+/// the oldest pending request after every node the sweep passes (after_op), and writes a finished
+/// bucket's averages into the gradients there and then: after the sweep, only the buckets still in
+/// flight are waited for and unpacked. A bucket holds at most bucket_bytes and at most
+/// 1/min_buckets of the gradient bytes: with DDP's 25 MiB alone, a model of a few MiB has one
+/// bucket that can only start when the sweep ends, and nothing overlaps.
 ///
 /// Note [ZeRO-1]: with shard_optimizer_state, the trainable parameters are split into one
 /// contiguous range per rank, balanced by bytes. A bucket holds its parameters in list order, so
@@ -133,16 +132,12 @@ class DataParallel {
     }
     check_trainable();
     const auto t0 = std::chrono::steady_clock::now();
-    scan(tape.state());
+    scan(tape);
     if (buckets_.empty() && !trainable_.empty()) build_layout();
     begin_step();
     try {
-      struct Unhook {
-        remat::detail::TapeState& s;
-        ~Unhook() { s.on_swept = nullptr; }
-      } unhook{tape.state()};
-      tape.state().on_swept = [this](const remat::detail::NodeBase& n) { swept(n); };
-      tape.backward(loss);
+      tape.backward(loss, BackwardHooks{.gradient_ready = [this](const void* p) { final(p); },
+                                        .after_op = [this] { poll(); }});
     } catch (...) {
       abandon();  // the job is about to abort: do not wait for peers (Request::abandon)
       throw;
@@ -306,27 +301,24 @@ class DataParallel {
     }
   }
 
-  /// The first leaf of every trainable parameter on this tape (Note [buckets]).
-  void scan(remat::detail::TapeState& tape) {
-    first_leaf_.assign(params_.size(), remat::detail::kNone);
-    for (std::uint32_t i = 0; i < tape.size(); ++i) {
-      const void* id = tape.node(i).parameter_identity();
-      if (!id) continue;
-      const auto it = index_.find(id);
-      if (it != index_.end() && first_leaf_[it->second] == remat::detail::kNone)
-        first_leaf_[it->second] = i;
+  /// Where each parameter is first used on this tape (Note [buckets]).
+  void scan(const Tape& tape) {
+    first_use_.assign(params_.size(), kUnused);
+    const std::vector<const void*> used = tape.parameters_by_first_use();
+    for (std::size_t k = 0; k < used.size(); ++k) {
+      const auto it = index_.find(used[k]);
+      if (it != index_.end()) first_use_[it->second] = k;
     }
   }
 
-  /// Buckets in the order gradients become final (descending first leaf; parameters this tape
+  /// Buckets in the order gradients become final (latest first use first; parameters this tape
   /// does not use last), checked to be the same on every rank.
   void build_layout() {
     std::vector<std::size_t> order = trainable_;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      const bool ua = first_leaf_[a] != remat::detail::kNone,
-                 ub = first_leaf_[b] != remat::detail::kNone;
+      const bool ua = first_use_[a] != kUnused, ub = first_use_[b] != kUnused;
       if (ua != ub) return ua;
-      return ua ? first_leaf_[a] > first_leaf_[b] : a > b;
+      return ua ? first_use_[a] > first_use_[b] : a > b;
     });
     std::size_t total = 0;
     for (std::size_t p : order) total += params_[p].value().bytes();
@@ -380,14 +372,13 @@ class DataParallel {
     launched_ = tested_ = 0;
   }
 
-  /// The sweep's hook (Note [buckets]).
-  void swept(const remat::detail::NodeBase& n) {
-    if (n.is_leaf()) {
-      const void* id = n.parameter_identity();
-      const auto it = id ? index_.find(id) : index_.end();
-      if (it != index_.end() && first_leaf_[it->second] == n.id && !params_[it->second].frozen())
-        ready(it->second);
-    }
+  /// The sweep's hooks (Note [buckets]): parameter `p`'s gradient is final; and, after every
+  /// node, a look at whether the oldest reduction in flight is done.
+  void final(const void* p) {
+    const auto it = index_.find(p);
+    if (it != index_.end() && !params_[it->second].frozen()) ready(it->second);
+  }
+  void poll() {
     if (tested_ < launched_ && buckets_[tested_].request.test()) unpack(buckets_[tested_++]);
   }
 
@@ -504,7 +495,8 @@ class DataParallel {
   std::vector<std::size_t> trainable_;                  // positions of the trainable parameters
   std::vector<std::size_t> cuts_;                       // ZeRO ranges over trainable_
   std::vector<int> owner_;                              // ZeRO rank of each parameter
-  std::vector<std::uint32_t> first_leaf_;               // per parameter, on the current tape
+  static constexpr std::size_t kUnused = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> first_use_;  // per parameter: its rank in the tape's first uses
   std::vector<std::size_t> bucket_of_;
   std::vector<Bucket> buckets_;
   std::vector<bool> ready_;

@@ -156,7 +156,7 @@ inline void row_starts(const TokenBatch& b, std::size_t r, std::int32_t* starts)
 
 /// The ids, targets and starts of `b`, padded or packed: ids and targets as model_inputs()'s
 /// (kIgnoreTarget where the loss is not on a target), starts as detail::row_starts() finds them.
-/// nn::Llama::loss(ids, targets, plan, chunked, starts) then gives the mean loss over the batch's
+/// nn::Llama::loss(ids, targets, {.starts = starts}) then gives the mean loss over the batch's
 /// counted targets, and its gradients, that its examples give one by one (the mean over all of
 /// their counted targets); tests/hub/model_inputs_test.cpp checks it in double.
 inline BatchInputs batch_inputs(const TokenBatch& b) {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/core/op_type.hpp"
 #include "remat/core/save_policy.hpp"
 #include "remat/core/shape.hpp"
 
@@ -39,17 +40,17 @@ namespace remat::detail {
 /// One op of a block (Note [block ops]). Values are numbered -1 for the block's input x_l and i
 /// for op i's output.
 struct BlockOp {
-  std::string name;          ///< op_name(), as the tape records it
-  Shape shape;               ///< its output's shape
-  double flops = 0;          ///< Node::forward_flops()
-  std::vector<int> inputs;   ///< the values it reads (parameters left out)
-  std::vector<int> saves;    ///< the values its backward holds
-  double own = 0;            ///< elements it saves of its own (norm statistics, probabilities)
-  double scratch_bytes = 0;  ///< forward scratch beside its inputs and output
-  int held_until = -1;       ///< the last op during which the forward's Vars hold its output
-  bool resaves = false;      ///< Node::can_resave(): linear, quantized_linear
-  bool grad = true;          ///< its output needs a gradient: without, it saves nothing
-  double cost = 0;           ///< its share of the chain's forward cost (GEMMs, attention)
+  const OpType* type = nullptr;  ///< Node::op_type(), as the tape records it
+  Shape shape;                   ///< its output's shape
+  double flops = 0;              ///< Node::forward_flops()
+  std::vector<int> inputs;       ///< the values it reads (parameters left out)
+  std::vector<int> saves;        ///< the values its backward holds
+  double own = 0;                ///< elements it saves of its own (norm statistics, probabilities)
+  double scratch_bytes = 0;      ///< forward scratch beside its inputs and output
+  int held_until = -1;           ///< the last op during which the forward's Vars hold its output
+  bool resaves = false;          ///< Node::can_resave(): linear, quantized_linear
+  bool grad = true;              ///< its output needs a gradient: without, it saves nothing
+  double cost = 0;               ///< its share of the chain's forward cost (GEMMs, attention)
   double backward_scratch_bytes = 0;  ///< scratch while its backward runs
   bool grad_in_place = false;  ///< writes its input gradients into their slots (Grads::add_with)
   bool alias_grad = false;     ///< hands its output's gradient to its inputs as it is (add)
@@ -78,7 +79,7 @@ inline BlockPolicyFigures price_block_policy(const std::vector<BlockOp>& ops,
   std::vector<bool> kept(at(n), false), resaved(at(n), false);
   for (int i = 0; i < n; ++i) {
     const BlockOp& op = ops[at(i)];
-    kept[at(i)] = policy.keeps(OpInfo{op.name, op.shape, op.flops});  // in order, as the tape asks
+    kept[at(i)] = policy.keeps(OpInfo{*op.type, op.shape, op.flops});  // in order, as the tape asks
   }
   // a kept linear that reads a value the replay recomputes keeps only its output (resaved);
   // decided in order, so a linear reading a resaved one is resaved too

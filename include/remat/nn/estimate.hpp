@@ -21,6 +21,7 @@
 #include "remat/nn/block_ops.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat::nn {
 
@@ -416,16 +417,15 @@ class BlockOpsBuilder {
     return static_cast<int>(ops_.size()) - 1;
   }
   /// An element-wise op (FLOPs: its output's elements, Node's default); `alias`: add's backward.
-  int pointwise(std::string name, std::int64_t width, std::vector<int> inputs,
+  int pointwise(const OpType& type, std::int64_t width, std::vector<int> inputs,
                 std::vector<int> saves, double own = 0, bool trains = false) {
-    const bool alias = name == "add";
-    return add({.name = std::move(name),
+    return add({.type = &type,
                 .flops = n_ * static_cast<double>(width),
                 .inputs = std::move(inputs),
                 .saves = std::move(saves),
                 .own = own,
                 .grad = trains,
-                .alias_grad = alias},
+                .alias_grad = type == op::add},
                width);
   }
   /// A linear layer (quantized in its storage; LoRA's A, B, scale and add when targeted).
@@ -433,7 +433,7 @@ class BlockOpsBuilder {
     const bool quantized = step_.storage != WeightStorage::f32;
     const auto out = static_cast<std::int64_t>(l.out);
     const double flops = 2 * n_ * l.in * l.out, panel = quantized ? quantized_panel_bytes<T>(l) : 0;
-    const int base = add({.name = quantized ? "quantized_linear" : "linear",
+    const int base = add({.type = quantized ? &op::quantized_linear : &op::linear,
                           .flops = flops,
                           .inputs = {input},
                           .saves = {input},
@@ -447,7 +447,7 @@ class BlockOpsBuilder {
     if (!lora_targeted(step_.lora, l.name)) return base;
     const std::int64_t r = step_.lora.rank;
     const auto adapter = [&](int in, double in_width, std::int64_t out_width) {
-      return add({.name = "linear",
+      return add({.type = &op::linear,
                   .flops = 2 * n_ * in_width * static_cast<double>(out_width),
                   .inputs = {in},
                   .saves = {in},
@@ -459,12 +459,12 @@ class BlockOpsBuilder {
     // lora_dropout: the adapter reads a dropped copy of the input (its mask is recomputed, not
     // kept), which A saves
     const int in = step_.lora.dropout > 0
-                       ? pointwise("dropout", static_cast<std::int64_t>(l.in), {input}, {})
+                       ? pointwise(op::dropout, static_cast<std::int64_t>(l.in), {input}, {})
                        : input;
     const int a = adapter(in, l.in, r);
     const int bb = adapter(a, static_cast<double>(r), out);
-    const int s = pointwise("scale", out, {bb}, {});
-    const int sum = pointwise("add", out, {base, s}, {});
+    const int s = pointwise(op::scale, out, {bb}, {});
+    const int sum = pointwise(op::add, out, {base, s}, {});
     // the hook's expression holds its temporaries, and the base output, to its end
     for (int v : {base, in == input ? -1 : in, a, bb, s}) hold(v, sum);
     return sum;
@@ -472,9 +472,9 @@ class BlockOpsBuilder {
   /// An attention op reading `inputs`, saving `saves` and `own` elements of its own, its scratch
   /// blocks beside its output; it writes its inputs' gradients in place (grouped-query
   /// attention: `temporaries`, made whole and adopted).
-  int attention(std::string name, std::int64_t width, std::vector<int> inputs,
+  int attention(const OpType& type, std::int64_t width, std::vector<int> inputs,
                 std::vector<int> saves, double own, const AttentionFigures& att, bool temporaries) {
-    return add({.name = std::move(name),
+    return add({.type = &type,
                 .flops = n_ * static_cast<double>(width),
                 .inputs = std::move(inputs),
                 .saves = std::move(saves),
@@ -620,22 +620,22 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
     remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
     const std::int64_t c = config.width;
     const bool p = config.dropout > 0;
-    const auto drop = [&](int v) { return p ? o.pointwise("dropout", c, {v}, {}) : v; };
-    const int ln1 = o.pointwise("layer_norm", c, {-1}, {-1}, 2 * n, o.norms_train());
+    const auto drop = [&](int v) { return p ? o.pointwise(op::dropout, c, {v}, {}) : v; };
+    const int ln1 = o.pointwise(op::layer_norm, c, {-1}, {-1}, 2 * n, o.norms_train());
     const int qkv = o.linear(linears[0], ln1);
     const int attn =
-        o.attention(config.attention == Attention::flash ? "flash_causal_self_attention"
-                                                         : "causal_self_attention",
+        o.attention(config.attention == Attention::flash ? op::flash_causal_self_attention
+                                                         : op::causal_self_attention,
                     c, {qkv}, {qkv}, att.kept, att, false);
     const int proj = o.linear(linears[1], attn);
     const int d1 = drop(proj);
-    const int h = o.pointwise("add", c, {-1, d1}, {});
-    const int ln2 = o.pointwise("layer_norm", c, {h}, {h}, 2 * n, o.norms_train());
+    const int h = o.pointwise(op::add, c, {-1, d1}, {});
+    const int ln2 = o.pointwise(op::layer_norm, c, {h}, {h}, 2 * n, o.norms_train());
     const int fc = o.linear(linears[2], ln2);
-    const int g = o.pointwise("gelu_tanh", 4 * c, {fc}, {fc});
+    const int g = o.pointwise(op::gelu_tanh, 4 * c, {fc}, {fc});
     const int mproj = o.linear(linears[3], g);
     const int d2 = drop(mproj);
-    const int y = o.pointwise("add", c, {h, d2}, {});
+    const int y = o.pointwise(op::add, c, {h, d2}, {});
     // the Vars of attn(), mlp() and the block's two statements hold their temporaries to the
     // statement's end
     for (int v : {ln1, qkv, attn, proj, d1}) o.hold(v, (v == ln1 || v == d1) ? h : d1);
@@ -796,11 +796,11 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   const auto ops = [&](bool first) {
     remat::detail::BlockOpsBuilder<T> o(step, step.batch, time, first);
     const std::int64_t c = config.hidden_size, mlp = config.intermediate_size;
-    const int n1 = o.pointwise("rms_norm", c, {-1}, {-1}, n, o.norms_train());
+    const int n1 = o.pointwise(op::rms_norm, c, {-1}, {-1}, n, o.norms_train());
     // Qwen3's q_norm/k_norm: an rms_norm over each head, saving its input and a number per head
     // vector (the reshapes around it are views: no bytes, left out)
     const auto head_norm = [&](int x, double width, double rows) {
-      return config.qk_norm ? o.pointwise("rms_norm", static_cast<std::int64_t>(width), {x}, {x},
+      return config.qk_norm ? o.pointwise(op::rms_norm, static_cast<std::int64_t>(width), {x}, {x},
                                           rows, o.norms_train())
                             : x;
     };
@@ -815,18 +815,18 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
     // it saves the rotated queries and keys (its own), the values, and its probabilities or
     // log-sum-exps
     const int attn =
-        o.attention(config.attention == Attention::flash ? "flash_grouped_query_attention"
-                                                         : "grouped_query_attention",
+        o.attention(config.attention == Attention::flash ? op::flash_grouped_query_attention
+                                                         : op::grouped_query_attention,
                     config.num_attention_heads * config.head_dim(), {q, kp, v}, {v},
                     n * qw + n * kv + att.kept, att, true);
     const int op = o.linear(linears[3], attn);
-    const int h = o.pointwise("add", c, {-1, op}, {});
-    const int n2 = o.pointwise("rms_norm", c, {h}, {h}, n, o.norms_train());
+    const int h = o.pointwise(op::add, c, {-1, op}, {});
+    const int n2 = o.pointwise(op::rms_norm, c, {h}, {h}, n, o.norms_train());
     // GCC evaluates swiglu's arguments right to left; the two are the same size either way
     const int up = o.linear(linears[5], n2), gate = o.linear(linears[4], n2);
-    const int sw = o.pointwise("swiglu", mlp, {gate, up}, {gate, up});
+    const int sw = o.pointwise(op::swiglu, mlp, {gate, up}, {gate, up});
     const int down = o.linear(linears[6], sw);
-    const int y = o.pointwise("add", c, {h, down}, {});
+    const int y = o.pointwise(op::add, c, {h, down}, {});
     // the attention's q, k, v Vars live to its end; each statement holds its temporaries
     for (int x : {q, kp, v, attn}) o.hold(x, op);
     for (int x : {n1, op}) o.hold(x, h);

@@ -11,6 +11,7 @@
 
 #include "remat/checkpoint/profile.hpp"
 #include "remat/checkpoint/sequential.hpp"
+#include "remat/nn/lm_loss.hpp"
 #include "remat/nn/transformer.hpp"
 #include "remat/ops/layout.hpp"
 #include "remat/ops/loss.hpp"
@@ -77,38 +78,33 @@ class GPT : public Module<T> {
 
   /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T), over the targets
   /// that are not kIgnoreTarget (a loss mask: prompt tokens, padding). Chunked by default: the
-  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp).
+  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp). `o`: the plan,
+  /// the head's chunking (nn/lm_loss.hpp); GPT does not pack rows (no starts).
   Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-              const plan::Plan* plan = nullptr, bool chunked = true) const {
-    if (!(targets.shape() == ids.shape())) {
-      throw ShapeError(detail::cat("GPT::loss: targets ", targets.shape(),
-                                   " must have the shape of the ids ", ids.shape()));
-    }
-    const Var<T> h = reshape(hidden(ids, plan), {-1, config_.width});
-    const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
-    return chunked ? linear_cross_entropy(h, head_weight(), flat)
-                   : cross_entropy(linear(h, head_weight()), flat);
+              const LossOptions& o = {}) const {
+    check_loss_inputs(ids, targets, o);
+    return head_loss(hidden(ids, o.plan), targets, o);
   }
 
   /// Measures the blocks as a chain for the planners (plan::profile), on a batch: their input
   /// is the embeddings' output, made during the step; the loss is the head and the loss() of
-  /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards.
+  /// that name, run as `loss` says (which has no plan: profiling measures the blocks without
+  /// one). Parameters receive gradients: zero_grad() afterwards.
   plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-                      bool chunked = true, plan::ProfileOptions options = {}) const {
+                      const LossOptions& loss = {}, plan::ProfileOptions options = {}) const {
+    check_loss_inputs(ids, targets, loss);
+    if (loss.plan)
+      throw UsageError(
+          "GPT::profile: the loss options carry a plan; profile() measures the "
+          "blocks without one (leave LossOptions::plan null)");
     Tensor<T> embedded;
     {
       NoGradGuard no_grad;
       embedded = embed(ids).value();
     }
-    const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
     plan::Chain c = plan::profile(
         block_layers(), embedded,
-        [&](const Var<T>& out) {
-          const Var<T> h = reshape(ln_f(out), {-1, config_.width});
-          return chunked ? linear_cross_entropy(h, head_weight(), flat)
-                         : cross_entropy(linear(h, head_weight()), flat);
-        },
-        options);
+        [&](const Var<T>& out) { return head_loss(ln_f(out), targets, loss); }, options);
     c.input_made_in_step = true;
     c.output_held = false;  // loss() keeps no Var of the blocks' output (ln_f saves it)
     return c;
@@ -138,6 +134,26 @@ class GPT : public Module<T> {
 
  private:
   static constexpr double kInitStd = 0.02;  // GPT-2
+
+  /// Targets shaped as the ids, and no packed rows (GPT's attention has no starts).
+  static void check_loss_inputs(const Tensor<std::int32_t>& ids,
+                                const Tensor<std::int32_t>& targets, const LossOptions& o) {
+    if (!(targets.shape() == ids.shape())) {
+      throw ShapeError(detail::cat("GPT::loss: targets ", targets.shape(),
+                                   " must have the shape of the ids ", ids.shape()));
+    }
+    if (o.starts.defined()) {
+      throw UsageError(detail::cat("GPT::loss: starts ", o.starts.shape(),
+                                   " given, but GPT does not pack rows (Llama does)"));
+    }
+  }
+
+  /// The mean cross-entropy of the head on final hidden states h (B, T, C).
+  Var<T> head_loss(const Var<T>& h, const Tensor<std::int32_t>& targets,
+                   const LossOptions& o) const {
+    return detail::lm_head_loss(reshape(h, {-1, config_.width}), head_weight(),
+                                targets.reshape(Shape{targets.numel()}), o, "GPT");
+  }
 
   GPT(const GPTConfig& c, Rng rng)
       : config_((c.validate(), c)),

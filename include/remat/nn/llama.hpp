@@ -27,6 +27,7 @@
 #include "remat/checkpoint/sequential.hpp"
 #include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
+#include "remat/nn/lm_loss.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/flash_gqa_attention.hpp"
 #include "remat/ops/gqa_attention.hpp"
@@ -375,25 +376,29 @@ class Llama : public Module<T> {
 
   /// Mean cross-entropy of predicting `targets` (B, T) from `ids` (B, T), over the targets
   /// that are not kIgnoreTarget (a loss mask: prompt tokens, padding). Chunked by default: the
-  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp). `starts`: packed
-  /// rows' (hidden()); the mean is still over the batch's counted targets.
+  /// (B T x V) logits and their gradient are never held whole (ops/loss.hpp). `o`: the plan,
+  /// the head's chunking and packed rows' starts (nn/lm_loss.hpp, hidden()); with packed rows
+  /// the mean is still over the batch's counted targets.
   Var<T> loss(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-              const plan::Plan* plan = nullptr, bool chunked = true,
-              const Tensor<std::int32_t>& starts = {}) const {
+              const LossOptions& o = {}) const {
     if (!(targets.shape() == ids.shape())) {
       throw ShapeError(detail::cat("Llama::loss: targets ", targets.shape(),
                                    " must have the shape of the ids ", ids.shape()));
     }
-    return head_loss(hidden(ids, plan, starts), targets, chunked);
+    return head_loss(hidden(ids, o.plan, o.starts), targets, o);
   }
 
   /// Measures the layers as a chain for the planners (plan::profile), on a batch: their input
   /// is the embedding's output, made during the step; the loss is the head and the loss() of
-  /// that name (chunked or not). Parameters receive gradients: zero_grad() afterwards. `starts`:
-  /// packed rows' (hidden()).
+  /// that name, run as `loss` says (chunking, packed rows' starts; no plan: profiling measures
+  /// the layers without one). Parameters receive gradients: zero_grad() afterwards.
   plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
-                      bool chunked = true, plan::ProfileOptions options = {},
-                      const Tensor<std::int32_t>& starts = {}) const {
+                      const LossOptions& loss = {}, plan::ProfileOptions options = {}) const {
+    if (loss.plan)
+      throw UsageError(
+          "Llama::profile: the loss options carry a plan; profile() measures the "
+          "layers without one (leave LossOptions::plan null)");
+    const Tensor<std::int32_t>& starts = loss.starts;
     Tensor<T> embedded;
     {
       NoGradGuard no_grad;
@@ -402,7 +407,7 @@ class Llama : public Module<T> {
     check_starts_shape(ids, starts);
     plan::Chain c = plan::profile(
         block_layers(starts), embedded,
-        [&](const Var<T>& out) { return head_loss(norm(out), targets, chunked); }, options);
+        [&](const Var<T>& out) { return head_loss(norm(out), targets, loss); }, options);
     c.input_made_in_step = true;
     c.output_held = false;  // loss() keeps no Var of the layers' output (the final norm saves it)
     return c;
@@ -472,11 +477,10 @@ class Llama : public Module<T> {
   }
 
   /// The mean cross-entropy of the head on final hidden states h (B, T, C).
-  Var<T> head_loss(const Var<T>& h, const Tensor<std::int32_t>& targets, bool chunked) const {
-    const Var<T> rows = reshape(h, {-1, config_.hidden_size});
-    const Tensor<std::int32_t> flat = targets.reshape(Shape{targets.numel()});
-    return chunked ? linear_cross_entropy(rows, head_weight(), flat)
-                   : cross_entropy(linear(rows, head_weight()), flat);
+  Var<T> head_loss(const Var<T>& h, const Tensor<std::int32_t>& targets,
+                   const LossOptions& o) const {
+    return detail::lm_head_loss(reshape(h, {-1, config_.hidden_size}), head_weight(),
+                                targets.reshape(Shape{targets.numel()}), o, "Llama");
   }
 };
 

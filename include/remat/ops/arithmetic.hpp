@@ -10,6 +10,7 @@
 #include "remat/ops/broadcast.hpp"
 #include "remat/ops/broadcast_to.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -93,7 +94,7 @@ template <class T>
 class AddNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
-  const char* op_name() const noexcept override { return "add"; }
+  const OpType& op_type() const noexcept override { return op::add; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x + y; });
   }
@@ -116,7 +117,7 @@ template <class T>
 class SubNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
-  const char* op_name() const noexcept override { return "sub"; }
+  const OpType& op_type() const noexcept override { return op::sub; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x - y; });
   }
@@ -139,7 +140,7 @@ template <class T>
 class MulNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
-  const char* op_name() const noexcept override { return "mul"; }
+  const OpType& op_type() const noexcept override { return op::mul; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
     this->save(1, in[1]);
@@ -164,7 +165,7 @@ template <class T>
 class DivNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
-  const char* op_name() const noexcept override { return "div"; }
+  const OpType& op_type() const noexcept override { return op::div; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
     this->save(1, in[1]);
@@ -190,8 +191,8 @@ class DivNode final : public BinaryNode<T> {
 template <class T>
 class AffineNode final : public Node<T> {
  public:
-  AffineNode(const char* name, T alpha, T beta) : name_(name), alpha_(alpha), beta_(beta) {}
-  const char* op_name() const noexcept override { return name_; }
+  AffineNode(const OpType& type, T alpha, T beta) : type_(type), alpha_(alpha), beta_(beta) {}
+  const OpType& op_type() const noexcept override { return type_; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
     for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {
@@ -207,7 +208,7 @@ class AffineNode final : public Node<T> {
   }
 
  private:
-  const char* name_;
+  const OpType& type_;
   T alpha_, beta_;
 };
 
@@ -248,17 +249,17 @@ Var<T> div(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
 /// -x
 template <class T>
 Var<T> neg(const Var<T>& x) {
-  return detail::record_op<detail::AffineNode<T>>({&x}, "neg", T(-1), T(0));
+  return detail::record_op<detail::AffineNode<T>>({&x}, op::neg, T(-1), T(0));
 }
 /// s * x for a scalar s.
 template <class T>
 Var<T> scale(const Var<T>& x, std::type_identity_t<T> s) {
-  return detail::record_op<detail::AffineNode<T>>({&x}, "scale", s, T(0));
+  return detail::record_op<detail::AffineNode<T>>({&x}, op::scale, s, T(0));
 }
 /// x + s for a scalar s.
 template <class T>
 Var<T> add_scalar(const Var<T>& x, std::type_identity_t<T> s) {
-  return detail::record_op<detail::AffineNode<T>>({&x}, "add_scalar", T(1), s);
+  return detail::record_op<detail::AffineNode<T>>({&x}, op::add_scalar, T(1), s);
 }
 
 template <class T>
@@ -301,11 +302,5 @@ template <class T>
 Var<T> operator-(const Var<T>& x, std::type_identity_t<T> s) {
   return add_scalar(x, -s);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_arithmetic_names_registered =
-    register_op_names({"add", "sub", "mul", "div", "neg", "scale", "add_scalar"});
-}  // namespace detail
 
 }  // namespace remat

@@ -12,6 +12,7 @@
 #include "remat/core/elementwise.hpp"
 #include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -29,7 +30,7 @@ class CausalAttentionNode final : public Node<T> {
         p_(dropout),
         seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))) {}
-  const char* op_name() const noexcept override { return "causal_self_attention"; }
+  const OpType& op_type() const noexcept override { return op::causal_self_attention; }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h): S = Q K^T / sqrt(D), P = softmax(mask(S)),
   // y = dropout(P) V.
@@ -147,10 +148,5 @@ Var<T> causal_self_attention(const Var<T>& qkv, std::int64_t heads, double dropo
   return detail::record_op<detail::CausalAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads,
                                                            dropout, detail::rng_seed_for(qkv));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_attention_names_registered = register_op_names({"causal_self_attention"});
-}  // namespace detail
 
 }  // namespace remat

@@ -10,6 +10,7 @@
 #include "remat/core/record.hpp"
 #include "remat/ops/broadcast.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -48,7 +49,7 @@ class BroadcastToNode final : public Node<T> {
       if (present) stride *= in_[-i];
     }
   }
-  const char* op_name() const noexcept override { return "broadcast_to"; }
+  const OpType& op_type() const noexcept override { return op::broadcast_to; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);
@@ -104,10 +105,5 @@ Var<T> broadcast_to(const Var<T>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   return detail::record_op<detail::BroadcastToNode<T>>({&x}, x.shape(), shape);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_broadcast_to_names_registered = register_op_names({"broadcast_to"});
-}  // namespace detail
 
 }  // namespace remat

@@ -10,6 +10,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -21,7 +22,7 @@ class DropoutNode final : public Node<T> {
       : threshold_(static_cast<std::uint32_t>(std::min(p * 4294967296.0, 4294967295.0))),
         scale_(static_cast<T>(1.0 / (1.0 - p))),
         seed_(seed) {}
-  const char* op_name() const noexcept override { return "dropout"; }
+  const OpType& op_type() const noexcept override { return op::dropout; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
@@ -64,10 +65,5 @@ Var<T> dropout(const Var<T>& x, double p, bool training = true) {
   if (!training || p == 0.0) return x;
   return detail::record_op<detail::DropoutNode<T>>({&x}, p, detail::rng_seed_for(x));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_dropout_names_registered = register_op_names({"dropout"});
-}  // namespace detail
 
 }  // namespace remat

@@ -6,6 +6,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -14,7 +15,7 @@ template <class T>
 class EmbeddingNode final : public Node<T> {
  public:
   explicit EmbeddingNode(Tensor<std::int32_t> ids) : ids_(std::move(ids)) {}
-  const char* op_name() const noexcept override { return "embedding"; }
+  const OpType& op_type() const noexcept override { return op::embedding; }
 
   // table: (V, C), ids: (...) -> (..., C)
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -66,10 +67,5 @@ Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   detail::check_ids("embedding", ids, table.dim(0), "id");
   return detail::record_op<detail::EmbeddingNode<T>>({&table}, ids);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_embedding_names_registered = register_op_names({"embedding"});
-}  // namespace detail
 
 }  // namespace remat

@@ -22,6 +22,7 @@
 #include "remat/core/elementwise.hpp"
 #include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 
@@ -51,7 +52,7 @@ class FlashAttentionNode final : public Node<T> {
         seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
-  const char* op_name() const noexcept override { return "flash_causal_self_attention"; }
+  const OpType& op_type() const noexcept override { return op::flash_causal_self_attention; }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h) and block of query rows [i0, i1):
   // S = Q[i0:i1] K[0:i1]^T / sqrt(D), P = softmax(mask(S)), lse = log-sum-exp of each row,
@@ -203,11 +204,5 @@ Var<T> flash_causal_self_attention(const Var<T>& qkv, std::int64_t heads, double
   return detail::record_op<detail::FlashAttentionNode<T>>(
       {&qkv}, s[0], s[1], s[2] / 3, heads, dropout, detail::rng_seed_for(qkv), block_rows);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_flash_attention_names_registered =
-    register_op_names({"flash_causal_self_attention"});
-}  // namespace detail
 
 }  // namespace remat

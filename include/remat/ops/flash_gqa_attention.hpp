@@ -18,6 +18,7 @@
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/rope.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -31,7 +32,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
                                  Tensor<std::int32_t> starts)
       : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
-  const char* op_name() const noexcept override { return "flash_grouped_query_attention"; }
+  const OpType& op_type() const noexcept override { return op::flash_grouped_query_attention; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
   // block of query rows [i0, i1), seeing keys [k0, i1) (k0 = 0 but with packed rows):
@@ -183,11 +184,5 @@ Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t
   return detail::record_op<detail::FlashGroupedQueryAttentionNode<T>>(
       {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, block_rows, window, starts);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_flash_gqa_attention_names_registered =
-    register_op_names({"flash_grouped_query_attention"});
-}  // namespace detail
 
 }  // namespace remat

@@ -26,6 +26,7 @@
 #include "remat/ops/causal_softmax.hpp"
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/rope.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -114,7 +115,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
                             std::int64_t kv_heads, std::int64_t dim, RopeOptions rope,
                             std::int64_t window, Tensor<std::int32_t> starts)
       : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)) {}
-  const char* op_name() const noexcept override { return "grouped_query_attention"; }
+  const OpType& op_type() const noexcept override { return op::grouped_query_attention; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
   // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g. Packed rows: the
@@ -224,10 +225,5 @@ Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T
   return detail::record_op<detail::GroupedQueryAttentionNode<T>>(
       {&q, &k, &v}, sq[0], sq[1], heads, kv_heads, sq[2] / heads, rope, window, starts);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_gqa_attention_names_registered = register_op_names({"grouped_query_attention"});
-}  // namespace detail
 
 }  // namespace remat

@@ -6,6 +6,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -14,7 +15,7 @@ template <class T>
 class LayerNormNode final : public Node<T> {
  public:
   explicit LayerNormNode(T eps) : eps_(eps) {}
-  const char* op_name() const noexcept override { return "layer_norm"; }
+  const OpType& op_type() const noexcept override { return op::layer_norm; }
 
   // x: (rows, c); saves x, gamma, and each row's mean and 1/std (2 numbers a row).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -99,10 +100,5 @@ Var<T> layer_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& gamma,
   if (!(eps > T(0))) throw UsageError(detail::cat("layer_norm: eps must be positive, got ", eps));
   return detail::record_op<detail::LayerNormNode<T>>({&x, &gamma, &beta}, T(eps));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_layer_norm_names_registered = register_op_names({"layer_norm"});
-}  // namespace detail
 
 }  // namespace remat

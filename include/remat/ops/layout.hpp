@@ -9,6 +9,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -17,7 +18,7 @@ template <class T>
 class ReshapeNode final : public Node<T> {
  public:
   ReshapeNode(Shape in, Shape out) : in_(in), out_(out) {}
-  const char* op_name() const noexcept override { return "reshape"; }
+  const OpType& op_type() const noexcept override { return op::reshape; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].reshape(out_); }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override { grads.add(0, gy.reshape(in_)); }
 
@@ -43,7 +44,7 @@ void transpose_matrices(const T* src, T* dst, std::int64_t batch, std::int64_t r
 template <class T>
 class TransposeNode final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return "transpose"; }
+  const OpType& op_type() const noexcept override { return op::transpose; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Shape& s = in[0].shape();
     Tensor<T> out(s.with(-2, s[-1]).with(-1, s[-2]));
@@ -72,7 +73,7 @@ template <class T>
 class SliceNode final : public Node<T> {
  public:
   SliceNode(Shape in, std::int64_t begin, std::int64_t end) : in_(in), begin_(begin), end_(end) {}
-  const char* op_name() const noexcept override { return "slice"; }
+  const OpType& op_type() const noexcept override { return op::slice; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in_.with_last(end_ - begin_));
     copy_columns(in[0].data(), in_.last(), begin_, out.data(), end_ - begin_, in_.rows());
@@ -100,7 +101,7 @@ template <class T>
 class ConcatNode final : public Node<T> {
  public:
   ConcatNode(std::vector<std::int64_t> widths, Shape out) : widths_(std::move(widths)), out_(out) {}
-  const char* op_name() const noexcept override { return "concat"; }
+  const OpType& op_type() const noexcept override { return op::concat; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);
     const std::int64_t rows = out_.rows(), cols = out_.last();
@@ -246,11 +247,5 @@ Var<T> concat(const std::vector<Var<T>>& parts) {
   const Shape out = parts[0].shape().with_last(total);
   return detail::record<T>(std::make_unique<detail::ConcatNode<T>>(std::move(widths), out), inputs);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_layout_names_registered =
-    register_op_names({"reshape", "transpose", "slice", "concat"});
-}  // namespace detail
 
 }  // namespace remat

@@ -8,6 +8,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -17,7 +18,7 @@ class LinearNode final : public Node<T> {
  public:
   LinearNode(std::int64_t rows, std::int64_t in, std::int64_t out, bool bias, Shape out_shape)
       : rows_(rows), in_(in), out_(out), bias_(bias), out_shape_(out_shape) {}
-  const char* op_name() const noexcept override { return "linear"; }
+  const OpType& op_type() const noexcept override { return op::linear; }
   bool can_resave() const noexcept override { return true; }
   void resave(typename Node<T>::Inputs in, const Tensor<T>&) override {
     this->save(0, in[0]);
@@ -100,10 +101,5 @@ Var<T> linear(const Var<T>& x, const std::type_identity_t<Var<T>>& weight) {
   return detail::record_op<detail::LinearNode<T>>({&x, &weight}, x.shape().rows(), x.dim(-1), out,
                                                   false, x.shape().with_last(out));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_linear_names_registered = register_op_names({"linear"});
-}  // namespace detail
 
 }  // namespace remat

@@ -12,6 +12,7 @@
 #include "remat/core/elementwise.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 
@@ -49,7 +50,7 @@ class CrossEntropyNode final : public Node<T> {
  public:
   CrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted)
       : targets_(std::move(targets)), counted_(counted) {}
-  const char* op_name() const noexcept override { return "cross_entropy"; }
+  const OpType& op_type() const noexcept override { return op::cross_entropy; }
 
   // logits: (rows, c) -> scalar; saves the logits and each row's log-sum-exp (0 where the
   // row is ignored).
@@ -150,7 +151,7 @@ class LinearCrossEntropyNode final : public Node<T> {
         counted_(counted),
         chunk_(chunk),
         weight_trained_(weight_trained) {}
-  const char* op_name() const noexcept override { return "linear_cross_entropy"; }
+  const OpType& op_type() const noexcept override { return op::linear_cross_entropy; }
 
   // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target].
   // Note [fused loss head]: when W is not trained (LoRA, a frozen head), the gradient of h for a
@@ -295,11 +296,5 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
   return detail::record_op<detail::LinearCrossEntropyNode<T>>(
       {&h, &weight}, targets, counted, std::min(chunk, sh.rows()), weight.requires_grad());
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_loss_names_registered =
-    register_op_names({"cross_entropy", "linear_cross_entropy"});
-}  // namespace detail
 
 }  // namespace remat

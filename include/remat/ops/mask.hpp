@@ -6,6 +6,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -13,7 +14,7 @@ namespace detail {
 template <class T>
 class CausalMaskNode final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return "causal_mask"; }
+  const OpType& op_type() const noexcept override { return op::causal_mask; }
 
   // scores: (..., q, k). Query i sees keys j <= i + (k - q): the last query sees every key.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -54,10 +55,5 @@ Var<T> causal_mask(const Var<T>& scores) {
   }
   return detail::record_op<detail::CausalMaskNode<T>>({&scores});
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_mask_names_registered = register_op_names({"causal_mask"});
-}  // namespace detail
 
 }  // namespace remat

@@ -5,6 +5,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -16,7 +17,7 @@ class MatmulNode final : public Node<T> {
   MatmulNode(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n, bool shared_b,
              Shape out)
       : batch_(batch), m_(m), k_(k), n_(n), shared_b_(shared_b), out_(out) {}
-  const char* op_name() const noexcept override { return "matmul"; }
+  const OpType& op_type() const noexcept override { return op::matmul; }
   bool can_resave() const noexcept override { return true; }
   void resave(typename Node<T>::Inputs in, const Tensor<T>&) override {
     this->save(0, in[0]);
@@ -93,10 +94,5 @@ Var<T> matmul(const Var<T>& a, const std::type_identity_t<Var<T>>& b) {
   return detail::record_op<detail::MatmulNode<T>>({&a, &b}, batch, m, k, n, shared_b,
                                                   sa.with_last(n));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_matmul_names_registered = register_op_names({"matmul"});
-}  // namespace detail
 
 }  // namespace remat

@@ -5,6 +5,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 
@@ -17,7 +18,7 @@ template <class T>
 class MseLossNode final : public Node<T> {
  public:
   explicit MseLossNode(Reduction reduction) : reduction_(reduction) {}
-  const char* op_name() const noexcept override { return "mse_loss"; }
+  const OpType& op_type() const noexcept override { return op::mse_loss; }
 
   // d = input - target; none: d^2; sum: sum d^2; mean: sum d^2 / n. Saves d.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -79,10 +80,5 @@ Var<T> mse_loss(const Var<T>& input, const std::type_identity_t<Var<T>>& target,
   }
   return detail::record_op<detail::MseLossNode<T>>({&input, &target}, reduction);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_mse_loss_names_registered = register_op_names({"mse_loss"});
-}  // namespace detail
 
 }  // namespace remat

@@ -15,6 +15,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 
@@ -47,7 +48,7 @@ class QuantizedLinearNode final : public Node<T> {
         out_(w_->rows()),
         bias_(bias),
         out_shape_(out_shape) {}
-  const char* op_name() const noexcept override { return "quantized_linear"; }
+  const OpType& op_type() const noexcept override { return op::quantized_linear; }
   // Backward needs only x: a kept output can be resaved from the replay (Note [kept nodes]).
   bool can_resave() const noexcept override { return true; }
   void resave(typename Node<T>::Inputs in, const Tensor<T>&) override { this->save(0, in[0]); }
@@ -150,10 +151,5 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
   return detail::record_op<detail::QuantizedLinearNode<T>>(
       {&x}, std::move(weight), x.shape().rows(), false, x.shape().with_last(out));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_quantized_linear_names_registered = register_op_names({"quantized_linear"});
-}  // namespace detail
 
 }  // namespace remat

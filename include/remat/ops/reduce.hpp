@@ -7,6 +7,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -30,8 +31,8 @@ T ordered_sum(const T* p, std::int64_t n) {
 template <class T>
 class SumAllNode final : public Node<T> {
  public:
-  SumAllNode(const char* name, Shape in, T scale) : name_(name), in_(in), scale_(scale) {}
-  const char* op_name() const noexcept override { return name_; }
+  SumAllNode(const OpType& type, Shape in, T scale) : type_(type), in_(in), scale_(scale) {}
+  const OpType& op_type() const noexcept override { return type_; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return Tensor<T>::scalar(ordered_sum(in[0].data(), in[0].numel()) * scale_);
   }
@@ -40,7 +41,7 @@ class SumAllNode final : public Node<T> {
   }
 
  private:
-  const char* name_;
+  const OpType& type_;
   Shape in_;
   T scale_;
 };
@@ -49,10 +50,10 @@ class SumAllNode final : public Node<T> {
 template <class T>
 class SumAxisNode final : public Node<T> {
  public:
-  SumAxisNode(const char* name, Shape in, Shape out, std::int64_t outer, std::int64_t len,
+  SumAxisNode(const OpType& type, Shape in, Shape out, std::int64_t outer, std::int64_t len,
               std::int64_t inner, T scale)
-      : name_(name), in_(in), out_(out), outer_(outer), len_(len), inner_(inner), scale_(scale) {}
-  const char* op_name() const noexcept override { return name_; }
+      : type_(type), in_(in), out_(out), outer_(outer), len_(len), inner_(inner), scale_(scale) {}
+  const OpType& op_type() const noexcept override { return type_; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);
@@ -88,14 +89,14 @@ class SumAxisNode final : public Node<T> {
   }
 
  private:
-  const char* name_;
+  const OpType& type_;
   Shape in_, out_;
   std::int64_t outer_, len_, inner_;
   T scale_;
 };
 
 template <class T>
-Var<T> reduce_axis(const char* name, const Var<T>& x, int axis, bool keepdim, bool mean) {
+Var<T> reduce_axis(const OpType& type, const Var<T>& x, int axis, bool keepdim, bool mean) {
   const Shape& s = x.shape();
   const int a = s.normalize_axis(axis);
   std::int64_t outer = 1, inner = 1;
@@ -110,7 +111,7 @@ Var<T> reduce_axis(const char* name, const Var<T>& x, int axis, bool keepdim, bo
       dims.push_back(1);
   }
   const T scale = mean ? (len == 0 ? T(0) : T(1) / T(len)) : T(1);
-  return record_op<SumAxisNode<T>>({&x}, name, s, Shape(std::span<const std::int64_t>(dims)), outer,
+  return record_op<SumAxisNode<T>>({&x}, type, s, Shape(std::span<const std::int64_t>(dims)), outer,
                                    len, inner, scale);
 }
 
@@ -119,7 +120,7 @@ Var<T> reduce_axis(const char* name, const Var<T>& x, int axis, bool keepdim, bo
 /// Sum of all elements, as a rank-0 Var.
 template <class T>
 Var<T> sum(const Var<T>& x) {
-  return detail::record_op<detail::SumAllNode<T>>({&x}, "sum", x.shape(), T(1));
+  return detail::record_op<detail::SumAllNode<T>>({&x}, op::sum, x.shape(), T(1));
 }
 
 /// Mean of all elements, as a rank-0 Var.
@@ -127,24 +128,19 @@ template <class T>
 Var<T> mean(const Var<T>& x) {
   if (x.numel() == 0)
     throw ShapeError(detail::cat("mean: the input of shape ", x.shape(), " has no elements"));
-  return detail::record_op<detail::SumAllNode<T>>({&x}, "mean", x.shape(), T(1) / T(x.numel()));
+  return detail::record_op<detail::SumAllNode<T>>({&x}, op::mean, x.shape(), T(1) / T(x.numel()));
 }
 
 /// Sum along one axis (negative counts from the end); keepdim keeps it with extent 1.
 template <class T>
 Var<T> sum(const Var<T>& x, int axis, bool keepdim = false) {
-  return detail::reduce_axis("sum", x, axis, keepdim, false);
+  return detail::reduce_axis(op::sum, x, axis, keepdim, false);
 }
 
 /// Mean along one axis (negative counts from the end); keepdim keeps it with extent 1.
 template <class T>
 Var<T> mean(const Var<T>& x, int axis, bool keepdim = false) {
-  return detail::reduce_axis("mean", x, axis, keepdim, true);
+  return detail::reduce_axis(op::mean, x, axis, keepdim, true);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_reduce_names_registered = register_op_names({"sum", "mean"});
-}  // namespace detail
 
 }  // namespace remat

@@ -7,6 +7,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -15,7 +16,7 @@ template <class T>
 class RmsNormNode final : public Node<T> {
  public:
   explicit RmsNormNode(T eps) : eps_(eps) {}
-  const char* op_name() const noexcept override { return "rms_norm"; }
+  const OpType& op_type() const noexcept override { return op::rms_norm; }
 
   // x: (rows, c); saves x, weight, and each row's 1/rms (one number a row).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -83,10 +84,5 @@ Var<T> rms_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& weight,
   if (!(eps > T(0))) throw UsageError(detail::cat("rms_norm: eps must be positive, got ", eps));
   return detail::record_op<detail::RmsNormNode<T>>({&x, &weight}, T(eps));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_rms_norm_names_registered = register_op_names({"rms_norm"});
-}  // namespace detail
 
 }  // namespace remat

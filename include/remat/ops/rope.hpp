@@ -14,6 +14,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 
@@ -158,7 +159,7 @@ template <class T>
 class RopeNode final : public Node<T> {
  public:
   explicit RopeNode(RopeOptions options) : options_(options) {}
-  const char* op_name() const noexcept override { return "rope"; }
+  const OpType& op_type() const noexcept override { return op::rope; }
 
   // x: (..., T, H, D) -> same; keeps nothing (the rotation depends only on positions).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -219,10 +220,5 @@ Var<T> rope(const Var<T>& x, RopeOptions options = {}) {
   detail::check_rope_options("rope", options);
   return detail::record_op<detail::RopeNode<T>>({&x}, options);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_rope_names_registered = register_op_names({"rope"});
-}  // namespace detail
 
 }  // namespace remat

@@ -4,13 +4,14 @@
 /// activation of Llama's and Qwen's MLPs, as one node: it keeps its two inputs and nothing else.
 
 #include "remat/ops/unary.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
 
 /// silu: y = x s(x), s the logistic function; dy/dx = s (1 + x (1 - s)).
 struct SiluOp {
-  static constexpr const char* name = "silu";
+  static constexpr const OpType& type = op::silu;
   static constexpr Uses uses = Uses::input;
   template <class A>
   static auto f(const A& x) {
@@ -27,7 +28,7 @@ struct SiluOp {
 template <class T>
 class SwigluNode final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return "swiglu"; }
+  const OpType& op_type() const noexcept override { return op::swiglu; }
 
   // gate, up: (..., F) -> silu(gate) * up
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -79,10 +80,5 @@ Var<T> swiglu(const Var<T>& gate, const std::type_identity_t<Var<T>>& up) {
   }
   return detail::record_op<detail::SwigluNode<T>>({&gate, &up});
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_silu_names_registered = register_op_names({"swiglu"});
-}  // namespace detail
 
 }  // namespace remat

@@ -7,6 +7,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -17,7 +18,7 @@ class SoftmaxNode final : public Node<T> {
   static inline const T kLogMinNormal = std::log(std::numeric_limits<T>::min());
 
  public:
-  const char* op_name() const noexcept override { return Log ? "log_softmax" : "softmax"; }
+  const OpType& op_type() const noexcept override { return Log ? op::log_softmax : op::softmax; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& x = in[0];
@@ -87,10 +88,5 @@ Var<T> log_softmax(const Var<T>& x) {
   detail::check_softmax_input("log_softmax", x);
   return detail::record_op<detail::SoftmaxNode<T, true>>({&x});
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_softmax_names_registered = register_op_names({"softmax", "log_softmax"});
-}  // namespace detail
 
 }  // namespace remat

@@ -9,6 +9,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/vector_kernels.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -17,28 +18,28 @@ namespace detail {
 enum class Uses { input, output };
 
 struct ExpOp {
-  static constexpr const char* name = "exp";
+  static constexpr const OpType& type = op::exp;
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.exp(); }
   static void df(auto&& gx, const auto& gy, const auto& y) { gx = gy * y; }
 };
 
 struct LogOp {
-  static constexpr const char* name = "log";
+  static constexpr const OpType& type = op::log;
   static constexpr Uses uses = Uses::input;
   static auto f(const auto& x) { return x.log(); }
   static void df(auto&& gx, const auto& gy, const auto& x) { gx = gy / x; }
 };
 
 struct SqrtOp {
-  static constexpr const char* name = "sqrt";
+  static constexpr const OpType& type = op::sqrt;
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.sqrt(); }
   static void df(auto&& gx, const auto& gy, const auto& y) { gx = gy / (y + y); }
 };
 
 struct TanhOp {
-  static constexpr const char* name = "tanh";
+  static constexpr const OpType& type = op::tanh;
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.tanh(); }
   template <class A>
@@ -53,7 +54,7 @@ struct TanhOp {
 };
 
 struct SigmoidOp {
-  static constexpr const char* name = "sigmoid";
+  static constexpr const OpType& type = op::sigmoid;
   static constexpr Uses uses = Uses::output;
   static auto f(const auto& x) { return x.logistic(); }
   template <class A>
@@ -63,7 +64,7 @@ struct SigmoidOp {
 };
 
 struct ReluOp {
-  static constexpr const char* name = "relu";
+  static constexpr const OpType& type = op::relu;
   static constexpr Uses uses = Uses::output;
   template <class A>
   static auto f(const A& x) {
@@ -78,7 +79,7 @@ struct ReluOp {
 
 /// GELU, exact (PyTorch's default gelu): y = x/2 (1 + erf(x / sqrt 2)).
 struct GeluOp {
-  static constexpr const char* name = "gelu";
+  static constexpr const OpType& type = op::gelu;
   static constexpr Uses uses = Uses::input;
   static constexpr double rsqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
   static constexpr double rsqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
@@ -104,7 +105,7 @@ struct GeluOp {
 /// GELU, tanh approximation (GPT-2's, PyTorch's gelu(approximate='tanh')):
 /// y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi).
 struct GeluTanhOp {
-  static constexpr const char* name = "gelu_tanh";
+  static constexpr const OpType& type = op::gelu_tanh;
   static constexpr Uses uses = Uses::input;
   static constexpr double c = 0.7978845608028654;  // sqrt(2 / pi)
   static constexpr double k = 0.044715;
@@ -136,7 +137,7 @@ inline constexpr bool has_vector_kernel = std::is_same_v<T, float>&& requires {
 template <class T, class Op>
 class UnaryNode final : public Node<T> {
  public:
-  const char* op_name() const noexcept override { return Op::name; }
+  const OpType& op_type() const noexcept override { return Op::type; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
     for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {
@@ -205,12 +206,5 @@ template <class T>
 Var<T> gelu_tanh(const Var<T>& x) {
   return detail::unary<detail::GeluTanhOp>(x);
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_unary_names_registered =
-    register_op_names({ExpOp::name, LogOp::name, SqrtOp::name, TanhOp::name, SigmoidOp::name,
-                       ReluOp::name, GeluOp::name, GeluTanhOp::name});
-}  // namespace detail
 
 }  // namespace remat

@@ -6,6 +6,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/ops/op_types.hpp"
 
 namespace remat {
 namespace detail {
@@ -23,7 +24,7 @@ template <class T>
 class WhereNode final : public Node<T> {
  public:
   explicit WhereNode(Tensor<bool> cond) : cond_(std::move(cond)) {}
-  const char* op_name() const noexcept override { return "where"; }
+  const OpType& op_type() const noexcept override { return op::where; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
@@ -52,7 +53,7 @@ template <class T>
 class MaskedFillNode final : public Node<T> {
  public:
   MaskedFillNode(Tensor<bool> mask, T value) : mask_(std::move(mask)), value_(value) {}
-  const char* op_name() const noexcept override { return "masked_fill"; }
+  const OpType& op_type() const noexcept override { return op::masked_fill; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
@@ -107,10 +108,5 @@ Var<T> masked_fill(const Var<T>& x, const Tensor<bool>& mask, std::type_identity
   }
   return detail::record_op<detail::MaskedFillNode<T>>({&x}, mask.clone(), T(value));
 }
-
-namespace detail {
-/// The op names this header's nodes report, for save policies (core/save_policy.hpp).
-inline const bool k_where_names_registered = register_op_names({"where", "masked_fill"});
-}  // namespace detail
 
 }  // namespace remat
