@@ -167,14 +167,14 @@ struct GptModel {
     // the block (Note [derived policies] in checkpoint/profile.hpp)
     m.profile = [this, derived] {
       return gpt->profile(
-          ids, targets, true,
+          ids, targets, {},
           {.policies = {remat::save_matmuls(),
                         remat::save_ops({remat::op::linear, remat::op::causal_self_attention}),
                         remat::recompute_ops({remat::op::causal_self_attention})},
            .derived_policies = derived});
     };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) {
-      return gpt->loss(ids, targets, &p);
+      return gpt->loss(ids, targets, {.plan = &p});
     };
     const double tokens = double(batch * context);
     // per token and block: Q, K, V, output, two MLP projections (12 C^2 multiply-adds), and
