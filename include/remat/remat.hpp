@@ -3,7 +3,9 @@
 /// Umbrella header: everything public in remat.
 
 #include "remat/checkpoint/checkpoint.hpp"
+#include "remat/checkpoint/derive_policies.hpp"
 #include "remat/checkpoint/plan.hpp"
+#include "remat/checkpoint/probes.hpp"
 #include "remat/checkpoint/profile.hpp"
 #include "remat/checkpoint/sequential.hpp"
 #include "remat/check/gradcheck.hpp"

@@ -1,7 +1,9 @@
 #pragma once
 /// @file
 /// plan::profile: measures a Chain (the input of every planner) by running one forward and one
-/// backward pass of a sequence of layers on a tape of its own.
+/// backward pass of a sequence of layers on a tape of its own. The policies it may derive from
+/// the layers are found by checkpoint/derive_policies.hpp; the ops it measures with are in
+/// checkpoint/probes.hpp.
 
 #include <algorithm>
 #include <chrono>
@@ -12,90 +14,14 @@
 #include <vector>
 
 #include "remat/checkpoint/checkpoint.hpp"
+#include "remat/checkpoint/derive_policies.hpp"
 #include "remat/checkpoint/plan.hpp"
+#include "remat/checkpoint/probes.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
 
 namespace remat::plan {
 namespace detail {
-
-// the profiler's own ops: markers read the allocator as a sweep passes them; a copy stands for
-// a layer input held in a buffer of its own
-inline constexpr OpType kMarker{"profile_marker"};
-inline constexpr OpType kCopy{"profile_copy"};
-
-/// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
-/// peak since the previous marker, which it then resets.
-template <class T>
-class MemoryMarker final : public Node<T> {
- public:
-  MemoryMarker(double* live, double* peak) : live_(live), peak_(peak) {}
-  const OpType& op_type() const noexcept override { return kMarker; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
-    *peak_ = static_cast<double>(memory::peak_bytes());
-    *live_ = static_cast<double>(memory::live_bytes());
-    memory::reset_peak();
-    grads.add(0, gy);
-  }
-
- private:
-  double* live_;
-  double* peak_;
-};
-
-/// Identity op that reads the allocator each time it runs forward, in the first pass and in any
-/// replay: a `start` marker records the live bytes and resets the peak, an end marker records the
-/// peak since. The last reading is the replay's (a segment replays once per backward pass).
-template <class T>
-class ForwardMarker final : public Node<T> {
- public:
-  ForwardMarker(std::vector<double>* readings, bool start) : readings_(readings), start_(start) {}
-  const OpType& op_type() const noexcept override { return kMarker; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override {
-    readings_->push_back(static_cast<double>(start_ ? memory::live_bytes() : memory::peak_bytes()));
-    if (start_) memory::reset_peak();
-    return in[0];
-  }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
-
- private:
-  std::vector<double>* readings_;
-  bool start_;
-};
-
-/// Identity op that, when the backward sweep passes it, reads the allocator as MemoryMarker does
-/// and the tape's replay clock: the replay time spent since the previous marker.
-template <class T>
-class ReplayMarker final : public Node<T> {
- public:
-  ReplayMarker(const Tape* tape, double* live, double* peak, double* replay)
-      : tape_(tape), live_(live), peak_(peak), replay_(replay) {}
-  const OpType& op_type() const noexcept override { return kMarker; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
-    *peak_ = static_cast<double>(memory::peak_bytes());
-    *live_ = static_cast<double>(memory::live_bytes());
-    *replay_ = tape_->replay_stats().replay_seconds;
-    memory::reset_peak();
-    grads.add(0, gy);
-  }
-
- private:
-  const Tape* tape_;
-  double* live_;
-  double* peak_;
-  double* replay_;
-};
-
-/// A copy of its input, in a buffer of its own.
-template <class T>
-class CopyNode final : public Node<T> {
- public:
-  const OpType& op_type() const noexcept override { return kCopy; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
-};
 
 /// How profile_replays() wraps each layer (Note [four ways a layer runs]).
 enum class ReplayShape {
@@ -275,16 +201,6 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
   }
   return out;
 }
-
-/// An identity op outside any segment: it keeps the segments on either side of it from
-/// chaining (Note [chained segments] in core/tape_state.hpp).
-template <class T>
-class Separator final : public Node<T> {
- public:
-  const OpType& op_type() const noexcept override { return kMarker; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
-};
 
 /// Measures chained variants of `policy` (Note [chained policy layers] in plan/simulator.hpp)
 /// into q.chained: every layer under the policy in a segment of its own, layer l chained with
@@ -466,172 +382,7 @@ void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, i
     profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, q);
 }
 
-/// Note [derived policies]: derive_policies() gives any chain op-level choices without naming
-/// ops. It sorts the layers' ops into classes: an op name, split by output shape when ops of one
-/// name make outputs of several shapes (a GPT block's Q, K, V projection, its MLP's first
-/// projection and its two output projections are then three `linear` classes), and measures
-/// each class's forward time in the layers' first pass (summed over the layers, median of
-/// `repeats` passes; an op is timed from the previous op's return to its own, which the save
-/// policy hears of). Then, greedily from keeping every op, it adds the class with the least
-/// forward time per byte that recomputing it frees on top of the classes already chosen (the
-/// bytes the layers' first pass keeps, each layer in a segment of its own under the policy:
-/// one forward pass per class tried), and offers each prefix as a recompute policy. A class
-/// that frees nothing given the chosen ones is not added (its bytes are still held by another
-/// op that saved them); the prefix that recomputes every class is a save_nothing segment, which
-/// the planners have already. The order decides only which policies are offered: plan::profile
-/// measures each like any other, so plans with them are predicted exactly. It rests on
-/// measured times, so two runs may offer different policies when two classes are close.
-
-/// A class of the layers' ops (Note [derived policies]).
-struct OpClass {
-  const OpType* op;
-  Shape shape;
-  bool by_shape = false;  ///< ops of this name make several shapes: the class is one of them
-
-  bool matches(const OpInfo& info) const {
-    return info.op == *op && (!by_shape || info.shape == shape);
-  }
-  /// "gelu_tanh", or "linear[8x256x1024]" for a class split by shape.
-  std::string label() const {
-    if (!by_shape) return op->name();
-    std::string s = std::string(op->name()) + "[";
-    for (int i = 0; i < shape.rank(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
-    return s + "]";
-  }
-};
-
-/// A policy recomputing the ops of `classes` and keeping every other op's output, named
-/// recompute_ops(...) after them (the name save_ops' recompute_ops() gives the same choice when
-/// no class is split by shape).
-inline SavePolicy recompute_classes(const std::vector<OpClass>& classes) {
-  std::string names;
-  for (const OpClass& c : classes) names += (names.empty() ? "" : ", ") + c.label();
-  return SavePolicy("recompute_ops(" + names + ")", [classes](const OpInfo& info) {
-    return std::none_of(classes.begin(), classes.end(),
-                        [&](const OpClass& c) { return c.matches(info); });
-  });
-}
-
-/// The bytes the layers keep after their first pass (the output included), each layer in a
-/// segment of its own under `policy`, separated so that no two segments chain.
-template <class Layers, class T>
-double kept_after_forward(Layers& layers, const Tensor<T>& input, const SavePolicy& policy) {
-  Tape tape;
-  Var<T> x = tape.input(input);
-  const double before = static_cast<double>(memory::live_bytes());
-  for (auto&& layer : layers) {
-    x = apply<T>(std::make_unique<Separator<T>>(), {x});
-    const CheckpointScope scope = remat::detail::ScopeAccess::make(x.tape_state(), policy);
-    x = layer(x);
-  }
-  return static_cast<double>(memory::live_bytes()) - before;
-}
-
-/// The layers' op classes in order of first appearance, and each one's forward time over all
-/// layers (median of `repeats` forward passes).
-template <class Layers, class T>
-void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
-                       std::vector<OpClass>& classes, std::vector<double>& seconds) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<std::vector<std::pair<const OpType*, Shape>>> ops(static_cast<std::size_t>(repeats));
-  std::vector<std::vector<double>> times(static_cast<std::size_t>(repeats));
-  for (std::size_t run = 0; run < ops.size(); ++run) {
-    Clock::time_point last = Clock::now();
-    // keeps every op; called as each op's forward returns (Note [kept nodes])
-    const SavePolicy listen("profile_survey", [&](const OpInfo& info) {
-      const Clock::time_point now = Clock::now();
-      ops[run].emplace_back(&info.op, info.shape);
-      times[run].push_back(std::chrono::duration<double>(now - last).count());
-      last = now;
-      return true;
-    });
-    Tape tape;
-    Var<T> x = tape.input(input);
-    for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<Separator<T>>(), {x});
-      const CheckpointScope scope = remat::detail::ScopeAccess::make(x.tape_state(), listen);
-      last = Clock::now();
-      x = layer(x);
-    }
-  }
-  classes.clear();
-  for (const std::pair<const OpType*, Shape>& op : ops[0]) {
-    const bool known = std::any_of(classes.begin(), classes.end(), [&](const OpClass& c) {
-      return c.op == op.first && c.shape == op.second;
-    });
-    if (!known) classes.push_back(OpClass{op.first, op.second, false});
-  }
-  for (OpClass& c : classes) {
-    c.by_shape = std::any_of(classes.begin(), classes.end(), [&](const OpClass& d) {
-      return d.op == c.op && !(d.shape == c.shape);
-    });
-  }
-  seconds.assign(classes.size(), 0);
-  for (std::size_t i = 0; i < classes.size(); ++i) {
-    std::vector<double> per_run;
-    for (std::size_t run = 0; run < ops.size(); ++run) {
-      double s = 0;
-      for (std::size_t k = 0; k < ops[run].size(); ++k) {
-        if (classes[i].matches(OpInfo{*ops[run][k].first, ops[run][k].second, 0.0}))
-          s += times[run][k];
-      }
-      per_run.push_back(s);
-    }
-    std::sort(per_run.begin(), per_run.end());
-    seconds[i] = per_run[per_run.size() / 2];
-  }
-}
-
 }  // namespace detail
-
-/// Up to `count` recompute policies for `layers`, each recomputing one more op class than the
-/// one before, the classes taken in order of forward time per byte freed (Note [derived
-/// policies]). Runs `repeats` + 1 forward passes, and one more per class tried. Empty when no
-/// class frees anything or the layers have a single class.
-template <class Layers, class T>
-std::vector<DerivedPolicy> derive_policies(Layers&& layers, const Tensor<T>& input,
-                                           std::size_t count, int repeats = 3) {
-  if (repeats < 1)
-    throw PlanError(
-        remat::detail::cat("plan::derive_policies: repeats must be >= 1, got ", repeats));
-  std::vector<detail::OpClass> classes;
-  std::vector<double> seconds;
-  detail::survey_op_classes(layers, input, repeats, classes, seconds);
-  std::vector<DerivedPolicy> out;
-  std::vector<detail::OpClass> chosen;
-  std::vector<bool> used(classes.size(), false);
-  const double all_kept = detail::kept_after_forward(layers, input, detail::recompute_classes({}));
-  double kept = all_kept, total_seconds = 0;
-  while (out.size() < count && chosen.size() + 1 < classes.size()) {
-    std::size_t best = classes.size();
-    double best_ratio = std::numeric_limits<double>::infinity(), best_kept = kept;
-    for (std::size_t i = 0; i < classes.size(); ++i) {
-      if (used[i]) continue;
-      chosen.push_back(classes[i]);
-      const double k = detail::kept_after_forward(layers, input, detail::recompute_classes(chosen));
-      chosen.pop_back();
-      if (!(k < kept)) continue;  // frees nothing given the classes chosen
-      const double ratio = seconds[i] / (kept - k);
-      if (ratio < best_ratio) {
-        best = i;
-        best_ratio = ratio;
-        best_kept = k;
-      }
-    }
-    if (best == classes.size()) break;
-    used[best] = true;
-    chosen.push_back(classes[best]);
-    kept = best_kept;
-    total_seconds += seconds[best];
-    DerivedPolicy d;
-    d.policy = detail::recompute_classes(chosen);
-    for (const detail::OpClass& c : chosen) d.classes.push_back(c.label());
-    d.freed_bytes = all_kept - kept;
-    d.seconds = total_seconds;
-    out.push_back(std::move(d));
-  }
-  return out;
-}
 
 struct ProfileOptions {
   /// Forward passes timed; each layer's cost is the median (memory is measured once).

@@ -1,0 +1,105 @@
+#pragma once
+/// @file
+/// The profiler's own ops (plan::profile, plan::derive_policies): identity ops that read the
+/// allocator or the tape's replay clock as a pass reaches them, a copy of a layer's input, and a
+/// separator that keeps neighbouring segments from chaining.
+
+#include <memory>
+#include <vector>
+
+#include "remat/core/grads.hpp"
+#include "remat/core/memory.hpp"
+#include "remat/core/node.hpp"
+#include "remat/core/tape.hpp"
+
+namespace remat::plan::detail {
+
+// the profiler's own ops: markers read the allocator as a sweep passes them; a copy stands for
+// a layer input held in a buffer of its own
+inline constexpr OpType kMarker{"profile_marker"};
+inline constexpr OpType kCopy{"profile_copy"};
+
+/// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
+/// peak since the previous marker, which it then resets.
+template <class T>
+class MemoryMarker final : public Node<T> {
+ public:
+  MemoryMarker(double* live, double* peak) : live_(live), peak_(peak) {}
+  const OpType& op_type() const noexcept override { return kMarker; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
+    *peak_ = static_cast<double>(memory::peak_bytes());
+    *live_ = static_cast<double>(memory::live_bytes());
+    memory::reset_peak();
+    grads.add(0, gy);
+  }
+
+ private:
+  double* live_;
+  double* peak_;
+};
+
+/// Identity op that reads the allocator each time it runs forward, in the first pass and in any
+/// replay: a `start` marker records the live bytes and resets the peak, an end marker records the
+/// peak since. The last reading is the replay's (a segment replays once per backward pass).
+template <class T>
+class ForwardMarker final : public Node<T> {
+ public:
+  ForwardMarker(std::vector<double>* readings, bool start) : readings_(readings), start_(start) {}
+  const OpType& op_type() const noexcept override { return kMarker; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    readings_->push_back(static_cast<double>(start_ ? memory::live_bytes() : memory::peak_bytes()));
+    if (start_) memory::reset_peak();
+    return in[0];
+  }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
+
+ private:
+  std::vector<double>* readings_;
+  bool start_;
+};
+
+/// Identity op that, when the backward sweep passes it, reads the allocator as MemoryMarker does
+/// and the tape's replay clock: the replay time spent since the previous marker.
+template <class T>
+class ReplayMarker final : public Node<T> {
+ public:
+  ReplayMarker(const Tape* tape, double* live, double* peak, double* replay)
+      : tape_(tape), live_(live), peak_(peak), replay_(replay) {}
+  const OpType& op_type() const noexcept override { return kMarker; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
+    *peak_ = static_cast<double>(memory::peak_bytes());
+    *live_ = static_cast<double>(memory::live_bytes());
+    *replay_ = tape_->replay_stats().replay_seconds;
+    memory::reset_peak();
+    grads.add(0, gy);
+  }
+
+ private:
+  const Tape* tape_;
+  double* live_;
+  double* peak_;
+  double* replay_;
+};
+
+/// A copy of its input, in a buffer of its own.
+template <class T>
+class CopyNode final : public Node<T> {
+ public:
+  const OpType& op_type() const noexcept override { return kCopy; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
+};
+
+/// An identity op outside any segment: it keeps the segments on either side of it from
+/// chaining (Note [chained segments] in core/tape_state.hpp).
+template <class T>
+class Separator final : public Node<T> {
+ public:
+  const OpType& op_type() const noexcept override { return kMarker; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
+};
+
+}  // namespace remat::plan::detail
