@@ -92,7 +92,7 @@ struct PolicyCosts {
 };
 
 /// A save policy plan::derive_policies() offers: it recomputes some op classes of the layers and
-/// keeps every other op's output (Note [derived policies] in checkpoint/profile.hpp).
+/// keeps every other op's output (Note [derived policies] in checkpoint/derive_policies.hpp).
 struct DerivedPolicy {
   SavePolicy policy;                 ///< recompute_ops(<classes>)
   std::vector<std::string> classes;  ///< the classes it recomputes, in the order chosen
