@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "remat/core/error.hpp"
+#include "remat/io/posix_file.hpp"
 #include "remat/io/safetensors.hpp"
 
 namespace remat::io {

@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "remat/io/posix_file.hpp"
 #include "remat/io/safetensors.hpp"
 
 namespace remat::io {
