@@ -8,7 +8,7 @@
 //   load_bench read2 PATH        reads the file twice, each time into a buffer of its size; prints
 //   seconds
 //   load_bench llama DIR [STORAGE] [--random]
-//                                nn::load_llama of a hub folder (benchmarks/make_hub_folder.py
+//                                hub::load_llama of a hub folder (benchmarks/make_hub_folder.py
 //                                writes a Qwen2.5-0.5B-shaped one): STORAGE f32 (default) loads
 //                                float parameters, bf16/int8/nf4 freezes the decoder projections
 //                                in that storage as they are read; --random first builds the model
@@ -20,7 +20,7 @@
 // Run `load` under /usr/bin/time -v for the kernel's own "Maximum resident set size".
 #include <remat/core/rng.hpp>
 #include <remat/io/weight_files.hpp>
-#include <remat/nn/llama_load.hpp>
+#include <remat/hub/llama_load.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 
 #include <sys/resource.h>
@@ -74,10 +74,10 @@ void make(const std::string& path, double gib) {
   if (::statvfs(flags::detail::parent_of(path).c_str(), &fs) == 0) {
     const double free = double(fs.f_bavail) * double(fs.f_frsize);
     if (!(gib * double(1ull << 30) <= free)) {
-      throw remat::UsageError(remat::detail::cat("load_bench: make ", path, " ", gib, " needs ",
-                                                 flags::human_bytes(gib * double(1ull << 30)),
-                                                 "; its file system has ", flags::human_bytes(free),
-                                                 " free"));
+      throw remat::ArgumentError(remat::detail::cat("load_bench: make ", path, " ", gib, " needs ",
+                                                    flags::human_bytes(gib * double(1ull << 30)),
+                                                    "; its file system has ",
+                                                    flags::human_bytes(free), " free"));
     }
   }
   const int tensors = 8;
@@ -147,17 +147,17 @@ remat::WeightStorage storage_named(const std::string& name) {
                        remat::WeightStorage::int8, remat::WeightStorage::nf4}) {
     if (name == remat::to_string(s)) return s;
   }
-  throw remat::UsageError("load_bench: storage must be f32, bf16, int8 or nf4, got " + name);
+  throw remat::ArgumentError("load_bench: storage must be f32, bf16, int8 or nf4, got " + name);
 }
 
 void load_llama_folder(const std::string& dir, remat::WeightStorage storage, bool random_first) {
   const double baseline = rss_mib(), cpu0 = cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   remat::nn::Llama<float> model = [&] {
-    if (!random_first) return remat::nn::load_llama<float>(dir, {.projections = storage});
+    if (!random_first) return remat::hub::load_llama<float>(dir, {.projections = storage});
     // the former path: a randomly initialized model, then the files' values over it
-    remat::nn::Llama<float> m(remat::nn::load_llama_config(dir + "/config.json"));
-    remat::nn::load_weights(m, remat::io::WeightFiles::open(dir));
+    remat::nn::Llama<float> m(remat::hub::load_llama_config(dir + "/config.json"));
+    remat::hub::load_weights(m, remat::io::WeightFiles::open(dir));
     if (storage != remat::WeightStorage::f32) remat::nn::quantize_blocks(m, storage);
     return m;
   }();
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
   std::string storage = "f32";
   bool random_first = false;
   CLI::App* llama_cmd = app.add_subcommand(
-      "llama", "load a Hugging Face folder with nn::load_llama; print seconds and memory");
+      "llama", "load a Hugging Face folder with hub::load_llama; print seconds and memory");
   llama_cmd->add_option("DIR", path, "the model folder")->required()->check(CLI::ExistingDirectory);
   llama_cmd->add_option("STORAGE", storage, "the projections' storage")
       ->check(CLI::IsMember({"f32", "bf16", "int8", "nf4"}))

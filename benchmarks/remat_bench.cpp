@@ -208,7 +208,7 @@ remat::plan::Plan make_plan(const std::string& mode, const remat::plan::Chain& c
     }
     if (number && kind == "optimal") return plan::optimal(chain, static_cast<std::size_t>(value));
   }
-  throw remat::UsageError(
+  throw remat::ArgumentError(
       "remat_bench: --mode must be none, every, sqrt, budget:<MiB>, budget_layers:<MiB> or "
       "optimal:<slots>, got " +
       mode);
@@ -244,7 +244,7 @@ remat::SavePolicy make_policy(const std::string& name) {
     if (kind == "save_ops" && !ops.empty()) return remat::save_ops(ops);
     if (kind == "recompute_ops" && !ops.empty()) return remat::recompute_ops(ops);
   }
-  throw remat::UsageError(
+  throw remat::ArgumentError(
       "remat_bench: --policy must be save_nothing, save_matmuls, save_ops:<op,...> or "
       "recompute_ops:<op,...>, got " +
       name);

@@ -51,7 +51,7 @@
 //     training tokens over the tokens of an optimizer step.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -289,7 +289,7 @@ inline DataFacts facts_of(const chat::Data& d, std::size_t length, bool pack) {
     const double t = step_total(r, rows, columns, c.plan);
     if (t < need) need = t, smallest = c.name;
   }
-  throw remat::UsageError(remat::detail::cat(
+  throw remat::ArgumentError(remat::detail::cat(
       "--memory: a step of ", rows, " x ", columns, " tokens under checkpoint ", smallest,
       plans.size() > 1 ? " (the plan needing least)" : "", " is estimated at ",
       flags::human_bytes(need), ", and the process needs that x ", kEstimateMargin, " + ",

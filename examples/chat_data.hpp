@@ -98,13 +98,13 @@ inline hub::ChatData text_examples(const hub::Tokenizer& tok, const std::string&
 inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataOptions& o,
                  std::size_t context) {
   if (o.max_tokens < 2 || o.max_tokens > context) {
-    throw remat::UsageError(remat::detail::cat("finetune: --max-tokens ", o.max_tokens,
-                                               " must be in [2, ", context,
-                                               "], the model's context (max_position_embeddings)"));
+    throw remat::ArgumentError(
+        remat::detail::cat("finetune: --max-tokens ", o.max_tokens, " must be in [2, ", context,
+                           "], the model's context (max_position_embeddings)"));
   }
   const std::string ext = std::filesystem::path(o.path).extension().string();
   if (ext != ".jsonl" && ext != ".txt") {
-    throw remat::UsageError(remat::detail::cat(
+    throw remat::ArgumentError(remat::detail::cat(
         "finetune: --data ", o.path,
         ": with a Hugging Face folder the data is conversations (.jsonl) or plain text (.txt)"));
   }

@@ -94,7 +94,8 @@ inline void fill_batch(const std::vector<std::int32_t>& ids, std::int64_t batch,
   y = remat::Tensor<std::int32_t>({batch, time});
   const std::int64_t span = static_cast<std::int64_t>(ids.size()) - time - 1;
   if (span < 1)
-    throw remat::UsageError(std::string(program) + ": the text is shorter than one context window");
+    throw remat::ArgumentError(std::string(program) +
+                               ": the text is shorter than one context window");
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t at = rng.uniform_int(span);
     for (std::int64_t t = 0; t < time; ++t) {
@@ -126,14 +127,14 @@ double mean_loss(Model& model, const Batches& val) {
   return total / double(val.size());
 }
 
-/// The MiB of a --checkpoint budget:<MiB>: a finite number > 0, or a UsageError.
+/// The MiB of a --checkpoint budget:<MiB>: a finite number > 0, or an ArgumentError.
 inline double budget_mib(const std::string& mode, const char* program) {
   const std::string text = mode.substr(7);
   char* end = nullptr;
   const double mib = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !std::isfinite(mib) || mib <= 0) {
-    throw remat::UsageError(std::string(program) + ": --checkpoint " + mode +
-                            ": the budget must be a finite number of MiB > 0");
+    throw remat::ArgumentError(std::string(program) + ": --checkpoint " + mode +
+                               ": the budget must be a finite number of MiB > 0");
   }
   return mib;
 }
@@ -145,8 +146,9 @@ inline void check_checkpoint_mode(const std::string& mode, const char* program) 
     budget_mib(mode, program);
     return;
   }
-  throw remat::UsageError(std::string(program) +
-                          ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+  throw remat::ArgumentError(std::string(program) +
+                             ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " +
+                             mode);
 }
 
 /// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y;
@@ -166,8 +168,9 @@ remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::in
     for (auto p : model.parameters()) p.zero_grad();
     return plan::budget(chain, mib * 1024 * 1024);
   }
-  throw remat::UsageError(std::string(program) +
-                          ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " + mode);
+  throw remat::ArgumentError(std::string(program) +
+                             ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " +
+                             mode);
 }
 
 /// The plan --checkpoint names before any profile: none, every and sqrt as they are, every for

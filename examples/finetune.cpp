@@ -65,7 +65,8 @@
 // cached_mb, and counted_mb / estimated_mb objects with those keys (MiB).
 #include <remat/nn/estimate.hpp>
 #include <remat/nn/generate.hpp>
-#include <remat/nn/llama_load.hpp>
+#include <remat/hub/llama_load.hpp>
+#include <remat/hub/peft.hpp>
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 #include <remat/remat.hpp>
@@ -256,14 +257,14 @@ Options parse(int argc, char** argv) {
   o.lr_given = app.count("--lr") > 0;
   o.checkpoint_given = app.count("--checkpoint") > 0;
   if (o.memory_gib > 0 && !o.auto_settings)
-    throw remat::UsageError("finetune: --memory is for --auto (the memory its choices fit in)");
+    throw remat::ArgumentError("finetune: --memory is for --auto (the memory its choices fit in)");
   if (o.auto_settings && o.full)
-    throw remat::UsageError(
+    throw remat::ArgumentError(
         "finetune: --auto chooses a LoRA fine-tune's settings; --full trains every parameter");
   if (o.save_every > 0 && o.save_adapters.empty())
-    throw remat::UsageError("finetune: --save-every needs --save-adapters DIR");
+    throw remat::ArgumentError("finetune: --save-every needs --save-adapters DIR");
   if (o.full && !o.resume.empty())
-    throw remat::UsageError("finetune: --resume continues a LoRA run; --full saves no state");
+    throw remat::ArgumentError("finetune: --resume continues a LoRA run; --full saves no state");
   if (o.base.empty()) {
     std::fprintf(stderr,
                  "finetune: --base is required (a Hugging Face folder, a train_llama --save-hf "
@@ -331,7 +332,7 @@ remat::nn::GPT<float> load_gpt(const std::string& path, std::string& vocab) {
 }
 
 /// How the blocks' linears are stored for this run: --full trains them in float.
-remat::nn::LoadOptions load_options(const Options& o) {
+remat::hub::LoadOptions load_options(const Options& o) {
   return {.projections = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
           .double_quant = !o.no_double_quant};
 }
@@ -342,7 +343,7 @@ remat::nn::Llama<float> load_char_llama(const std::string& dir, const Options& o
                                         std::string& vocab) {
   const std::string eval_path = dir + "/remat_eval.json";
   vocab = corpus::read_saved_vocab(dir, kProgram);
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir, load_options(o));
+  remat::nn::Llama<float> model = remat::hub::load_llama<float>(dir, load_options(o));
   if (model.config().vocab_size != static_cast<std::int64_t>(vocab.size())) {
     throw remat::IoError(remat::detail::cat(kProgram, ": ", dir, "/config.json has vocab_size ",
                                             model.config().vocab_size, " but ", eval_path,
@@ -438,9 +439,9 @@ class HubSource {
         prompt_(o.prompt),
         sample_tokens_(o.sample > 0 ? o.sample : 48) {
     if (!o.pack && rows_ > data_.train.size()) {
-      throw remat::UsageError(remat::detail::cat(kProgram, ": --batch ", o.batch,
-                                                 " is more than the ", data_.train.size(),
-                                                 " training examples of ", o.data));
+      throw remat::ArgumentError(remat::detail::cat(kProgram, ": --batch ", o.batch,
+                                                    " is more than the ", data_.train.size(),
+                                                    " training examples of ", o.data));
     }
   }
 
@@ -665,7 +666,7 @@ void save_with_state(const Options& o, const remat::nn::lora::Adapters<float>& a
                            {"finetune.first_val_loss", exact_text(first_val)}};
   for (const auto& [flag, value] : course_settings(o)) meta.emplace("finetune" + flag, value);
   remat::io::save_folder(o.save_adapters, [&](const std::string& staging) {
-    adapters.write_adapters(staging);
+    remat::hub::write_adapters(adapters, staging);
     remat::train::save_training_state(staging + "/" + kTrainingState, adapters, optimizer, meta);
   });
 }
@@ -683,7 +684,7 @@ remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float
   for (const auto& [flag, value] : course_settings(o)) {
     const auto it = meta.find("finetune" + flag);
     if (it == meta.end() || it->second != value) {
-      throw remat::UsageError(remat::detail::cat(
+      throw remat::ArgumentError(remat::detail::cat(
           kProgram, ": ", path, " was saved by a run with ", flag, " ",
           it == meta.end() ? std::string("(not recorded)") : "'" + it->second + "'",
           "; resume it with the same (this run has '", value, "')"));
@@ -742,8 +743,8 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     saved_first_val = corpus::metadata_number(meta, "finetune.first_val_loss", o.resume, kProgram);
     flags::check_resume_step(kProgram, o.resume, start, o.steps, o.stop_after);
     if (start == end) {
-      throw remat::UsageError(remat::detail::cat(kProgram, ": ", o.resume, " was saved after step ",
-                                                 start, ", the last this run has"));
+      throw remat::ArgumentError(remat::detail::cat(
+          kProgram, ": ", o.resume, " was saved after step ", start, ", the last this run has"));
     }
     for (std::int64_t i = 0; i < start * o.accumulate; ++i) (void)source.next();
   }
@@ -878,7 +879,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
 
   // (with --save-every, the last step saved them with the training state)
   if (!o.save_adapters.empty() && adapters && o.save_every == 0)
-    adapters->save_adapters(o.save_adapters);
+    remat::hub::save_adapters(*adapters, o.save_adapters);
   const std::string sample_after = o.json ? std::string() : source.sample(model, o.sample);
   if (!sample_after.empty()) {
     std::printf("\n--- sample ---\n%s%s\n--------------\n",
@@ -918,12 +919,12 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
 /// Refuses the flags that do not apply to the kind of --base given.
 void check_flags_apply(const Options& o, bool hub) {
   if (hub && o.context_given) {
-    throw remat::UsageError(remat::detail::cat(
+    throw remat::ArgumentError(remat::detail::cat(
         kProgram, ": --context is for a train_llama/train_gpt model's text; ", o.base,
         " is a Hugging Face folder, whose examples are limited by --max-tokens"));
   }
   if (!hub && !o.hub_flags_given.empty()) {
-    throw remat::UsageError(remat::detail::cat(
+    throw remat::ArgumentError(remat::detail::cat(
         kProgram, ": ", o.hub_flags_given.front(), " is for a Hugging Face folder's data; ", o.base,
         " is a train_llama/train_gpt model (fine-tuned on text in its characters)"));
   }
@@ -932,7 +933,7 @@ void check_flags_apply(const Options& o, bool hub) {
 /// What --auto decides for, from the flags and the folder's config.json.
 auto_settings::Request auto_request(const Options& o) {
   auto_settings::Request r{
-      .model = remat::nn::load_llama_config(o.base + "/config.json"),
+      .model = remat::hub::load_llama_config(o.base + "/config.json"),
       .storage = storage_of(o.storage),
       .double_quant = !o.no_double_quant,
       .rank = o.rank,
@@ -954,11 +955,11 @@ auto_settings::Request auto_request(const Options& o) {
 int run_hub(Options& o, std::size_t live0) {
   const remat::hub::Tokenizer tok = remat::hub::Tokenizer::from_folder(o.base);
   if (o.data == REMAT_FINETUNE_DATA) {
-    throw remat::UsageError(remat::detail::cat(
+    throw remat::ArgumentError(remat::detail::cat(
         kProgram, ": a Hugging Face folder needs --data FILE.jsonl (conversations) or FILE.txt"));
   }
   const auto context = static_cast<std::size_t>(
-      remat::nn::load_llama_config(o.base + "/config.json").max_position_embeddings);
+      remat::hub::load_llama_config(o.base + "/config.json").max_position_embeddings);
   chat::DataOptions data{
       .path = o.data,
       .max_tokens = o.max_tokens > 0 ? static_cast<std::size_t>(o.max_tokens)
@@ -978,11 +979,11 @@ int run_hub(Options& o, std::size_t live0) {
     o.steps = chosen.decision.steps;
     o.lr = chosen.decision.lr;
     o.checkpoint = chosen.decision.checkpoint;
-    remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
+    remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
     HubSource source(tok, std::move(chosen.data), data.max_tokens, o);
     return run(model, source, o, live0);
   }
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, load_options(o));
+  remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
   HubSource source(tok, chat::load(tok, o.base, data, context), data.max_tokens, o);
   return run(model, source, o, live0);
 }
@@ -992,9 +993,9 @@ template <class Model>
 int run_char(Model& model, const std::string& vocab, Options& o, std::size_t live0) {
   if (o.context == 0) o.context = context_of(model);
   if (o.context < 2 || o.context > context_of(model)) {
-    throw remat::UsageError(remat::detail::cat(kProgram, ": --context ", o.context,
-                                               " must be in [2, ", context_of(model),
-                                               "], the base model's context"));
+    throw remat::ArgumentError(remat::detail::cat(kProgram, ": --context ", o.context,
+                                                  " must be in [2, ", context_of(model),
+                                                  "], the base model's context"));
   }
   CharSource source(corpus::Corpus::load(o.data, vocab, kProgram), o);
   return run(model, source, o, live0);

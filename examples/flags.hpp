@@ -214,13 +214,13 @@ inline double machine_memory() {
   return total;
 }
 
-/// Refuses (UsageError) what needs more than `memory` bytes: "PROGRAM: WHAT needs 3.7 TiB; this
+/// Refuses (ArgumentError) what needs more than `memory` bytes: "PROGRAM: WHAT needs 3.7 TiB; this
 /// machine has 24.0 GiB". Called with the estimate before anything that large is allocated.
 inline void fits(const char* program, const std::string& what, double bytes,
                  double memory = machine_memory()) {
   if (!(bytes <= memory)) {  // NaN too
-    throw remat::UsageError(std::string(program) + ": " + what + " needs " + human_bytes(bytes) +
-                            "; this machine has " + human_bytes(memory));
+    throw remat::ArgumentError(std::string(program) + ": " + what + " needs " + human_bytes(bytes) +
+                               "; this machine has " + human_bytes(memory));
   }
 }
 

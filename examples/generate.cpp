@@ -16,9 +16,10 @@
 //
 // A bad flag or value is one line on standard error and exit status 1; --help exits 0.
 #include <remat/hub/tokenizer.hpp>
+#include <remat/hub/peft.hpp>
 #include <remat/io/json.hpp>
 #include <remat/nn/generate.hpp>
-#include <remat/nn/llama_load.hpp>
+#include <remat/hub/llama_load.hpp>
 #include <remat/nn/lora.hpp>
 
 #include "flags.hpp"
@@ -108,13 +109,13 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 /// Wraps the layers PEFT's adapter_config.json names (every field read or refused by
-/// lora::read_options) and loads adapter_model.safetensors.
+/// hub::read_lora_options) and loads adapter_model.safetensors.
 remat::nn::lora::Adapters<float> load_adapters(remat::nn::Llama<float>& model,
                                                const std::string& dir) {
   // lora_dropout is read too: generate() runs the model in evaluation mode, where it is off
   remat::nn::lora::Adapters<float> adapters =
-      remat::nn::lora::apply(model, remat::nn::lora::read_options(dir));
-  adapters.load_adapters(dir);
+      remat::nn::lora::apply(model, remat::hub::read_lora_options(dir));
+  remat::hub::load_adapters(adapters, dir);
   return adapters;
 }
 
@@ -146,7 +147,7 @@ int run(int argc, char** argv) {
                                        : o.storage == "int8" ? remat::WeightStorage::int8
                                        : o.storage == "nf4"  ? remat::WeightStorage::nf4
                                                              : remat::WeightStorage::f32;
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(o.base, {.projections = storage});
+  remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, {.projections = storage});
   std::optional<remat::nn::lora::Adapters<float>> adapters;
   if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
   model.eval();

@@ -58,14 +58,15 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
   try {
     json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw remat::UsageError(std::string("--decode: standard input is not JSON (") + e.what() + ")");
+    throw remat::ArgumentError(std::string("--decode: standard input is not JSON (") + e.what() +
+                               ")");
   }
-  if (!json.is_array()) throw remat::UsageError("--decode: expected a JSON array of ids");
+  if (!json.is_array()) throw remat::ArgumentError("--decode: expected a JSON array of ids");
   std::vector<std::int32_t> ids;
   for (std::size_t i = 0; i < json.size(); ++i) {
     if (!json[i].is_number_integer() || json[i].get<std::int64_t>() < 0 ||
         json[i].get<std::int64_t>() > INT32_MAX)
-      throw remat::UsageError(
+      throw remat::ArgumentError(
           remat::detail::cat("--decode: element ", i, " (", json[i].dump(), ") is not an id"));
     ids.push_back(json[i].get<std::int32_t>());
   }

@@ -99,7 +99,7 @@ int train(ranks::Job& job, int argc, char** argv) {
       start = integer("step");
       integer("data_position");
       if (integer("steps") != o.steps || resumed["seed"] != std::to_string(o.seed)) {
-        throw remat::UsageError(
+        throw remat::ArgumentError(
             "train_gpt: resume with the --steps and --seed the run was started with (" +
             resumed["steps"] + ", " + resumed["seed"] + ")");
       }

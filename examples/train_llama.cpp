@@ -28,8 +28,8 @@
 // rows per rank, N ranks train as one process with --batch N x B would (to float rounding), only
 // rank 0 evaluates, prints, logs and saves; tokens_per_s counts the whole job. --zero shards the
 // AdamW state over the ranks (ZeRO-1): each keeps the moments of 1/N of the parameters.
-#include <remat/nn/llama_config.hpp>
-#include <remat/nn/llama_load.hpp>
+#include <remat/hub/llama_config.hpp>
+#include <remat/hub/llama_load.hpp>
 #include <remat/remat.hpp>
 
 #include <unistd.h>
@@ -114,7 +114,7 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
         {{"shape", {vx.dim(0), vx.dim(1)}}, {"ids", vx.to_vector()}, {"targets", vy.to_vector()}});
   }
   remat::io::save_folder(dir, [&](const std::string& staging) {
-    remat::io::save_text(staging + "/config.json", remat::nn::llama_config_json(model.config()));
+    remat::io::save_text(staging + "/config.json", remat::hub::llama_config_json(model.config()));
     remat::io::save(staging + "/model.safetensors", tensors, {{"format", "pt"}});
     remat::io::save_text(staging + "/remat_eval.json", eval.dump() + "\n");
   });
@@ -125,7 +125,7 @@ void save_hf_folder(const std::string& dir, const remat::nn::Llama<float>& model
 remat::io::Metadata run_metadata(const remat::nn::LlamaConfig& config, const Options& o,
                                  const Corpus& corpus, std::int64_t step,
                                  std::uint64_t data_position, double first_val) {
-  return {{"config", remat::nn::llama_config_json(config)},
+  return {{"config", remat::hub::llama_config_json(config)},
           {"context", std::to_string(o.context)},
           {"batch", std::to_string(o.batch)},
           {"vocab", corpus.vocab},
@@ -137,10 +137,10 @@ remat::io::Metadata run_metadata(const remat::nn::LlamaConfig& config, const Opt
           {"first_val_loss", remat::train::detail::format_double(first_val)}};
 }
 
-/// The model saved in `dir` (nn::load_llama), checked against the corpus: the same vocabulary
+/// The model saved in `dir` (hub::load_llama), checked against the corpus: the same vocabulary
 /// size, and the same characters when the folder's remat_eval.json lists them.
 remat::nn::Llama<float> load_folder(const std::string& dir, const Corpus& corpus) {
-  remat::nn::Llama<float> model = remat::nn::load_llama<float>(dir);
+  remat::nn::Llama<float> model = remat::hub::load_llama<float>(dir);
   if (model.config().vocab_size != static_cast<std::int64_t>(corpus.vocab.size())) {
     throw remat::IoError(remat::detail::cat("train_llama: ", dir, "/config.json has vocab_size ",
                                             model.config().vocab_size, " but the corpus has ",
@@ -163,10 +163,11 @@ int train(ranks::Job& job, int argc, char** argv) {
     Options o = parse(argc, argv);
     corpus::check_checkpoint_mode(o.checkpoint, kProgram);
     if (!o.resume.empty() && !o.init_from.empty())
-      throw remat::UsageError("train_llama: --resume and --init-from both set the model; give one");
+      throw remat::ArgumentError(
+          "train_llama: --resume and --init-from both set the model; give one");
     // the optimizer state is saved and restored whole: under ZeRO-1 each rank holds a part
     if (o.zero && ranks > 1 && (!o.save.empty() || !o.resume.empty()))
-      throw remat::UsageError("train_llama: --save and --resume do not work with --zero yet");
+      throw remat::ArgumentError("train_llama: --save and --resume do not work with --zero yet");
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = root && ::isatty(STDOUT_FILENO);
 
@@ -186,14 +187,14 @@ int train(ranks::Job& job, int argc, char** argv) {
         }
       }
       resumed_config =
-          remat::nn::parse_llama_config(resumed["config"], o.resume + " (metadata 'config')");
+          remat::hub::parse_llama_config(resumed["config"], o.resume + " (metadata 'config')");
       o.context = integer("context");
       start = integer("step");
       integer("data_position");
       if (integer("steps") != o.steps || resumed["seed"] != std::to_string(o.seed) ||
           integer("batch") != o.batch ||
           resumed["lr"] != remat::train::detail::format_double(o.lr)) {
-        throw remat::UsageError(remat::detail::cat(
+        throw remat::ArgumentError(remat::detail::cat(
             "train_llama: resume with the --steps, --seed, --batch and --lr the run was started "
             "with (",
             resumed["steps"], ", ", resumed["seed"], ", ", resumed["batch"], ", ", resumed["lr"],
@@ -239,7 +240,7 @@ int train(ranks::Job& job, int argc, char** argv) {
       o.kv_heads = c.num_key_value_heads;
       o.mlp = c.intermediate_size;
       if (o.context > c.max_position_embeddings) {
-        throw remat::UsageError(remat::detail::cat(
+        throw remat::ArgumentError(remat::detail::cat(
             "train_llama: --context ", o.context, " exceeds the max_position_embeddings ",
             c.max_position_embeddings, " of ",
             o.init_from.empty() ? o.resume : o.init_from + "/config.json"));

@@ -88,9 +88,9 @@ inline void check_resume_step(const char* program, const std::string& file, std:
                                             " of a run of ", steps, " steps"));
   }
   if (stop_after > 0 && stop_after < start) {
-    throw remat::UsageError(remat::detail::cat(program, ": --stop-after ", stop_after,
-                                               " is before step ", start, ", where ", file,
-                                               " resumes"));
+    throw remat::ArgumentError(remat::detail::cat(program, ": --stop-after ", stop_after,
+                                                  " is before step ", start, ", where ", file,
+                                                  " resumes"));
   }
 }
 

@@ -42,7 +42,7 @@
 // given, win as they do in finetune; --json prints the decision as one JSON object.
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/estimate.hpp>
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
 
 #include <unistd.h>
 
@@ -97,7 +97,7 @@ double physical_memory_gib() {
 
 /// A policy from --policy's text: "save_matmuls", "save_ops:a,b" or "recompute_ops:a,b". An
 /// unknown op name is op_type_named()'s PlanError (it lists the built-in ops); an unknown form,
-/// a UsageError.
+/// an ArgumentError.
 remat::SavePolicy policy_from(const std::string& spec) {
   if (spec == "save_matmuls") return remat::save_matmuls();
   const std::size_t colon = spec.find(':');
@@ -111,7 +111,7 @@ remat::SavePolicy policy_from(const std::string& spec) {
   const std::string kind = spec.substr(0, colon);
   if (!ops.empty() && kind == "save_ops") return remat::save_ops(ops);
   if (!ops.empty() && kind == "recompute_ops") return remat::recompute_ops(ops);
-  throw remat::UsageError(remat::detail::cat(
+  throw remat::ArgumentError(remat::detail::cat(
       "--policy: '", spec,
       "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));
 }
@@ -123,24 +123,25 @@ void check_data_flags(const CLI::App& app, const Options& o,
                       const std::pair<CLI::Option*, const char*> (&data_only)[N], bool data,
                       bool config) {
   if (!o.base.empty() && config)
-    throw remat::UsageError("will_it_fit: --base DIR reads DIR/config.json; give it or --config");
+    throw remat::ArgumentError(
+        "will_it_fit: --base DIR reads DIR/config.json; give it or --config");
   if (data && o.base.empty())
-    throw remat::UsageError("will_it_fit: --data needs --base DIR (the folder's tokenizer)");
+    throw remat::ArgumentError("will_it_fit: --data needs --base DIR (the folder's tokenizer)");
   for (const auto& [option, name] : data_only) {
     if (!data && option->count() > 0)
-      throw remat::UsageError(remat::detail::cat("will_it_fit: ", name, " is for --data"));
+      throw remat::ArgumentError(remat::detail::cat("will_it_fit: ", name, " is for --data"));
   }
   if (!data) return;
   // finetune trains in float with AdamW and the chunked loss, over --time chosen from the data
   for (const char* name : {"--compare", "--dtype", "--optimizer", "--plain-loss", "--policy",
                            "--save-matmuls", "--budget", "--time", "--model"}) {
     if (app.count(name) > 0) {
-      throw remat::UsageError(remat::detail::cat(
+      throw remat::ArgumentError(remat::detail::cat(
           "will_it_fit: ", name, " does not apply with --data (finetune --auto's decision)"));
     }
   }
 #ifndef REMAT_WILL_IT_FIT_HUB
-  throw remat::UsageError(
+  throw remat::ArgumentError(
       "will_it_fit: --data needs remat::hub's tokenizer (PCRE2 and ICU), not in this build");
 #endif
 }
@@ -273,7 +274,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.is_llama) {
     if (!config_path.empty()) {
-      o.llama = remat::nn::load_llama_config(config_path);  // throws an IoError naming the file
+      o.llama = remat::hub::load_llama_config(config_path);  // throws an IoError naming the file
     } else {
       o.llama = {.vocab_size = o.config.vocab,
                  .hidden_size = o.config.width,
@@ -568,7 +569,8 @@ int print_decision(const Options& o) {
                            .max_tokens = static_cast<std::size_t>(o.max_tokens)};
   auto_settings::set_memory(r, o.memory_gib);
   if (r.rank <= 0)
-    throw remat::UsageError("will_it_fit: --data prices a LoRA fine-tune: --lora-rank must be > 0");
+    throw remat::ArgumentError(
+        "will_it_fit: --data prices a LoRA fine-tune: --lora-rank must be > 0");
   if (o.batch_given) r.batch = o.step.batch;
   if (o.accumulate_given) r.accumulate = o.step.accumulation;
   const chat::DataOptions data{

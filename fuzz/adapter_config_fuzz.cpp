@@ -1,9 +1,10 @@
-// libFuzzer target: any bytes given as adapter_config.json to lora::Adapters::load_adapters (beside
+// libFuzzer target: any bytes given as adapter_config.json to hub::load_adapters (beside
 // a valid adapter_model.safetensors of a tiny model's rank-2 adapters) either end in a
 // remat::Error, leaving the adapters as they were, or load them. Anything else (a crash, a
 // sanitizer report, another exception such as nlohmann's) is a bug.
 #include <remat/nn/llama.hpp>
 #include <remat/nn/lora.hpp>
+#include <remat/hub/peft.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ struct Fixture {
     char pattern[] = "/tmp/remat_adapter_fuzz.XXXXXX";
     check(::mkdtemp(pattern) != nullptr);
     dir = pattern;
-    adapters.save_adapters(dir);
+    remat::hub::save_adapters(adapters, dir);
   }
   ~Fixture() {
     std::remove((dir + "/adapter_config.json").c_str());
@@ -66,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const auto before = values(fixture.adapters);
   try {
-    fixture.adapters.load_adapters(fixture.dir);
+    remat::hub::load_adapters(fixture.adapters, fixture.dir);
   } catch (const remat::Error&) {
     check(values(fixture.adapters) == before);  // all or nothing
   }

@@ -1,8 +1,8 @@
-// libFuzzer target: any bytes given to the config.json reader (nn::parse_llama_config) either end
+// libFuzzer target: any bytes given to the config.json reader (hub::parse_llama_config) either end
 // in a remat::Error or give a config that validates, whose sizes make tensors that can exist,
 // and that remat's writer writes back into a config.json read as the same config. Anything else
 // (a crash, a sanitizer report, another exception such as nlohmann's or std::bad_alloc) is a bug.
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -30,13 +30,13 @@ bool same(const remat::nn::LlamaConfig& a, const remat::nn::LlamaConfig& b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const remat::nn::LlamaConfig c = remat::nn::parse_llama_config(text, "fuzz input");
+    const remat::nn::LlamaConfig c = remat::hub::parse_llama_config(text, "fuzz input");
     c.validate();
     // the embedding's shape exists (the reader refuses sizes whose tensors overflow)
     (void)remat::Shape{c.vocab_size, c.hidden_size};
     (void)remat::Shape{c.intermediate_size, c.hidden_size};
     const remat::nn::LlamaConfig back =
-        remat::nn::parse_llama_config(remat::nn::llama_config_json(c), "fuzz output");
+        remat::hub::parse_llama_config(remat::hub::llama_config_json(c), "fuzz output");
     check(same(c, back));
   } catch (const remat::Error&) {
     // rejected with a clear error: what we want for bad input

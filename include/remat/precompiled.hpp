@@ -2,7 +2,7 @@
 /// @file
 /// The header CMake's `REMAT_PRECOMPILE_HEADERS` precompiles for `remat::remat`: everything of
 /// remat/remat.hpp except the file formats that read JSON (remat/io, remat/train,
-/// nn/llama_config.hpp, nn/lora.hpp), and remat/instances.hpp's `extern template` declarations
+/// hub/llama_config.hpp, hub/peft.hpp), and remat/instances.hpp's `extern template` declarations
 /// of the float instantiations that the remat_instances library compiles once.
 ///
 /// Why not the file formats: with GCC, every TU that starts from a precompiled header
@@ -43,6 +43,7 @@
 #include "remat/nn/kv_cache.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/nn/llama.hpp"
+#include "remat/nn/lora.hpp"
 #include "remat/nn/module.hpp"
 #include "remat/nn/sampling.hpp"
 #include "remat/nn/transformer.hpp"

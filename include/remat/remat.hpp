@@ -36,6 +36,7 @@
 #include "remat/nn/kv_cache.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/nn/llama.hpp"
+#include "remat/nn/lora.hpp"
 #include "remat/nn/lm_loss.hpp"
 #include "remat/nn/module.hpp"
 #include "remat/nn/sampling.hpp"
@@ -72,12 +73,13 @@
 #include "remat/optim/sgd.hpp"
 
 // remat/io (safetensors headers), remat/train (model and training-state files, above nn and
-// optim) and nn/llama_config.hpp (config.json) read JSON with nlohmann/json; included when it is
-// available.
+// optim) and the model files of remat/hub (config.json, PEFT adapters) read JSON with
+// nlohmann/json; included when it is available. hub's tokenizers need PCRE2 and ICU besides:
+// include them yourself (remat::hub).
 #if __has_include(<nlohmann/json.hpp>)
 #include "remat/io/safetensors.hpp"
-#include "remat/nn/llama_config.hpp"
-#include "remat/nn/lora.hpp"
+#include "remat/hub/llama_config.hpp"
+#include "remat/hub/peft.hpp"
 #include "remat/train/parameters.hpp"
 #include "remat/train/training_state.hpp"
 #endif

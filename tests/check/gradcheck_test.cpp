@@ -187,5 +187,5 @@ TEST_CASE("custom ops are checked at the interface", "[check][errors]") {
              Catch::Contains("saves_too_much: save() slot 4 is out of range [0, 4)"));
   CHECK_THROWS_AS(remat::check::gradcheck([](const auto& v) { return v[0]; },
                                           {remat::Tensor<double>::ones({1})}, {.eps = 0}),
-                  remat::UsageError);
+                  remat::ArgumentError);
 }

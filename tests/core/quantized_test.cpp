@@ -260,5 +260,5 @@ TEST_CASE("quantize rejects empty shapes, non-matrices, non-finite values and f3
              }),
              Catch::Contains("(0, 4)"));
   CHECK_THROWS_AS(QuantizedWeight::quantize(Tensor<float>::ones({2, 2}), WeightStorage::f32),
-                  remat::UsageError);
+                  remat::ArgumentError);
 }

@@ -349,7 +349,7 @@ TEST_CASE("Token limits: oldest exchanges dropped, system kept, or the example e
   CHECK(ex.report.truncated == 0);
   CHECK(describe(ex.report).find("excluded") != std::string::npos);
   CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 4096, .context = 2048}),
-                  remat::UsageError);
+                  remat::ArgumentError);
   CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 3}), EmptyDataError);
 }
 
@@ -394,5 +394,5 @@ TEST_CASE("Batch layout: padded and packed rows, positions and segments per exam
   }
   examples[4].ids.resize(18);
   examples[4].loss.resize(18);
-  CHECK_THROWS_AS(lay_out(examples, 16, Layout::pack, 0), remat::UsageError);
+  CHECK_THROWS_AS(lay_out(examples, 16, Layout::pack, 0), remat::ArgumentError);
 }

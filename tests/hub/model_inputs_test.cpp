@@ -209,7 +209,7 @@ TEST_CASE("batch_inputs: ids, targets and the starts of each example, padding it
                     Catch::Contains("row 0 column 3") && Catch::Contains("position 0, not 1"));
   bad = packed;
   bad.loss.pop_back();
-  CHECK_THROWS_AS(remat::hub::batch_inputs(bad), remat::UsageError);
+  CHECK_THROWS_AS(remat::hub::batch_inputs(bad), remat::ArgumentError);
 }
 
 TEST_CASE("model_inputs refuses packed rows, naming the row", "[hub][chat][errors]") {

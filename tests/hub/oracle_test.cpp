@@ -4,7 +4,7 @@
 // tokenizer and text:
 //  - encode(text) with the library's ids (special tokens added as its defaults add them);
 //  - decode(ids) (special tokens skipped) and decode(ids, false) with the library's text;
-//  - for a text that is not valid UTF-8: encode throws a UsageError naming the offset of the
+//  - for a text that is not valid UTF-8: encode throws an ArgumentError naming the offset of the
 //    first bad byte, and encode(utf8::lossy(text)) gives the ids the library gives for the text
 //    as Node decodes it (each maximal invalid subpart replaced by U+FFFD).
 //
@@ -93,10 +93,10 @@ int main(int argc, char** argv) {
           bool threw = false;
           try {
             tok.encode(text);
-          } catch (const remat::UsageError& e) {
+          } catch (const remat::ArgumentError& e) {
             threw = std::string(e.what()).find("not valid UTF-8") != std::string::npos;
           }
-          tally.check(threw, where + ": invalid UTF-8 did not raise a UsageError");
+          tally.check(threw, where + ": invalid UTF-8 did not raise an ArgumentError");
           text = remat::hub::utf8::lossy(text);
         }
         const auto ids = tok.encode(text);

@@ -224,9 +224,9 @@ TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][erro
   CHECK_THROWS_WITH(nn::estimate_memory<float>(config, {.batch = 2, .time = 9}),
                     Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") &&
                         Catch::Contains("time 9"));
-  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), UsageError);
-  CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), UsageError);
-  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 2, .time = -1}), UsageError);
+  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), ArgumentError);
+  CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), ArgumentError);
+  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 2, .time = -1}), ArgumentError);
   CHECK_THROWS_WITH(nn::estimate_memory<float>(nn::GPTConfig{
                         .vocab = 1 << 30, .context = 8, .layers = 1, .heads = 1, .width = 1 << 30}),
                     Catch::Contains("beyond what can be counted"));

@@ -809,7 +809,7 @@ TEST_CASE("estimate_memory rejects LoRA targets the model does not have, and bad
   CHECK(msg.find("'q_proj'") != std::string::npos);
   CHECK(msg.find("qkv") != std::string::npos);
   CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .accumulation = 0}),
-                  remat::UsageError);
+                  remat::ArgumentError);
   CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}),
-                  remat::UsageError);
+                  remat::ArgumentError);
 }

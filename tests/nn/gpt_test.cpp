@@ -31,7 +31,7 @@ TEST_CASE("GPT parameters have stable dotted names", "[nn][gpt]") {
   CHECK(std::count(names.begin(), names.end(), "blocks.1.ln2.weight") == 1);
   CHECK(names.back() == "head.weight");
   CHECK(gpt.parameter("blocks.2.attn.qkv.weight").shape() == Shape{24, 8});
-  CHECK_THROWS_AS(gpt.parameter("blocks.9.attn.qkv.weight"), UsageError);
+  CHECK_THROWS_AS(gpt.parameter("blocks.9.attn.qkv.weight"), ArgumentError);
   // embeddings 11x8 + 8x8; per block 2 LN (32) + qkv (8x24+24) + proj (72) + fc (8x32+32) + proj
   // (32x8+8); ln_f 16; head 88
   CHECK(gpt.parameter_count() == 88 + 64 + 3 * (32 + 216 + 72 + 288 + 264) + 16 + 88);
@@ -105,11 +105,11 @@ TEST_CASE("freezing a prefix stops its gradients", "[nn][gpt]") {
   CHECK(gpt.parameter("blocks.1.attn.qkv.weight").grad().defined());
   CHECK(gpt.parameter("wte.weight").grad().defined());
   gpt.unfreeze();
-  CHECK_THROWS_AS(gpt.freeze("nothing."), UsageError);
+  CHECK_THROWS_AS(gpt.freeze("nothing."), ArgumentError);
 }
 
 TEST_CASE("GPT rejects bad configs and inputs", "[nn][gpt][errors]") {
-  CHECK_THROWS_AS(nn::GPT<float>(nn::GPTConfig{.heads = 3, .width = 8}), UsageError);
+  CHECK_THROWS_AS(nn::GPT<float>(nn::GPTConfig{.heads = 3, .width = 8}), ArgumentError);
   const nn::GPT<float> gpt(small());
   CHECK_THAT(error_message([&] {
                gpt.logits(Tensor<std::int32_t>::zeros({1, 9}));

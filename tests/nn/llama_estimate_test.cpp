@@ -209,7 +209,7 @@ TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate]
     CHECK(e.parameters == 4.0 * static_cast<double>(model.parameter_count()));
   }
   CHECK_THROWS_AS(remat::nn::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}),
-                  remat::UsageError);
+                  remat::ArgumentError);
 }
 
 TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measures on the model",

@@ -9,7 +9,7 @@
 #include "support/reference.hpp"
 
 #include <remat/nn/llama.hpp>
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
 
 #include <set>
 
@@ -20,7 +20,7 @@ using remat::Tensor;
 std::unique_ptr<remat::nn::Llama<double>> family_model(const nlohmann::json& c,
                                                        remat::nn::Attention attention) {
   remat::nn::LlamaConfig config =
-      remat::nn::llama_config_from_json(c.at("config"), "llama_families.json");
+      remat::hub::llama_config_from_json(c.at("config"), "llama_families.json");
   config.attention = attention;
   auto model = std::make_unique<remat::nn::Llama<double>>(config);
   for (const auto& [name, p] : model->named_parameters()) {
@@ -110,14 +110,14 @@ std::string family_json(const std::string& family, const std::string& extra = ""
 
 std::string family_error(const std::string& text) {
   return remat::test::error_message(
-      [&] { remat::nn::parse_llama_config(text, "hub/config.json"); });
+      [&] { remat::hub::parse_llama_config(text, "hub/config.json"); });
 }
 
 }  // namespace
 
 TEST_CASE("config.json families: Hugging Face's defaults and meanings per model_type",
           "[nn][llama][config][families]") {
-  using remat::nn::parse_llama_config;
+  using remat::hub::parse_llama_config;
   const auto llama = parse_llama_config(family_json("llama", R"("attention_bias": true,
       "mlp_bias": true, "rope_scaling": {"rope_type": "llama3", "factor": 32.0,
       "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
@@ -275,8 +275,8 @@ TEST_CASE("config.json written by llama_config_json reads back to the same confi
           c.sliding_layers.push_back(rng.uniform_int(2) == 1);
       }
     }
-    INFO("round " << round << ": " << remat::nn::llama_config_json(c));
-    const auto back = remat::nn::parse_llama_config(remat::nn::llama_config_json(c));
+    INFO("round " << round << ": " << remat::hub::llama_config_json(c));
+    const auto back = remat::hub::parse_llama_config(remat::hub::llama_config_json(c));
     CHECK(back.model_type == c.model_type);
     CHECK(back.head_dim() == c.head_dim());
     CHECK(back.attention_bias == c.attention_bias);
@@ -305,7 +305,7 @@ TEST_CASE("config.json written by llama_config_json reads back to the same confi
                                   .num_attention_heads = 2,
                                   .num_key_value_heads = 1,
                                   .attention_bias = true};
-  CHECK(remat::nn::llama_family_of(qkv_only) == "qwen2");
+  CHECK(remat::hub::llama_family_of(qkv_only) == "qwen2");
   qkv_only.mlp_bias = true;  // no family has q/k/v and MLP biases without an o bias
-  CHECK_THROWS_WITH(remat::nn::llama_family_of(qkv_only), Catch::Contains("no supported family"));
+  CHECK_THROWS_WITH(remat::hub::llama_family_of(qkv_only), Catch::Contains("no supported family"));
 }

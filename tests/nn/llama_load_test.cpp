@@ -1,4 +1,4 @@
-// nn::load_llama: a Llama saved as a Hugging Face folder (random configs of every family, one
+// hub::load_llama: a Llama saved as a Hugging Face folder (random configs of every family, one
 // file or random shards, F32 or BF16) loads back to the same parameters and logits, and with
 // frozen NF4/INT8/BF16 projections to what quantizing the loaded floats gives; mismatched
 // folders, extra tensors and wrong vocab sizes are IoErrors naming them; a config.json read
@@ -8,7 +8,7 @@
 
 #include "support/gradcheck.hpp"
 
-#include <remat/nn/llama_load.hpp>
+#include <remat/hub/llama_load.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 
 #include <filesystem>
@@ -48,7 +48,7 @@ remat::nn::LlamaConfig ll_random_config(remat::Rng& rng) {
 /// Saves `model` into `dir` as train_llama's --save-hf does, sharded at `max_shard` bytes.
 void ll_save(const remat::nn::Llama<float>& model, const std::string& dir, std::size_t max_shard,
              remat::io::StoreAs store) {
-  std::ofstream(dir + "/config.json") << remat::nn::llama_config_json(model.config());
+  std::ofstream(dir + "/config.json") << remat::hub::llama_config_json(model.config());
   std::vector<remat::io::NamedTensor<float>> tensors;
   for (const auto& [name, p] : model.named_parameters()) tensors.emplace_back(name, p.value());
   remat::io::save_sharded(dir, tensors, max_shard, {{"format", "pt"}}, store);
@@ -68,7 +68,7 @@ TEST_CASE("load_llama reads back what was saved: random configs, one file or sha
         rng.uniform_int(2) ? (1u << 30) : 64 + static_cast<std::size_t>(rng.uniform_int(2000));
     ll_save(saved, dir, max_shard, bf16 ? remat::io::StoreAs::bf16 : remat::io::StoreAs::native);
     INFO("round " << round << " bf16 " << bf16 << " shard bytes " << max_shard);
-    const remat::nn::Llama<float> loaded = remat::nn::load_llama<float>(dir);
+    const remat::nn::Llama<float> loaded = remat::hub::load_llama<float>(dir);
     const auto a = saved.named_parameters(), b = loaded.named_parameters();
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -110,7 +110,7 @@ TEST_CASE(
     remat::nn::Llama<float> model(other);
     std::vector<std::vector<float>> before;
     for (const auto& [name, p] : model.named_parameters()) before.push_back(p.value().to_vector());
-    REQUIRE_THROWS_WITH(remat::nn::load_weights(model, remat::io::WeightFiles::open(dir)),
+    REQUIRE_THROWS_WITH(remat::hub::load_weights(model, remat::io::WeightFiles::open(dir)),
                         Catch::Contains("mlp.") && Catch::Contains("has shape") &&
                             Catch::Contains("but the model expects"));
     std::size_t i = 0;
@@ -118,7 +118,7 @@ TEST_CASE(
       REQUIRE(p.value().to_vector() == before[i++]);
   }
   const std::string missing = ll_dir("missing_config");
-  REQUIRE_THROWS_WITH(remat::nn::load_llama<float>(missing), Catch::Contains("config.json"));
+  REQUIRE_THROWS_WITH(remat::hub::load_llama<float>(missing), Catch::Contains("config.json"));
 }
 
 namespace {
@@ -165,8 +165,8 @@ TEST_CASE("config.json: a repeated key, at any level, is an IoError naming the f
           "[nn][llama][io][errors]") {
   remat::Rng rng(26);
   const remat::nn::LlamaConfig config = ll_random_config(rng);
-  const std::string good = remat::nn::llama_config_json(config);
-  REQUIRE_NOTHROW(remat::nn::parse_llama_config(good, "dir/config.json"));
+  const std::string good = remat::hub::llama_config_json(config);
+  REQUIRE_NOTHROW(remat::hub::parse_llama_config(good, "dir/config.json"));
   // every key of the written config, repeated with another value (the last one would win)
   const nlohmann::json parsed = nlohmann::json::parse(good);
   int checked = 0;
@@ -175,8 +175,9 @@ TEST_CASE("config.json: a repeated key, at any level, is an IoError naming the f
                                   ? std::to_string(value.get<std::int64_t>() + 1)
                               : value.is_boolean() ? (value.get<bool>() ? "false" : "true")
                                                    : "\"other\"";
-    const std::string message = remat::test::error_message(
-        [&] { remat::nn::parse_llama_config(ll_repeat_key(good, key, other), "dir/config.json"); });
+    const std::string message = remat::test::error_message([&] {
+      remat::hub::parse_llama_config(ll_repeat_key(good, key, other), "dir/config.json");
+    });
     INFO(key << ": " << message);
     CHECK_THAT(message, Catch::Contains("dir/config.json") &&
                             Catch::Contains("the key '" + key + "' appears twice"));
@@ -186,9 +187,9 @@ TEST_CASE("config.json: a repeated key, at any level, is an IoError naming the f
   // inside a nested object too, named by its path
   const std::string nested =
       good.substr(0, good.rfind('}')) + R"(, "quantization_config": {"bits": 4, "bits": 8}})";
-  CHECK_THAT(
-      remat::test::error_message([&] { remat::nn::parse_llama_config(nested, "dir/config.json"); }),
-      Catch::Contains("'bits' appears twice in the object 'quantization_config'"));
+  CHECK_THAT(remat::test::error_message(
+                 [&] { remat::hub::parse_llama_config(nested, "dir/config.json"); }),
+             Catch::Contains("'bits' appears twice in the object 'quantization_config'"));
 }
 
 TEST_CASE("config.json as a FIFO or a folder is an IoError naming it, never a hang",
@@ -201,16 +202,16 @@ TEST_CASE("config.json as a FIFO or a folder is an IoError naming it, never a ha
             return remat::test::error_status(
                 [&] {
                   if (folder)
-                    (void)remat::nn::load_llama<float>(dir);
+                    (void)remat::hub::load_llama<float>(dir);
                   else
-                    (void)remat::nn::load_llama_config(config);
+                    (void)remat::hub::load_llama_config(config);
                 },
                 {config.c_str(), "a FIFO"});
           }) == 0);
   }
   REQUIRE(::unlink(config.c_str()) == 0);
   std::filesystem::create_directory(config);
-  CHECK_THAT(remat::test::error_message([&] { (void)remat::nn::load_llama_config(config); }),
+  CHECK_THAT(remat::test::error_message([&] { (void)remat::hub::load_llama_config(config); }),
              Catch::Contains(config) && Catch::Contains(std::strerror(EISDIR)));
 }
 
@@ -223,8 +224,8 @@ TEST_CASE(
   const remat::nn::Llama<float> saved(config);
   const std::string dir = ll_dir("huge_sizes");
   ll_save(saved, dir, 1 << 20, remat::io::StoreAs::native);
-  const nlohmann::json good = nlohmann::json::parse(remat::nn::llama_config_json(config));
-  REQUIRE_NOTHROW(remat::nn::load_llama<float>(dir));
+  const nlohmann::json good = nlohmann::json::parse(remat::hub::llama_config_json(config));
+  REQUIRE_NOTHROW(remat::hub::load_llama<float>(dir));
   // each size set to a value whose tensors overflow (2^62, 2^59 + 1: refused when parsed) or
   // exist in no memory (2^40, 2^36: refused against the files); all in a forked child, so that a
   // regression that allocates cannot take this process's memory
@@ -237,7 +238,7 @@ TEST_CASE(
       INFO(key << " = " << value);
       const std::string named = std::string(key) + " = " + std::to_string(value);
       CHECK(remat::test::run_in_child([&] {
-              return remat::test::error_status([&] { (void)remat::nn::load_llama<float>(dir); },
+              return remat::test::error_status([&] { (void)remat::hub::load_llama<float>(dir); },
                                                {"config.json", named.c_str()});
             }) == 0);
     }
@@ -253,10 +254,10 @@ TEST_CASE("the config fuzzer's seed corpus holds what its names say", "[nn][llam
     const std::string name = e.path().filename().string();
     INFO(name);
     if (name.rfind("valid_", 0) == 0) {
-      CHECK_NOTHROW(remat::nn::load_llama_config(e.path().string()));
+      CHECK_NOTHROW(remat::hub::load_llama_config(e.path().string()));
       ++valid;
     } else {
-      CHECK_THROWS_AS(remat::nn::load_llama_config(e.path().string()), remat::IoError);
+      CHECK_THROWS_AS(remat::hub::load_llama_config(e.path().string()), remat::IoError);
       ++rejected;
     }
   }
@@ -277,19 +278,19 @@ TEST_CASE(
     const std::string dir = ll_dir("family_" + std::to_string(round));
     ll_save(saved, dir, 64 + static_cast<std::size_t>(rng.uniform_int(3000)),
             remat::io::StoreAs::native);
-    INFO("round " << round << ": " << remat::nn::llama_config_json(config));
+    INFO("round " << round << ": " << remat::hub::llama_config_json(config));
     const auto ids = ll_ids(rng, config.vocab_size);
     remat::NoGradGuard no_grad;
-    const remat::nn::Llama<float> loaded = remat::nn::load_llama<float>(dir);
-    CHECK(loaded.config().model_type == remat::nn::llama_family_of(config));
+    const remat::nn::Llama<float> loaded = remat::hub::load_llama<float>(dir);
+    CHECK(loaded.config().model_type == remat::hub::llama_family_of(config));
     CHECK(loaded.logits(ids).value().to_vector() == saved.logits(ids).value().to_vector());
 
     const remat::WeightStorage storage = storages[round % 3];
-    remat::nn::Llama<float> quantized = remat::nn::load_llama<float>(dir);
+    remat::nn::Llama<float> quantized = remat::hub::load_llama<float>(dir);
     remat::nn::quantize_blocks(quantized, storage);
     { const remat::Tensor<float> freed({1024}); }  // something in the allocator's cache
     const remat::nn::Llama<float> direct =
-        remat::nn::load_llama<float>(dir, {.projections = storage});
+        remat::hub::load_llama<float>(dir, {.projections = storage});
     INFO(remat::to_string(storage));
     CHECK(remat::memory::cached_bytes() == 0);  // the float matrices went back to the system
     CHECK(direct.logits(ids).value().to_vector() == quantized.logits(ids).value().to_vector());
@@ -317,7 +318,7 @@ TEST_CASE(
                          const std::vector<std::pair<std::string, remat::Tensor<float>>>& extra,
                          const std::string& drop = "") {
     const std::string dir = ll_dir(name);
-    std::ofstream(dir + "/config.json") << remat::nn::llama_config_json(c);
+    std::ofstream(dir + "/config.json") << remat::hub::llama_config_json(c);
     std::vector<remat::io::NamedTensor<float>> tensors;
     for (const auto& [n, p] : saved.named_parameters())
       if (n != drop) tensors.emplace_back(n, p.value());
@@ -327,7 +328,7 @@ TEST_CASE(
   };
   const auto error = [](const std::string& dir, remat::WeightStorage s) {
     return remat::test::error_message(
-        [&] { remat::nn::load_llama<float>(dir, {.projections = s}); });
+        [&] { remat::hub::load_llama<float>(dir, {.projections = s}); });
   };
   const remat::Tensor<float> embed = saved.embed_tokens.weight.value();
   for (const auto storage : {remat::WeightStorage::f32, remat::WeightStorage::nf4}) {
@@ -351,7 +352,7 @@ TEST_CASE(
       write("known", config,
             {{"model.layers.0.self_attn.rotary_emb.inv_freq", remat::Tensor<float>::ones({2})},
              {"lm_head.weight", embed.clone()}});
-  CHECK_NOTHROW(remat::nn::load_llama<float>(known));
+  CHECK_NOTHROW(remat::hub::load_llama<float>(known));
   // vocab_size in config.json not the embedding's rows
   remat::nn::LlamaConfig wrong_vocab = config;
   wrong_vocab.vocab_size += 3;

@@ -6,7 +6,7 @@
 #include "support/reference.hpp"
 
 #include <remat/nn/llama.hpp>
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
 
 #include <fstream>
 #include <set>
@@ -18,7 +18,7 @@ using remat::Tensor;
 /// The model a reference case describes, holding the case's weights.
 std::unique_ptr<remat::nn::Llama<double>> llama_from_reference(
     const nlohmann::json& c, remat::nn::Attention attention = remat::nn::Attention::fused) {
-  remat::nn::LlamaConfig config = remat::nn::llama_config_from_json(c.at("config"), "llama.json");
+  remat::nn::LlamaConfig config = remat::hub::llama_config_from_json(c.at("config"), "llama.json");
   config.attention = attention;
   auto model = std::make_unique<remat::nn::Llama<double>>(config);
   for (const auto& [name, p] : model->named_parameters()) {
@@ -168,7 +168,7 @@ TEST_CASE("Llama configs: config.json fields, Hugging Face defaults, and clear e
       R"({"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 1000000.0,
     "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "hidden_act": "silu", "rope_scaling": null, "torch_dtype": "bfloat16"})";
-  const auto c = remat::nn::parse_llama_config(good, "good.json");
+  const auto c = remat::hub::parse_llama_config(good, "good.json");
   CHECK(c.vocab_size == 100);
   CHECK(c.num_key_value_heads == 2);
   CHECK(c.rope_theta == 1e6);
@@ -176,18 +176,18 @@ TEST_CASE("Llama configs: config.json fields, Hugging Face defaults, and clear e
   CHECK(c.tie_word_embeddings);
   CHECK(c.max_position_embeddings == 32768);
   // written back and read again: the same config
-  const auto again = remat::nn::parse_llama_config(remat::nn::llama_config_json(c));
+  const auto again = remat::hub::parse_llama_config(remat::hub::llama_config_json(c));
   CHECK(again.hidden_size == c.hidden_size);
   CHECK(again.attention_bias == c.attention_bias);
   CHECK(again.rope_theta == c.rope_theta);
-  const auto llama = remat::nn::parse_llama_config(
+  const auto llama = remat::hub::parse_llama_config(
       R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2})");
   CHECK(llama.num_key_value_heads == 2);
   CHECK(!llama.attention_bias);
 
   const auto error = [](const std::string& text) {
     return remat::test::error_message(
-        [&] { remat::nn::parse_llama_config(text, "model/config.json"); });
+        [&] { remat::hub::parse_llama_config(text, "model/config.json"); });
   };
   CHECK_THAT(error(R"({"vocab_size": 10})"),
              Contains("model/config.json") && Contains("'hidden_size' is missing"));
@@ -218,12 +218,12 @@ TEST_CASE("Llama configs: config.json fields, Hugging Face defaults, and clear e
   CHECK_THAT(error("{\"x\": \"" + std::string(1000, '[') + "\"}"),
              Contains("'vocab_size' is missing"));
   CHECK_THAT(
-      remat::test::error_message([] { remat::nn::load_llama_config("/nonexistent/config.json"); }),
+      remat::test::error_message([] { remat::hub::load_llama_config("/nonexistent/config.json"); }),
       Contains("/nonexistent/config.json") && Contains("cannot open"));
   // fuzzed truncations of a good file: each an IoError or a config, never a crash
   for (std::size_t n = 0; n < good.size(); n += 7) {
     try {
-      remat::nn::parse_llama_config(good.substr(0, n));
+      remat::hub::parse_llama_config(good.substr(0, n));
     } catch (const remat::IoError&) {
     }
   }

@@ -79,7 +79,7 @@ TEST_CASE("loss() and profile() refuse the options they cannot honour, naming th
   const remat::plan::Plan every = remat::plan::every(1);
   const auto message = [](const auto& call) { return remat::test::error_message(call); };
   remat::Tape tape;
-  CHECK_THROWS_AS(gpt.loss(ids, ids, {.chunk_rows = -2}), remat::UsageError);
+  CHECK_THROWS_AS(gpt.loss(ids, ids, {.chunk_rows = -2}), remat::ArgumentError);
   CHECK_THAT(message([&] { (void)gpt.loss(ids, ids, {.chunk_rows = -2}); }),
              Catch::Contains("GPT::loss") && Catch::Contains("chunk_rows -2"));
   CHECK_THAT(message([&] { (void)llama.loss(ids, ids, {.chunked = false, .chunk_rows = 3}); }),

@@ -7,7 +7,8 @@
 #include "support/reference.hpp"
 
 #include <remat/nn/llama.hpp>
-#include <remat/nn/llama_config.hpp>
+#include <remat/hub/llama_config.hpp>
+#include <remat/hub/peft.hpp>
 #include <remat/nn/lora.hpp>
 
 #include <filesystem>
@@ -23,7 +24,7 @@ namespace lora = remat::nn::lora;
 std::unique_ptr<remat::nn::Llama<double>> lora_reference_base() {
   const nlohmann::json& ref = remat::test::reference("lora.json");
   auto model = std::make_unique<remat::nn::Llama<double>>(
-      remat::nn::llama_config_from_json(ref.at("config"), "lora.json"));
+      remat::hub::llama_config_from_json(ref.at("config"), "lora.json"));
   for (const auto& [name, p] : model->named_parameters()) {
     const Tensor<double> w = remat::test::json_tensor<double>(ref.at("params").at(name));
     REQUIRE(w.shape() == p.shape());
@@ -63,7 +64,7 @@ TEST_CASE(
         std::string(REMAT_REFERENCE_DIR) + "/lora/" + c.at("folder").get<std::string>();
     INFO(dir);
     const auto model = lora_reference_base();
-    const auto adapters = lora::load(*model, dir);
+    const auto adapters = remat::hub::load_lora(*model, dir);
     // the layers PEFT's rules select, each with its rank and scale
     std::map<std::string, std::pair<std::int64_t, double>> got;
     for (const auto& a : adapters.adapters()) got[a.path] = {a.rank, a.scale};
@@ -109,8 +110,8 @@ TEST_CASE("lora: save_adapters then load round-trips every field of the options 
       CHECK(a.scale == (o.use_rslora ? 3.5 / std::sqrt(double(a.rank)) : 3.5 / double(a.rank)));
     }
     const std::string dir = lora_config_dir("roundtrip" + std::to_string(round));
-    adapters.save_adapters(dir);
-    const lora::Options back = lora::read_options(dir);
+    remat::hub::save_adapters(adapters, dir);
+    const lora::Options back = remat::hub::read_lora_options(dir);
     CHECK(back.rank == o.rank);
     CHECK(back.alpha == o.alpha);
     CHECK(back.dropout == o.dropout);
@@ -126,7 +127,7 @@ TEST_CASE("lora: save_adapters then load round-trips every field of the options 
     CHECK(back.base_model_name_or_path == "tiny");
 
     const auto other = lora_reference_base();
-    const auto loaded = lora::load(*other, dir);
+    const auto loaded = remat::hub::load_lora(*other, dir);
     REQUIRE(loaded.adapters().size() == adapters.adapters().size());
     for (std::size_t i = 0; i < loaded.adapters().size(); ++i) {
       CHECK(loaded.adapters()[i].path == adapters.adapters()[i].path);
@@ -142,7 +143,7 @@ TEST_CASE("lora: save_adapters then load round-trips every field of the options 
     lora::Options plain = o;
     plain.use_rslora = !o.use_rslora;
     auto mismatched = lora::apply(*third, plain);
-    CHECK_THROWS_WITH(mismatched.load_adapters(dir),
+    CHECK_THROWS_WITH(remat::hub::load_adapters(mismatched, dir),
                       Catch::Contains("use_rslora") && Catch::Contains("lora_alpha = 3.5"));
   }
 }
@@ -160,7 +161,7 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
   const auto read = [&](const nlohmann::ordered_json& config) -> std::string {
     write_config(dir, config);
     try {
-      lora::read_options(dir);
+      remat::hub::read_lora_options(dir);
     } catch (const remat::Error& e) {
       return e.what();
     }
@@ -219,7 +220,7 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
     c[key] = nullptr;
   c["loftq_config"] = nlohmann::ordered_json::object();
   c["init_lora_weights"] = "gaussian";
-  for (const auto& [key, why] : lora::kHarmlessFields) c[key] = "anything";
+  for (const auto& [key, why] : remat::hub::kHarmlessLoraFields) c[key] = "anything";
   c["runtime_config"] = {{"ephemeral_gpu_offload", false}};
   CHECK(read(c).empty());
   std::filesystem::remove_all(dir);

@@ -7,6 +7,7 @@
 #include <remat/checkpoint/plan.hpp>
 #include <remat/nn/gpt.hpp>
 #include <remat/nn/llama.hpp>
+#include <remat/hub/peft.hpp>
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 
@@ -212,7 +213,7 @@ TEST_CASE("lora on nn::GPT and merge(): merged logits equal base + adapters to r
     CHECK(name.find("lora_") == std::string::npos);
   const Tensor<float> after = gpt.logits(ids).value();
   CHECK(lora_difference(after, before) <= 1e-5);
-  CHECK_THROWS_AS(merged.save_adapters(lora_temp_dir("merged")), remat::UsageError);
+  CHECK_THROWS_AS(remat::hub::save_adapters(merged, lora_temp_dir("merged")), remat::UsageError);
 
   remat::nn::Llama<float> llama(lora_llama_config(5));
   const auto la = lora::apply(llama, {.rank = 3, .alpha = 6, .targets = kLlamaLinears});
@@ -239,7 +240,7 @@ TEST_CASE(
   const auto adapters = lora::apply(model, options);
   lora_randomize_b(adapters, 3);
   const std::string dir = lora_temp_dir("roundtrip");
-  adapters.save_adapters(dir);
+  remat::hub::save_adapters(adapters, dir);
 
   std::ifstream cf(dir + "/adapter_config.json");
   const nlohmann::json config = nlohmann::json::parse(cf);
@@ -261,7 +262,7 @@ TEST_CASE(
   // a second model with other adapter values loads them back bitwise
   remat::nn::Llama<float> other(lora_llama_config(3));
   auto loaded = lora::apply(other, {.rank = 4, .alpha = 8, .targets = targets, .seed = 99});
-  loaded.load_adapters(dir);
+  remat::hub::load_adapters(loaded, dir);
   const auto want = adapters.named_parameters();
   const auto got = loaded.named_parameters();
   REQUIRE(want.size() == got.size());
@@ -277,7 +278,7 @@ TEST_CASE(
   CHECK(other.logits(ids).value().to_vector() == model.logits(ids).value().to_vector());
 
   const auto load_error = [](lora::Adapters<float>& a, const std::string& d) {
-    return remat::test::error_message([&] { a.load_adapters(d); });
+    return remat::test::error_message([&] { remat::hub::load_adapters(a, d); });
   };
   // another rank: named by the config
   remat::nn::Llama<float> m2(lora_llama_config(3));
@@ -311,9 +312,9 @@ TEST_CASE(
              Contains("'qproj' names no Linear"));
   for (const auto& [name, p] : m6.named_parameters())
     CHECK(name.find("lora_") == std::string::npos);
-  CHECK_THROWS_AS(lora::apply(m6, {.rank = 0, .targets = {"q_proj"}}), remat::UsageError);
+  CHECK_THROWS_AS(lora::apply(m6, {.rank = 0, .targets = {"q_proj"}}), remat::ArgumentError);
   CHECK_THROWS_AS(lora::apply(m6, {.rank = 2, .dropout = 1.0, .targets = {"q_proj"}}),
-                  remat::UsageError);
+                  remat::ArgumentError);
   lora::apply(m6, {.rank = 2, .targets = {"q_proj"}});
   CHECK_THAT(
       remat::test::error_message([&] { lora::apply(m6, {.rank = 2, .targets = {"q_proj"}}); }),
@@ -382,12 +383,12 @@ TEST_CASE(
   remat::nn::Llama<float> model(lora_llama_config(1));
   auto adapters = lora::apply(model, {.rank = 2, .alpha = 4, .targets = {"q_proj"}});
   const std::string dir = lora_temp_dir("not_regular");
-  adapters.save_adapters(dir);
+  remat::hub::save_adapters(adapters, dir);
   const std::string path = dir + "/adapter_config.json";
   std::ifstream in(path);
   const std::string good{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   in.close();
-  REQUIRE_NOTHROW(adapters.load_adapters(dir));
+  REQUIRE_NOTHROW(remat::hub::load_adapters(adapters, dir));
   // every top-level key repeated with another value, and a repeated key in a nested object
   const nlohmann::json parsed = nlohmann::json::parse(good);
   int repeated = 0;
@@ -395,7 +396,8 @@ TEST_CASE(
     const std::size_t at = good.find("\"" + key + "\"");
     REQUIRE(at != std::string::npos);
     std::ofstream(path) << good.substr(0, at) << "\"" << key << "\": 3, " << good.substr(at);
-    const std::string message = remat::test::error_message([&] { adapters.load_adapters(dir); });
+    const std::string message =
+        remat::test::error_message([&] { remat::hub::load_adapters(adapters, dir); });
     INFO(message);
     CHECK_THAT(message, Contains(path) && Contains("the key '" + key + "' appears twice"));
     ++repeated;
@@ -403,17 +405,17 @@ TEST_CASE(
   CHECK(repeated >= 8);
   std::ofstream(path) << good.substr(0, good.rfind('}'))
                       << R"(, "nested_pattern": {"q_proj": 8, "q_proj": 16}})";
-  CHECK_THAT(remat::test::error_message([&] { adapters.load_adapters(dir); }),
+  CHECK_THAT(remat::test::error_message([&] { remat::hub::load_adapters(adapters, dir); }),
              Contains("'q_proj' appears twice in the object 'nested_pattern'"));
   // a folder in its place (the issue: a non-remat exception), then a FIFO (a hang)
   std::filesystem::remove(path);
   std::filesystem::create_directory(path);
-  CHECK_THAT(remat::test::error_message([&] { adapters.load_adapters(dir); }),
+  CHECK_THAT(remat::test::error_message([&] { remat::hub::load_adapters(adapters, dir); }),
              Contains(path) && Contains(std::strerror(EISDIR)));
   std::filesystem::remove(path);
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
   CHECK(remat::test::run_in_child([&] {
-          return remat::test::error_status([&] { adapters.load_adapters(dir); },
+          return remat::test::error_status([&] { remat::hub::load_adapters(adapters, dir); },
                                            {path.c_str(), "a FIFO"});
         }) == 0);
 }
@@ -430,7 +432,7 @@ TEST_CASE("the adapter_config fuzzer's seed corpus holds what its names say",
                                                        .max_position_embeddings = 4});
   auto adapters = lora::apply(model, {.rank = 2, .alpha = 4, .targets = {"q_proj"}});
   const std::string dir = lora_temp_dir("adapter_corpus");
-  adapters.save_adapters(dir);
+  remat::hub::save_adapters(adapters, dir);
   const auto corpus = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
                       "fuzz" / "corpus" / "adapter_config";
   REQUIRE(std::filesystem::is_directory(corpus));
@@ -441,10 +443,10 @@ TEST_CASE("the adapter_config fuzzer's seed corpus holds what its names say",
     std::filesystem::copy_file(e.path(), dir + "/adapter_config.json",
                                std::filesystem::copy_options::overwrite_existing);
     if (name.rfind("valid_", 0) == 0) {
-      CHECK_NOTHROW(adapters.load_adapters(dir));
+      CHECK_NOTHROW(remat::hub::load_adapters(adapters, dir));
       ++valid;
     } else {
-      CHECK_THROWS_AS(adapters.load_adapters(dir), remat::IoError);
+      CHECK_THROWS_AS(remat::hub::load_adapters(adapters, dir), remat::IoError);
       ++rejected;
     }
   }

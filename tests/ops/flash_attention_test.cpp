@@ -125,7 +125,7 @@ TEST_CASE("flash_causal_self_attention rejects bad shapes, dropout and block siz
   CHECK_THROWS_AS(remat::flash_causal_self_attention(
                       remat::Var<float>(remat::Tensor<float>::zeros({2, 12})), 2),
                   remat::ShapeError);
-  CHECK_THROWS_AS(remat::flash_causal_self_attention(qkv, 2, 1.5), remat::UsageError);
+  CHECK_THROWS_AS(remat::flash_causal_self_attention(qkv, 2, 1.5), remat::ArgumentError);
   CHECK_THAT(
       remat::test::error_message([&] { remat::flash_causal_self_attention(qkv, 2, 0.0, 0); }),
       Catch::Contains("block_rows") && Catch::Contains("(2, 3, 12)"));

@@ -96,5 +96,5 @@ TEST_CASE("quantized linear rejects inputs and biases that do not fit",
   CHECK_THROWS_AS(remat::linear(Var<float>(Tensor<float>::zeros({2, 5})), w,
                                 Var<float>(Tensor<float>::zeros({3}))),
                   remat::ShapeError);
-  CHECK_THROWS_AS(remat::linear(x, std::shared_ptr<const QuantizedWeight>()), remat::UsageError);
+  CHECK_THROWS_AS(remat::linear(x, std::shared_ptr<const QuantizedWeight>()), remat::ArgumentError);
 }

@@ -106,7 +106,7 @@ inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<doubl
   } else {
     y = f(vars);
   }
-  if (!y.defined()) throw UsageError("gradcheck: the function returned an undefined Var");
+  if (!y.defined()) throw ArgumentError("gradcheck: the function returned an undefined Var");
   if (backward_seed) {
     tape.backward(y, *backward_seed);
     for (const Var<double>& v : vars) {
@@ -124,7 +124,7 @@ inline Tensor<double> evaluate(const Function& f, const std::vector<Tensor<doubl
 inline GradcheckResult gradcheck(const Function& f, const std::vector<Tensor<double>>& inputs,
                                  const GradcheckOptions& options = {}) {
   if (!(options.eps > 0) || !(options.atol >= 0) || !(options.rtol >= 0)) {
-    throw UsageError(remat::detail::cat(
+    throw ArgumentError(remat::detail::cat(
         "gradcheck: eps must be positive and the tolerances non-negative, got eps ", options.eps,
         ", atol ", options.atol, ", rtol ", options.rtol));
   }

@@ -526,8 +526,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
     // just before the layer
     std::vector<std::vector<double>> starts(n), ends(n);
     const auto reading = [&](std::size_t i, bool last) {
-      if (starts[i].empty() || ends[i].empty())
-        throw Error("internal error: plan::profile's replay markers did not run");
+      REMAT_ASSERT(!starts[i].empty() && !ends[i].empty(),
+                   "plan::profile's replay markers did not run for layer ", i);
       return last ? ends[i].back() - starts[i].back() : ends[i].front() - starts[i].front();
     };
     c.segment_transient_bytes.assign(n, 0);

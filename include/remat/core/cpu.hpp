@@ -80,11 +80,11 @@ inline Isa active_isa() noexcept {
 }
 
 /// Makes remat's dispatched kernels run `isa`, for tests and benchmarks that measure each path
-/// on one machine. Throws UsageError if this CPU does not offer it.
+/// on one machine. Throws ArgumentError if this CPU does not offer it.
 inline void set_isa(Isa isa) {
   if (isa > cpu_isa()) {
-    throw UsageError(detail::cat("set_isa: this CPU offers at most ", to_string(cpu_isa()),
-                                 ", not ", to_string(isa)));
+    throw ArgumentError(detail::cat("set_isa: this CPU offers at most ", to_string(cpu_isa()),
+                                    ", not ", to_string(isa)));
   }
   detail::active_isa_setting().store(isa, std::memory_order_relaxed);
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace remat {
 
@@ -27,8 +28,24 @@ class IndexError : public Error {
   using Error::Error;
 };
 
-/// A valid call at the wrong time: backward twice, a Var used after its tape ended, ...
+/// A bad argument: a value, size or option the function cannot take (a negative rate, a dropout
+/// of 1, an undefined tensor, options that exclude each other). The message names the function
+/// or flag and the value. Shapes that do not fit are ShapeErrors, indices out of range
+/// IndexErrors.
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A valid call at the wrong time or in the wrong place: backward twice, a Var used after its
+/// tape ended, a tape used from another thread, adapters applied twice, ...
 class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An internal invariant that does not hold (REMAT_ASSERT): a bug in remat, not in the caller.
+class InternalError : public Error {
  public:
   using Error::Error;
 };
@@ -75,5 +92,25 @@ std::string cat(const Parts&... parts) {
   return out.str();
 }
 
+/// REMAT_ASSERT's message: "internal error at file:line: what (condition does not hold)".
+inline std::string internal_error_message(std::string_view condition, const char* file, int line,
+                                          const std::string& what) {
+  std::string out = cat("internal error at ", file, ":", line, ": ", what);
+  if (condition != "false") out += cat(" (", condition, " does not hold)");
+  return out;
+}
+
 }  // namespace detail
 }  // namespace remat
+
+/// Checks an internal invariant; when it does not hold, throws an InternalError naming the place,
+/// what follows (printable parts, as detail::cat takes them) and the condition. Always on: the
+/// checks guard rare paths, and a wrong result must never pass silently. REMAT_ASSERT(false, ...)
+/// marks a path that must not be reached.
+#define REMAT_ASSERT(condition, ...)                                           \
+  do {                                                                         \
+    if (!(condition)) {                                                        \
+      throw ::remat::InternalError(::remat::detail::internal_error_message(    \
+          #condition, __FILE__, __LINE__, ::remat::detail::cat(__VA_ARGS__))); \
+    }                                                                          \
+  } while (false)

@@ -30,10 +30,8 @@ void add_into(Tensor<T>& dst, const Tensor<T>& src) {
 /// gradient leak into another.
 template <class T>
 void accumulate(Tensor<T>& slot, bool stale, Tensor<T> g) {
-  if (slot.defined() && !(slot.shape() == g.shape())) {
-    throw Error(cat("internal error: gradient of shape ", g.shape(), " added to one of shape ",
-                    slot.shape()));
-  }
+  REMAT_ASSERT(!slot.defined() || slot.shape() == g.shape(), "gradient of shape ", g.shape(),
+               " added to one of shape ", slot.shape());
   if (!slot.defined() || (stale && !slot.is_unique())) {
     slot = std::move(g);
   } else if (stale) {

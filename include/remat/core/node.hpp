@@ -234,10 +234,8 @@ void Node<T>::replay(detail::NodeTable nodes) {
   values.reserve(inputs.size());
   for (std::uint32_t input : inputs) {
     values.push_back(detail::node_cast<T>(nodes[input].get()).replay_value());
-    if (!values.back().defined()) {
-      throw Error(detail::cat("internal error: replay of '", op_name(), "' found input node ",
-                              input, " without a value"));
-    }
+    REMAT_ASSERT(values.back().defined(), "replay of '", op_name(), "' found input node ", input,
+                 " without a value");
   }
   if (resaved) {
     resave(values, value_);  // the output kept from the first pass (Note [kept nodes])

@@ -174,7 +174,8 @@ inline int num_threads() noexcept { return detail::ThreadPool::instance().size()
 /// Sets the threads remat's kernels use, including OpenBLAS's. Results of a given computation
 /// are bitwise the same for any thread count (GEMMs: for a given OpenBLAS thread count).
 inline void set_num_threads(int count) {
-  if (count < 1) throw UsageError(detail::cat("set_num_threads: count must be >= 1, got ", count));
+  if (count < 1)
+    throw ArgumentError(detail::cat("set_num_threads: count must be >= 1, got ", count));
   detail::ThreadPool::instance().resize(count);
 #if REMAT_USE_BLAS
   openblas_set_num_threads(count);

@@ -230,7 +230,7 @@ class QuantizedWeight {
                                    ") is empty; a weight is (out, in), both positive"));
     }
     if (storage == WeightStorage::f32) {
-      throw UsageError(
+      throw ArgumentError(
           "QuantizedWeight: f32 is not a quantized storage (keep the float Parameter)");
     }
     const std::int64_t n = rows * cols;

@@ -113,7 +113,7 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
   std::shared_ptr<TapeState> tape;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     const Var<T>& v = *inputs[k];
-    if (!v.defined()) throw UsageError(cat(op, ": input ", k, " is an undefined Var"));
+    if (!v.defined()) throw ArgumentError(cat(op, ": input ", k, " is an undefined Var"));
     const std::shared_ptr<TapeState>& t = v.tape_state();
     if (!t) continue;
     if (!t->on_owner_thread()) throw_foreign_tape(op, k, v.shape(), *t);
@@ -216,7 +216,7 @@ std::uint64_t rng_seed_for(const Var<T>& x) {
 /// forward().
 template <class T>
 Var<T> apply(std::unique_ptr<Node<T>> node, std::initializer_list<Var<T>> inputs) {
-  if (!node) throw UsageError("apply: the op is null");
+  if (!node) throw ArgumentError("apply: the op is null");
   std::vector<const Var<T>*> pointers;
   for (const Var<T>& v : inputs) pointers.push_back(&v);
   return detail::record<T>(std::move(node), pointers);

@@ -50,7 +50,7 @@ class Tape {
   /// A leaf holding `value`; with requires_grad, backward() fills its grad().
   template <class T>
   Var<T> input(Tensor<T> value, bool requires_grad = false) {
-    if (!value.defined()) throw UsageError("Tape::input: the tensor is undefined");
+    if (!value.defined()) throw ArgumentError("Tape::input: the tensor is undefined");
     auto leaf = std::make_unique<detail::Leaf<T>>(
         requires_grad ? detail::LeafKind::input : detail::LeafKind::constant, value);
     leaf->requires_grad = requires_grad;
@@ -152,7 +152,7 @@ class Tape {
   template <class T>
   static void check_single_valued(const Var<T>& root) {
     if (root.numel() != 1) {
-      throw UsageError(
+      throw ArgumentError(
           detail::cat("backward: the output has shape ", root.shape(),
                       ", not a single value; pass its gradient: backward(output, grad)"));
     }

@@ -232,8 +232,9 @@ class TapeState {
     seg.begin = t;
     for (std::uint32_t i = t; i < end; ++i) nodes_[i]->segment = s;
     for (std::uint32_t i = t; i < end; ++i)
-      capture_inputs(*nodes_[i], [&](std::size_t) {
-        throw Error("internal error: a chained segment's tail reads a value nobody holds");
+      capture_inputs(*nodes_[i], [&](std::size_t k) {
+        REMAT_ASSERT(false, "a chained segment's tail (node ", i, ") reads input ", k,
+                     ", a value nobody holds");
       });
     // the sibling's kept values that only its tail read need not wait for its replay any more
     for (std::uint32_t i = prev.begin; i < t; ++i) {
@@ -417,8 +418,7 @@ class TapeState {
       }
     }
     const auto missing = [&](const NodeBase& n, std::size_t k) {
-      throw Error(
-          cat("internal error: replay of segment ", s, " lacks the value of node ", n.inputs[k]));
+      REMAT_ASSERT(false, "replay of segment ", s, " lacks the value of node ", n.inputs[k]);
     };
     for (std::uint32_t i = begin; i < stop; ++i) {
       NodeBase& n = *nodes_[i];

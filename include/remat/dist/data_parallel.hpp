@@ -77,17 +77,17 @@ class DataParallel {
       : comm_(comm), params_(std::move(params)), options_(options) {
     if (options_.bucket_bytes == 0 || options_.first_bucket_bytes == 0 ||
         options_.min_buckets == 0) {
-      throw UsageError(
+      throw ArgumentError(
           "DataParallel: bucket_bytes, first_bucket_bytes and min_buckets must be positive");
     }
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       Parameter<T>& p = params_[i];
       if (!p.defined())
-        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " is undefined"));
+        throw ArgumentError(remat::detail::cat("DataParallel: parameter ", i, " is undefined"));
       if (!index_.emplace(p.identity(), i).second) {
-        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(),
-                                            ") is listed twice"));
+        throw ArgumentError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(),
+                                               ") is listed twice"));
       }
       comm_.broadcast(p.data(), 0);
       if (!p.frozen()) trainable_.push_back(i);
@@ -176,7 +176,7 @@ class DataParallel {
       }
     }
     if (!(max_norm > 0) || !std::isfinite(max_norm)) {
-      throw UsageError(remat::detail::cat(
+      throw ArgumentError(remat::detail::cat(
           "DataParallel::clip_grad_norm: max_norm must be positive and finite, got ", max_norm));
     }
     const double norm = std::sqrt(comm_.all_reduce(local));

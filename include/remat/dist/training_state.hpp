@@ -103,9 +103,9 @@ io::Metadata load_training_state(const std::string& path, nn::Module<T>& m, Data
   for (std::size_t j = 0; j < mine.size(); ++j) {
     const std::size_t k = detail::position_of(all, mine[j]);
     if (k == all.size()) {
-      throw UsageError(remat::detail::cat("dist::load_training_state on rank ", dp.rank(),
-                                          ": optimizer parameter ", j,
-                                          " is not a parameter of the model"));
+      throw ArgumentError(remat::detail::cat("dist::load_training_state on rank ", dp.rank(),
+                                             ": optimizer parameter ", j,
+                                             " is not a parameter of the model"));
     }
     shard.buffers.push_back(whole.buffers[k]);
     shard.counters.push_back(whole.counters[k]);

@@ -45,18 +45,18 @@ struct TokenBatch {
 };
 
 /// Lays `examples` out in rows of `columns` positions (`pad_id` fills the rest). An example
-/// with more than columns + 1 tokens, or fewer than 2, is a UsageError naming it.
+/// with more than columns + 1 tokens, or fewer than 2, is an ArgumentError naming it.
 inline TokenBatch lay_out(const std::vector<TokenizedExample>& examples, std::size_t columns,
                           Layout layout, std::int32_t pad_id) {
-  if (columns == 0) throw UsageError("hub::lay_out: 0 columns");
+  if (columns == 0) throw ArgumentError("hub::lay_out: 0 columns");
   std::vector<std::vector<std::size_t>> rows;  // the examples of each row
   std::size_t used = columns;
   for (std::size_t e = 0; e < examples.size(); ++e) {
     const std::size_t n = examples[e].ids.size();
     if (n < 2 || n - 1 > columns)
-      throw UsageError(remat::detail::cat("hub::lay_out: example ", e, " has ", n,
-                                          " tokens; a row of ", columns, " columns takes 2 to ",
-                                          columns + 1));
+      throw ArgumentError(remat::detail::cat("hub::lay_out: example ", e, " has ", n,
+                                             " tokens; a row of ", columns, " columns takes 2 to ",
+                                             columns + 1));
     if (layout == Layout::pad || used + (n - 1) > columns) {
       rows.emplace_back();
       used = 0;
@@ -94,14 +94,14 @@ inline TokenBatch lay_out(const std::vector<TokenizedExample>& examples, std::si
 /// under TrainOn::assistant, padding). For padded rows this is exact: an example holds its row's
 /// first columns, so its positions are the column indices, and causal attention never looks
 /// from it at the padding after it; the loss is the mean over the batch's counted targets. A
-/// packed row (two examples or more) is a UsageError: its attention must not cross examples and
+/// packed row (two examples or more) is an ArgumentError: its attention must not cross examples and
 /// its positions restart, which only the starts of batch_inputs() tell a model.
 inline std::pair<Tensor<std::int32_t>, Tensor<std::int32_t>> model_inputs(const TokenBatch& b) {
   const Shape shape{static_cast<std::int64_t>(b.rows), static_cast<std::int64_t>(b.columns)};
   Tensor<std::int32_t> ids(shape), targets(shape);
   for (std::size_t at = 0; at < b.ids.size(); ++at) {
     if (b.segment[at] > 0) {
-      throw UsageError(remat::detail::cat(
+      throw ArgumentError(remat::detail::cat(
           "hub::model_inputs: row ", at / b.columns, " packs several examples; packed rows need ",
           "per-example positions and attention: use hub::batch_inputs and pass its starts to ",
           "nn::Llama (or lay the batch out with Layout::pad)"));
@@ -127,9 +127,9 @@ inline void check_batch_sizes(const TokenBatch& b) {
   for (const std::size_t size :
        {b.ids.size(), b.targets.size(), b.loss.size(), b.positions.size(), b.segment.size()}) {
     if (size != n) {
-      throw UsageError(remat::detail::cat("hub::batch_inputs: a batch of ", b.rows, " x ",
-                                          b.columns, " positions has a vector of ", size,
-                                          " entries"));
+      throw ArgumentError(remat::detail::cat("hub::batch_inputs: a batch of ", b.rows, " x ",
+                                             b.columns, " positions has a vector of ", size,
+                                             " entries"));
     }
   }
 }
@@ -144,7 +144,7 @@ inline void row_starts(const TokenBatch& b, std::size_t r, std::int32_t* starts)
     if (c > 0 && b.segment[at] != b.segment[at - 1]) start = static_cast<std::int32_t>(c);
     starts[c] = start;
     if (b.segment[at] >= 0 && b.positions[at] != static_cast<std::int32_t>(c) - start) {
-      throw UsageError(remat::detail::cat(
+      throw ArgumentError(remat::detail::cat(
           "hub::batch_inputs: row ", r, " column ", c, " (segment ", b.segment[at],
           ", which starts at column ", start, ") has position ", b.positions[at], ", not ",
           static_cast<std::int32_t>(c) - start, ": positions must restart at 0 per example"));

@@ -29,7 +29,7 @@ enum class Truncate {
 struct ChatDataOptions {
   /// The longest example, in tokens.
   std::size_t max_tokens = 1024;
-  /// The model's context (0: unknown); `max_tokens` above it is a UsageError.
+  /// The model's context (0: unknown); `max_tokens` above it is an ArgumentError.
   std::size_t context = 0;
   Truncate truncate = Truncate::oldest;
   TrainOn train_on = TrainOn::assistant;
@@ -102,16 +102,16 @@ inline void set_distribution(TokenReport& r, std::vector<std::size_t> counts) {
 
 /// Renders, tokenizes and limits `conversations` with template `t` and tokenizer `tok`. An
 /// example that no truncation brings under the limit (its last exchange alone is too long) is
-/// excluded and counted so. A UsageError when `max_tokens` is 0 or above the model's context;
+/// excluded and counted so. A ArgumentError when `max_tokens` is 0 or above the model's context;
 /// an EmptyDataError when nothing is left.
 inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
                                   const std::vector<Conversation>& conversations,
                                   const ChatDataOptions& o) {
-  if (o.max_tokens == 0) throw UsageError("hub::prepare_chat_data: max_tokens is 0");
+  if (o.max_tokens == 0) throw ArgumentError("hub::prepare_chat_data: max_tokens is 0");
   if (o.context != 0 && o.max_tokens > o.context)
-    throw UsageError(remat::detail::cat("hub::prepare_chat_data: max_tokens ", o.max_tokens,
-                                        " is above the model's context (", o.context,
-                                        " positions)"));
+    throw ArgumentError(remat::detail::cat("hub::prepare_chat_data: max_tokens ", o.max_tokens,
+                                           " is above the model's context (", o.context,
+                                           " positions)"));
   ChatData out;
   std::vector<std::size_t> counts;
   for (const Conversation& c : conversations) {

@@ -65,11 +65,11 @@ class Tokenizer {
     return Tokenizer(JsonField(json, source + ":"));
   }
 
-  /// The ids of `text` (valid UTF-8, else a UsageError naming the offset of the first bad
+  /// The ids of `text` (valid UTF-8, else an ArgumentError naming the offset of the first bad
   /// byte), with the post-processor's special tokens when `add_special_tokens`.
   std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = true) const {
     if (const auto bad = utf8::first_invalid(text))
-      throw UsageError(remat::detail::cat(
+      throw ArgumentError(remat::detail::cat(
           "hub::Tokenizer::encode: the text is not valid UTF-8 (byte 0x", std::hex,
           static_cast<int>(static_cast<unsigned char>(text[*bad])), std::dec, " at offset ", *bad,
           "); decode it first, e.g. with hub::utf8::lossy"));

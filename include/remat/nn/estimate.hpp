@@ -67,7 +67,7 @@ struct StepShape {
   /// asks the policy about each op's OpInfo (Note [block ops] in nn/block_ops.hpp). Policies that
   /// keep nothing are skipped. A policy that keeps the inputs of a block's last residual add but
   /// not the add (only a predicate that tells the block's two adds apart can) would chain
-  /// adjacent segments, which the model does not price: a UsageError naming it.
+  /// adjacent segments, which the model does not price: an ArgumentError naming it.
   std::vector<SavePolicy> policies;
 };
 
@@ -285,8 +285,8 @@ void price_finetune(nn::MemoryEstimate& m, double count, std::int64_t layers,
     if (!known) {
       std::string names;
       for (const BlockLinear& l : linears) names += std::string(names.empty() ? "" : ", ") + l.name;
-      throw UsageError(cat("nn::estimate_memory: LoRA target '", t,
-                           "' names no linear layer of the model (", names, ")"));
+      throw ArgumentError(cat("nn::estimate_memory: LoRA target '", t,
+                              "' names no linear layer of the model (", names, ")"));
     }
   }
   double linear_values = 0, stored = 0, adapter_values = 0, adapter_kept = 0, forward = 0,
@@ -368,14 +368,14 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
                                  const std::vector<BlockLinear>& linears,
                                  const std::vector<double>& stages) {
   if (step.accumulation < 1 || step.lora.rank < 0) {
-    throw UsageError(
+    throw ArgumentError(
         cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
             step.accumulation, ", rank ", step.lora.rank));
   }
   if (step.lora.rank > 0 && step.lora.targets.empty())
-    throw UsageError("nn::estimate_memory: LoRA rank > 0 but no target names");
+    throw ArgumentError("nn::estimate_memory: LoRA rank > 0 but no target names");
   if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))
-    throw UsageError(
+    throw ArgumentError(
         cat("nn::estimate_memory: LoRA dropout must be in [0, 1), got ", step.lora.dropout));
   switch (step.optimizer) {
     case nn::OptimizerKind::sgd:
@@ -383,7 +383,7 @@ nn::MemoryEstimate step_estimate(double count, std::int64_t vocab, const nn::Ste
     case nn::OptimizerKind::adamw:
       break;
     default:
-      throw UsageError(
+      throw ArgumentError(
           cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
   }
   const double e = sizeof(T);
@@ -545,10 +545,10 @@ void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
     if (f0.tail_chains || f.tail_chains) {
       // the blocks end in a residual add whose inputs a name, size or FLOPs predicate keeps or
       // drops together with it; a policy that keeps them but not the add chains segments
-      throw UsageError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
-                           "': it keeps the inputs of the block's last op but not the op, so "
-                           "adjacent layers would chain (plan::profile measures it on a real "
-                           "model: ProfileOptions::policies)"));
+      throw ArgumentError(cat("nn::estimate_memory: cannot price the save policy '", policy.name(),
+                              "': it keeps the inputs of the block's last op but not the op, so "
+                              "adjacent layers would chain (plan::profile measures it on a real "
+                              "model: ProfileOptions::policies)"));
     }
     for (std::size_t l = 0; l < n; ++l) {
       const BlockPolicyFigures& g = l == 0 ? f0 : f;
@@ -571,7 +571,7 @@ void price_policies(nn::MemoryEstimate& m, const nn::StepShape& step,
 namespace remat::nn {
 
 /// Predicts the memory of one training step of GPT<T>(config) on `step`: persistent state, and
-/// a chain to price any checkpoint plan with. Throws a UsageError for an invalid configuration
+/// a chain to price any checkpoint plan with. Throws an ArgumentError for an invalid configuration
 /// or a batch or sequence length out of range.
 template <class T = float>
 MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = {}) {
@@ -579,7 +579,7 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
   config.validate();
   const std::int64_t time = step.time == 0 ? config.context : step.time;
   if (step.batch < 1 || time < 1 || time > config.context) {
-    throw UsageError(remat::detail::cat(
+    throw ArgumentError(remat::detail::cat(
         "nn::estimate_memory: need batch >= 1 and 1 <= time <= context = ", config.context,
         "; got batch ", step.batch, ", time ", time));
   }
@@ -591,7 +591,7 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
                   std::max({static_cast<double>(config.vocab), static_cast<double>(config.width),
                             static_cast<double>(config.heads) * static_cast<double>(time)})});
   if (!(largest < kMostElements) || config.layers > (std::int64_t{1} << 20)) {
-    throw UsageError(remat::detail::cat(
+    throw ArgumentError(remat::detail::cat(
         "nn::estimate_memory: a model of ", config.layers, " layers, width ", config.width,
         ", vocabulary ", config.vocab, " with batch ", step.batch, " x ", time,
         " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));
@@ -742,7 +742,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
   config.validate();
   const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
   if (step.batch < 1 || time < 1 || time > config.max_position_embeddings) {
-    throw UsageError(remat::detail::cat(
+    throw ArgumentError(remat::detail::cat(
         "nn::estimate_memory: need batch >= 1 and 1 <= time <= max_position_embeddings = ",
         config.max_position_embeddings, "; got batch ", step.batch, ", time ", time));
   }
@@ -757,7 +757,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
                     static_cast<double>(config.intermediate_size),
                     static_cast<double>(config.num_attention_heads) * static_cast<double>(time)}));
   if (!(largest < kMostElements) || config.num_hidden_layers > (std::int64_t{1} << 20)) {
-    throw UsageError(remat::detail::cat(
+    throw ArgumentError(remat::detail::cat(
         "nn::estimate_memory: a Llama of ", config.num_hidden_layers, " layers, hidden size ",
         config.hidden_size, ", vocabulary ", config.vocab_size, " with batch ", step.batch, " x ",
         time, " tokens is beyond what can be counted (over 2^53 elements, or 2^20 layers)"));

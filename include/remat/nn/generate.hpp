@@ -83,7 +83,7 @@ template <class T>
 KvCache<T> make_kv_cache(const Llama<T>& model, std::int64_t batch, std::int64_t capacity) {
   const LlamaConfig& c = model.config();
   if (capacity > c.max_position_embeddings) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("nn::make_kv_cache: capacity ", capacity,
                     " exceeds the model's max_position_embeddings = ", c.max_position_embeddings));
   }
@@ -96,8 +96,8 @@ template <class T>
 KvCache<T> make_kv_cache(const GPT<T>& model, std::int64_t batch, std::int64_t capacity) {
   const GPTConfig& c = model.config();
   if (capacity > c.context) {
-    throw UsageError(detail::cat("nn::make_kv_cache: capacity ", capacity,
-                                 " exceeds the GPT's context = ", c.context));
+    throw ArgumentError(detail::cat("nn::make_kv_cache: capacity ", capacity,
+                                    " exceeds the GPT's context = ", c.context));
   }
   return KvCache<T>(c.layers, batch, capacity, c.width);
 }
@@ -129,8 +129,8 @@ Tensor<T> forward_cached(const Llama<T>& model, const Tensor<std::int32_t>& ids,
                          bool all_positions = false) {
   detail::check_cached_ids("nn::forward_cached", ids, cache);
   if (cache.layers() != static_cast<std::int64_t>(model.layers.size())) {
-    throw UsageError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
-                                 " layers, the model ", model.layers.size()));
+    throw ArgumentError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
+                                    " layers, the model ", model.layers.size()));
   }
   const NoGradGuard no_grad;
   Var<T> x = model.embed_tokens(ids);
@@ -146,8 +146,8 @@ Tensor<T> forward_cached(const GPT<T>& model, const Tensor<std::int32_t>& ids, K
                          bool all_positions = false) {
   detail::check_cached_ids("nn::forward_cached", ids, cache);
   if (cache.layers() != static_cast<std::int64_t>(model.blocks.size())) {
-    throw UsageError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
-                                 " layers, the model ", model.blocks.size()));
+    throw ArgumentError(detail::cat("nn::forward_cached: the cache has ", cache.layers(),
+                                    " layers, the model ", model.blocks.size()));
   }
   const NoGradGuard no_grad;
   const std::int64_t n = ids.dim(1), width = model.config().width;
@@ -207,13 +207,14 @@ Generated generate(const Model& model, const std::vector<std::int32_t>& prompt,
                    const GenerateOptions& options) {
   using T = typename decltype(model.head_weight())::Scalar;
   options.sampling.validate();
-  if (prompt.empty()) throw UsageError("nn::generate: the prompt is empty");
+  if (prompt.empty()) throw ArgumentError("nn::generate: the prompt is empty");
   if (options.max_new_tokens < 1) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("nn::generate: max_new_tokens must be >= 1, got ", options.max_new_tokens));
   }
   if (!options.stop.empty() && !options.decode) {
-    throw UsageError("nn::generate: stop strings need a decode function (GenerateOptions::decode)");
+    throw ArgumentError(
+        "nn::generate: stop strings need a decode function (GenerateOptions::decode)");
   }
   if (model.training()) {
     throw UsageError(

@@ -37,7 +37,7 @@ struct GPTConfig {
     const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 &&
                     width % heads == 0 && dropout >= 0 && dropout < 1;
     if (!ok) {
-      throw UsageError(
+      throw ArgumentError(
           detail::cat("GPTConfig: need positive sizes, width divisible by heads and dropout in [0, "
                       "1); got vocab ",
                       vocab, ", context ", context, ", layers ", layers, ", heads ", heads,
@@ -94,7 +94,7 @@ class GPT : public Module<T> {
                       const LossOptions& loss = {}, plan::ProfileOptions options = {}) const {
     check_loss_inputs(ids, targets, loss);
     if (loss.plan)
-      throw UsageError(
+      throw ArgumentError(
           "GPT::profile: the loss options carry a plan; profile() measures the "
           "blocks without one (leave LossOptions::plan null)");
     Tensor<T> embedded;
@@ -143,8 +143,8 @@ class GPT : public Module<T> {
                                    " must have the shape of the ids ", ids.shape()));
     }
     if (o.starts.defined()) {
-      throw UsageError(detail::cat("GPT::loss: starts ", o.starts.shape(),
-                                   " given, but GPT does not pack rows (Llama does)"));
+      throw ArgumentError(detail::cat("GPT::loss: starts ", o.starts.shape(),
+                                      " given, but GPT does not pack rows (Llama does)"));
     }
   }
 

@@ -41,7 +41,7 @@ class KvCache {
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t capacity, std::int64_t kv_width)
       : batch_(batch), capacity_(capacity), width_(kv_width) {
     if (layers < 1 || batch < 1 || capacity < 1 || kv_width < 1) {
-      throw UsageError(
+      throw ArgumentError(
           detail::cat("nn::KvCache: layers, batch, capacity and kv_width must be "
                       "positive; got layers ",
                       layers, ", batch ", batch, ", capacity ", capacity, ", kv_width ", kv_width));

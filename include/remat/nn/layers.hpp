@@ -36,7 +36,7 @@ class Linear : public Module<T> {
   }
 
   /// A layer of these sizes whose weight (and bias) are allocated but hold no values yet, for a
-  /// loader that fills them (nn/llama_load.hpp): no time spent drawing numbers it overwrites.
+  /// loader that fills them (hub/llama_load.hpp): no time spent drawing numbers it overwrites.
   static Linear uninitialized(std::int64_t in, std::int64_t out, bool with_bias = true) {
     if (in < 1 || out < 1)
       throw ShapeError(detail::cat("nn::Linear: sizes must be positive, got ", in, " -> ", out));
@@ -47,7 +47,7 @@ class Linear : public Module<T> {
   /// A layer whose weight is the frozen `weight` (a loader quantized it straight from a file:
   /// no float matrix is ever held) and whose bias, if defined, is a float Parameter.
   static Linear from_quantized(std::shared_ptr<const QuantizedWeight> weight, Tensor<T> b = {}) {
-    if (!weight) throw UsageError("nn::Linear::from_quantized: no weight given");
+    if (!weight) throw ArgumentError("nn::Linear::from_quantized: no weight given");
     if (b.defined() && !(b.shape() == Shape{weight->rows()})) {
       throw ShapeError(detail::cat("nn::Linear::from_quantized: bias ", b.shape(),
                                    " does not fit a weight of shape ", weight->shape()));
@@ -155,7 +155,7 @@ class Dropout : public Module<T> {
  public:
   explicit Dropout(double p) : p_(p) {
     if (!(p >= 0.0 && p < 1.0))
-      throw UsageError(detail::cat("nn::Dropout: p must be in [0, 1), got ", p));
+      throw ArgumentError(detail::cat("nn::Dropout: p must be in [0, 1), got ", p));
   }
 
   Var<T> operator()(const Var<T>& x) const { return dropout(x, p_, this->training()); }

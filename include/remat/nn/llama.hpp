@@ -7,7 +7,7 @@
 /// with rotary embeddings inside the grouped-query attention (ops/gqa_attention.hpp), a final
 /// RMSNorm and a head to the vocabulary, optionally tied to the embedding. Options by family:
 /// biases on q/k/v, o and the MLP, Qwen3's per-head q/k RMSNorm, an explicit head_dim, scaled
-/// rotary embeddings and sliding windows (LlamaConfig). No dropout (nn/llama_config.hpp refuses
+/// rotary embeddings and sliding windows (LlamaConfig). No dropout (hub/llama_config.hpp refuses
 /// a nonzero attention_dropout). The layers run under any checkpoint plan.
 ///
 /// Packed rows (several examples end to end in a row, hub::batch_inputs) pass `starts` (B, T) to
@@ -39,7 +39,7 @@
 namespace remat::nn {
 
 /// Hugging Face's LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig fields, with their
-/// names (nn/llama_config.hpp reads them from a config.json and says how each family's fields
+/// names (hub/llama_config.hpp reads them from a config.json and says how each family's fields
 /// map onto these).
 struct LlamaConfig {
   std::int64_t vocab_size = 32000;
@@ -111,7 +111,7 @@ struct LlamaConfig {
                         (sliding_layers.empty() ||
                          static_cast<std::int64_t>(sliding_layers.size()) == num_hidden_layers);
     if (!heads || !numbers || !window) {
-      throw UsageError(detail::cat(
+      throw ArgumentError(detail::cat(
           "LlamaConfig: need positive sizes, hidden_size divisible by num_attention_heads into an "
           "even head size (or an even explicit head_dim), "
           "num_key_value_heads dividing num_attention_heads, positive finite rope_theta, "
@@ -127,8 +127,8 @@ struct LlamaConfig {
     }
     try {
       detail::check_rope_options("LlamaConfig", rope());
-    } catch (const UsageError& e) {
-      throw UsageError(detail::cat(e.what(), " (rope_scaling)"));
+    } catch (const ArgumentError& e) {
+      throw ArgumentError(detail::cat(e.what(), " (rope_scaling)"));
     }
   }
 };
@@ -139,7 +139,7 @@ enum class ParameterInit { random, empty };
 
 /// Makes projection `name` (Hugging Face's module name, e.g. "model.layers.3.self_attn.q_proj",
 /// `in` -> `out`, with a bias or not) while a model is built: a loader's hook to read its weight
-/// straight into frozen storage (nn/llama_load.hpp).
+/// straight into frozen storage (hub/llama_load.hpp).
 template <class T>
 using LinearMaker =
     std::function<Linear<T>(const std::string& name, std::int64_t in, std::int64_t out, bool bias)>;
@@ -338,7 +338,7 @@ class Llama : public Module<T> {
   explicit Llama(const LlamaConfig& config) : Llama(config, Rng(config.seed)) {}
 
   /// A model whose parameters have their shapes but no values yet, for a loader that fills
-  /// every one (nn/llama_load.hpp): no time spent drawing numbers the files overwrite.
+  /// every one (hub/llama_load.hpp): no time spent drawing numbers the files overwrite.
   static Llama uninitialized(const LlamaConfig& config) {
     return Llama(config, Rng(config.seed), ParameterInit::empty);
   }
@@ -395,7 +395,7 @@ class Llama : public Module<T> {
   plan::Chain profile(const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
                       const LossOptions& loss = {}, plan::ProfileOptions options = {}) const {
     if (loss.plan)
-      throw UsageError(
+      throw ArgumentError(
           "Llama::profile: the loss options carry a plan; profile() measures the "
           "layers without one (leave LossOptions::plan null)");
     const Tensor<std::int32_t>& starts = loss.starts;

@@ -40,7 +40,7 @@ Var<T> lm_head_loss(const Var<T>& rows, const std::type_identity_t<Var<T>>& weig
                     const Tensor<std::int32_t>& targets, const nn::LossOptions& o,
                     const char* model) {
   if (o.chunk_rows < 0 || (o.chunk_rows > 0 && !o.chunked)) {
-    throw UsageError(
+    throw ArgumentError(
         cat(model, "::loss: chunk_rows ", o.chunk_rows,
             o.chunk_rows < 0 ? " is negative" : " is set but the loss is not chunked"));
   }

@@ -16,17 +16,12 @@
 /// adapters never read the base weight, however the base stores it; only merge() does. The
 /// adapters are registered as children "lora_A" and "lora_B" of the layer they wrap, so they
 /// appear in named_parameters() as "<path>.lora_A.weight", run under every checkpoint plan and
-/// policy like any parameter, and save_adapters() writes them under PEFT's names
-/// "base_model.model.<path>.lora_A.weight".
-///
-/// adapter_config.json (read_options(), load()): every field is implemented, known not to change
-/// the adapted model (listed in kHarmlessFields with the reason), or refused by name when it
-/// would (bias other than "none", fan_in_fan_out, modules_to_save, use_dora, ...); an unknown
-/// field is refused too. docs/guide.md has the table.
+/// policy like any parameter, and Adapters::named_parameters() gives them PEFT's names
+/// "base_model.model.<path>.lora_A.weight". Their files (PEFT's adapter_config.json and
+/// adapter_model.safetensors) are read and written above nn, by hub/peft.hpp.
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <optional>
 #include <regex>
 #include <set>
@@ -35,11 +30,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "remat/io/folder.hpp"
-#include "remat/io/json.hpp"
-#include "remat/io/safetensors.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/dropout.hpp"
@@ -89,12 +79,12 @@ struct Adapter {
 
 namespace detail {
 
-/// A regular expression from a config field, or a UsageError naming the field and the pattern.
+/// A regular expression from a config field, or an ArgumentError naming the field and the pattern.
 inline std::regex compile(const std::string& pattern, const char* field) {
   try {
     return std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    throw UsageError(
+    throw ArgumentError(
         remat::detail::cat("lora: ", field, " '", pattern,
                            "' is not a regular expression remat reads (ECMAScript): ", e.what()));
   }
@@ -167,247 +157,49 @@ inline void adapter_shape(const std::string& path, const Options& o, std::int64_
   scale = o.use_rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank);
 }
 
-/// Checks `o` before anything changes: a UsageError naming the field and the value.
+/// Checks `o` before anything changes: an ArgumentError naming the field and the value.
 inline void check_options(const Options& o) {
   if (o.rank < 1)
-    throw UsageError(remat::detail::cat("lora::apply: rank must be >= 1, got ", o.rank));
+    throw ArgumentError(remat::detail::cat("lora::apply: rank must be >= 1, got ", o.rank));
   if (!(std::isfinite(o.alpha) && o.alpha > 0)) {
-    throw UsageError(
+    throw ArgumentError(
         remat::detail::cat("lora::apply: alpha must be positive and finite, got ", o.alpha));
   }
   if (!(o.dropout >= 0 && o.dropout < 1)) {
-    throw UsageError(remat::detail::cat("lora::apply: dropout must be in [0, 1), got ", o.dropout));
+    throw ArgumentError(
+        remat::detail::cat("lora::apply: dropout must be in [0, 1), got ", o.dropout));
   }
   for (const auto& [key, r] : o.rank_pattern) {
     if (r < 1)
-      throw UsageError(remat::detail::cat("lora::apply: rank_pattern '", key, "' is ", r,
-                                          "; a rank must be >= 1"));
+      throw ArgumentError(remat::detail::cat("lora::apply: rank_pattern '", key, "' is ", r,
+                                             "; a rank must be >= 1"));
     compile(key, "rank_pattern");
   }
   for (const auto& [key, a] : o.alpha_pattern) {
     if (!(std::isfinite(a) && a > 0))
-      throw UsageError(remat::detail::cat("lora::apply: alpha_pattern '", key, "' is ", a,
-                                          "; an alpha must be positive and finite"));
+      throw ArgumentError(remat::detail::cat("lora::apply: alpha_pattern '", key, "' is ", a,
+                                             "; an alpha must be positive and finite"));
     compile(key, "alpha_pattern");
   }
   if (!o.target_regex.empty() && !o.targets.empty()) {
-    throw UsageError(
+    throw ArgumentError(
         "lora::apply: give target_modules as names (targets) or as one regular expression "
         "(target_regex), not both");
   }
   if (!o.target_regex.empty() && (!o.layers_to_transform.empty() || !o.layers_pattern.empty())) {
-    throw UsageError(
+    throw ArgumentError(
         "lora::apply: layers_to_transform and layers_pattern need target_modules as names, not "
         "as a regular expression (as PEFT)");
   }
   if (!o.layers_pattern.empty() && o.layers_to_transform.empty()) {
-    throw UsageError("lora::apply: layers_pattern is given without layers_to_transform (as PEFT)");
+    throw ArgumentError(
+        "lora::apply: layers_pattern is given without layers_to_transform (as PEFT)");
   }
 }
 
 }  // namespace detail
 
-/// adapter_config.json fields that cannot change the adapted model, with the reason (docs).
-inline constexpr std::pair<const char*, const char*> kHarmlessFields[] = {
-    {"task_type", "names the task the adapters were trained for"},
-    {"base_model_name_or_path", "names the base model; the caller chooses it"},
-    {"revision", "the base model's version on the Hub"},
-    {"inference_mode", "whether PEFT freezes the adapters; training is the caller's choice"},
-    {"auto_mapping", "which Python class PEFT builds"},
-    {"peft_version", "the PEFT version that wrote the file"},
-    {"runtime_config", "where PEFT runs (GPU offload), not what it computes"},
-    {"megatron_core", "a module name, used only with megatron_config (refused)"},
-    {"qalora_group_size", "used only with use_qalora (refused)"},
-    {"eva_config", "EVA's initialization settings: the loaded tensors replace the initialization"},
-    {"corda_config", "CorDA's initialization settings, used only with init_lora_weights corda"},
-    {"lora_ga_config",
-     "LoRA-GA's initialization settings, used only with init_lora_weights lora_ga"},
-};
-
-namespace detail {
-
-using Json = nlohmann::ordered_json;
-
-/// Whether `v` is what PEFT writes for a feature that is off: null, false, "", [] or {}.
-inline bool off(const Json& v) {
-  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_string() && v.empty()) ||
-         ((v.is_array() || v.is_object()) && v.empty());
-}
-
-/// adapter_config.json's JSON, read strictly (io/json.hpp): a regular file (a FIFO or a folder
-/// is an IoError naming it), valid JSON with no repeated key, in the file's key order.
-inline Json read_config_json(const std::string& path) {
-  return io::read_json_file<Json>(path, "lora");
-}
-
-/// A list of names, or one string (`regex` gets it), from a target_modules-like field.
-inline void names_or_regex(const Json& v, const std::string& path, const char* field,
-                           std::vector<std::string>& names, std::string& regex) {
-  const auto bad = [&] {
-    return IoError(remat::detail::cat("lora: ", path, ": ", field, " is ", v.dump(),
-                                      "; expected a list of module names or one regular "
-                                      "expression"));
-  };
-  if (v.is_null()) return;
-  if (v.is_string()) {
-    regex = v.get<std::string>();
-    return;
-  }
-  if (!v.is_array()) throw bad();
-  for (const Json& n : v) {
-    if (!n.is_string()) throw bad();
-    names.push_back(n.get<std::string>());
-  }
-}
-
-/// The options of one adapter_config.json (see read_options()).
-inline Options options_from_json(const Json& c, const std::string& path) {
-  const auto fail = [&](const std::string& key, const std::string& why) {
-    return IoError(
-        remat::detail::cat("lora: ", path, ": ", key, " = ", c.at(key).dump(), ": ", why));
-  };
-  if (!c.is_object()) throw IoError(remat::detail::cat("lora: ", path, " is not a JSON object"));
-  Options o;
-  const auto number = [&](const char* key, bool required) -> std::optional<double> {
-    if (!c.contains(key) || c.at(key).is_null()) {
-      if (required) throw IoError(remat::detail::cat("lora: ", path, " has no number '", key, "'"));
-      return std::nullopt;
-    }
-    if (!c.at(key).is_number()) throw fail(key, "not a number");
-    return c.at(key).get<double>();
-  };
-  for (const auto& [key, v] : c.items()) {
-    if (key == "peft_type") {
-      if (v != "LORA") throw fail(key, "remat reads LORA adapters only");
-    } else if (key == "r" || key == "lora_alpha" || key == "lora_dropout") {
-      // read below
-    } else if (key == "target_modules") {
-      if (v.is_null())
-        throw fail(key, "PEFT then picks modules by model type; remat needs them named");
-      names_or_regex(v, path, "target_modules", o.targets, o.target_regex);
-      if (o.target_regex == "all-linear")
-        throw fail(key, "the 'all-linear' shorthand is not supported: list the modules");
-    } else if (key == "exclude_modules") {
-      names_or_regex(v, path, "exclude_modules", o.exclude, o.exclude_regex);
-    } else if (key == "layers_to_transform") {
-      if (v.is_number_integer()) {
-        o.layers_to_transform.push_back(v.get<std::int64_t>());
-      } else if (v.is_array()) {
-        for (const Json& i : v) {
-          if (!i.is_number_integer()) throw fail(key, "expected a layer index or a list of them");
-          o.layers_to_transform.push_back(i.get<std::int64_t>());
-        }
-      } else if (!v.is_null()) {
-        throw fail(key, "expected a layer index or a list of them");
-      }
-    } else if (key == "layers_pattern") {
-      std::string one;
-      names_or_regex(v, path, "layers_pattern", o.layers_pattern, one);
-      if (!one.empty()) o.layers_pattern.push_back(one);
-    } else if (key == "use_rslora") {
-      if (!v.is_boolean()) throw fail(key, "expected true or false");
-      o.use_rslora = v.get<bool>();
-    } else if (key == "rank_pattern" || key == "alpha_pattern") {
-      if (v.is_null()) continue;
-      if (!v.is_object()) throw fail(key, "expected an object of pattern: value");
-      for (const auto& [pattern, value] : v.items()) {
-        if (key == "rank_pattern") {
-          if (!value.is_number_integer()) throw fail(key, "'" + pattern + "' is not an integer");
-          o.rank_pattern.emplace_back(pattern, value.get<std::int64_t>());
-        } else {
-          if (!value.is_number()) throw fail(key, "'" + pattern + "' is not a number");
-          o.alpha_pattern.emplace_back(pattern, value.get<double>());
-        }
-      }
-    } else if (key == "bias") {
-      if (v != "none")
-        throw fail(key, "trained base biases are not supported (remat's adapters add no bias)");
-    } else if (key == "fan_in_fan_out") {
-      if (!off(v)) throw fail(key, "weights stored (in, out) (GPT-2's Conv1D) are not supported");
-    } else if (key == "init_lora_weights") {
-      // Only the starting values, which the loaded tensors replace; the variants that also
-      // change the base weights or what trains are refused.
-      const bool init_only = v.is_boolean() || v == "gaussian" || v == "orthogonal" || v == "eva";
-      if (!init_only)
-        throw fail(key,
-                   "this initialization changes the base weights or what trains; "
-                   "remat supports true, false, gaussian, orthogonal and eva");
-    } else if (key == "modules_to_save" || key == "use_dora" || key == "lora_bias" ||
-               key == "use_qalora" || key == "layer_replication" || key == "megatron_config" ||
-               key == "loftq_config" || key == "trainable_token_indices" ||
-               key == "alora_invocation_tokens" || key == "use_bdlora" || key == "velora_config" ||
-               key == "monteclora_config" || key == "arrow_config" || key == "kasa_config" ||
-               key == "target_parameters" || key == "ensure_weight_tying") {
-      if (!off(v)) throw fail(key, "changes the adapted model in a way remat does not implement");
-    } else if (std::none_of(std::begin(kHarmlessFields), std::end(kHarmlessFields),
-                            // `name`, not `key`: clang before 16 cannot capture a binding
-                            [&name = key](const auto& h) { return name == h.first; })) {
-      throw IoError(remat::detail::cat("lora: ", path, ": unknown field '", key,
-                                       "' (remat refuses what it cannot tell is harmless)"));
-    }
-  }
-  if (c.contains("base_model_name_or_path") && c.at("base_model_name_or_path").is_string())
-    o.base_model_name_or_path = c.at("base_model_name_or_path").get<std::string>();
-  const double r = *number("r", true);
-  if (!(r >= 1 && r == std::floor(r) && r < 1e9)) throw fail("r", "not a rank >= 1");
-  o.rank = static_cast<std::int64_t>(r);
-  o.alpha = *number("lora_alpha", true);
-  o.dropout = number("lora_dropout", false).value_or(0.0);
-  if (!(o.dropout >= 0 && o.dropout < 1)) throw fail("lora_dropout", "must be in [0, 1)");
-  if (o.targets.empty() && o.target_regex.empty())
-    throw IoError(remat::detail::cat("lora: ", path, " names no target_modules"));
-  try {
-    check_options(o);
-  } catch (const UsageError& e) {
-    throw IoError(remat::detail::cat(path, ": ", e.what()));
-  }
-  return o;
-}
-
-/// adapter_config.json for `o` (PEFT's field names; the features remat lacks written as off).
-inline Json config_json(const Options& o) {
-  const auto names_or_regex_json = [](const std::vector<std::string>& names,
-                                      const std::string& regex) {
-    return regex.empty() ? (names.empty() ? Json(nullptr) : Json(names)) : Json(regex);
-  };
-  Json rank_pattern = Json::object(), alpha_pattern = Json::object();
-  for (const auto& [k, v] : o.rank_pattern) rank_pattern[k] = v;
-  for (const auto& [k, v] : o.alpha_pattern) alpha_pattern[k] = v;
-  return Json{
-      {"peft_type", "LORA"},
-      {"task_type", "CAUSAL_LM"},
-      {"r", o.rank},
-      {"lora_alpha", o.alpha},
-      {"lora_dropout", o.dropout},
-      {"use_rslora", o.use_rslora},
-      {"target_modules", names_or_regex_json(o.targets, o.target_regex)},
-      {"exclude_modules", names_or_regex_json(o.exclude, o.exclude_regex)},
-      {"layers_to_transform",
-       o.layers_to_transform.empty() ? Json(nullptr) : Json(o.layers_to_transform)},
-      {"layers_pattern", o.layers_pattern.empty() ? Json(nullptr) : Json(o.layers_pattern)},
-      {"rank_pattern", rank_pattern},
-      {"alpha_pattern", alpha_pattern},
-      {"bias", "none"},
-      {"fan_in_fan_out", false},
-      {"use_dora", false},
-      {"init_lora_weights", true},
-      {"modules_to_save", nullptr},
-      {"inference_mode", false},
-      {"base_model_name_or_path", o.base_model_name_or_path},
-  };
-}
-
-}  // namespace detail
-
-/// The Options of `dir`/adapter_config.json, PEFT's LoraConfig: every field is read, listed in
-/// kHarmlessFields, or refused by name with an IoError (also for an unknown field, a wrong
-/// type, a pattern that is not a regular expression). `seed` stays 0.
-inline Options read_options(const std::string& dir) {
-  const std::string path = dir + "/adapter_config.json";
-  return detail::options_from_json(detail::read_config_json(path), path);
-}
-
-/// The adapters apply() added to a model: their parameters, PEFT files, and merge().
+/// The adapters apply() added to a model: their parameters (with PEFT's names) and merge().
 template <class T = float>
 class Adapters {
  public:
@@ -443,64 +235,10 @@ class Adapters {
                               ".weight");
   }
 
-  /// Writes `dir`/adapter_model.safetensors and `dir`/adapter_config.json (PEFT's layout), as a
-  /// whole (io::save_folder): an earlier save in `dir` stays readable until the new one is
-  /// complete, and a failed save leaves it as it was.
-  void save_adapters(const std::string& dir) const {
-    check_not_merged("save_adapters");
-    io::save_folder(dir, [&](const std::string& staging) { write_adapters(staging); });
-  }
-
-  /// Writes the two files of save_adapters() into `folder`, the one a caller's own
-  /// io::save_folder is filling (to save other files with them as one whole).
-  void write_adapters(const std::string& folder) const {
-    check_not_merged("write_adapters");
-    std::vector<io::NamedTensor<T>> tensors;
-    for (const auto& [name, p] : named_parameters()) tensors.emplace_back(name, p.value());
-    io::save<T>(folder + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
-    io::save_text(folder + "/adapter_config.json", detail::config_json(options_).dump(2) + "\n");
-  }
-
-  /// Reads adapters saved by save_adapters() (or by PEFT) into these, all or nothing: a config
-  /// with a field remat refuses, a layer whose rank or scale under the file's config differs
-  /// from this adapter's (r, lora_alpha, use_rslora, rank_pattern, alpha_pattern), a tensor
-  /// missing, extra, of another shape or dtype is an IoError naming it, and nothing is changed.
-  void load_adapters(const std::string& dir) {
-    check_not_merged("load_adapters");
-    check_config(dir);
-    const std::string path = dir + "/adapter_model.safetensors";
-    const io::File file = io::File::read(path);
-    std::vector<std::pair<Parameter<T>, Tensor<T>>> loaded;
-    std::set<std::string> expected;
-    for (const auto& [name, p] : named_parameters()) {
-      expected.insert(name);
-      if (!file.contains(name))
-        throw IoError(
-            remat::detail::cat("lora::load_adapters: ", path, " has no tensor '", name, "'"));
-      const Shape& shape = file.entry(name).shape;
-      if (!(shape == p.shape())) {
-        throw IoError(remat::detail::cat("lora::load_adapters: tensor '", name, "' in ", path,
-                                         " has shape ", shape, ", the model's adapter ",
-                                         p.shape()));
-      }
-      loaded.emplace_back(p, file.tensor<T>(name));
-    }
-    for (const auto& [name, e] : file.entries()) {
-      if (!expected.count(name)) {
-        throw IoError(remat::detail::cat("lora::load_adapters: ", path, " holds tensor '", name,
-                                         "', which matches no adapter of the model (",
-                                         expected.size(), " adapter tensors, the first '",
-                                         expected.empty() ? std::string("none") : *expected.begin(),
-                                         "')"));
-      }
-    }
-    for (auto& [p, t] : loaded) p.data() = std::move(t);
-  }
-
   /// Folds the adapters into the base weights, W += scale B A, and removes them: the
   /// layers' forwards are plain again and the adapter parameters leave the model. The base
   /// weights must be float parameters; a base stored otherwise (quantized) cannot take the
-  /// merge: a UsageError, before anything changes.
+  /// merge: an ArgumentError, before anything changes.
   void merge() {
     check_not_merged("merge");
     std::vector<Parameter<T>> weights;
@@ -511,7 +249,7 @@ class Adapters {
       }
       const Shape want{a.layer.out_features(), a.layer.in_features()};
       if (!w.defined() || !(w.shape() == want)) {
-        throw UsageError(remat::detail::cat(
+        throw ArgumentError(remat::detail::cat(
             "lora::merge: the base weight of '", a.path, "' is not a float (", want[0], ", ",
             want[1], ") parameter; merging into a quantized base is not supported"));
       }
@@ -549,29 +287,6 @@ class Adapters {
           remat::detail::cat("lora::", what, ": the adapters were merged into the base weights"));
   }
 
-  /// The config in `dir` against these adapters: each layer's rank and scale under the file's
-  /// options must be this adapter's (so the loaded tensors mean what they meant when saved).
-  void check_config(const std::string& dir) const {
-    const Options file = read_options(dir);
-    const std::string where = dir + "/adapter_config.json";
-    for (const Adapter<T>& a : adapters_) {
-      std::int64_t rank = 0;
-      double alpha = 0, scale = 0;
-      detail::adapter_shape(a.path, file, rank, alpha, scale);
-      if (rank != a.rank) {
-        throw IoError(remat::detail::cat("lora::load_adapters: ", where, " gives '", a.path,
-                                         "' r = ", rank, ", this adapter has rank ", a.rank));
-      }
-      if (scale != a.scale) {
-        throw IoError(remat::detail::cat(
-            "lora::load_adapters: ", where, " gives '", a.path, "' lora_alpha = ", alpha,
-            file.use_rslora ? " with use_rslora (scale alpha / sqrt(r) = " : " (scale alpha / r = ",
-            scale, "), this adapter has alpha ", a.alpha,
-            options_.use_rslora ? " with use_rslora (scale " : " (scale ", a.scale, ")"));
-      }
-    }
-  }
-
   Options options_;
   std::vector<Adapter<T>> adapters_;
   bool merged_ = false;
@@ -605,7 +320,7 @@ Adapter<T> wrap(const std::string& path, Module<T> layer, const Options& o, Rng&
 
 /// Wraps the Linear layers of `model` that `options` selects (PEFT's rules, see the file
 /// comment; or `model` itself when it is a Linear) with adapters, freezes every other parameter,
-/// and returns the adapters. Throws a UsageError for a rank < 1, a non-positive or non-finite
+/// and returns the adapters. Throws an ArgumentError for a rank < 1, a non-positive or non-finite
 /// alpha, a dropout outside [0, 1), a pattern that is not a regular expression, a target name
 /// that selects no Linear (or a regex that selects none), or no layer wrapped at all.
 template <class T>
@@ -630,12 +345,12 @@ Adapters<T> apply(Module<T>& model, Options options) {
       matched.emplace_back(path, m);
     }
     if (!options.target_regex.empty() && matched.empty()) {
-      throw UsageError(remat::detail::cat("lora::apply: target_modules '", options.target_regex,
-                                          "' matches the path of no Linear layer of the model"));
+      throw ArgumentError(remat::detail::cat("lora::apply: target_modules '", options.target_regex,
+                                             "' matches the path of no Linear layer of the model"));
     }
     for (std::size_t i = 0; i < options.targets.size(); ++i) {
       if (!used[i]) {
-        throw UsageError(remat::detail::cat(
+        throw ArgumentError(remat::detail::cat(
             "lora::apply: target '", options.targets[i], "' names no Linear layer of the model",
             options.exclude.empty() && options.exclude_regex.empty() &&
                     options.layers_to_transform.empty()
@@ -645,7 +360,7 @@ Adapters<T> apply(Module<T>& model, Options options) {
       }
     }
     if (matched.empty())
-      throw UsageError("lora::apply: no target names given, and the model is not a Linear");
+      throw ArgumentError("lora::apply: no target names given, and the model is not a Linear");
   }
   if (matched.front().second.has_forward_hook()) {
     throw UsageError("lora::apply: the model already has a forward hook (adapters applied twice?)");
@@ -659,16 +374,6 @@ Adapters<T> apply(Module<T>& model, Options options) {
     a.B.weight.unfreeze();
   }
   return Adapters<T>(std::move(options), std::move(adapters));
-}
-
-/// Adapters saved in `dir` (by save_adapters() or by PEFT) added to `model`: apply() with the
-/// options of `dir`/adapter_config.json (read_options()), then load_adapters(). `seed` only sets
-/// the values the file then replaces.
-template <class T>
-Adapters<T> load(Module<T>& model, const std::string& dir) {
-  Adapters<T> adapters = apply(model, read_options(dir));
-  adapters.load_adapters(dir);
-  return adapters;
 }
 
 }  // namespace remat::nn::lora

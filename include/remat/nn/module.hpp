@@ -74,15 +74,15 @@ class Module {
     return out;
   }
 
-  /// The parameter called `name`; throws a UsageError naming the first one when there is none.
+  /// The parameter called `name`; throws an ArgumentError naming the first one when there is none.
   Parameter<T> parameter(const std::string& name) const {
     const std::vector<NamedParameter> all = named_parameters();
     for (const auto& [n, p] : all) {
       if (n == name) return p;
     }
-    throw UsageError(detail::cat("Module: no parameter named '", name, "' (", all.size(),
-                                 " parameters, the first is '",
-                                 all.empty() ? std::string("none") : all.front().first, "')"));
+    throw ArgumentError(detail::cat("Module: no parameter named '", name, "' (", all.size(),
+                                    " parameters, the first is '",
+                                    all.empty() ? std::string("none") : all.front().first, "')"));
   }
 
   /// Number of scalar parameters (each parameter counted once).
@@ -142,13 +142,13 @@ class Module {
   void attach(const std::string& name, const Module& child) { add_module(name, child); }
 
   /// Unregisters the child called `name` (its parameters leave named_parameters()); throws a
-  /// UsageError when there is none.
+  /// ArgumentError when there is none.
   void detach(const std::string& name) {
     auto& entries = state_->entries;
     const auto it = std::find_if(entries.begin(), entries.end(),
                                  [&](const Entry& e) { return e.child && e.name == name; });
     if (it == entries.end())
-      throw UsageError(detail::cat("Module::detach: no child named '", name, "'"));
+      throw ArgumentError(detail::cat("Module::detach: no child named '", name, "'"));
     entries.erase(it);
   }
 
@@ -200,7 +200,7 @@ class Module {
     const auto it = std::find_if(es.begin(), es.end(),
                                  [&](const Entry& e) { return !e.child && e.name == name; });
     if (it == es.end())
-      throw UsageError(detail::cat("Module: no parameter named '", name, "' to remove"));
+      throw ArgumentError(detail::cat("Module: no parameter named '", name, "' to remove"));
     es.erase(it);
   }
 
@@ -257,9 +257,9 @@ class Module {
   }
 
   void check_new_name(const std::string& name) const {
-    if (name.empty()) throw UsageError("Module: a parameter or child needs a non-empty name");
+    if (name.empty()) throw ArgumentError("Module: a parameter or child needs a non-empty name");
     for (const Entry& e : state_->entries) {
-      if (e.name == name) throw UsageError(detail::cat("Module: '", name, "' added twice"));
+      if (e.name == name) throw ArgumentError(detail::cat("Module: '", name, "' added twice"));
     }
   }
 
@@ -274,7 +274,7 @@ class Module {
       ++matched;
     }
     if (matched == 0)
-      throw UsageError(detail::cat("Module: no parameter name starts with '", prefix, "'"));
+      throw ArgumentError(detail::cat("Module: no parameter name starts with '", prefix, "'"));
   }
 
   std::shared_ptr<State> state_ = std::make_shared<State>();

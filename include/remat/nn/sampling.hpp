@@ -43,7 +43,7 @@ struct SamplingOptions {
   void validate() const {
     if (!(std::isfinite(temperature) && temperature >= 0) || top_k < 0 ||
         !(top_p > 0 && top_p <= 1)) {
-      throw UsageError(detail::cat(
+      throw ArgumentError(detail::cat(
           "nn::SamplingOptions: need temperature >= 0 and finite, top_k >= 0 and top_p in (0, "
           "1]; got temperature ",
           temperature, ", top_k ", top_k, ", top_p ", top_p));
@@ -54,7 +54,7 @@ struct SamplingOptions {
 /// The index of the first largest of n logits (torch.argmax's choice among ties).
 template <class T>
 std::int32_t argmax(const T* logits, std::int64_t n) {
-  if (n < 1) throw UsageError("nn::argmax: no logits");
+  if (n < 1) throw ArgumentError("nn::argmax: no logits");
   return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
@@ -64,9 +64,9 @@ template <class T>
 std::vector<double> sampling_probabilities(const T* logits, std::int64_t n,
                                            const SamplingOptions& o) {
   o.validate();
-  if (n < 1) throw UsageError("nn::sampling_probabilities: no logits");
+  if (n < 1) throw ArgumentError("nn::sampling_probabilities: no logits");
   if (o.greedy())
-    throw UsageError("nn::sampling_probabilities: temperature 0 is greedy; nothing is drawn");
+    throw ArgumentError("nn::sampling_probabilities: temperature 0 is greedy; nothing is drawn");
   std::vector<double> scores(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) scores[i] = static_cast<double>(logits[i]) / o.temperature;
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));  // most likely first

@@ -142,7 +142,7 @@ Var<T> causal_self_attention(const Var<T>& qkv, std::int64_t heads, double dropo
         ", got ", s));
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("causal_self_attention: dropout must be in [0, 1), got ", dropout));
   }
   return detail::record_op<detail::CausalAttentionNode<T>>({&qkv}, s[0], s[1], s[2] / 3, heads,

@@ -61,7 +61,7 @@ class DropoutNode final : public Node<T> {
 template <class T>
 Var<T> dropout(const Var<T>& x, double p, bool training = true) {
   if (!(p >= 0.0 && p < 1.0))
-    throw UsageError(detail::cat("dropout: p must be in [0, 1), got ", p));
+    throw ArgumentError(detail::cat("dropout: p must be in [0, 1), got ", p));
   if (!training || p == 0.0) return x;
   return detail::record_op<detail::DropoutNode<T>>({&x}, p, detail::rng_seed_for(x));
 }

@@ -63,7 +63,7 @@ template <class T>
 Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   if (table.rank() != 2)
     throw ShapeError(detail::cat("embedding: the table must be (V, C), got shape ", table.shape()));
-  if (!ids.defined()) throw UsageError("embedding: the ids tensor is undefined");
+  if (!ids.defined()) throw ArgumentError("embedding: the ids tensor is undefined");
   detail::check_ids("embedding", ids, table.dim(0), "id");
   return detail::record_op<detail::EmbeddingNode<T>>({&table}, ids);
 }

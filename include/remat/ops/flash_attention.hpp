@@ -194,12 +194,13 @@ Var<T> flash_causal_self_attention(const Var<T>& qkv, std::int64_t heads, double
         heads, ", got ", s));
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("flash_causal_self_attention: dropout must be in [0, 1), got ", dropout));
   }
   if (block_rows < 1) {
-    throw UsageError(detail::cat("flash_causal_self_attention: block_rows must be at least 1, got ",
-                                 block_rows, " (qkv ", s, ")"));
+    throw ArgumentError(
+        detail::cat("flash_causal_self_attention: block_rows must be at least 1, got ", block_rows,
+                    " (qkv ", s, ")"));
   }
   return detail::record_op<detail::FlashAttentionNode<T>>(
       {&qkv}, s[0], s[1], s[2] / 3, heads, dropout, detail::rng_seed_for(qkv), block_rows);

@@ -174,7 +174,7 @@ Var<T> flash_grouped_query_attention(const Var<T>& q, const std::type_identity_t
         v.shape(), ", heads ", heads, ", kv_heads ", kv_heads));
   }
   if (block_rows < 1) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("flash_grouped_query_attention: block_rows must be at least 1, got ",
                     block_rows, " (q ", sq, ")"));
   }

@@ -82,7 +82,7 @@ class GqaLayout {
 
 inline void check_window(const char* op, std::int64_t window) {
   if (window < 0)
-    throw UsageError(cat(op, ": the sliding window must be 0 (none) or positive, got ", window));
+    throw ArgumentError(cat(op, ": the sliding window must be 0 (none) or positive, got ", window));
 }
 
 /// Packed rows' starts: (B, T), and each example a run of positions, so that position i starts
@@ -99,7 +99,7 @@ inline void check_starts(const char* op, const Tensor<std::int32_t>& starts, std
     const std::int32_t* s = starts.data() + b * time;
     for (std::int64_t i = 0; i < time; ++i) {
       if (s[i] == i || (i > 0 && s[i] == s[i - 1])) continue;
-      throw UsageError(
+      throw ArgumentError(
           cat(op, ": starts[", b, ", ", i, "] = ", s[i], ": row ", b, " position ", i,
               " must start an example (", i, ")",
               i > 0 ? cat(" or continue the previous position's (", s[i - 1], ")") : std::string(),
@@ -200,8 +200,8 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
 /// (Hugging Face's sliding_window); 0 is no window. Packed rows pass `starts` (B, T) int32: the
 /// first position of each position's example, so that query i of row b sees keys
 /// starts[b, i] <= j <= i (and its window) and is rotated, as its keys are, by position
-/// rope.offset + i - starts[b, i] (see the file comment; a ShapeError or UsageError names the row
-/// and position of a bad start). Undefined (the default): one example per row.
+/// rope.offset + i - starts[b, i] (see the file comment; a ShapeError or ArgumentError names the
+/// row and position of a bad start). Undefined (the default): one example per row.
 template <class T>
 Var<T> grouped_query_attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
                                const std::type_identity_t<Var<T>>& v, std::int64_t heads,

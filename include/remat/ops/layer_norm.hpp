@@ -97,7 +97,8 @@ Var<T> layer_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& gamma,
         "layer_norm: input ", x.shape(), ", gamma ", gamma.shape(), " and beta ", beta.shape(),
         " do not fit; gamma and beta must be (C,) for an input (..., C), C > 0"));
   }
-  if (!(eps > T(0))) throw UsageError(detail::cat("layer_norm: eps must be positive, got ", eps));
+  if (!(eps > T(0)))
+    throw ArgumentError(detail::cat("layer_norm: eps must be positive, got ", eps));
   return detail::record_op<detail::LayerNormNode<T>>({&x, &gamma, &beta}, T(eps));
 }
 

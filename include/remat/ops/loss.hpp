@@ -108,7 +108,7 @@ class CrossEntropyNode final : public Node<T> {
 /// whose target is not kIgnoreTarget (0 if there are none).
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) {
-  if (!targets.defined()) throw UsageError("cross_entropy: the targets tensor is undefined");
+  if (!targets.defined()) throw ArgumentError("cross_entropy: the targets tensor is undefined");
   const bool fits = logits.rank() >= 1 && logits.dim(-1) >= 1 &&
                     targets.numel() == logits.shape().rows() &&
                     (targets.shape() == logits.shape().dropped_back() || targets.rank() == 1);
@@ -278,7 +278,8 @@ class LinearCrossEntropyNode final : public Node<T> {
 template <class T>
 Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>& weight,
                             const Tensor<std::int32_t>& targets, std::int64_t chunk_rows = 0) {
-  if (!targets.defined()) throw UsageError("linear_cross_entropy: the targets tensor is undefined");
+  if (!targets.defined())
+    throw ArgumentError("linear_cross_entropy: the targets tensor is undefined");
   const Shape& sh = h.shape();
   const Shape& sw = weight.shape();
   if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 ||
@@ -288,7 +289,7 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
         " do not fit; need hidden (..., C), weight (V, C) and one target per row of hidden"));
   }
   if (chunk_rows < 0)
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
   const std::int64_t counted = detail::counted_targets("linear_cross_entropy", targets, sw[0]);
   const std::int64_t chunk =

@@ -76,7 +76,7 @@ Var<T> mse_loss(const Var<T>& input, const std::type_identity_t<Var<T>>& target,
                                  " must have the same shape"));
   }
   if (reduction != Reduction::mean && reduction != Reduction::sum && reduction != Reduction::none) {
-    throw UsageError(detail::cat("mse_loss: unknown reduction ", static_cast<int>(reduction)));
+    throw ArgumentError(detail::cat("mse_loss: unknown reduction ", static_cast<int>(reduction)));
   }
   return detail::record_op<detail::MseLossNode<T>>({&input, &target}, reduction);
 }

@@ -134,7 +134,7 @@ inline void check_quantized_linear(const Shape& x, const QuantizedWeight& w, con
 template <class T>
 Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight,
               const std::type_identity_t<Var<T>>& bias) {
-  if (!weight) throw UsageError("quantized_linear: null weight");
+  if (!weight) throw ArgumentError("quantized_linear: null weight");
   const Shape sb = bias.shape();
   detail::check_quantized_linear(x.shape(), *weight, &sb);
   const std::int64_t out = weight->rows();
@@ -145,7 +145,7 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight,
 /// x deq(W)^T without a bias.
 template <class T>
 Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
-  if (!weight) throw UsageError("quantized_linear: null weight");
+  if (!weight) throw ArgumentError("quantized_linear: null weight");
   detail::check_quantized_linear(x.shape(), *weight, nullptr);
   const std::int64_t out = weight->rows();
   return detail::record_op<detail::QuantizedLinearNode<T>>(

@@ -81,7 +81,7 @@ Var<T> rms_norm(const Var<T>& x, const std::type_identity_t<Var<T>>& weight,
     throw ShapeError(detail::cat("rms_norm: input ", x.shape(), " and weight ", weight.shape(),
                                  " do not fit; weight must be (C,) for an input (..., C), C > 0"));
   }
-  if (!(eps > T(0))) throw UsageError(detail::cat("rms_norm: eps must be positive, got ", eps));
+  if (!(eps > T(0))) throw ArgumentError(detail::cat("rms_norm: eps must be positive, got ", eps));
   return detail::record_op<detail::RmsNormNode<T>>({&x, &weight}, T(eps));
 }
 

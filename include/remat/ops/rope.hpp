@@ -186,7 +186,7 @@ class RopeNode final : public Node<T> {
 
 inline void check_rope_options(const char* op, const RopeOptions& o) {
   if (!(o.theta > 0) || !std::isfinite(o.theta) || o.offset < 0) {
-    throw UsageError(
+    throw ArgumentError(
         cat(op, ": rope theta must be positive and finite and the offset non-negative; got theta ",
             o.theta, ", offset ", o.offset));
   }
@@ -198,7 +198,7 @@ inline void check_rope_options(const char* op, const RopeOptions& o) {
        s.high_freq_factor > s.low_freq_factor && std::isfinite(s.high_freq_factor));
   const bool dynamic_ok = s.type != RopeScalingType::dynamic || s.max_position_embeddings >= 1;
   if (s.type != RopeScalingType::none && (!factor_ok || !llama3_ok || !dynamic_ok)) {
-    throw UsageError(
+    throw ArgumentError(
         cat(op, ": rope scaling '", to_string(s.type), "' needs a finite factor >= 1 (got ",
             s.factor, "); llama3 original_max_position_embeddings >= 1 (got ",
             s.original_max_position_embeddings, ") and 0 < low_freq_factor (", s.low_freq_factor,

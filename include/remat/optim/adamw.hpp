@@ -49,7 +49,7 @@ class AdamW final : public Optimizer<T> {
     const bool ok = options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 &&
                     options.beta2 < 1 && options.eps > 0 && options.weight_decay >= 0;
     if (!ok) {
-      throw UsageError(
+      throw ArgumentError(
           detail::cat("AdamW: need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0; got beta1 ",
                       options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
                       ", weight_decay ", options.weight_decay));

@@ -15,7 +15,7 @@ namespace remat::optim {
 template <class T>
 double clip_grad_norm(const std::vector<Parameter<T>>& params, double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm)) {
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("clip_grad_norm: max_norm must be positive and finite, got ", max_norm));
   }
   double sum = 0;

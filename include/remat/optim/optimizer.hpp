@@ -85,7 +85,7 @@ template <class T>
 std::vector<ParamGroup<T>> param_groups(
     const std::vector<std::pair<std::string, Parameter<T>>>& named, const GroupOptions& options) {
   if (!(options.weight_decay >= 0.0))
-    throw UsageError(
+    throw ArgumentError(
         detail::cat("param_groups: weight_decay must be >= 0, got ", options.weight_decay));
   ParamGroup<T> plain{{}, 0.0, 1.0}, decayed{{}, options.weight_decay, 1.0};
   for (const auto& [name, p] : named) {
@@ -114,9 +114,9 @@ class Optimizer {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const ParamGroup<T>& group = groups[g];
       if (!(group.lr_scale >= 0.0) || (group.weight_decay && !(*group.weight_decay >= 0.0))) {
-        throw UsageError(detail::cat(name_, ": group ", g,
-                                     " needs lr_scale >= 0 and weight_decay >= 0, got ",
-                                     group.lr_scale, " and ", group.weight_decay.value_or(0.0)));
+        throw ArgumentError(detail::cat(name_, ": group ", g,
+                                        " needs lr_scale >= 0 and weight_decay >= 0, got ",
+                                        group.lr_scale, " and ", group.weight_decay.value_or(0.0)));
       }
       for (const Parameter<T>& p : group.params) {
         params_.push_back(p);
@@ -133,11 +133,11 @@ class Optimizer {
     std::unordered_set<const void*> seen;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i].defined()) {
-        throw UsageError(detail::cat(name_, ": parameter ", i, " is undefined"));
+        throw ArgumentError(detail::cat(name_, ": parameter ", i, " is undefined"));
       }
       if (!seen.insert(params_[i].identity()).second) {
-        throw UsageError(detail::cat(name_, ": parameter ", i, " (shape ", params_[i].shape(),
-                                     ") is listed twice; each parameter must appear once"));
+        throw ArgumentError(detail::cat(name_, ": parameter ", i, " (shape ", params_[i].shape(),
+                                        ") is listed twice; each parameter must appear once"));
       }
     }
   }
@@ -202,12 +202,12 @@ class Optimizer {
     return s;
   }
 
-  /// Throws a UsageError naming the first thing in `s` that does not fit this optimizer: another
-  /// optimizer's state, another number of parameters, a buffer or counter it does not know or of
-  /// the wrong shape, a negative count, or buffers and counters that contradict each other.
+  /// Throws an ArgumentError naming the first thing in `s` that does not fit this optimizer:
+  /// another optimizer's state, another number of parameters, a buffer or counter it does not know
+  /// or of the wrong shape, a negative count, or buffers and counters that contradict each other.
   void check_state(const OptimizerState<T>& s) const {
     const auto bad = [&](const std::string& why) {
-      throw UsageError(detail::cat(name_, ".load_state: ", why));
+      throw ArgumentError(detail::cat(name_, ".load_state: ", why));
     };
     if (s.optimizer != name_)
       bad(detail::cat("the state is of ", s.optimizer.empty() ? "no optimizer" : s.optimizer,
@@ -286,7 +286,7 @@ class Optimizer {
  private:
   void check_lr(double lr) const {
     if (!(lr >= 0.0))
-      throw UsageError(detail::cat(name_, ": learning rate must be >= 0, got ", lr));
+      throw ArgumentError(detail::cat(name_, ": learning rate must be >= 0, got ", lr));
   }
 
   std::vector<Parameter<T>> params_;

@@ -19,7 +19,7 @@ class CosineSchedule {
       : peak_(peak), min_(min_lr), warmup_(warmup), total_(total) {
     if (!(peak > 0) || !(min_lr >= 0) || min_lr > peak || warmup < 0 || total < 1 ||
         warmup > total) {
-      throw UsageError(
+      throw ArgumentError(
           detail::cat("CosineSchedule: need 0 <= min_lr <= peak, peak > 0 and 0 <= warmup <= "
                       "total, total >= 1; got peak ",
                       peak, ", min_lr ", min_lr, ", warmup ", warmup, ", total ", total));

@@ -35,8 +35,8 @@ class SGD final : public Optimizer<T> {
   void check_options() const {
     const SGDOptions& options = options_;
     if (!(options.momentum >= 0.0) || !(options.weight_decay >= 0.0)) {
-      throw UsageError(detail::cat("SGD: momentum and weight_decay must be >= 0, got ",
-                                   options.momentum, " and ", options.weight_decay));
+      throw ArgumentError(detail::cat("SGD: momentum and weight_decay must be >= 0, got ",
+                                      options.momentum, " and ", options.weight_decay));
     }
   }
 

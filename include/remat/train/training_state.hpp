@@ -34,15 +34,15 @@ std::vector<std::size_t> optimizer_slots(const Owner& m, const optim::Optimizer<
       return q.identity() == param.identity();
     });
     if (it == params.end()) {
-      throw UsageError(remat::detail::cat("train: parameter '", name,
-                                          "' of the model is not among the ", opt.name(),
-                                          " optimizer's parameters"));
+      throw ArgumentError(remat::detail::cat("train: parameter '", name,
+                                             "' of the model is not among the ", opt.name(),
+                                             " optimizer's parameters"));
     }
     slots.push_back(static_cast<std::size_t>(it - params.begin()));
   }
   if (slots.size() != params.size()) {
-    throw UsageError(remat::detail::cat("train: the ", opt.name(), " optimizer holds ",
-                                        params.size(), " parameters, the model ", slots.size()));
+    throw ArgumentError(remat::detail::cat("train: the ", opt.name(), " optimizer holds ",
+                                           params.size(), " parameters, the model ", slots.size()));
   }
   return slots;
 }
@@ -179,7 +179,7 @@ Metadata load_training_state(const std::string& path, Owner& m, optim::Optimizer
   }
   try {
     opt.check_state(state);
-  } catch (const UsageError& e) {
+  } catch (const ArgumentError& e) {
     throw IoError(remat::detail::cat("safetensors: ", path,
                                      " holds an optimizer state that does not fit: ", e.what(),
                                      "; nothing was loaded"));

@@ -10,7 +10,7 @@
 /// tensors could not exist (vocab_size 2^62) are refused by name.
 
 #if !__has_include(<nlohmann/json.hpp>)
-#error "remat/nn/llama_config.hpp needs nlohmann/json (Debian: nlohmann-json3-dev)"
+#error "remat/hub/llama_config.hpp needs nlohmann/json (Debian: nlohmann-json3-dev)"
 #endif
 
 #include <nlohmann/json.hpp>
@@ -366,28 +366,28 @@ inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
 
 }  // namespace remat::detail
 
-namespace remat::nn {
+namespace remat::hub {
 
-/// The LlamaConfig a parsed config.json describes; `source` names it in errors. The family comes
-/// from model_type (and architectures must agree): llama, mistral, qwen2 or qwen3, anything else
-/// an error that lists them. Fields absent from the file take Hugging Face's defaults for that
+/// The nn::LlamaConfig a parsed config.json describes; `source` names it in errors. The family
+/// comes from model_type (and architectures must agree): llama, mistral, qwen2 or qwen3, anything
+/// else an error that lists them. Fields absent from the file take Hugging Face's defaults for that
 /// family (num_key_value_heads = num_attention_heads, 8 for Mistral; max_position_embeddings
-/// 2048 for Llama, 32768 for Qwen2/3, 131072 for Mistral; Mistral's sliding_window 4096; Qwen3's
-/// head_dim 128). Per family (Hugging Face's modeling_*.py):
+/// 2048 for nn::Llama, 32768 for Qwen2/3, 131072 for Mistral; Mistral's sliding_window 4096;
+/// Qwen3's head_dim 128). Per family (Hugging Face's modeling_*.py):
 /// - llama: attention_bias puts biases on q, k, v and o; mlp_bias on gate, up and down;
 /// - qwen2: q, k and v always biased, o never; sliding windows per use_sliding_window,
 ///   max_window_layers and layer_types;
 /// - qwen3: q_norm and k_norm; attention_bias on q, k, v and o; windows as Qwen2;
 /// - mistral: no biases; sliding_window on every layer (null: none).
-/// Every other key is implemented, harmless (detail::kHarmlessConfigFields) or refused by name
-/// (Note [config fields]).
-inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
-                                          const std::string& source = "config.json") {
+/// Every other key is implemented, harmless (remat::detail::kHarmlessConfigFields) or refused by
+/// name (Note [config fields]).
+inline nn::LlamaConfig llama_config_from_json(const nlohmann::json& j,
+                                              const std::string& source = "config.json") {
   namespace d = remat::detail;
   if (!j.is_object())
-    throw IoError(detail::cat(source, ": expected a JSON object, got ", j.type_name()));
+    throw IoError(remat::detail::cat(source, ": expected a JSON object, got ", j.type_name()));
   d::ConfigFields f(j, source);
-  LlamaConfig c;
+  nn::LlamaConfig c;
   c.model_type = d::read_model_type(f);
   const std::string& type = c.model_type;
   const bool qwen = type == "qwen2" || type == "qwen3", mistral = type == "mistral";
@@ -435,13 +435,13 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j,
   f.refuse_the_rest(type);
   try {
     c.validate();
-  } catch (const UsageError& e) {
-    throw IoError(detail::cat(source, ": ", e.what()));
+  } catch (const ArgumentError& e) {
+    throw IoError(remat::detail::cat(source, ": ", e.what()));
   }
   return c;
 }
 
-}  // namespace remat::nn
+}  // namespace remat::hub
 
 namespace remat::detail {
 
@@ -471,34 +471,34 @@ inline void check_llama_sizes(const nn::LlamaConfig& c, const std::string& sourc
 
 }  // namespace remat::detail
 
-namespace remat::nn {
+namespace remat::hub {
 
 /// Parses config.json text; `source` names it in errors.
-inline LlamaConfig parse_llama_config(const std::string& text,
-                                      const std::string& source = "config.json") {
+inline nn::LlamaConfig parse_llama_config(const std::string& text,
+                                          const std::string& source = "config.json") {
   remat::detail::check_json_depth(text, source);
   // strict: a repeated key is an IoError naming it (io/json.hpp)
-  const LlamaConfig c = llama_config_from_json(io::parse_json(text, source), source);
+  const nn::LlamaConfig c = llama_config_from_json(io::parse_json(text, source), source);
   remat::detail::check_llama_sizes(c, source);
   return c;
 }
 
 /// Reads a config.json file (or the config.json inside a model folder's path given as a file).
 /// Only a regular file is read: a FIFO, a device or a folder is an IoError naming it.
-inline LlamaConfig load_llama_config(const std::string& path) {
+inline nn::LlamaConfig load_llama_config(const std::string& path) {
   std::string text;
   try {
     text = io::read_text_file(path, "config.json reader");
   } catch (const IoError& e) {
-    throw IoError(detail::cat(path, ": cannot open the config file (", e.what(), ")"));
+    throw IoError(remat::detail::cat(path, ": cannot open the config file (", e.what(), ")"));
   }
   return parse_llama_config(text, path);
 }
 
 /// The model_type whose Hugging Face class computes what `c` does: c.model_type when its flags
-/// fit that family, else "qwen2" for a Llama with q/k/v biases only (as earlier versions wrote
-/// it); a UsageError naming the flags when no family fits.
-inline std::string llama_family_of(const LlamaConfig& c) {
+/// fit that family, else "qwen2" for a nn::Llama with q/k/v biases only (as earlier versions wrote
+/// it); an ArgumentError naming the flags when no family fits.
+inline std::string llama_family_of(const nn::LlamaConfig& c) {
   const bool plain = !c.qk_norm && !c.mlp_bias;
   const bool every_layer =
       c.sliding_window == 0 || c.sliding_layers.empty() ||
@@ -513,18 +513,18 @@ inline std::string llama_family_of(const LlamaConfig& c) {
   };
   if (fits(c.model_type)) return c.model_type;
   if (c.model_type == "llama" && fits("qwen2")) return "qwen2";
-  throw UsageError(detail::cat(
+  throw ArgumentError(remat::detail::cat(
       "llama_config_json: no supported family has model_type '", c.model_type,
       "' with attention_bias ", c.attention_bias, ", o_proj_bias ", c.o_proj_bias, ", mlp_bias ",
       c.mlp_bias, ", qk_norm ", c.qk_norm, ", sliding_window ", c.sliding_window, " on ",
       c.sliding_layers.empty() ? std::string("every layer")
-                               : detail::cat(c.sliding_layers.size(), " flagged layers"),
+                               : remat::detail::cat(c.sliding_layers.size(), " flagged layers"),
       "; supported: ", remat::detail::supported_families()));
 }
 
 /// The config.json text of `c`, with Hugging Face's field names, in the family
 /// llama_family_of(c) names; read back by llama_config_from_json to the same config.
-inline std::string llama_config_json(const LlamaConfig& c) {
+inline std::string llama_config_json(const nn::LlamaConfig& c) {
   const std::string type = llama_family_of(c);
   nlohmann::ordered_json j;
   for (const auto& f : remat::detail::kLlamaFamilies)
@@ -574,4 +574,4 @@ inline std::string llama_config_json(const LlamaConfig& c) {
   return j.dump(2) + "\n";
 }
 
-}  // namespace remat::nn
+}  // namespace remat::hub

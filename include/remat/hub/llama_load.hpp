@@ -26,9 +26,9 @@
 #include "remat/core/memory.hpp"
 #include "remat/io/weight_files.hpp"
 #include "remat/nn/llama.hpp"
-#include "remat/nn/llama_config.hpp"
+#include "remat/hub/llama_config.hpp"
 
-namespace remat::nn {
+namespace remat::hub {
 
 /// How load_llama stores what it reads.
 struct LoadOptions {
@@ -43,7 +43,7 @@ struct LoadOptions {
 /// nothing (see the file comment). Tensors the files hold beyond the model's are not looked at
 /// here (load_llama refuses them).
 template <class T>
-void load_weights(Module<T>& model, const io::WeightFiles& files) {
+void load_weights(nn::Module<T>& model, const io::WeightFiles& files) {
   std::vector<io::NamedTensor<T>> targets;
   for (auto& [name, p] : model.named_parameters())
     targets.emplace_back(name, p.data());  // shares the parameter's storage
@@ -56,9 +56,9 @@ void load_weights(Module<T>& model, const io::WeightFiles& files) {
 /// the embedding's and the MLPs' values (vocab_size x hidden_size + num_hidden_layers x 3 x
 /// hidden_size x intermediate_size). A config.json that says vocab_size = 2^40 beside weights
 /// of 32,000 rows is refused here, not by an allocation failure.
-inline void check_config_fits_files(const LlamaConfig& c, const io::WeightFiles& files,
+inline void check_config_fits_files(const nn::LlamaConfig& c, const io::WeightFiles& files,
                                     const std::string& config_path) {
-  const std::string sizes = detail::cat(
+  const std::string sizes = remat::detail::cat(
       "vocab_size = ", c.vocab_size, ", hidden_size = ", c.hidden_size,
       ", intermediate_size = ", c.intermediate_size, ", num_hidden_layers = ", c.num_hidden_layers);
   // values the files hold, and the fewest the model needs: in long double, exact below 2^64
@@ -72,7 +72,7 @@ inline void check_config_fits_files(const LlamaConfig& c, const io::WeightFiles&
                              static_cast<long double>(c.num_hidden_layers) * 3 * w *
                                  static_cast<long double>(c.intermediate_size);
   if (needed > held) {
-    throw IoError(detail::cat(
+    throw IoError(remat::detail::cat(
         config_path, " describes a model of more values than its weight files hold (", sizes,
         " need at least vocab_size x hidden_size + num_hidden_layers x 3 x hidden_size x "
         "intermediate_size; the files hold ",
@@ -80,7 +80,7 @@ inline void check_config_fits_files(const LlamaConfig& c, const io::WeightFiles&
   }
 }
 
-}  // namespace remat::nn
+}  // namespace remat::hub
 
 namespace remat::detail {
 
@@ -143,7 +143,7 @@ inline void refuse_unused_tensors(const std::set<std::string>& used, const io::W
 template <class T>
 nn::Linear<T> load_frozen_projection(const io::WeightFiles& files, const std::string& name,
                                      std::int64_t in, std::int64_t out, bool bias,
-                                     const nn::LoadOptions& options) {
+                                     const hub::LoadOptions& options) {
   const std::string weight = name + ".weight";
   Tensor<T> w(Shape{out, in});
   files.load(std::vector<io::NamedTensor<T>>{{weight, w}});  // checks name, shape and dtype
@@ -154,27 +154,27 @@ nn::Linear<T> load_frozen_projection(const io::WeightFiles& files, const std::st
 
 }  // namespace remat::detail
 
-namespace remat::nn {
+namespace remat::hub {
 
 /// The model a Hugging Face folder holds: `dir`/config.json, then its weights (one file or
 /// shards), stored as `options` says. Errors are IoErrors naming the file, field or tensor.
 template <class T = float>
-Llama<T> load_llama(const std::string& dir, const LoadOptions& options = {}) {
+nn::Llama<T> load_llama(const std::string& dir, const LoadOptions& options = {}) {
   const std::string config_path = dir + "/config.json";
-  const LlamaConfig config = load_llama_config(config_path);
+  const nn::LlamaConfig config = load_llama_config(config_path);
   const io::WeightFiles files =
       io::WeightFiles::open(dir);  // before building: a bad folder fails fast
   remat::detail::check_llama_vocabulary(config, files, config_path);
   check_config_fits_files(config, files, config_path);
   std::set<std::string> used;
-  Llama<T> model = [&] {
-    if (options.projections == WeightStorage::f32) return Llama<T>::uninitialized(config);
-    const LinearMaker<T> make = [&](const std::string& name, std::int64_t in, std::int64_t out,
-                                    bool bias) {
+  nn::Llama<T> model = [&] {
+    if (options.projections == WeightStorage::f32) return nn::Llama<T>::uninitialized(config);
+    const nn::LinearMaker<T> make = [&](const std::string& name, std::int64_t in, std::int64_t out,
+                                        bool bias) {
       used.insert(name + ".weight");
       return remat::detail::load_frozen_projection<T>(files, name, in, out, bias, options);
     };
-    return Llama<T>::with_projections(config, make);
+    return nn::Llama<T>::with_projections(config, make);
   }();
   for (const auto& [name, p] : model.named_parameters()) used.insert(name);
   remat::detail::refuse_unused_tensors(used, files, config);
@@ -184,4 +184,4 @@ Llama<T> load_llama(const std::string& dir, const LoadOptions& options = {}) {
   return model;
 }
 
-}  // namespace remat::nn
+}  // namespace remat::hub
