@@ -164,7 +164,7 @@ struct GptModel {
     m.parameters = gpt->parameters();
     // the op-level choices budget:<MiB> has per block besides keeping or replaying it whole:
     // three named policies and up to `derived` recompute policies plan::profile derives from
-    // the block (Note [derived policies] in checkpoint/profile.hpp)
+    // the block (Note [derived policies] in checkpoint/derive_policies.hpp)
     m.profile = [this, derived] {
       return gpt->profile(
           ids, targets, {},
