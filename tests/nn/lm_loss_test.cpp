@@ -51,30 +51,30 @@ void check_chunk_rows(const Model& model, const Tensor<std::int32_t>& ids, std::
   CHECK(one_row < all_rows);
 }
 
+/// One-layer models of `vocab` tokens and width `width` (a context of `width` positions).
+remat::nn::GPT<double> lm_gpt(std::int64_t vocab, std::int64_t width) {
+  return remat::nn::GPT<double>(
+      {.vocab = vocab, .context = width, .layers = 1, .heads = 2, .width = width});
+}
+remat::nn::Llama<double> lm_llama(std::int64_t vocab, std::int64_t width) {
+  return remat::nn::Llama<double>({.vocab_size = vocab,
+                                   .hidden_size = width,
+                                   .intermediate_size = width + width / 2,
+                                   .num_hidden_layers = 1,
+                                   .num_attention_heads = 2,
+                                   .num_key_value_heads = 1});
+}
+
 }  // namespace
 
 TEST_CASE("LossOptions::chunk_rows reaches the head of GPT and Llama", "[nn][loss]") {
-  const remat::nn::GPT<double> gpt(
-      remat::nn::GPTConfig{.vocab = 97, .context = 8, .layers = 1, .heads = 2, .width = 8});
-  check_chunk_rows(gpt, remat::test::ids({2, 8}, 97, 1), 8);
-  const remat::nn::Llama<double> llama({.vocab_size = 97,
-                                        .hidden_size = 8,
-                                        .intermediate_size = 12,
-                                        .num_hidden_layers = 1,
-                                        .num_attention_heads = 2,
-                                        .num_key_value_heads = 1});
-  check_chunk_rows(llama, remat::test::ids({2, 8}, 97, 2), 8);
+  check_chunk_rows(lm_gpt(97, 8), remat::test::ids({2, 8}, 97, 1), 8);
+  check_chunk_rows(lm_llama(97, 8), remat::test::ids({2, 8}, 97, 2), 8);
 }
 
 TEST_CASE("loss() and profile() refuse the options they cannot honour, naming them", "[nn][loss]") {
-  const remat::nn::GPT<double> gpt(
-      remat::nn::GPTConfig{.vocab = 11, .context = 4, .layers = 1, .heads = 2, .width = 4});
-  const remat::nn::Llama<double> llama({.vocab_size = 11,
-                                        .hidden_size = 4,
-                                        .intermediate_size = 6,
-                                        .num_hidden_layers = 1,
-                                        .num_attention_heads = 2,
-                                        .num_key_value_heads = 1});
+  const remat::nn::GPT<double> gpt = lm_gpt(11, 4);
+  const remat::nn::Llama<double> llama = lm_llama(11, 4);
   const Tensor<std::int32_t> ids = remat::test::ids({1, 4}, 11, 3);
   const remat::plan::Plan every = remat::plan::every(1);
   const auto message = [](const auto& call) { return remat::test::error_message(call); };

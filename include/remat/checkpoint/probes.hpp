@@ -20,16 +20,19 @@ inline constexpr OpType kMarker{"profile_marker"};
 inline constexpr OpType kCopy{"profile_copy"};
 
 /// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
-/// peak since the previous marker, which it then resets.
+/// peak since the previous marker, which it then resets; given a tape and `replay`, also the
+/// tape's replay clock (the replay time spent so far).
 template <class T>
 class MemoryMarker final : public Node<T> {
  public:
-  MemoryMarker(double* live, double* peak) : live_(live), peak_(peak) {}
+  MemoryMarker(double* live, double* peak, const Tape* tape = nullptr, double* replay = nullptr)
+      : live_(live), peak_(peak), tape_(tape), replay_(replay) {}
   const OpType& op_type() const noexcept override { return kMarker; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
     *live_ = static_cast<double>(memory::live_bytes());
+    if (tape_) *replay_ = tape_->replay_stats().replay_seconds;
     memory::reset_peak();
     grads.add(0, gy);
   }
@@ -37,6 +40,8 @@ class MemoryMarker final : public Node<T> {
  private:
   double* live_;
   double* peak_;
+  const Tape* tape_;
+  double* replay_;
 };
 
 /// Identity op that reads the allocator each time it runs forward, in the first pass and in any
@@ -57,30 +62,6 @@ class ForwardMarker final : public Node<T> {
  private:
   std::vector<double>* readings_;
   bool start_;
-};
-
-/// Identity op that, when the backward sweep passes it, reads the allocator as MemoryMarker does
-/// and the tape's replay clock: the replay time spent since the previous marker.
-template <class T>
-class ReplayMarker final : public Node<T> {
- public:
-  ReplayMarker(const Tape* tape, double* live, double* peak, double* replay)
-      : tape_(tape), live_(live), peak_(peak), replay_(replay) {}
-  const OpType& op_type() const noexcept override { return kMarker; }
-  Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
-  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
-    *peak_ = static_cast<double>(memory::peak_bytes());
-    *live_ = static_cast<double>(memory::live_bytes());
-    *replay_ = tape_->replay_stats().replay_seconds;
-    memory::reset_peak();
-    grads.add(0, gy);
-  }
-
- private:
-  const Tape* tape_;
-  double* live_;
-  double* peak_;
-  double* replay_;
 };
 
 /// A copy of its input, in a buffer of its own.

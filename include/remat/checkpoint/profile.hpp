@@ -94,7 +94,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[l], &peak[l], &clock[l]), {x});
+      x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[l], &peak[l], &tape, &clock[l]), {x});
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -110,7 +110,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
       q.saves_output[l] = !x.value().is_unique();
       ++l;
     }
-    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[n], &peak[n], &clock[n]), {x});
+    x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[n], &peak[n], &tape, &clock[n]), {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
     // the marker on the input never runs (no gradient): layer 0's readings are the last ones
@@ -183,12 +183,12 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[l], &peak[l], &clock[l]), {x});
+      x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[l], &peak[l], &tape, &clock[l]), {x});
       const CheckpointScope scope(x);
       x = layer(x);
       ++l;
     }
-    x = apply<T>(std::make_unique<ReplayMarker<T>>(&tape, &live[n], &peak[n], &clock[n]), {x});
+    x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[n], &peak[n], &tape, &clock[n]), {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
     clock[0] = tape.replay_stats().replay_seconds;  // the marker on the input never runs
