@@ -214,7 +214,7 @@ TEST_CASE("Llama configs: config.json fields, Hugging Face defaults, and clear e
   // deep nesting is refused before the recursive parser sees it; a string full of brackets is not
   // nesting
   CHECK_THAT(error(std::string(100000, '[') + std::string(100000, ']')),
-             Contains("nested more than 64"));
+             Contains("nests deeper than 64"));
   CHECK_THAT(error("{\"x\": \"" + std::string(1000, '[') + "\"}"),
              Contains("'vocab_size' is missing"));
   CHECK_THAT(

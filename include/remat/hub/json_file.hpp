@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "remat/core/error.hpp"
+#include "remat/io/safetensors.hpp"
 
 namespace remat::hub {
 
@@ -117,25 +118,10 @@ inline constexpr int kMaxJsonDepth = 64;
 
 /// Throws unless `text` nests arrays/objects at most kMaxJsonDepth deep (strings skipped).
 inline void check_depth(std::string_view text, const std::string& file) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        throw IoError(remat::detail::cat(file, ": JSON nests deeper than ", kMaxJsonDepth,
-                                         " levels at byte ", i));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (const std::size_t i = io::detail::nesting_overflow(text, kMaxJsonDepth);
+      i != std::string_view::npos)
+    throw IoError(remat::detail::cat(file, ": JSON nests deeper than ", kMaxJsonDepth,
+                                     " levels at byte ", i));
 }
 
 }  // namespace detail

@@ -26,34 +26,6 @@
 
 namespace remat::detail {
 
-/// Deepest nesting of arrays and objects accepted: nlohmann's parser recurses once per level,
-/// so a hostile file of a million '[' would overflow the stack. Real configs nest 3 deep.
-inline constexpr int kMaxConfigDepth = 64;
-
-/// Throws unless `text` nests arrays/objects at most kMaxConfigDepth deep (strings skipped).
-inline void check_json_depth(const std::string& text, const std::string& source) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (ch == '\\')
-        ++i;
-      else if (ch == '"')
-        in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > kMaxConfigDepth) {
-        throw IoError(
-            cat(source, ": JSON nested more than ", kMaxConfigDepth, " levels deep at byte ", i));
-      }
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-}
-
 inline const nlohmann::json* config_field(const nlohmann::json& j, const char* name, bool required,
                                           const std::string& source) {
   const auto it = j.find(name);
@@ -476,8 +448,7 @@ namespace remat::hub {
 /// Parses config.json text; `source` names it in errors.
 inline nn::LlamaConfig parse_llama_config(const std::string& text,
                                           const std::string& source = "config.json") {
-  remat::detail::check_json_depth(text, source);
-  // strict: a repeated key is an IoError naming it (io/json.hpp)
+  // strict: nesting bounded before parsing, a repeated key an IoError naming it (io/json.hpp)
   const nn::LlamaConfig c = llama_config_from_json(io::parse_json(text, source), source);
   remat::detail::check_llama_sizes(c, source);
   return c;
