@@ -626,12 +626,6 @@ double mean_loss(Model& model, const std::vector<chat::Batch>& val) {
 /// depends on.
 constexpr const char* kTrainingState = "training_state.safetensors";
 
-std::string exact_text(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 /// The flags a run's course depends on, with their values: a resumed run must give the same, or
 /// it would continue another run than the one saved.
 std::vector<std::pair<std::string, std::string>> course_settings(const Options& o) {
@@ -641,14 +635,14 @@ std::vector<std::pair<std::string, std::string>> course_settings(const Options& 
           {"--storage", o.storage},
           {"--no-double-quant", yes(o.no_double_quant)},
           {"--rank", std::to_string(o.rank)},
-          {"--alpha", exact_text(o.alpha)},
-          {"--lora-dropout", exact_text(o.lora_dropout)},
+          {"--alpha", flags::exact_text(o.alpha)},
+          {"--lora-dropout", flags::exact_text(o.lora_dropout)},
           {"--targets", o.targets},
           {"--context", std::to_string(o.context)},
           {"--batch", std::to_string(o.batch)},
           {"--accumulate", std::to_string(o.accumulate)},
           {"--steps", std::to_string(o.steps)},
-          {"--lr", exact_text(o.lr)},
+          {"--lr", flags::exact_text(o.lr)},
           {"--seed", std::to_string(o.seed)},
           {"--max-tokens", std::to_string(o.max_tokens)},
           {"--truncate", o.truncate},
@@ -663,7 +657,7 @@ void save_with_state(const Options& o, const remat::nn::lora::Adapters<float>& a
                      const remat::optim::AdamW<float>& optimizer, std::int64_t steps_done,
                      double first_val) {
   remat::io::Metadata meta{{"finetune.step", std::to_string(steps_done)},
-                           {"finetune.first_val_loss", exact_text(first_val)}};
+                           {"finetune.first_val_loss", flags::exact_text(first_val)}};
   for (const auto& [flag, value] : course_settings(o)) meta.emplace("finetune" + flag, value);
   remat::io::save_folder(o.save_adapters, [&](const std::string& staging) {
     remat::hub::write_adapters(adapters, staging);

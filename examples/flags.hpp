@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -175,6 +176,14 @@ inline const CLI::Validator output_dir(
       return why.empty() ? why : "cannot create '" + path + "': " + why;
     },
     "DIR");
+
+/// A number as the shortest text that reads back to the same value ("0.1", not 0.1000...01):
+/// what a run records of its flags and figures, to compare or read back exactly.
+inline std::string exact_text(double value) {
+  char buffer[32];
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return error == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
 
 /// Bytes as a person reads them: "512 B", "3.7 TiB".
 inline std::string human_bytes(double bytes) {

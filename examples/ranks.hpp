@@ -12,7 +12,6 @@
 #include <remat/dist/data_parallel.hpp>
 #endif
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -20,6 +19,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "flags.hpp"
 
 namespace ranks {
 
@@ -148,13 +149,6 @@ class Job {
   int rank_ = 0, size_ = 1;
 };
 
-/// A number as the shortest text that reads back to the same value ("0.1", not 0.1000...01).
-inline std::string text(double value) {
-  char buffer[32];
-  const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return error == std::errc() ? std::string(buffer, end) : std::to_string(value);
-}
-
 /// The settings train_gpt and train_llama share (flags::Training) that change what a rank
 /// computes or how many collectives it joins, then `own` (the program's flags), then the data:
 /// a digest of the text and vocabulary (ranks may read it from different paths) and the
@@ -169,7 +163,7 @@ Settings settings(const Training& o, const Settings& own, const Corpus& corpus,
                 {"--context", std::to_string(o.context)},
                 {"--batch", std::to_string(o.batch)},
                 {"--steps", std::to_string(o.steps)},
-                {"--lr", text(o.lr)},
+                {"--lr", flags::exact_text(o.lr)},
                 {"--seed", std::to_string(o.seed)},
                 {"--checkpoint", o.checkpoint},
                 {"--eval-every", std::to_string(o.eval_every)},

@@ -135,7 +135,7 @@ int train(ranks::Job& job, int argc, char** argv) {
     }
     // every rank started alike, before the first collective (whose sizes depend on it)
     job.agree(kProgram, ranks::settings(o,
-                                        {{"--dropout", ranks::text(o.dropout)},
+                                        {{"--dropout", flags::exact_text(o.dropout)},
                                          {"--stop-after", std::to_string(o.stop_after)}},
                                         corpus, data_rng.position(), start));
     job.replicate(gpt.parameters());  // rank 0's weights everywhere; the optimizer holds all
