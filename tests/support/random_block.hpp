@@ -253,7 +253,9 @@ struct RandomLoss {
         rng.uniform_tensor<float>({k == 1 ? width / 2 : classes, width}, -0.2, 0.2));
     target = rng.normal_tensor<float>({batch, width / 2});
     labels = remat::Tensor<std::int32_t>({batch});
-    for (auto& t : labels) t = static_cast<std::int32_t>(rng.uniform_int(classes));
+    if (labels.has_data()) {  // none in a shape-only run
+      for (auto& t : labels) t = static_cast<std::int32_t>(rng.uniform_int(classes));
+    }
     chunk = std::max<std::int64_t>(1, batch / 3);
   }
 

@@ -28,6 +28,7 @@ class MemoryMarker final : public Node<T> {
   MemoryMarker(double* live, double* peak, const Tape* tape = nullptr, double* replay = nullptr)
       : live_(live), peak_(peak), tape_(tape), replay_(replay) {}
   const OpType& op_type() const noexcept override { return kMarker; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
@@ -52,6 +53,7 @@ class ForwardMarker final : public Node<T> {
  public:
   ForwardMarker(std::vector<double>* readings, bool start) : readings_(readings), start_(start) {}
   const OpType& op_type() const noexcept override { return kMarker; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     readings_->push_back(static_cast<double>(start_ ? memory::live_bytes() : memory::peak_bytes()));
     if (start_) memory::reset_peak();
@@ -69,6 +71,7 @@ template <class T>
 class CopyNode final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return kCopy; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };
@@ -79,6 +82,7 @@ template <class T>
 class Separator final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return kMarker; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0]; }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };

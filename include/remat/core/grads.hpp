@@ -17,6 +17,7 @@ namespace detail {
 /// dst += src, element-wise, in parallel for large tensors.
 template <class T>
 void add_into(Tensor<T>& dst, const Tensor<T>& src) {
+  if (shape_only()) return;
   T* REMAT_RESTRICT d = dst.data();
   const T* REMAT_RESTRICT s = src.data();
   parallel_for(dst.numel(), kElementwiseGrain, [&](std::int64_t b, std::int64_t e) {
@@ -35,7 +36,7 @@ void accumulate(Tensor<T>& slot, bool stale, Tensor<T> g) {
   if (!slot.defined() || (stale && !slot.is_unique())) {
     slot = std::move(g);
   } else if (stale) {
-    std::memcpy(slot.data(), g.data(), g.bytes());
+    if (!shape_only()) std::memcpy(slot.data(), g.data(), g.bytes());
   } else {
     if (!slot.is_unique()) slot = slot.clone();
     add_into(slot, g);
@@ -79,12 +80,14 @@ class Grads {
 
   /// Lets `write(dst, overwrite)` produce input k's gradient in place: with overwrite true, dst
   /// is a new uninitialized tensor of `shape` to assign; with false, dst holds the gradient so far
-  /// and write must add to it. Saves a temporary and a pass for GEMM-shaped gradients.
+  /// and write must add to it. Saves a temporary and a pass for GEMM-shaped gradients. In a
+  /// shape-only run the buffer is made and write() is not called: it would only do arithmetic
+  /// (a write that allocates scratch must use target() and allocate it itself).
   template <class Write>
   void add_with(int k, const Shape& shape, Write&& write) {
     if (!needs(k)) return;
     Target t = target(k, shape);
-    write(*t.dst, t.overwrite);
+    if (!detail::shape_only()) write(*t.dst, t.overwrite);
   }
 
   /// Input k's gradient buffer, for ops that write several gradients in one loop: dst is null

@@ -35,7 +35,8 @@ inline std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
 
 template <class T>
 std::uint64_t hash_tensor(const Tensor<T>& t) noexcept {
-  std::uint64_t h = hash_bytes(t.data(), t.bytes());
+  // a shape-only tensor (core/shape_only.hpp) is fingerprinted by its shape alone
+  std::uint64_t h = t.has_data() ? hash_bytes(t.data(), t.bytes()) : 0;
   for (std::int64_t d : t.shape()) h = mix64(h ^ static_cast<std::uint64_t>(d));
   return h;
 }

@@ -1,10 +1,12 @@
 #pragma once
 /// @file
 /// The counting allocator. Every tensor byte remat allocates goes through here, so live and peak
-/// byte counts are exact: they are what benchmarks report and what tests assert.
+/// byte counts are exact: they are what benchmarks report and what tests assert. In a shape-only
+/// run (core/shape_only.hpp) the same counting happens with no memory behind it.
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -19,9 +21,32 @@ struct MemoryCounters {
   std::atomic<std::size_t> allocations{0};
 };
 
+/// The counters of this thread's shape-only run (core/shape_only.hpp), null outside one. A
+/// tensor made in the run holds them, so it is uncounted from them whenever it dies.
+inline std::shared_ptr<MemoryCounters>& shape_only_counters() noexcept {
+  thread_local std::shared_ptr<MemoryCounters> counters;
+  return counters;
+}
+
+/// True while this thread runs shape-only: tensors get a shape and no data, ops skip arithmetic.
+inline bool shape_only() noexcept { return shape_only_counters() != nullptr; }
+
+/// The counters this thread's allocations go to: the process's, or its shape-only run's.
 inline MemoryCounters& memory_counters() noexcept {
+  if (const std::shared_ptr<MemoryCounters>& run = shape_only_counters()) return *run;
   static MemoryCounters counters;
   return counters;
+}
+
+/// Adds an allocation of `bytes` to `c`, raising the peak to the live count it produced: the
+/// peak stays exact when threads allocate concurrently, as the maximum over the order the
+/// fetch_adds happened in.
+inline void count_allocation(MemoryCounters& c, std::size_t bytes) noexcept {
+  c.allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t now = c.live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t peak = c.peak.load(std::memory_order_relaxed);
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
 }
 
 /// Alignment of every tensor buffer: a cache line, and enough for any SIMD load.
@@ -131,14 +156,7 @@ inline BlockCache& block_cache() noexcept {
 inline void* allocate_bytes(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = block_cache().take(BlockCache::rounded(bytes));
-  MemoryCounters& c = memory_counters();
-  c.allocations.fetch_add(1, std::memory_order_relaxed);
-  // The peak is raised to the live count this very allocation produced, so it stays exact when
-  // threads allocate concurrently: it is the maximum over the order the fetch_adds happened in.
-  const std::size_t now = c.live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::size_t peak = c.peak.load(std::memory_order_relaxed);
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  count_allocation(memory_counters(), bytes);
   return p;
 }
 
@@ -148,11 +166,25 @@ inline void deallocate_bytes(void* p, std::size_t bytes) noexcept {
   block_cache().give(p, BlockCache::rounded(bytes));
 }
 
+/// A tensor's buffer of `bytes`, owned: freeing the owner returns the buffer and uncounts it. In
+/// a shape-only run the buffer is null and only the run's counters move.
+template <class T>
+std::shared_ptr<T> allocate_storage(std::size_t bytes) {
+  if (const std::shared_ptr<MemoryCounters>& run = shape_only_counters()) {
+    count_allocation(*run, bytes);
+    return std::shared_ptr<T>(static_cast<T*>(nullptr), [bytes, run](T*) noexcept {
+      run->live.fetch_sub(bytes, std::memory_order_relaxed);
+    });
+  }
+  T* data = static_cast<T*>(allocate_bytes(bytes));
+  return std::shared_ptr<T>(data, [bytes](T* p) noexcept { deallocate_bytes(p, bytes); });
+}
+
 }  // namespace detail
 
 namespace memory {
 
-/// Bytes of tensor storage alive right now, over all threads.
+/// Bytes of tensor storage alive right now, over all threads (in a shape-only run: the run's).
 inline std::size_t live_bytes() noexcept {
   return detail::memory_counters().live.load(std::memory_order_relaxed);
 }

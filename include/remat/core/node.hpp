@@ -35,7 +35,7 @@ inline constexpr std::uint32_t kNone = 0xffffffffU;
 template <class T>
 bool all_finite(const Tensor<T>& t) noexcept {
   if constexpr (std::is_floating_point_v<T>) {
-    return !t.defined() || t.array().isFinite().all();
+    return !t.has_data() || t.array().isFinite().all();
   } else {
     return true;
   }
@@ -58,6 +58,11 @@ class NodeBase {
   /// The op's name as users call it ("matmul", "layer_norm", ...), for messages.
   const char* op_name() const noexcept { return op_type().name(); }
   virtual bool is_leaf() const noexcept { return false; }
+  /// Whether forward() and backward() run shape-only (Note [shape-only execution] in
+  /// core/shape_only.hpp): allocate exactly what they allocate in a real run and skip their
+  /// arithmetic when remat::is_shape_only(). Every built-in op does; a custom op says so by
+  /// overriding this, and a shape-only run refuses one that does not.
+  virtual bool runs_shape_only() const noexcept { return false; }
   /// The Parameter a leaf stands for (Parameter::identity()), null for every other node.
   virtual const void* parameter_identity() const noexcept { return nullptr; }
 

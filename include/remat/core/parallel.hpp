@@ -21,6 +21,7 @@
 #include "remat/core/config.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/float_mode.hpp"
+#include "remat/core/memory.hpp"
 
 #if REMAT_USE_BLAS
 #include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
@@ -187,9 +188,11 @@ namespace detail {
 /// Runs fn(begin, end) over [0, n) in fixed chunks of at least `grain` items, in parallel when
 /// that is worth it. fn must only touch its own chunk.
 /// Every chunk runs in remat's floating-point mode (Note [flushing denormals]), on whichever
-/// thread runs it; the caller's mode is back when the loop returns.
+/// thread runs it; the caller's mode is back when the loop returns. In a shape-only run
+/// (core/shape_only.hpp) there is nothing to loop over: the tensors have no data.
 template <class Fn>
 void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
+  if (shape_only()) return;
   const FloatModeGuard float_mode;
   ThreadPool& pool = ThreadPool::instance();
   const std::int64_t chunks =

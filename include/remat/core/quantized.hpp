@@ -235,30 +235,18 @@ class QuantizedWeight {
     }
     const std::int64_t n = rows * cols;
     Tensor<float> x({n});
-    for (std::int64_t i = 0; i < n; ++i) {
-      x[i] = static_cast<float>(values[i]);
-      if (!std::isfinite(x[i])) {
-        throw NumericError(detail::cat("QuantizedWeight: value ", x[i], " at (", i / cols, ", ",
-                                       i % cols, ") of a (", rows, ", ", cols,
-                                       ") weight is not finite"));
-      }
-    }
     QuantizedWeight q(rows, cols, storage);
     if (storage == WeightStorage::bf16) {
       q.bf16_ = Tensor<std::uint16_t>({n});
-      for (std::int64_t i = 0; i < n; ++i) q.bf16_[i] = detail::float_to_bf16(x[i]);
     } else if (storage == WeightStorage::int8) {
       q.int8_ = Tensor<std::int8_t>({n});
       q.scale_ = Tensor<float>({rows});
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float a = absmax(x.data() + r * cols, cols);
-        for (std::int64_t c = 0; c < cols; ++c)
-          q.int8_[r * cols + c] = detail::int8_code(x[r * cols + c], a);
-        q.scale_[r] = a / 127.0f;
-      }
-    } else {
-      q.quantize_nf4(x, double_quant);
     }
+    // a shape-only weight (core/shape_only.hpp) gets its storage's tensors and no codes
+    const bool codes = x.has_data();
+    if (codes && values == nullptr) throw ArgumentError("QuantizedWeight: null values");
+    if (codes) q.encode(values, x);
+    if (storage == WeightStorage::nf4) q.quantize_nf4(x, double_quant, codes);
     return q;
   }
 
@@ -328,7 +316,7 @@ class QuantizedWeight {
   template <class T = float>
   Tensor<T> dequantize() const {
     Tensor<T> w({rows_, cols_});
-    dequantize_rows(0, rows_, w.data());
+    if (w.has_data()) dequantize_rows(0, rows_, w.data());
     return w;
   }
 
@@ -358,18 +346,42 @@ class QuantizedWeight {
   QuantizedWeight(std::int64_t rows, std::int64_t cols, WeightStorage storage)
       : rows_(rows), cols_(cols), storage_(storage) {}
 
+  // Copies the values into x, refusing a non-finite one, and codes them as BF16 or INT8.
+  template <class T>
+  void encode(const T* values, Tensor<float>& x) {
+    const std::int64_t n = rows_ * cols_;
+    for (std::int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(values[i]);
+      if (!std::isfinite(x[i])) {
+        throw NumericError(detail::cat("QuantizedWeight: value ", x[i], " at (", i / cols_, ", ",
+                                       i % cols_, ") of a (", rows_, ", ", cols_,
+                                       ") weight is not finite"));
+      }
+    }
+    if (storage_ == WeightStorage::bf16) {
+      for (std::int64_t i = 0; i < n; ++i) bf16_[i] = detail::float_to_bf16(x[i]);
+    } else if (storage_ == WeightStorage::int8) {
+      for (std::int64_t r = 0; r < rows_; ++r) {
+        const float a = absmax(x.data() + r * cols_, cols_);
+        for (std::int64_t c = 0; c < cols_; ++c)
+          int8_[r * cols_ + c] = detail::int8_code(x[r * cols_ + c], a);
+        scale_[r] = a / 127.0f;
+      }
+    }
+  }
+
   static float absmax(const float* x, std::int64_t n) noexcept {
     float a = 0;
     for (std::int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
     return a;
   }
 
-  void quantize_nf4(const Tensor<float>& x, bool double_quant) {
+  void quantize_nf4(const Tensor<float>& x, bool double_quant, bool codes) {
     const std::int64_t n = x.numel();
     const std::int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
     packed_ = Tensor<std::uint8_t>::zeros({(n + 1) / 2});
     Tensor<float> amax({blocks});
-    for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t b = 0; codes && b < blocks; ++b) {
       const std::int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
       const float a = absmax(x.data() + e0, e1 - e0);
       amax[b] = a;
@@ -387,11 +399,12 @@ class QuantizedWeight {
     }
     // Second level (bitsandbytes' quantize_blockwise of absmax - offset, blocks of 256): the
     // mean as torch takes it (Note [torch's float sum]), then each group's absmax and codes.
-    offset_ = Tensor<float>::full({1}, detail::torch_cpu_mean(amax.data(), blocks));
+    offset_ = Tensor<float>({1});
+    if (codes) offset_[0] = detail::torch_cpu_mean(amax.data(), blocks);
     const std::int64_t groups = (blocks + kNf4ScaleBlock - 1) / kNf4ScaleBlock;
     qabsmax_ = Tensor<std::uint8_t>({blocks});
     absmax2_ = Tensor<float>({groups});
-    for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t g = 0; codes && g < groups; ++g) {
       const std::int64_t b0 = g * kNf4ScaleBlock, b1 = std::min(blocks, b0 + kNf4ScaleBlock);
       float a2 = 0;
       for (std::int64_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(amax[b] - offset_[0]));

@@ -15,6 +15,7 @@
 
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/save_policy.hpp"
+#include "remat/core/shape_only.hpp"
 #include "remat/core/trace.hpp"
 #include "remat/core/var.hpp"
 
@@ -52,6 +53,7 @@ class Leaf final : public Node<T> {
                                         : kConstantLeaf;
   }
   bool is_leaf() const noexcept override { return true; }
+  bool runs_shape_only() const noexcept override { return true; }
   const void* parameter_identity() const noexcept override { return param_.get(); }
 
   /// Claims the parameter for this thread's tapes; false when another thread's live tape holds it.
@@ -165,8 +167,21 @@ std::uint32_t resolve(TapeState& tape, const Var<T>& v, const char* op, std::siz
   return tape.push(std::move(leaf));
 }
 
+/// Refuses, in a shape-only run, an op that would read the null buffers of its inputs.
+template <class T>
+void check_runs_shape_only(const Node<T>& node) {
+  if (!shape_only() || node.runs_shape_only()) return;
+  throw UsageError(
+      cat(node.op_name(),
+          ": this op cannot run shape-only (Note [shape-only execution] in "
+          "core/shape_only.hpp): its inputs have no data. A custom op joins shape-only runs by "
+          "allocating what it allocates and skipping its arithmetic when remat::is_shape_only(), "
+          "and overriding Node::runs_shape_only() to return true"));
+}
+
 template <class T>
 Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inputs) {
+  check_runs_shape_only(*node);
   std::shared_ptr<TapeState> tape = recording_tape(node->op_name(), inputs);
   std::vector<Tensor<T>> values;
   values.reserve(inputs.size());

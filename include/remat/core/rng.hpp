@@ -87,13 +87,16 @@ class Rng {
     return static_cast<std::int64_t>(next_u64() % static_cast<std::uint64_t>(n));
   }
 
+  // A shape-only tensor (core/shape_only.hpp) has nothing to fill: it draws nothing.
   template <class T>
   void fill_uniform(Tensor<T>& t, double lo, double hi) noexcept {
+    if (!t.has_data()) return;
     for (T& v : t) v = static_cast<T>(uniform(lo, hi));
   }
 
   template <class T>
   void fill_normal(Tensor<T>& t, double mean, double stddev) noexcept {
+    if (!t.has_data()) return;
     for (T& v : t) v = static_cast<T>(mean + stddev * normal());
   }
 

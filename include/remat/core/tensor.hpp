@@ -48,10 +48,8 @@ class Tensor {
                                    " elements of ", sizeof(T), " bytes, more than the 2^62 bytes ",
                                    "a tensor may hold"));
     }
-    const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(T);
-    T* data = static_cast<T*>(detail::allocate_bytes(bytes));
-    owner_ = std::shared_ptr<T>(data, [bytes](T* p) { detail::deallocate_bytes(p, bytes); });
-    data_ = data;
+    owner_ = detail::allocate_storage<T>(static_cast<std::size_t>(shape.numel()) * sizeof(T));
+    data_ = owner_.get();
   }
 
   static Tensor full(const Shape& shape, T value) {
@@ -73,7 +71,7 @@ class Tensor {
                                    " values, got ", values.size()));
     }
     Tensor t(shape);
-    std::copy(values.begin(), values.end(), t.data());
+    if (t.has_data()) std::copy(values.begin(), values.end(), t.data());
     return t;
   }
 
@@ -82,6 +80,9 @@ class Tensor {
   }
 
   bool defined() const noexcept { return defined_; }
+  /// False for a tensor made in a shape-only run (core/shape_only.hpp): it has a shape and no
+  /// elements to read or write. True for every other defined tensor.
+  bool has_data() const noexcept { return defined_ && (data_ != nullptr || numel() == 0); }
   const Shape& shape() const noexcept { return shape_; }
   int rank() const noexcept { return shape_.rank(); }
   std::int64_t numel() const noexcept { return shape_.numel(); }
@@ -107,6 +108,9 @@ class Tensor {
   T item() const {
     if (numel() != 1) {
       throw ShapeError(detail::cat("Tensor::item: needs exactly one element, shape is ", shape_));
+    }
+    if (!has_data()) {
+      throw UsageError("Tensor::item: the tensor was made in a shape-only run and has no value");
     }
     return data_[0];
   }
@@ -137,7 +141,7 @@ class Tensor {
     }
     Tensor t = *this;
     t.shape_ = shape_.with(0, end - begin);
-    t.data_ = data_ + begin * (shape_[0] == 0 ? 0 : numel() / shape_[0]);
+    if (data_ != nullptr) t.data_ = data_ + begin * (shape_[0] == 0 ? 0 : numel() / shape_[0]);
     return t;
   }
 
@@ -145,11 +149,14 @@ class Tensor {
   Tensor clone() const {
     if (!defined_) return Tensor();
     Tensor t(shape_);
-    if (numel() > 0) std::memcpy(t.data(), data_, bytes());
+    if (numel() > 0 && has_data() && t.has_data()) std::memcpy(t.data(), data_, bytes());
     return t;
   }
 
-  void fill(T value) noexcept { std::fill(data_, data_ + numel(), value); }
+  /// Sets every element (nothing to set in a shape-only tensor).
+  void fill(T value) noexcept {
+    if (data_ != nullptr) std::fill(data_, data_ + numel(), value);
+  }
 
   /// True when no other Tensor shares this buffer, so writing into it is invisible elsewhere.
   bool is_unique() const noexcept { return owner_.use_count() <= 1; }

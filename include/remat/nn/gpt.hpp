@@ -183,7 +183,8 @@ class GPT : public Module<T> {
     check_ids(ids);
     const std::int64_t time = ids.dim(1);
     Tensor<std::int32_t> positions(Shape{time});
-    for (std::int64_t t = 0; t < time; ++t) positions[t] = static_cast<std::int32_t>(t);
+    for (std::int64_t t = 0; t < time && positions.has_data(); ++t)  // none shape-only
+      positions[t] = static_cast<std::int32_t>(t);
     return drop(wte(ids) + wpe(positions));
   }
 

@@ -262,6 +262,7 @@ class Adapters {
       const Tensor<T>& A = a.A.weight.data();
       const Tensor<T>& B = a.B.weight.data();
       const std::int64_t out = w.dim(0), in = w.dim(1), r = A.dim(0);
+      if (!w.has_data()) throw UsageError("lora::merge: the weights were made in a shape-only run");
       // Accumulated in double, rounded once: the merged weight is W + s B A to rounding.
       const double s = a.scale;
       for (std::int64_t o = 0; o < out; ++o) {

@@ -95,6 +95,7 @@ class AddNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
   const OpType& op_type() const noexcept override { return op::add; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x + y; });
   }
@@ -118,6 +119,7 @@ class SubNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
   const OpType& op_type() const noexcept override { return op::sub; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     return apply_broadcast(bc_, in[0], in[1], [](const auto& x, const auto& y) { return x - y; });
   }
@@ -141,6 +143,7 @@ class MulNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
   const OpType& op_type() const noexcept override { return op::mul; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
     this->save(1, in[1]);
@@ -166,6 +169,7 @@ class DivNode final : public BinaryNode<T> {
  public:
   using BinaryNode<T>::BinaryNode;
   const OpType& op_type() const noexcept override { return op::div; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
     this->save(1, in[1]);
@@ -193,6 +197,7 @@ class AffineNode final : public Node<T> {
  public:
   AffineNode(const OpType& type, T alpha, T beta) : type_(type), alpha_(alpha), beta_(beta) {}
   const OpType& op_type() const noexcept override { return type_; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
     for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {

@@ -31,6 +31,7 @@ class CausalAttentionNode final : public Node<T> {
         seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))) {}
   const OpType& op_type() const noexcept override { return op::causal_self_attention; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h): S = Q K^T / sqrt(D), P = softmax(mask(S)),
   // y = dropout(P) V.
@@ -39,6 +40,9 @@ class CausalAttentionNode final : public Node<T> {
     Tensor<T> y(Shape{b_, t_, c_});
     Tensor<T> probs(Shape{b_, h_, t_, t_});
     Tensor<T> dropped = dropout_scratch();
+    this->save(0, qkv);
+    this->save(1, probs);
+    if (shape_only()) return y;
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -55,8 +59,6 @@ class CausalAttentionNode final : public Node<T> {
                 y.data() + b * t_ * c_ + h * d_, c_);
       }
     }
-    this->save(0, qkv);
-    this->save(1, probs);
     return y;
   }
 
@@ -65,32 +67,33 @@ class CausalAttentionNode final : public Node<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& qkv = this->saved(0);
     const Tensor<T>& probs = this->saved(1);
+    const typename Grads<T>::Target g = grads.target(0, qkv.shape());
+    if (!g.dst) return;
+    Tensor<T> dp(Shape{t_, t_});
+    Tensor<T> dropped = dropout_scratch();
+    if (shape_only()) return;
     const T scale = T(1) / std::sqrt(T(d_));
-    grads.add_with(0, qkv.shape(), [&](Tensor<T>& g, bool overwrite) {
-      const T beta = overwrite ? T(0) : T(1);
-      Tensor<T> dp(Shape{t_, t_});
-      Tensor<T> dropped = dropout_scratch();
-      for (std::int64_t b = 0; b < b_; ++b) {
-        for (std::int64_t h = 0; h < h_; ++h) {
-          const T* p = probs.data() + (b * h_ + h) * t_ * t_;
-          const T* dy = gy.data() + b * t_ * c_ + h * d_;
-          const T* weights = p;
-          if (p_ > 0) {
-            apply_dropout(p, dropped.data(), b, h);
-            weights = dropped.data();
-          }
-          gemm<T>(true, false, t_, d_, t_, T(1), weights, t_, dy, c_, beta,
-                  g.data() + b * t_ * 3 * c_ + 2 * c_ + h * d_, 3 * c_);
-          gemm<T>(false, true, t_, t_, d_, T(1), dy, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
-          if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h);
-          causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_);
-          gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta,
-                  g.data() + b * t_ * 3 * c_ + h * d_, 3 * c_);
-          gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta,
-                  g.data() + b * t_ * 3 * c_ + c_ + h * d_, 3 * c_);
+    const T beta = g.overwrite ? T(0) : T(1);
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        const T* p = probs.data() + (b * h_ + h) * t_ * t_;
+        const T* dy = gy.data() + b * t_ * c_ + h * d_;
+        T* gq = g.dst->data() + b * t_ * 3 * c_ + h * d_;
+        const T* weights = p;
+        if (p_ > 0) {
+          apply_dropout(p, dropped.data(), b, h);
+          weights = dropped.data();
         }
+        gemm<T>(true, false, t_, d_, t_, T(1), weights, t_, dy, c_, beta, gq + 2 * c_, 3 * c_);
+        gemm<T>(false, true, t_, t_, d_, T(1), dy, c_, v(qkv, b, h), 3 * c_, T(0), dp.data(), t_);
+        if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h);
+        causal_softmax_backward_rows(p, dp.data(), t_, scale, 0, t_);
+        gemm<T>(false, false, t_, d_, t_, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta, gq,
+                3 * c_);
+        gemm<T>(true, false, t_, d_, t_, T(1), dp.data(), t_, q(qkv, b, h), 3 * c_, beta, gq + c_,
+                3 * c_);
       }
-    });
+    }
   }
 
  private:

@@ -50,9 +50,11 @@ class BroadcastToNode final : public Node<T> {
     }
   }
   const OpType& op_type() const noexcept override { return op::broadcast_to; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);
+    if (shape_only()) return out;  // allocated as in a real run, nothing to copy
     const T* x = in[0].data();
     T* y = out.data();
     for_each_index([&](std::int64_t o, std::int64_t i) { y[o] = x[i]; });
@@ -62,9 +64,11 @@ class BroadcastToNode final : public Node<T> {
   // output's order (the same bits for any thread count)
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     Tensor<T> gx = Tensor<T>::zeros(in_);
-    T* g = gx.data();
-    const T* dy = gy.data();
-    for_each_index([&](std::int64_t o, std::int64_t i) { g[i] += dy[o]; });
+    if (!shape_only()) {
+      T* g = gx.data();
+      const T* dy = gy.data();
+      for_each_index([&](std::int64_t o, std::int64_t i) { g[i] += dy[o]; });
+    }
     grads.add(0, std::move(gx));
   }
 

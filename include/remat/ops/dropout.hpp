@@ -23,6 +23,7 @@ class DropoutNode final : public Node<T> {
         scale_(static_cast<T>(1.0 / (1.0 - p))),
         seed_(seed) {}
   const OpType& op_type() const noexcept override { return op::dropout; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());

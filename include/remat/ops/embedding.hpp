@@ -16,6 +16,7 @@ class EmbeddingNode final : public Node<T> {
  public:
   explicit EmbeddingNode(Tensor<std::int32_t> ids) : ids_(std::move(ids)) {}
   const OpType& op_type() const noexcept override { return op::embedding; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // table: (V, C), ids: (...) -> (..., C)
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -64,7 +65,8 @@ Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   if (table.rank() != 2)
     throw ShapeError(detail::cat("embedding: the table must be (V, C), got shape ", table.shape()));
   if (!ids.defined()) throw ArgumentError("embedding: the ids tensor is undefined");
-  detail::check_ids("embedding", ids, table.dim(0), "id");
+  // a shape-only run (core/shape_only.hpp) has no id values to check
+  if (!is_shape_only()) detail::check_ids("embedding", ids, table.dim(0), "id");
   return detail::record_op<detail::EmbeddingNode<T>>({&table}, ids);
 }
 

@@ -53,6 +53,7 @@ class FlashAttentionNode final : public Node<T> {
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const OpType& op_type() const noexcept override { return op::flash_causal_self_attention; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h) and block of query rows [i0, i1):
   // S = Q[i0:i1] K[0:i1]^T / sqrt(D), P = softmax(mask(S)), lse = log-sum-exp of each row,
@@ -63,6 +64,9 @@ class FlashAttentionNode final : public Node<T> {
     Tensor<T> lse(Shape{b_, h_, t_});
     Tensor<T> scores(Shape{rows_, t_});
     Tensor<T> dropped = dropout_scratch();
+    this->save(0, qkv);
+    this->save(1, lse);
+    if (shape_only()) return y;
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -82,8 +86,6 @@ class FlashAttentionNode final : public Node<T> {
         }
       }
     }
-    this->save(0, qkv);
-    this->save(1, lse);
     return y;
   }
 
@@ -94,45 +96,46 @@ class FlashAttentionNode final : public Node<T> {
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Tensor<T>& qkv = this->saved(0);
     const Tensor<T>& lse = this->saved(1);
+    const typename Grads<T>::Target g = grads.target(0, qkv.shape());
+    if (!g.dst) return;
+    Tensor<T> probs(Shape{rows_, t_});
+    Tensor<T> dp(Shape{rows_, t_});
+    Tensor<T> dropped = dropout_scratch();
+    if (shape_only()) return;
     const T scale = T(1) / std::sqrt(T(d_));
-    grads.add_with(0, qkv.shape(), [&](Tensor<T>& g, bool overwrite) {
-      Tensor<T> probs(Shape{rows_, t_});
-      Tensor<T> dp(Shape{rows_, t_});
-      Tensor<T> dropped = dropout_scratch();
-      const std::int64_t last = flash_last_block(t_, rows_);
-      for (std::int64_t b = 0; b < b_; ++b) {
-        for (std::int64_t h = 0; h < h_; ++h) {
-          T* gq = g.data() + b * t_ * 3 * c_ + h * d_;
-          T* gk = gq + c_;
-          T* gv = gq + 2 * c_;
-          const T* dy = gy.data() + b * t_ * c_ + h * d_;
-          for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
-            const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-            const T beta_q = overwrite ? T(0) : T(1);
-            const T beta_kv = overwrite && i0 == last ? T(0) : T(1);
-            T* p = probs.data();
-            gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
-                    k(qkv, b, h), 3 * c_, T(0), p, t_);
-            causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
-            const T* weights = p;
-            if (p_ > 0) {
-              apply_dropout(p, dropped.data(), b, h, i0, i1);
-              weights = dropped.data();
-            }
-            gemm<T>(true, false, i1, d_, rows, T(1), weights, t_, dy + i0 * c_, c_, beta_kv, gv,
-                    3 * c_);
-            gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * c_, c_, v(qkv, b, h), 3 * c_, T(0),
-                    dp.data(), t_);
-            if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
-            causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
-            gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta_q,
-                    gq + i0 * 3 * c_, 3 * c_);
-            gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q(qkv, b, h) + i0 * 3 * c_,
-                    3 * c_, beta_kv, gk, 3 * c_);
+    const std::int64_t last = flash_last_block(t_, rows_);
+    for (std::int64_t b = 0; b < b_; ++b) {
+      for (std::int64_t h = 0; h < h_; ++h) {
+        T* gq = g.dst->data() + b * t_ * 3 * c_ + h * d_;
+        T* gk = gq + c_;
+        T* gv = gq + 2 * c_;
+        const T* dy = gy.data() + b * t_ * c_ + h * d_;
+        for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
+          const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
+          const T beta_q = g.overwrite ? T(0) : T(1);
+          const T beta_kv = g.overwrite && i0 == last ? T(0) : T(1);
+          T* p = probs.data();
+          gemm<T>(false, true, rows, i1, d_, scale, q(qkv, b, h) + i0 * 3 * c_, 3 * c_,
+                  k(qkv, b, h), 3 * c_, T(0), p, t_);
+          causal_softmax_recompute_rows(p, t_, lse.data() + (b * h_ + h) * t_, i0, i1);
+          const T* weights = p;
+          if (p_ > 0) {
+            apply_dropout(p, dropped.data(), b, h, i0, i1);
+            weights = dropped.data();
           }
+          gemm<T>(true, false, i1, d_, rows, T(1), weights, t_, dy + i0 * c_, c_, beta_kv, gv,
+                  3 * c_);
+          gemm<T>(false, true, rows, i1, d_, T(1), dy + i0 * c_, c_, v(qkv, b, h), 3 * c_, T(0),
+                  dp.data(), t_);
+          if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
+          causal_softmax_backward_rows(p, dp.data(), t_, scale, i0, i1);
+          gemm<T>(false, false, rows, d_, i1, T(1), dp.data(), t_, k(qkv, b, h), 3 * c_, beta_q,
+                  gq + i0 * 3 * c_, 3 * c_);
+          gemm<T>(true, false, i1, d_, rows, T(1), dp.data(), t_, q(qkv, b, h) + i0 * 3 * c_,
+                  3 * c_, beta_kv, gk, 3 * c_);
         }
       }
-    });
+    }
   }
 
  private:

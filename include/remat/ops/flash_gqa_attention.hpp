@@ -33,6 +33,7 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
       : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)),
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const OpType& op_type() const noexcept override { return op::flash_grouped_query_attention; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
   // block of query rows [i0, i1), seeing keys [k0, i1) (k0 = 0 but with packed rows):
@@ -45,6 +46,11 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
     Tensor<T> y(in[0].shape());
     Tensor<T> lse(Shape{b_, h_, t_});
     Tensor<T> scores(Shape{rows_, t_});
+    this->save(0, qr);
+    this->save(1, kr);
+    this->save(2, v);
+    this->save(3, lse);
+    if (shape_only()) return y;
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -61,10 +67,6 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         }
       }
     }
-    this->save(0, qr);
-    this->save(1, kr);
-    this->save(2, v);
-    this->save(3, lse);
     return y;
   }
 
@@ -89,7 +91,9 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
     if (need_qk || dv.dst) probs = Tensor<T>(Shape{rows_, t_});
     if (need_qk) dp = Tensor<T>(Shape{rows_, t_});
     const std::int64_t last = flash_last_block(t_, rows_);
-    for (std::int64_t b = 0; b < b_; ++b) {
+    // shape-only run: the scratch is allocated as in a real one, nothing computed
+    const std::int64_t batches = shape_only() ? 0 : b_;
+    for (std::int64_t b = 0; b < batches; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
         const T* dy = q_at(gy.data(), b, h);
         const bool first_of_group = h % rep_ == 0;

@@ -28,6 +28,7 @@
 #include "remat/core/cpu.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/float_mode.hpp"
+#include "remat/core/memory.hpp"
 
 #if REMAT_USE_BLAS
 #include <cblas.h>
@@ -216,7 +217,8 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
           const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
           std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
+  // nothing to multiply in a shape-only run (core/shape_only.hpp)
+  if (m == 0 || n == 0 || shape_only()) return;
   const FloatModeGuard float_mode;  // this thread's part; OpenBLAS's own threads keep theirs
 #if REMAT_USE_BLAS
   // The first GEMM makes the choice, re-selecting OpenBLAS's kernels if they fall short (Note

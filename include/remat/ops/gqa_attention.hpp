@@ -68,6 +68,7 @@ class GqaLayout {
   template <class T>
   void rotate(const Tensor<T>& q, const Tensor<T>& k, Tensor<T>& qr, Tensor<T>& kr,
               bool inverse) const {
+    if (shape_only()) return;
     const RopeTable<T> table(t_, d_, rope_);
     const std::int32_t* starts = starts_of(0);  // every row's, one after the other
     table.apply(q.data(), cq(), qr.data(), cq(), b_ * t_, t_, h_, inverse, starts);
@@ -95,6 +96,7 @@ inline void check_starts(const char* op, const Tensor<std::int32_t>& starts, std
     throw ShapeError(cat(op, ": starts must have the shape (B, T) = ", Shape{batch, time},
                          " of the queries' batch and time, got ", starts.shape()));
   }
+  if (shape_only()) return;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int32_t* s = starts.data() + b * time;
     for (std::int64_t i = 0; i < time; ++i) {
@@ -116,6 +118,7 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
                             std::int64_t window, Tensor<std::int32_t> starts)
       : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)) {}
   const OpType& op_type() const noexcept override { return op::grouped_query_attention; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
   // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g. Packed rows: the
@@ -126,6 +129,11 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
     rotate(in[0], in[1], qr, kr, false);
     Tensor<T> y(in[0].shape());
     Tensor<T> probs(Shape{b_, h_, t_, t_});
+    this->save(0, qr);
+    this->save(1, kr);
+    this->save(2, v);
+    this->save(3, probs);
+    if (shape_only()) return y;
     const T scale = T(1) / std::sqrt(T(d_));
     for (std::int64_t b = 0; b < b_; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
@@ -137,10 +145,6 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
                 q_at(y.data(), b, h), cq());
       }
     }
-    this->save(0, qr);
-    this->save(1, kr);
-    this->save(2, v);
-    this->save(3, probs);
     return y;
   }
 
@@ -160,7 +164,9 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
     }
     const typename Grads<T>::Target dv = grads.target(2, v.shape());
     if (need_qk || dv.dst) dp = Tensor<T>(Shape{t_, t_});
-    for (std::int64_t b = 0; b < b_; ++b) {
+    // shape-only run: the scratch is allocated as in a real one, nothing computed
+    const std::int64_t batches = shape_only() ? 0 : b_;
+    for (std::int64_t b = 0; b < batches; ++b) {
       for (std::int64_t h = 0; h < h_; ++h) {
         const T* p = probs.data() + (b * h_ + h) * t_ * t_;
         const T* dy = q_at(gy.data(), b, h);

@@ -16,6 +16,7 @@ class LayerNormNode final : public Node<T> {
  public:
   explicit LayerNormNode(T eps) : eps_(eps) {}
   const OpType& op_type() const noexcept override { return op::layer_norm; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // x: (rows, c); saves x, gamma, and each row's mean and 1/std (2 numbers a row).
   Tensor<T> forward(typename Node<T>::Inputs in) override {

@@ -19,6 +19,7 @@ class ReshapeNode final : public Node<T> {
  public:
   ReshapeNode(Shape in, Shape out) : in_(in), out_(out) {}
   const OpType& op_type() const noexcept override { return op::reshape; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].reshape(out_); }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override { grads.add(0, gy.reshape(in_)); }
 
@@ -45,6 +46,7 @@ template <class T>
 class TransposeNode final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return op::transpose; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Shape& s = in[0].shape();
     Tensor<T> out(s.with(-2, s[-1]).with(-1, s[-2]));
@@ -74,6 +76,7 @@ class SliceNode final : public Node<T> {
  public:
   SliceNode(Shape in, std::int64_t begin, std::int64_t end) : in_(in), begin_(begin), end_(end) {}
   const OpType& op_type() const noexcept override { return op::slice; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in_.with_last(end_ - begin_));
     copy_columns(in[0].data(), in_.last(), begin_, out.data(), end_ - begin_, in_.rows());
@@ -102,6 +105,7 @@ class ConcatNode final : public Node<T> {
  public:
   ConcatNode(std::vector<std::int64_t> widths, Shape out) : widths_(std::move(widths)), out_(out) {}
   const OpType& op_type() const noexcept override { return op::concat; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);
     const std::int64_t rows = out_.rows(), cols = out_.last();

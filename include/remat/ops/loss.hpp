@@ -24,9 +24,12 @@ namespace detail {
 
 /// Checks targets as check_ids does, kIgnoreTarget allowed, and returns how many rows count.
 /// With none, the loss is 0 and every gradient 0 (PyTorch's mean over no rows is NaN, which
-/// would end a run for a batch with nothing to learn).
+/// would end a run for a batch with nothing to learn). A shape-only run (core/shape_only.hpp)
+/// reads no targets (they may have no data): it checks nothing and returns 0, and the loss's
+/// value is unknown; no allocation depends on the count.
 inline std::int64_t counted_targets(const char* op, const Tensor<std::int32_t>& targets,
                                     std::int64_t classes) {
+  if (shape_only()) return 0;
   std::int64_t counted = 0;
   for (std::int64_t p = 0; p < targets.numel(); ++p) {
     if (targets[p] == kIgnoreTarget) continue;
@@ -51,6 +54,7 @@ class CrossEntropyNode final : public Node<T> {
   CrossEntropyNode(Tensor<std::int32_t> targets, std::int64_t counted)
       : targets_(std::move(targets)), counted_(counted) {}
   const OpType& op_type() const noexcept override { return op::cross_entropy; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // logits: (rows, c) -> scalar; saves the logits and each row's log-sum-exp (0 where the
   // row is ignored).
@@ -81,7 +85,7 @@ class CrossEntropyNode final : public Node<T> {
     const Tensor<T>& x = this->saved(0);
     const Tensor<T>& lse = this->saved(1);
     const std::int64_t c = x.shape().last(), rows = x.shape().rows();
-    const T g = per_counted_row(gy[0], counted_);
+    const T g = shape_only() ? T(0) : per_counted_row(gy[0], counted_);
     Tensor<T> gx(x.shape());
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
@@ -152,6 +156,7 @@ class LinearCrossEntropyNode final : public Node<T> {
         chunk_(chunk),
         weight_trained_(weight_trained) {}
   const OpType& op_type() const noexcept override { return op::linear_cross_entropy; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target].
   // Note [fused loss head]: when W is not trained (LoRA, a frozen head), the gradient of h for a
@@ -168,7 +173,7 @@ class LinearCrossEntropyNode final : public Node<T> {
     Tensor<T> unit_gh = fused ? Tensor<T>(h.shape()) : Tensor<T>();
     Tensor<T> logits(Shape{std::min(chunk_, n), v});
     std::vector<double> losses(static_cast<std::size_t>(n));
-    for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
+    for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
       gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(),
               v);
@@ -224,7 +229,7 @@ class LinearCrossEntropyNode final : public Node<T> {
     const auto gh = grads.target(0, h.shape());
     const auto gw = grads.target(1, w.shape());
     Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
-    for (std::int64_t r0 = 0; r0 < n; r0 += chunk_) {
+    for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
       gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0),
               dlogits.data(), v);

@@ -15,6 +15,7 @@ template <class T>
 class CausalMaskNode final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return op::causal_mask; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // scores: (..., q, k). Query i sees keys j <= i + (k - q): the last query sees every key.
   Tensor<T> forward(typename Node<T>::Inputs in) override {

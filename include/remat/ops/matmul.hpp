@@ -18,6 +18,7 @@ class MatmulNode final : public Node<T> {
              Shape out)
       : batch_(batch), m_(m), k_(k), n_(n), shared_b_(shared_b), out_(out) {}
   const OpType& op_type() const noexcept override { return op::matmul; }
+  bool runs_shape_only() const noexcept override { return true; }
   bool can_resave() const noexcept override { return true; }
   void resave(typename Node<T>::Inputs in, const Tensor<T>&) override {
     this->save(0, in[0]);
@@ -32,6 +33,8 @@ class MatmulNode final : public Node<T> {
     this->save(0, in[0]);
     this->save(1, in[1]);
     Tensor<T> out(out_);
+    // shape-only run: allocated as in a real run, nothing to compute
+    if (shape_only()) return out;
     if (shared_b_) {  // (batch*m, k) @ (k, n)
       gemm<T>(false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_, in[1].data(), n_, T(0),
               out.data(), n_);

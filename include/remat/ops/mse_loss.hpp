@@ -19,6 +19,7 @@ class MseLossNode final : public Node<T> {
  public:
   explicit MseLossNode(Reduction reduction) : reduction_(reduction) {}
   const OpType& op_type() const noexcept override { return op::mse_loss; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // d = input - target; none: d^2; sum: sum d^2; mean: sum d^2 / n. Saves d.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -33,6 +34,7 @@ class MseLossNode final : public Node<T> {
                  [&](std::int64_t s, std::int64_t e) { view(out, s, e) = view(d, s, e).square(); });
       return out;
     }
+    if (shape_only()) return Tensor<T>(Shape{});  // allocated as in a real run, no values read
     // One sequential sum: the same bits for any thread count.
     const T total = d.array().square().sum();
     return Tensor<T>::scalar(reduction_ == Reduction::mean ? total / T(d.numel()) : total);
@@ -46,7 +48,7 @@ class MseLossNode final : public Node<T> {
       for_chunks(g.numel(), [&](std::int64_t s, std::int64_t e) {
         view(g, s, e) = T(2) * view(d, s, e) * view(gy, s, e);
       });
-    } else {
+    } else if (!shape_only()) {
       const T k = T(2) * gy[0] / (reduction_ == Reduction::mean ? T(d.numel()) : T(1));
       for_chunks(g.numel(),
                  [&](std::int64_t s, std::int64_t e) { view(g, s, e) = k * view(d, s, e); });

@@ -49,6 +49,7 @@ class QuantizedLinearNode final : public Node<T> {
         bias_(bias),
         out_shape_(out_shape) {}
   const OpType& op_type() const noexcept override { return op::quantized_linear; }
+  bool runs_shape_only() const noexcept override { return true; }
   // Backward needs only x: a kept output can be resaved from the replay (Note [kept nodes]).
   bool can_resave() const noexcept override { return true; }
   void resave(typename Node<T>::Inputs in, const Tensor<T>&) override { this->save(0, in[0]); }
@@ -62,6 +63,7 @@ class QuantizedLinearNode final : public Node<T> {
     Tensor<T> y(out_shape_);
     if (bias_) fill_rows(y, in[1], rows_, out_);
     Tensor<T> panel = scratch();
+    if (shape_only()) return y;  // once the scratch is made, as a real run makes it
     for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
       dequantize(o0, o1, panel);
       gemm<T>(false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_, panel.data(), in_,
@@ -72,16 +74,19 @@ class QuantizedLinearNode final : public Node<T> {
 
   // dx = dy deq(W) = sum over panels of dy[:, o0:o1] W[o0:o1]; db = column sums of dy
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
-    grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+    if (grads.needs(0)) {
+      // made outside the write, which a shape-only run skips; live as long as in the write
       Tensor<T> panel = scratch();
-      bool first = true;
-      for_panels([&](std::int64_t o0, std::int64_t o1) {
-        dequantize(o0, o1, panel);
-        gemm<T>(false, false, rows_, in_, o1 - o0, T(1), gy.data() + o0, out_, panel.data(), in_,
-                first && overwrite ? T(0) : T(1), gx.data(), in_);
-        first = false;
+      grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+        bool first = true;
+        for_panels([&](std::int64_t o0, std::int64_t o1) {
+          dequantize(o0, o1, panel);
+          gemm<T>(false, false, rows_, in_, o1 - o0, T(1), gy.data() + o0, out_, panel.data(), in_,
+                  first && overwrite ? T(0) : T(1), gx.data(), in_);
+          first = false;
+        });
       });
-    });
+    }
     if (bias_) {
       grads.add_with(1, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {
         sum_rows_into(gb.data(), rows_, out_, overwrite,

@@ -33,11 +33,14 @@ class SumAllNode final : public Node<T> {
  public:
   SumAllNode(const OpType& type, Shape in, T scale) : type_(type), in_(in), scale_(scale) {}
   const OpType& op_type() const noexcept override { return type_; }
+  bool runs_shape_only() const noexcept override { return true; }
+  // shape-only run: the same tensors as in a real one, no values read
   Tensor<T> forward(typename Node<T>::Inputs in) override {
+    if (shape_only()) return Tensor<T>(Shape{});
     return Tensor<T>::scalar(ordered_sum(in[0].data(), in[0].numel()) * scale_);
   }
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
-    grads.add(0, Tensor<T>::full(in_, gy[0] * scale_));
+    grads.add(0, shape_only() ? Tensor<T>(in_) : Tensor<T>::full(in_, gy[0] * scale_));
   }
 
  private:
@@ -54,6 +57,7 @@ class SumAxisNode final : public Node<T> {
               std::int64_t inner, T scale)
       : type_(type), in_(in), out_(out), outer_(outer), len_(len), inner_(inner), scale_(scale) {}
   const OpType& op_type() const noexcept override { return type_; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(out_);

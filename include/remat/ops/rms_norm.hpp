@@ -17,6 +17,7 @@ class RmsNormNode final : public Node<T> {
  public:
   explicit RmsNormNode(T eps) : eps_(eps) {}
   const OpType& op_type() const noexcept override { return op::rms_norm; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // x: (rows, c); saves x, weight, and each row's 1/rms (one number a row).
   Tensor<T> forward(typename Node<T>::Inputs in) override {

@@ -160,6 +160,7 @@ class RopeNode final : public Node<T> {
  public:
   explicit RopeNode(RopeOptions options) : options_(options) {}
   const OpType& op_type() const noexcept override { return op::rope; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // x: (..., T, H, D) -> same; keeps nothing (the rotation depends only on positions).
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -175,6 +176,7 @@ class RopeNode final : public Node<T> {
 
  private:
   void run(const Tensor<T>& src, Tensor<T>& dst, bool inverse) const {
+    if (shape_only()) return;
     const Shape& s = src.shape();
     const std::int64_t time = s[-3], heads = s[-2], dim = s[-1], width = heads * dim;
     RopeTable<T>(time, dim, options_)

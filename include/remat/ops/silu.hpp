@@ -29,6 +29,7 @@ template <class T>
 class SwigluNode final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return op::swiglu; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   // gate, up: (..., F) -> silu(gate) * up
   Tensor<T> forward(typename Node<T>::Inputs in) override {

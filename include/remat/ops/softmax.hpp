@@ -19,6 +19,7 @@ class SoftmaxNode final : public Node<T> {
 
  public:
   const OpType& op_type() const noexcept override { return Log ? op::log_softmax : op::softmax; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& x = in[0];

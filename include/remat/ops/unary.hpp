@@ -138,6 +138,7 @@ template <class T, class Op>
 class UnaryNode final : public Node<T> {
  public:
   const OpType& op_type() const noexcept override { return Op::type; }
+  bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
     for_chunks(out.numel(), [&](std::int64_t s, std::int64_t e) {

@@ -25,6 +25,7 @@ class WhereNode final : public Node<T> {
  public:
   explicit WhereNode(Tensor<bool> cond) : cond_(std::move(cond)) {}
   const OpType& op_type() const noexcept override { return op::where; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());
@@ -54,6 +55,7 @@ class MaskedFillNode final : public Node<T> {
  public:
   MaskedFillNode(Tensor<bool> mask, T value) : mask_(std::move(mask)), value_(value) {}
   const OpType& op_type() const noexcept override { return op::masked_fill; }
+  bool runs_shape_only() const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> out(in[0].shape());

@@ -40,6 +40,7 @@ class AdamW final : public Optimizer<T> {
   /// Number of updates parameter i has received (the t of its bias correction).
   std::int64_t& updates(std::size_t i) { return updates_.at(i); }
 
+  bool runs_shape_only() const noexcept override { return true; }
   std::vector<std::string> buffer_names() const override { return {"m", "v"}; }
   std::vector<std::string> counter_names() const override { return {"updates"}; }
 

@@ -31,6 +31,7 @@
 
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/parameter.hpp"
+#include "remat/core/shape_only.hpp"
 
 namespace remat::optim {
 
@@ -148,8 +149,17 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// Updates every parameter that has a gradient. Throws when none has one (backward() was not
-  /// called, or every parameter is frozen): a silent no-op step would hide the bug.
+  /// called, or every parameter is frozen): a silent no-op step would hide the bug. In a
+  /// shape-only run (core/shape_only.hpp) it allocates the state a real step would, counts the
+  /// step and updates nothing.
   void step() {
+    if (is_shape_only() && !runs_shape_only()) {
+      throw UsageError(detail::cat(
+          name_,
+          ".step(): this optimizer cannot run shape-only (Note [shape-only execution] in "
+          "core/shape_only.hpp); one joins by allocating its state and skipping its "
+          "arithmetic when remat::is_shape_only(), and overriding runs_shape_only()"));
+    }
     NoGradGuard no_grad;
     bool any = false;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -188,6 +198,10 @@ class Optimizer {
   const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
   /// "SGD", "AdamW", ...
   const char* name() const noexcept { return name_; }
+
+  /// Whether update() runs shape-only (allocates what it allocates, computes nothing, when
+  /// remat::is_shape_only()). SGD and AdamW do; step() refuses another in a shape-only run.
+  virtual bool runs_shape_only() const noexcept { return false; }
 
   /// The names of the per-parameter buffers and counters state() reports.
   virtual std::vector<std::string> buffer_names() const = 0;

@@ -45,6 +45,7 @@ class SGD final : public Optimizer<T> {
   /// The momentum buffer of parameter i (undefined before its first update, or without momentum).
   Tensor<T>& velocity(std::size_t i) { return velocity_.at(i); }
 
+  bool runs_shape_only() const noexcept override { return true; }
   std::vector<std::string> buffer_names() const override { return {"velocity"}; }
   std::vector<std::string> counter_names() const override { return {}; }
 
