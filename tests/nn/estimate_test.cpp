@@ -183,7 +183,7 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
   }
 }
 
-TEST_CASE("estimate_memory predicts a whole training step's counted peak within 10 %",
+TEST_CASE("estimate_memory predicts a whole training step's counted peak to the byte",
           "[nn][estimate]") {
   for (const Case& c : with_flash_cases()) {
     const auto e = nn::estimate_memory<float>(
@@ -199,10 +199,8 @@ TEST_CASE("estimate_memory predicts a whole training step's counted peak within 
       // what persists between steps is exactly the weights, their gradients, AdamW's moments and
       // the data
       CHECK(e.persistent() == between_steps);
-      CHECK(std::abs(e.total(p) - counted) <= 0.10 * counted);  // the bound docs/guide.md states
-      // The weights and AdamW's moments dominate small models: hold the activations alone to 1 %
-      // (what is left is the embedding's positions, 4 T bytes).
-      CHECK(std::abs(e.activations(p) - (counted - e.persistent())) <= 0.01 * e.activations(p));
+      CHECK(e.total(p) == counted);
+      CHECK(e.activations(p) == counted - e.persistent());
     }
   }
 }

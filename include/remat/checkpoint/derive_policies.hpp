@@ -15,6 +15,7 @@
 #include "remat/checkpoint/probes.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/save_policy.hpp"
+#include "remat/core/shape_only.hpp"
 #include "remat/core/tape.hpp"
 
 namespace remat::plan {
@@ -82,7 +83,7 @@ double kept_after_forward(Layers& layers, const Tensor<T>& input, const SavePoli
 }
 
 /// The layers' op classes in order of first appearance, and each one's forward time over all
-/// layers (median of `repeats` forward passes).
+/// layers (median of `repeats` forward passes; FLOPs in a shape-only run).
 template <class Layers, class T>
 void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
                        std::vector<OpClass>& classes, std::vector<double>& seconds) {
@@ -95,7 +96,9 @@ void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
     const SavePolicy listen("profile_survey", [&](const OpInfo& info) {
       const Clock::time_point now = Clock::now();
       ops[run].emplace_back(&info.op, info.shape);
-      times[run].push_back(std::chrono::duration<double>(now - last).count());
+      // shape-only, the op's FLOPs stand for its time (detail::replay_clock())
+      times[run].push_back(is_shape_only() ? info.flops
+                                           : std::chrono::duration<double>(now - last).count());
       last = now;
       return true;
     });

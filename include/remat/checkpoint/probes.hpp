@@ -4,15 +4,30 @@
 /// allocator or the tape's replay clock as a pass reaches them, a copy of a layer's input, and a
 /// separator that keeps neighbouring segments from chaining.
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "remat/core/grads.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/node.hpp"
+#include "remat/core/shape_only.hpp"
 #include "remat/core/tape.hpp"
 
 namespace remat::plan::detail {
+
+/// The profiler's clocks. Wall seconds, except in a shape-only run (Note [shape-only execution]
+/// in core/shape_only.hpp), where nothing is computed and no time passes: there they count the
+/// FLOPs of the ops run (Node::forward_flops()), which the planners compare the same way.
+/// replay_clock: the tape's replays so far; first_pass_clock: a first forward pass on the tape.
+inline double replay_clock(const Tape& tape) noexcept {
+  const ReplayStats& stats = tape.replay_stats();
+  return is_shape_only() ? stats.replay_flops : stats.replay_seconds;
+}
+inline double first_pass_clock(const Tape& tape) noexcept {
+  if (is_shape_only()) return remat::detail::TapeAccess::state(tape).recorded_flops();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // the profiler's own ops: markers read the allocator as a sweep passes them; a copy stands for
 // a layer input held in a buffer of its own
@@ -21,7 +36,7 @@ inline constexpr OpType kCopy{"profile_copy"};
 
 /// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
 /// peak since the previous marker, which it then resets; given a tape and `replay`, also the
-/// tape's replay clock (the replay time spent so far).
+/// tape's replay clock (replay_clock()).
 template <class T>
 class MemoryMarker final : public Node<T> {
  public:
@@ -33,7 +48,7 @@ class MemoryMarker final : public Node<T> {
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override {
     *peak_ = static_cast<double>(memory::peak_bytes());
     *live_ = static_cast<double>(memory::live_bytes());
-    if (tape_) *replay_ = tape_->replay_stats().replay_seconds;
+    if (tape_) *replay_ = replay_clock(*tape_);
     memory::reset_peak();
     grads.add(0, gy);
   }

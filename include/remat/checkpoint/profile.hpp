@@ -115,7 +115,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
     tape.backward(value, Tensor<T>::ones(value.shape()));
     // the marker on the input never runs (no gradient): layer 0's readings are the last ones
     peak[0] = static_cast<double>(memory::peak_bytes());
-    clock[0] = tape.replay_stats().replay_seconds;
+    clock[0] = detail::replay_clock(tape);
     for (std::size_t i = 0; i < n; ++i) {
       q.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
       times[i].push_back(clock[i] - clock[i + 1]);
@@ -191,7 +191,7 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
     x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[n], &peak[n], &tape, &clock[n]), {x});
     const Var<T> value = loss(x);
     tape.backward(value, Tensor<T>::ones(value.shape()));
-    clock[0] = tape.replay_stats().replay_seconds;  // the marker on the input never runs
+    clock[0] = detail::replay_clock(tape);  // the marker on the input never runs
     for (std::size_t i = 0; i < n; ++i) times[i].push_back(clock[i] - clock[i + 1]);
   }
   std::vector<double> out(n);
@@ -262,7 +262,7 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
       while (next != static_cast<std::size_t>(-1) && node.id == first[next]) {
         peak[next] = static_cast<double>(memory::peak_bytes());
         live[next] = static_cast<double>(memory::live_bytes());
-        clock[next] = tape.replay_stats().replay_seconds;
+        clock[next] = detail::replay_clock(tape);
         memory::reset_peak();
         --next;
       }
@@ -445,10 +445,9 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = detail::first_pass_clock(tape);
       x = layer(x);
-      times[l].push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      times[l].push_back(detail::first_pass_clock(tape) - t0);
       const double after = static_cast<double>(memory::live_bytes());
       c.boundary_bytes[l] = static_cast<double>(held.value().bytes());
       c.activation_bytes[l] =

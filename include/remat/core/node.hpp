@@ -67,8 +67,8 @@ class NodeBase {
   virtual const void* parameter_identity() const noexcept { return nullptr; }
 
   /// Runs forward() again from the values held by the input nodes and keeps the output in the
-  /// node's value slot (checkpoint replay).
-  virtual void replay(NodeTable nodes) = 0;
+  /// node's value slot (checkpoint replay). Returns the FLOPs it cost (forward_flops()).
+  virtual double replay(NodeTable nodes) = 0;
   /// Runs backward() with the node's gradient, accumulating into the input nodes' gradients.
   virtual void run_backward(NodeTable nodes) = 0;
 
@@ -161,7 +161,7 @@ class Node : public detail::NodeBase {
 
   Tensor<T>& value_slot() noexcept { return value_; }
 
-  void replay(detail::NodeTable nodes) override;
+  double replay(detail::NodeTable nodes) override;
   void run_backward(detail::NodeTable nodes) override;  // defined in grads.hpp
 
   bool has_grad() const noexcept override {
@@ -234,7 +234,7 @@ Node<T>& node_cast(NodeBase* n) noexcept {
 }  // namespace detail
 
 template <class T>
-void Node<T>::replay(detail::NodeTable nodes) {
+double Node<T>::replay(detail::NodeTable nodes) {
   std::vector<Tensor<T>> values;
   values.reserve(inputs.size());
   for (std::uint32_t input : inputs) {
@@ -244,9 +244,10 @@ void Node<T>::replay(detail::NodeTable nodes) {
   }
   if (resaved) {
     resave(values, value_);  // the output kept from the first pass (Note [kept nodes])
-  } else {
-    value_ = forward(values);
+    return 0;
   }
+  value_ = forward(values);
+  return forward_flops(values, value_);
 }
 
 }  // namespace remat

@@ -64,7 +64,7 @@ class Leaf final : public Node<T> {
 
   Tensor<T> forward(typename Node<T>::Inputs) override { return this->replay_value(); }
   void backward(const Tensor<T>&, Grads<T>&) override {}
-  void replay(NodeTable) override {}
+  double replay(NodeTable) override { return 0; }
 
   Tensor<T>& grad_slot() noexcept override { return param_ ? param_->grad : Node<T>::grad_slot(); }
   bool grad_stale() const noexcept override { return param_ && !param_->grad_valid; }

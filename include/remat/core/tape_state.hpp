@@ -38,6 +38,7 @@ struct ReplayStats {
   std::size_t replays = 0;         ///< segments replayed
   std::size_t replayed_nodes = 0;  ///< ops run again
   double replay_seconds = 0;       ///< wall time spent replaying
+  double replay_flops = 0;         ///< the replayed ops' FLOPs, as Node::forward_flops() counts
 };
 
 /// How a tape records.
@@ -138,11 +139,12 @@ class TapeState {
 
   template <class T>
   void after_forward(Node<T>& n, std::span<const Tensor<T>> values, const Tensor<T>& out) {
+    const double flops = n.forward_flops(values, out);
+    recorded_flops_ += flops;
     if (policy_may_keep(n.segment)) {
       // Note [kept nodes]: decided from the output, so the save was tentative
       n.note_saved(values);
-      n.kept = segments_[n.segment].policy.keeps(
-          OpInfo{n.op_type(), out.shape(), n.forward_flops(values, out)});
+      n.kept = segments_[n.segment].policy.keeps(OpInfo{n.op_type(), out.shape(), flops});
       if (n.kept && n.can_resave() && reads_recomputed(n)) {
         // replayed like its neighbours, but re-saving from the kept output instead of computing
         n.kept = false;
@@ -285,6 +287,9 @@ class TapeState {
   // ---- backward -----------------------------------------------------------------------------
 
   const ReplayStats& stats() const noexcept { return stats_; }
+  /// The FLOPs of the ops recorded so far (Node::forward_flops()): what a shape-only profile
+  /// prices layers with, having no time to measure (Note [shape-only execution]).
+  double recorded_flops() const noexcept { return recorded_flops_; }
   /// How many segments took over their previous sibling's tail (Note [chained segments]).
   std::size_t chained_tails() const noexcept { return chained_tails_; }
 
@@ -431,7 +436,7 @@ class TapeState {
         capture_inputs(n, [&](std::size_t k) { missing(n, k); });
         {
           TraceSpan op(TracePhase::replay, n.op_name(), n.id);
-          n.replay(table());
+          stats_.replay_flops += n.replay(table());
         }
         ++stats_.replayed_nodes;
         if (!n.resaved) check_replayed(s, n);  // a resaved node recomputed nothing
@@ -563,6 +568,7 @@ class TapeState {
   std::uint32_t level_ = 0;           // Note [levels]
   std::uint32_t swept_down_to_ = 0;   // the node whose gradient asked for the running replay
   ReplayStats stats_;
+  double recorded_flops_ = 0;
   std::size_t chained_tails_ = 0;
   bool sweeping_ = false;
   bool swept_ = false;

@@ -319,6 +319,25 @@ Adapter<T> wrap(const std::string& path, Module<T> layer, const Options& o, Rng&
 
 }  // namespace detail
 
+namespace detail {
+
+/// The last components of the paths of `model`'s Linear layers, each once, in order ("qkv, proj,
+/// fc"): what a target may name.
+template <class T>
+std::string linear_names(Module<T>& model) {
+  std::vector<std::string> names;
+  for (auto& [path, m] : model.named_modules()) {
+    if (m.kind() != "Linear") continue;
+    const std::string name = path.substr(path.rfind('.') + 1);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace detail
+
 /// Wraps the Linear layers of `model` that `options` selects (PEFT's rules, see the file
 /// comment; or `model` itself when it is a Linear) with adapters, freezes every other parameter,
 /// and returns the adapters. Throws an ArgumentError for a rank < 1, a non-positive or non-finite
@@ -357,7 +376,8 @@ Adapters<T> apply(Module<T>& model, Options options) {
                     options.layers_to_transform.empty()
                 ? ""
                 : " that exclude_modules and layers_to_transform leave",
-            " (", matched.size(), " layers matched the other targets)"));
+            " (", matched.size(), " layers matched the other targets; the model's Linear layers ",
+            "are named ", detail::linear_names(model), ")"));
       }
     }
     if (matched.empty())
