@@ -32,6 +32,9 @@ class CausalAttentionNode final : public Node<T> {
         threshold_(static_cast<std::uint32_t>(std::min(dropout * 4294967296.0, 4294967295.0))) {}
   const OpType& op_type() const noexcept override { return op::causal_self_attention; }
   bool runs_shape_only() const noexcept override { return true; }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return attention_flops(b_, h_, t_, d_, t_);
+  }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h): S = Q K^T / sqrt(D), P = softmax(mask(S)),
   // y = dropout(P) V.

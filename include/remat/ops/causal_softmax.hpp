@@ -15,12 +15,26 @@
 /// of that position's example: row i sees keys starts[i] <= j <= i only (and its window), a
 /// block-diagonal causal mask; null is one example per row.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "remat/core/elementwise.hpp"
 
 namespace remat::detail {
+
+/// The FLOPs of an attention's two GEMMs (scores, then probabilities times values) over B
+/// sequences of T positions and H heads of D values: 4 D for each (query, key) pair a GEMM
+/// multiplies. The fused ops multiply all T x T; the flash ops, per block of `rows` queries, the
+/// keys up to the block's last (rows = T: the fused figure). What Node::forward_flops() reports,
+/// for save policies and for a shape-only profile's costs.
+inline double attention_flops(std::int64_t batch, std::int64_t heads, std::int64_t time,
+                              std::int64_t dim, std::int64_t rows) noexcept {
+  double pairs = 0;
+  for (std::int64_t i0 = 0; i0 < time; i0 += rows)
+    pairs += static_cast<double>(std::min(rows, time - i0) * std::min(i0 + rows, time));
+  return 4 * static_cast<double>(batch * heads * dim) * pairs;
+}
 
 /// The first key row i sees: 0, or i - window + 1 under a sliding window (window > 0).
 inline std::int64_t window_start(std::int64_t i, std::int64_t window) noexcept {

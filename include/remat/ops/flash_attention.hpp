@@ -54,6 +54,9 @@ class FlashAttentionNode final : public Node<T> {
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const OpType& op_type() const noexcept override { return op::flash_causal_self_attention; }
   bool runs_shape_only() const noexcept override { return true; }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return attention_flops(b_, h_, t_, d_, rows_);
+  }
 
   // qkv: (B, T, 3C) -> y: (B, T, C); per (b, h) and block of query rows [i0, i1):
   // S = Q[i0:i1] K[0:i1]^T / sqrt(D), P = softmax(mask(S)), lse = log-sum-exp of each row,

@@ -34,6 +34,9 @@ class FlashGroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
         rows_(std::max<std::int64_t>(1, std::min(block_rows, time))) {}
   const OpType& op_type() const noexcept override { return op::flash_grouped_query_attention; }
   bool runs_shape_only() const noexcept override { return true; }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return attention_flops(b_, h_, t_, d_, rows_);
+  }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
   // block of query rows [i0, i1), seeing keys [k0, i1) (k0 = 0 but with packed rows):

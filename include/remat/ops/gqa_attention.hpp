@@ -119,6 +119,9 @@ class GroupedQueryAttentionNode final : public Node<T>, private GqaLayout {
       : GqaLayout(batch, time, heads, kv_heads, dim, rope, window, std::move(starts)) {}
   const OpType& op_type() const noexcept override { return op::grouped_query_attention; }
   bool runs_shape_only() const noexcept override { return true; }
+  double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
+    return attention_flops(b_, h_, t_, d_, t_);
+  }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G):
   // S = rope(Q) rope(K_g)^T / sqrt(D), P = softmax(causal(S)), y = P V_g. Packed rows: the
