@@ -16,10 +16,11 @@
 //     counted and printed.
 //  2. Memory for the step: --memory (GiB), default the memory available now (MemAvailable in
 //     /proc/meminfo, or the room left under a cgroup limit when that is less). A step may use
-//     (memory - 128 MiB - the tokenized data) / 1.10 of the estimate (nn::estimate_memory, the
-//     figure finetune prints and counts): docs/benchmarks.md measured the process's peak resident
-//     memory at 1.05 to 1.07 x the allocator's count plus 70 MiB (the program, the tokenizer's
-//     tables, the cache of freed buffers), so 10 % and 128 MiB leave room to spare.
+//     (memory - 128 MiB - the tokenized data) / 1.10 of the estimate
+//     (remat::train::estimate_memory, the figure finetune prints and counts): docs/benchmarks.md
+//     measured the process's peak resident memory at 1.05 to 1.07 x the allocator's count plus 70
+//     MiB (the program, the tokenizer's tables, the cache of freed buffers), so 10 % and 128 MiB
+//     leave room to spare.
 //  3. Checkpoint plan and micro-batch (--checkpoint, --batch): the plans finetune runs without
 //     profiling, none, sqrt and every, taken in the order of the recompute they cost (least
 //     first: none recomputes nothing, sqrt replays all but its last segment, every all but its
@@ -50,7 +51,7 @@
 //     OASST1 run is 1,875 steps of 16 sequences, a few epochs of that data set), each epoch the
 //     training tokens over the tokens of an optimizer step.
 #include <remat/checkpoint/plan.hpp>
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/hub/llama_config.hpp>
 
 #include <algorithm>
@@ -225,13 +226,13 @@ inline std::size_t choose_length(const hub::TokenReport& r, std::size_t context,
 /// The estimate of a step of `rows` x `columns` positions of this fine-tune under `p`.
 inline double step_total(const Request& r, std::int64_t rows, std::int64_t columns,
                          const plan::Plan& p) {
-  remat::nn::StepShape shape{.batch = rows,
-                             .time = columns,
-                             .packed = r.pack,
-                             .storage = r.storage,
-                             .double_quant = r.double_quant};
+  remat::train::StepShape shape{.batch = rows,
+                                .time = columns,
+                                .packed = r.pack,
+                                .storage = r.storage,
+                                .double_quant = r.double_quant};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
-  return remat::nn::estimate_memory<float>(r.model, shape).total(p);
+  return remat::train::estimate_memory<float>(r.model, shape).total(p);
 }
 
 /// A plan finetune can run, by its --checkpoint name.
@@ -243,13 +244,13 @@ struct Candidate {
 /// none, sqrt and every in the order of the recompute they cost, least first (a stable sort:
 /// ties keep that order).
 inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns) {
-  remat::nn::StepShape shape{.batch = 1,
-                             .time = columns,
-                             .packed = r.pack,
-                             .storage = r.storage,
-                             .double_quant = r.double_quant};
+  remat::train::StepShape shape{.batch = 1,
+                                .time = columns,
+                                .packed = r.pack,
+                                .storage = r.storage,
+                                .double_quant = r.double_quant};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
-  const plan::Chain chain = remat::nn::estimate_memory<float>(r.model, shape).chain;
+  const plan::Chain chain = remat::train::estimate_memory<float>(r.model, shape).chain;
   std::vector<Candidate> out = {
       {"none", plan::none(chain)}, {"sqrt", plan::sqrt(chain)}, {"every", plan::every(chain)}};
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
@@ -428,7 +429,7 @@ inline void set_accumulation(const Request& r, const DataFacts& f, double target
 /// Step 5: the learning rate, into `d`.
 inline void set_learning_rate(const Request& r, Decision& d) {
   const std::int64_t parameters =
-      remat::nn::estimate_memory<float>(r.model, {.batch = 1, .time = 1}).parameter_count;
+      remat::train::estimate_memory<float>(r.model, {.batch = 1, .time = 1}).parameter_count;
   d.lr = r.lr ? *r.lr : double(parameters) <= kLargeModel ? 2e-4 : 1e-4;
   d.lines.push_back(remat::detail::cat(
       "auto: lr ", d.lr, " (--lr): ",

@@ -1,7 +1,7 @@
 // Fine-tunes a Hugging Face model folder on conversations or text, or a model saved by
 // train_llama (--save-hf DIR) or train_gpt (--save FILE) on a second text, with LoRA adapters
 // over a frozen, quantized base, under a checkpoint plan, and prints where the memory went: each
-// part counted by the library's allocator next to nn::estimate_memory's figure for it.
+// part counted by the library's allocator next to remat::train::estimate_memory's figure for it.
 //
 //   finetune --base DIR|FILE [--data PATH] [--storage nf4|bf16|int8|f32] [--no-double-quant]
 //            [--rank R] [--alpha A] [--lora-dropout P] [--targets a,b,...] [--context T]
@@ -63,7 +63,7 @@
 // and the freed buffers its cache keeps. With --json the last line is one JSON object:
 // first_val_loss, final_val_loss, seconds, tokens_per_second, peak_resident_mb, peak_live_mb,
 // cached_mb, and counted_mb / estimated_mb objects with those keys (MiB).
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/nn/generate.hpp>
 #include <remat/hub/llama_load.hpp>
 #include <remat/hub/peft.hpp>
@@ -539,14 +539,16 @@ std::string split_json(const Split& s) {
 template <class Model>
 Split estimated_split(const Model& model, const Options& o, const std::vector<std::string>& targets,
                       std::int64_t rows, std::int64_t columns, const remat::plan::Plan& plan) {
-  remat::nn::StepShape shape{.batch = rows,
-                             .time = columns,
-                             .packed = o.pack,
-                             .accumulation = o.accumulate,
-                             .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
-                             .double_quant = !o.no_double_quant};
+  remat::train::StepShape shape{
+      .batch = rows,
+      .time = columns,
+      .packed = o.pack,
+      .accumulation = o.accumulate,
+      .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
+      .double_quant = !o.no_double_quant};
   if (!o.full) shape.lora = {.rank = o.rank, .targets = targets, .dropout = o.lora_dropout};
-  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config_of(model), shape);
+  const remat::train::MemoryEstimate e =
+      remat::train::estimate_memory<float>(config_of(model), shape);
   Split s;
   s.parameter_count = e.parameter_count;
   s.weights = e.parameters;

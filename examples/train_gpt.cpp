@@ -118,7 +118,7 @@ int train(ranks::Job& job, int argc, char** argv) {
     const double held = 8.0 * double(o.eval_batches) * double(o.batch) * ranks * double(o.context);
     corpus::check_fits(kProgram, double(config.vocab), double(o.width), double(o.layers),
                        double(o.context), double(o.batch), held, [&] {
-                         return remat::nn::estimate_memory<float>(
+                         return remat::train::estimate_memory<float>(
                                     config, {.batch = o.batch, .time = o.context})
                              .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram));
                        });

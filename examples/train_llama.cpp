@@ -228,7 +228,8 @@ int train(ranks::Job& job, int argc, char** argv) {
       corpus::check_fits(
           kProgram, double(config.vocab_size), double(config.hidden_size),
           double(config.num_hidden_layers), double(o.context), double(o.batch), held, [&] {
-            return remat::nn::estimate_memory<float>(config, {.batch = o.batch, .time = o.context})
+            return remat::train::estimate_memory<float>(config,
+                                                        {.batch = o.batch, .time = o.context})
                 .total(corpus::smallest_plan(o.checkpoint, config.num_hidden_layers, kProgram));
           });
     }
@@ -247,10 +248,10 @@ int train(ranks::Job& job, int argc, char** argv) {
       }
     }
     if (!o.init_from.empty()) {  // the folder's model is allocated; a step on it must fit too
-      flags::fits(
-          kProgram, "this run",
-          remat::nn::estimate_memory<float>(model.config(), {.batch = o.batch, .time = o.context})
-              .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram)));
+      flags::fits(kProgram, "this run",
+                  remat::train::estimate_memory<float>(model.config(),
+                                                       {.batch = o.batch, .time = o.context})
+                      .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram)));
     }
     // every rank started alike, before the first collective (whose sizes depend on it)
     job.agree(kProgram, ranks::settings(o,

@@ -41,7 +41,7 @@
 // (default here: the memory available now, as finetune --auto's). --batch and --accumulate, when
 // given, win as they do in finetune; --json prints the decision as one JSON object.
 #include <remat/checkpoint/plan.hpp>
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/hub/llama_config.hpp>
 
 #include <unistd.h>
@@ -66,8 +66,8 @@
 namespace {
 
 using remat::nn::GPTConfig;
-using remat::nn::MemoryEstimate;
-using remat::nn::StepShape;
+using remat::train::MemoryEstimate;
+using remat::train::StepShape;
 namespace plan = remat::plan;
 
 struct Options {
@@ -252,9 +252,9 @@ Options parse(int argc, char** argv) {
     o.accumulate_given = app.count("--accumulate") > 0;
   }
   o.double_precision = dtype == "double";
-  o.step.optimizer = optimizer == "adamw"      ? remat::nn::OptimizerKind::adamw
-                     : optimizer == "momentum" ? remat::nn::OptimizerKind::sgd_momentum
-                                               : remat::nn::OptimizerKind::sgd;
+  o.step.optimizer = optimizer == "adamw"      ? remat::train::OptimizerKind::adamw
+                     : optimizer == "momentum" ? remat::train::OptimizerKind::sgd_momentum
+                                               : remat::train::OptimizerKind::sgd;
   o.step.chunked_loss = !plain_loss;
   if (save_matmuls) o.step.policies.push_back(remat::save_matmuls());
   for (const std::string& spec : policies) o.step.policies.push_back(policy_from(spec));
@@ -294,11 +294,11 @@ MemoryEstimate estimate(const Options& o, std::int64_t batch) {
   StepShape step = o.step;
   step.batch = batch;
   if (o.is_llama) {
-    return o.double_precision ? remat::nn::estimate_memory<double>(o.llama, step)
-                              : remat::nn::estimate_memory<float>(o.llama, step);
+    return o.double_precision ? remat::train::estimate_memory<double>(o.llama, step)
+                              : remat::train::estimate_memory<float>(o.llama, step);
   }
-  return o.double_precision ? remat::nn::estimate_memory<double>(o.config, step)
-                            : remat::nn::estimate_memory<float>(o.config, step);
+  return o.double_precision ? remat::train::estimate_memory<double>(o.config, step)
+                            : remat::train::estimate_memory<float>(o.config, step);
 }
 
 /// The plans priced: none, every, sqrt, two- and one-slot optimal, for each --policy every

@@ -29,7 +29,7 @@
 #include "remat/core/trace.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/core/var.hpp"
-#include "remat/nn/estimate.hpp"
+#include "remat/train/estimate.hpp"
 #include "remat/nn/attention.hpp"
 #include "remat/nn/generate.hpp"
 #include "remat/nn/gpt.hpp"

@@ -1,7 +1,7 @@
 #include "support/gradcheck.hpp"
 #include "support/models.hpp"
 
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/optim/adamw.hpp>
 #include <remat/optim/sgd.hpp>
 
@@ -110,7 +110,8 @@ double counted_step_peak(const Case& c, const plan::Plan* p, std::size_t base,
 TEST_CASE("estimate_memory counts a GPT's parameters exactly", "[nn][estimate]") {
   for (const Case& c : kCases) {
     const nn::GPT<float> gpt(c.config);
-    const auto e = nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
+    const auto e =
+        remat::train::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
     CHECK(e.parameter_count == gpt.parameter_count());
     CHECK(e.parameters == 4.0 * static_cast<double>(gpt.parameter_count()));
   }
@@ -119,11 +120,12 @@ TEST_CASE("estimate_memory counts a GPT's parameters exactly", "[nn][estimate]")
 TEST_CASE("estimate_memory's gradients and optimizer state are what a real step allocates",
           "[nn][estimate]") {
   for (const Case& c : kCases) {
-    for (const nn::OptimizerKind kind :
-         {nn::OptimizerKind::sgd, nn::OptimizerKind::sgd_momentum, nn::OptimizerKind::adamw}) {
+    for (const remat::train::OptimizerKind kind :
+         {remat::train::OptimizerKind::sgd, remat::train::OptimizerKind::sgd_momentum,
+          remat::train::OptimizerKind::adamw}) {
       INFO("vocab " << c.config.vocab << ", tied " << c.config.tied << ", optimizer "
                     << static_cast<int>(kind));
-      const auto e = nn::estimate_memory<float>(
+      const auto e = remat::train::estimate_memory<float>(
           c.config, {.batch = c.batch, .time = c.time, .optimizer = kind});
       nn::GPT<float> gpt(c.config);
       const auto ids = remat::test::ids({c.batch, c.time}, estimate_vocab(c), 5);
@@ -138,13 +140,13 @@ TEST_CASE("estimate_memory's gradients and optimizer state are what a real step 
       // optimizer state: what the optimizer's first step leaves allocated
       const std::size_t before = memory::live_bytes();
       std::size_t after = 0;
-      if (kind == nn::OptimizerKind::adamw) {
+      if (kind == remat::train::OptimizerKind::adamw) {
         optim::AdamW<float> opt(gpt.parameters());
         opt.step();
         after = memory::live_bytes();
       } else {
         optim::SGD<float> opt(gpt.parameters(),
-                              {.momentum = kind == nn::OptimizerKind::sgd ? 0.0 : 0.9});
+                              {.momentum = kind == remat::train::OptimizerKind::sgd ? 0.0 : 0.9});
         opt.step();
         after = memory::live_bytes();
       }
@@ -159,8 +161,8 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
     const nn::GPT<TestType> gpt(c.config);
     const plan::Chain measured = profiled(gpt, c);
     const plan::Chain& predicted =
-        nn::estimate_memory<TestType>(c.config,
-                                      {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
+        remat::train::estimate_memory<TestType>(
+            c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
             .chain;
     INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked "
                   << c.chunked << ", attention " << nn::to_string(c.config.attention));
@@ -186,7 +188,7 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
 TEST_CASE("estimate_memory predicts a whole training step's counted peak to the byte",
           "[nn][estimate]") {
   for (const Case& c : with_flash_cases()) {
-    const auto e = nn::estimate_memory<float>(
+    const auto e = remat::train::estimate_memory<float>(
         c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
     for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
                                 plan::optimal(e.chain, 1)}) {
@@ -209,8 +211,9 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
           "[nn][estimate]") {
   const nn::GPTConfig config{
       .vocab = 32000, .context = 1024, .layers = 12, .heads = 12, .width = 768};
-  const auto chunked = nn::estimate_memory<float>(config, {.batch = 2});
-  const auto plain = nn::estimate_memory<float>(config, {.batch = 2, .chunked_loss = false});
+  const auto chunked = remat::train::estimate_memory<float>(config, {.batch = 2});
+  const auto plain =
+      remat::train::estimate_memory<float>(config, {.batch = 2, .chunked_loss = false});
   CHECK(chunked.logits == 2.0 * 1024 * 32000 * 4);
   CHECK(chunked.loss_chunk == 128 * 32000 * 4);  // 128 rows of 32,000 floats: 16 MiB
   CHECK(chunked.activations(plan::every(chunked.chain)) < chunked.activations() / 4);
@@ -219,18 +222,20 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
 
 TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][errors]") {
   const nn::GPTConfig config{.vocab = 10, .context = 8, .layers = 1, .heads = 2, .width = 4};
-  CHECK_THROWS_WITH(nn::estimate_memory<float>(config, {.batch = 2, .time = 9}),
-                    Catch::Contains("nn::estimate_memory") && Catch::Contains("context = 8") &&
-                        Catch::Contains("time 9"));
-  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 0}), ArgumentError);
-  CHECK_THROWS_AS(nn::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}), ArgumentError);
-  CHECK_THROWS_AS(nn::estimate_memory<float>(config, {.batch = 2, .time = -1}), ArgumentError);
-  CHECK_THROWS_WITH(nn::estimate_memory<float>(nn::GPTConfig{
+  CHECK_THROWS_WITH(remat::train::estimate_memory<float>(config, {.batch = 2, .time = 9}),
+                    Catch::Contains("remat::train::estimate_memory") &&
+                        Catch::Contains("context = 8") && Catch::Contains("time 9"));
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(config, {.batch = 0}), ArgumentError);
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}),
+                  ArgumentError);
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(config, {.batch = 2, .time = -1}),
+                  ArgumentError);
+  CHECK_THROWS_WITH(remat::train::estimate_memory<float>(nn::GPTConfig{
                         .vocab = 1 << 30, .context = 8, .layers = 1, .heads = 1, .width = 1 << 30}),
                     Catch::Contains("beyond what can be counted"));
-  const auto e = nn::estimate_memory<float>(config, {.batch = 1});
+  const auto e = remat::train::estimate_memory<float>(config, {.batch = 1});
   CHECK_THROWS_AS(e.activations(plan::every(std::size_t(5))), PlanError);
-  const auto deeper = nn::estimate_memory<float>(
+  const auto deeper = remat::train::estimate_memory<float>(
       nn::GPTConfig{.vocab = 10, .context = 8, .layers = 6, .heads = 2, .width = 4});
   CHECK_THROWS_WITH(
       deeper.total(plan::every(std::size_t(3))),

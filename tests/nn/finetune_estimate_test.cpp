@@ -1,10 +1,10 @@
-// nn::estimate_memory for fine-tuning: every weight storage x LoRA on/off x checkpoint plan on
-// generated small GPT and Llama configurations (several seeds), against what the allocator
+// remat::train::estimate_memory for fine-tuning: every weight storage x LoRA on/off x checkpoint
+// plan on generated small GPT and Llama configurations (several seeds), against what the allocator
 // counts: every figure, a whole step's peak included, to the byte (the estimate counts a
 // shape-only step: Note [shape-only execution] in core/shape_only.hpp).
 #include "support/gradcheck.hpp"
 
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 #include <remat/optim/adamw.hpp>
@@ -51,7 +51,7 @@ struct FtCounted {
 };
 
 template <class Model>
-FtCounted ft_count(const std::function<Model()>& make, const remat::nn::StepShape& step,
+FtCounted ft_count(const std::function<Model()>& make, const remat::train::StepShape& step,
                    std::int64_t vocab, std::int64_t time, const remat::plan::Plan& plan,
                    std::uint64_t seed) {
   FtCounted c;
@@ -95,13 +95,13 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
   for (const WeightStorage storage :
        {WeightStorage::f32, WeightStorage::bf16, WeightStorage::int8, WeightStorage::nf4}) {
     for (const bool lora : {false, true}) {
-      remat::nn::StepShape step{.batch = batch,
-                                .time = time,
-                                .chunked_loss = rng.uniform() < 0.7,
-                                .storage = storage,
-                                .double_quant = rng.uniform() < 0.7};
+      remat::train::StepShape step{.batch = batch,
+                                   .time = time,
+                                   .chunked_loss = rng.uniform() < 0.7,
+                                   .storage = storage,
+                                   .double_quant = rng.uniform() < 0.7};
       if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
-      const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+      const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
       const double low = remat::plan::every(e.chain).peak_bytes,
                    high = remat::plan::none(e.chain).peak_bytes;
       const std::size_t n = e.chain.layers();
@@ -323,7 +323,7 @@ TEST_CASE("estimate_memory prices the fused loss head of a LoRA step to the byte
       const auto adapters = ft_adapt(model, {target});
       const remat::plan::Chain measured = model.profile(ids, targets);
       const remat::plan::Chain predicted =
-          remat::nn::estimate_memory<float>(
+          remat::train::estimate_memory<float>(
               config, {.batch = batch, .time = time, .lora = {.rank = 2, .targets = {target}}})
               .chain;
       CHECK(predicted.loss_bytes == measured.loss_bytes);
@@ -395,7 +395,7 @@ std::string ft_describe(const remat::nn::LlamaConfig& llama) {
 /// Plans over `e`'s chain with layers under save_matmuls(): every layer, every other layer (the
 /// rest in save_nothing segments), and what plan::budget() picks at three budgets
 /// between every() and none().
-std::vector<remat::plan::Plan> ft_policy_plans(const remat::nn::MemoryEstimate& e) {
+std::vector<remat::plan::Plan> ft_policy_plans(const remat::train::MemoryEstimate& e) {
   const std::size_t n = e.chain.layers();
   std::vector<remat::plan::Segment> all, alternate;
   for (std::size_t l = 0; l < n; ++l) {
@@ -417,13 +417,13 @@ std::vector<remat::plan::Plan> ft_policy_plans(const remat::nn::MemoryEstimate& 
 template <class Model, class Config>
 void ft_check_policies(const Config& config, const std::function<Model()>& make, std::int64_t vocab,
                        std::int64_t batch, std::int64_t time, remat::Rng& rng) {
-  remat::nn::StepShape step{.batch = batch,
-                            .time = time,
-                            .chunked_loss = rng.uniform() < 0.6,
-                            .storage = kFtStorages[rng.uniform_int(4)],
-                            .double_quant = rng.uniform() < 0.7};
+  remat::train::StepShape step{.batch = batch,
+                               .time = time,
+                               .chunked_loss = rng.uniform() < 0.6,
+                               .storage = kFtStorages[rng.uniform_int(4)],
+                               .double_quant = rng.uniform() < 0.7};
   step.policies = {remat::save_nothing(), remat::save_matmuls()};
-  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+  const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
   REQUIRE(e.chain.policies.size() == 1);  // save_nothing() is a plain segment, not a policy
   for (const remat::plan::Plan& p : ft_policy_plans(e)) {
     const FtCounted c = ft_count<Model>(make, step, vocab, time, p, 11);
@@ -500,7 +500,7 @@ remat::SavePolicy ft_random_policy(const remat::OpTypes& names, double rows, dou
 /// Plans over `e`'s chain with layers under `policy`: every layer, every other layer (the rest
 /// kept), every other layer with save_nothing segments between, and what plan::budget() picks at
 /// two budgets between every() and none().
-std::vector<remat::plan::Plan> ft_random_policy_plans(const remat::nn::MemoryEstimate& e,
+std::vector<remat::plan::Plan> ft_random_policy_plans(const remat::train::MemoryEstimate& e,
                                                       const remat::SavePolicy& policy) {
   const std::size_t n = e.chain.layers();
   std::vector<remat::plan::Segment> all, odd, alternate;
@@ -535,15 +535,15 @@ void ft_check_random_policies(const Config& config, const std::function<Model()>
                               std::int64_t batch, std::int64_t time, double width, remat::Rng& rng,
                               FtPolicyWorst& worst) {
   for (const bool lora : {false, true}) {
-    remat::nn::StepShape step{.batch = batch,
-                              .time = time,
-                              .chunked_loss = rng.uniform() < 0.6,
-                              .storage = kFtStorages[rng.uniform_int(4)],
-                              .double_quant = rng.uniform() < 0.7};
+    remat::train::StepShape step{.batch = batch,
+                                 .time = time,
+                                 .chunked_loss = rng.uniform() < 0.6,
+                                 .storage = kFtStorages[rng.uniform_int(4)],
+                                 .double_quant = rng.uniform() < 0.7};
     if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
     const remat::SavePolicy policy = ft_random_policy(op_names, double(batch * time), width, rng);
     step.policies = {policy};
-    const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+    const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
     REQUIRE(e.chain.policies.size() == 1);
     std::string targets;
     for (const std::string& t : step.lora.targets) targets += t + " ";
@@ -630,8 +630,8 @@ TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps 
     const std::int64_t heads = 1 + rng.uniform_int(2), width = heads * 8 * (1 + rng.uniform_int(3));
     const std::int64_t time = 8 + rng.uniform_int(60);
     const WeightStorage storages[] = {WeightStorage::f32, WeightStorage::bf16, WeightStorage::nf4};
-    remat::nn::StepShape step{.batch = 1 + rng.uniform_int(4),
-                              .storage = storages[rng.uniform_int(3)]};
+    remat::train::StepShape step{.batch = 1 + rng.uniform_int(4),
+                                 .storage = storages[rng.uniform_int(3)]};
     step.policies = {all};
     const bool lora = rng.uniform() < 0.5;
     const bool flash = rng.uniform() < 0.5;
@@ -656,7 +656,7 @@ TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps 
     INFO("width " << width << ", " << heads << " heads, batch " << step.batch << " x " << time
                   << ", " << remat::to_string(step.storage) << (lora ? ", LoRA" : "")
                   << (flash ? ", flash" : ", fused") << ", GPT dropout " << gpt.dropout);
-    const auto check = [&](const remat::nn::MemoryEstimate& e) {
+    const auto check = [&](const remat::train::MemoryEstimate& e) {
       REQUIRE(e.chain.policies.size() == 1);
       const remat::plan::PolicyCosts& q = e.chain.policies[0];
       // with adapters the first block's figures differ (what runs before its first adapter is
@@ -668,9 +668,9 @@ TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps 
       }
     };
     if (lora) step.lora = {.rank = 2, .targets = {"qkv", "fc"}};
-    check(remat::nn::estimate_memory<float>(gpt, step));
+    check(remat::train::estimate_memory<float>(gpt, step));
     if (lora) step.lora = {.rank = 2, .targets = {"q_proj", "down_proj"}};
-    check(remat::nn::estimate_memory<float>(llama, step));
+    check(remat::train::estimate_memory<float>(llama, step));
   }
 }
 
@@ -696,9 +696,9 @@ TEST_CASE("estimate_memory prices a save policy whose segments chain", "[nn][est
     });
   };
   const auto check = [&](const auto& config, auto make, std::int64_t vocab,
-                         const remat::nn::StepShape& step) {
+                         const remat::train::StepShape& step) {
     using Model = decltype(make());
-    const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+    const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
     REQUIRE(e.chain.policies.size() == 1);
     std::vector<remat::plan::Segment> each;
     for (std::size_t l = 0; l < e.chain.layers(); ++l)
@@ -710,7 +710,7 @@ TEST_CASE("estimate_memory prices a save policy whose segments chain", "[nn][est
   };
   for (const bool lora : {false, true}) {
     INFO((lora ? "with" : "without") << " adapters");
-    remat::nn::StepShape step{.batch = 1, .time = 8};
+    remat::train::StepShape step{.batch = 1, .time = 8};
     step.policies = {first_adds(lora ? 3 : 2)};
     if (lora) step.lora = {.rank = 2, .targets = {"fc"}};
     check(
@@ -722,8 +722,8 @@ TEST_CASE("estimate_memory prices a save policy whose segments chain", "[nn][est
   }
   // a plan may carry a policy the estimate's chain was not asked to price: the step is counted
   // under it all the same (the planners' predictions are what need the chain's figures)
-  const remat::nn::StepShape plain{.batch = 1, .time = 8};
-  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(gpt, plain);
+  const remat::train::StepShape plain{.batch = 1, .time = 8};
+  const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(gpt, plain);
   const remat::plan::Plan p{.layers = 3, .segments = {{0, 2, {}, remat::save_matmuls()}}};
   CHECK_THROWS_AS(remat::plan::predict(e.chain, p.segments), remat::PlanError);
   CHECK(e.total(p) == ft_count<remat::nn::GPT<float>>([&] { return remat::nn::GPT<float>(gpt); },
@@ -755,14 +755,14 @@ template <class Model, class Config>
 double ft_dropout_worst(const Config& config, const std::function<Model()>& make,
                         const std::vector<std::string>& linears, std::int64_t vocab,
                         std::int64_t batch, std::int64_t time, remat::Rng& rng) {
-  remat::nn::StepShape step{.batch = batch,
-                            .time = time,
-                            .chunked_loss = rng.uniform() < 0.6,
-                            .storage = kFtStorages[rng.uniform_int(4)],
-                            .lora = {.rank = 1 + rng.uniform_int(4),
-                                     .targets = ft_targets(linears, rng),
-                                     .dropout = 0.05 + 0.4 * rng.uniform()}};
-  const remat::nn::MemoryEstimate e = remat::nn::estimate_memory<float>(config, step);
+  remat::train::StepShape step{.batch = batch,
+                               .time = time,
+                               .chunked_loss = rng.uniform() < 0.6,
+                               .storage = kFtStorages[rng.uniform_int(4)],
+                               .lora = {.rank = 1 + rng.uniform_int(4),
+                                        .targets = ft_targets(linears, rng),
+                                        .dropout = 0.05 + 0.4 * rng.uniform()}};
+  const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
   double worst = 0;
   for (const remat::plan::Plan& p :
        {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain)}) {
@@ -812,13 +812,13 @@ TEST_CASE("estimate_memory rejects LoRA targets the model does not have, and bad
           "[nn][estimate][errors]") {
   const remat::nn::GPTConfig gpt{.vocab = 20, .context = 8, .layers = 2, .heads = 2, .width = 8};
   const std::string msg = remat::test::error_message([&] {
-    remat::nn::estimate_memory<float>(gpt,
-                                      {.batch = 1, .lora = {.rank = 4, .targets = {"q_proj"}}});
+    remat::train::estimate_memory<float>(gpt,
+                                         {.batch = 1, .lora = {.rank = 4, .targets = {"q_proj"}}});
   });
   CHECK(msg.find("'q_proj'") != std::string::npos);
   CHECK(msg.find("qkv") != std::string::npos);
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .accumulation = 0}),
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(gpt, {.batch = 1, .accumulation = 0}),
                   remat::ArgumentError);
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}),
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}),
                   remat::ArgumentError);
 }

@@ -1,8 +1,8 @@
-// nn::estimate_memory for Llama configs: the parameter count, the chain plan::profile measures
-// on the real model (exactly, field by field), and a whole training step's counted peak.
+// remat::train::estimate_memory for Llama configs: the parameter count, the chain plan::profile
+// measures on the real model (exactly, field by field), and a whole training step's counted peak.
 #include "support/gradcheck.hpp"
 
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/optim/adamw.hpp>
 
 namespace {
@@ -204,11 +204,12 @@ double llama_counted_step_peak(const LlamaEstimateCase& c, const remat::plan::Pl
 TEST_CASE("estimate_memory counts a Llama's parameters exactly", "[nn][estimate][llama]") {
   for (const LlamaEstimateCase& c : llama_flash_cases()) {
     const remat::nn::Llama<float> model(c.config);
-    const auto e = remat::nn::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
+    const auto e =
+        remat::train::estimate_memory<float>(c.config, {.batch = c.batch, .time = c.time});
     CHECK(e.parameter_count == model.parameter_count());
     CHECK(e.parameters == 4.0 * static_cast<double>(model.parameter_count()));
   }
-  CHECK_THROWS_AS(remat::nn::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}),
+  CHECK_THROWS_AS(remat::train::estimate_memory<float>(kLlamaCases[0].config, {.time = 33}),
                   remat::ArgumentError);
 }
 
@@ -218,7 +219,7 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
     const remat::nn::Llama<TestType> model(c.config);
     const remat::plan::Chain measured = llama_profiled(model, c);
     const remat::plan::Chain& predicted =
-        remat::nn::estimate_memory<TestType>(
+        remat::train::estimate_memory<TestType>(
             c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
             .chain;
     INFO(remat::nn::to_string(c.config.attention)
@@ -246,7 +247,7 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
 TEST_CASE("estimate_memory predicts a Llama training step's counted peak",
           "[nn][estimate][llama]") {
   for (const LlamaEstimateCase& c : llama_flash_cases()) {
-    const auto e = remat::nn::estimate_memory<float>(
+    const auto e = remat::train::estimate_memory<float>(
         c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked});
     for (const remat::plan::Plan& p :
          {remat::plan::none(e.chain), remat::plan::every(e.chain), remat::plan::sqrt(e.chain),
@@ -269,11 +270,11 @@ TEST_CASE(
   const std::vector<LlamaEstimateCase> cases = llama_flash_cases();
   for (const std::size_t i : {std::size_t(0), std::size_t(1), std::size_t(6), std::size_t(7)}) {
     const LlamaEstimateCase& c = cases[i];
-    const remat::nn::StepShape step{.batch = c.batch, .time = c.time, .chunked_loss = c.chunked};
-    remat::nn::StepShape packed_step = step;
+    const remat::train::StepShape step{.batch = c.batch, .time = c.time, .chunked_loss = c.chunked};
+    remat::train::StepShape packed_step = step;
     packed_step.packed = true;
-    const auto e = remat::nn::estimate_memory<float>(c.config, step);
-    const auto packed = remat::nn::estimate_memory<float>(c.config, packed_step);
+    const auto e = remat::train::estimate_memory<float>(c.config, step);
+    const auto packed = remat::train::estimate_memory<float>(c.config, packed_step);
     const double starts_bytes = 4.0 * static_cast<double>(c.batch * c.time);
     INFO(remat::nn::to_string(c.config.attention) << ", case " << i);
     CHECK(packed.data == e.data + starts_bytes);

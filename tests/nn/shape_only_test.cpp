@@ -7,7 +7,7 @@
 #include "support/random_block.hpp"
 #include "support/shape_only.hpp"
 
-#include <remat/nn/estimate.hpp>
+#include <remat/train/estimate.hpp>
 #include <remat/nn/gpt.hpp>
 #include <remat/nn/llama.hpp>
 #include <remat/nn/lora.hpp>
@@ -372,11 +372,11 @@ TEST_CASE("a 70B Llama step is priced shape-only without allocating its weights"
   // the same
   CHECK(remat::memory::live_bytes() == live);
   CHECK(remat::memory::allocation_count() == allocations);
-  const remat::nn::MemoryEstimate e =
-      remat::nn::estimate_memory<float>(c, {.batch = 1,
-                                            .time = 4096,
-                                            .storage = WeightStorage::nf4,
-                                            .lora = {.rank = 16, .targets = t.targets}});
+  const remat::train::MemoryEstimate e =
+      remat::train::estimate_memory<float>(c, {.batch = 1,
+                                               .time = 4096,
+                                               .storage = WeightStorage::nf4,
+                                               .lora = {.rank = 16, .targets = t.targets}});
   CHECK(e.total(p) == double(counted.peak));
   CHECK(remat::memory::live_bytes() == live);
   CHECK(remat::memory::allocation_count() == allocations);

@@ -267,7 +267,7 @@ class QuantizedWeight {
   bool double_quant() const noexcept { return qabsmax_.defined(); }
 
   /// Bytes a (rows, cols) weight stored as `storage` holds, without quantizing anything (what
-  /// bytes() returns once it is; nn::estimate_memory prices weights with it). f32: 4 a value.
+  /// bytes() returns once it is). f32: 4 a value.
   static double bytes_for(std::int64_t rows, std::int64_t cols, WeightStorage storage,
                           bool double_quant = true) noexcept {
     const double n = static_cast<double>(rows) * static_cast<double>(cols);

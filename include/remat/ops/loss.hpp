@@ -62,7 +62,8 @@ class CrossEntropyNode final : public Node<T> {
     const Tensor<T>& x = in[0];
     const std::int64_t c = x.shape().last(), rows = x.shape().rows();
     Tensor<T> lse = Tensor<T>::zeros(Shape{rows});
-    std::vector<double> losses(static_cast<std::size_t>(rows));
+    // each row's loss, summed in a fixed order below (none to hold in a shape-only run)
+    std::vector<double> losses(shape_only() ? 0 : static_cast<std::size_t>(rows));
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
         if (targets_[r] == kIgnoreTarget) continue;
@@ -172,7 +173,7 @@ class LinearCrossEntropyNode final : public Node<T> {
     Tensor<T> lse = Tensor<T>::zeros(Shape{n});
     Tensor<T> unit_gh = fused ? Tensor<T>(h.shape()) : Tensor<T>();
     Tensor<T> logits(Shape{std::min(chunk_, n), v});
-    std::vector<double> losses(static_cast<std::size_t>(n));
+    std::vector<double> losses(shape_only() ? 0 : static_cast<std::size_t>(n));
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
       gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(),

@@ -29,7 +29,7 @@
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/sgd.hpp"
 
-namespace remat::nn {
+namespace remat::train {
 
 /// The optimizer whose state the step keeps: SGD none, SGD with momentum one tensor per
 /// parameter, AdamW two.
@@ -114,7 +114,7 @@ struct MemoryEstimate {
   double total() const { return total(plan::Plan{.layers = chain.layers()}); }
 };
 
-}  // namespace remat::nn
+}  // namespace remat::train
 
 namespace remat::detail {
 
@@ -127,18 +127,19 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
 
 /// Refuses a step shape no model can run: a batch or length out of range, tensors beyond what
 /// can be counted (2^53 elements: no machine holds them), a bad optimizer or LoRA shape.
-inline void check_step_shape(const nn::StepShape& step, std::int64_t time, std::int64_t context,
+inline void check_step_shape(const train::StepShape& step, std::int64_t time, std::int64_t context,
                              const char* context_name, double largest_row, double largest_weight,
                              std::int64_t layers) {
   if (step.batch < 1 || time < 1 || time > context) {
-    throw ArgumentError(cat("nn::estimate_memory: need batch >= 1 and 1 <= time <= ", context_name,
-                            " = ", context, "; got batch ", step.batch, ", time ", time));
+    throw ArgumentError(
+        cat("train::estimate_memory: need batch >= 1 and 1 <= time <= ", context_name, " = ",
+            context, "; got batch ", step.batch, ", time ", time));
   }
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   constexpr double kMostElements = 9007199254740992.0;
   if (!(tokens * largest_row < kMostElements) || !(largest_weight < kMostElements) ||
       layers > (std::int64_t{1} << 20)) {
-    throw ArgumentError(cat("nn::estimate_memory: a model of ", layers,
+    throw ArgumentError(cat("train::estimate_memory: a model of ", layers,
                             " layers with weights of up to ", largest_weight,
                             " values, rows of up to ", largest_row, ", and batch ", step.batch,
                             " x ", time,
@@ -146,33 +147,34 @@ inline void check_step_shape(const nn::StepShape& step, std::int64_t time, std::
                             "layers)"));
   }
   if (step.accumulation < 1 || step.lora.rank < 0) {
-    throw ArgumentError(
-        cat("nn::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
-            step.accumulation, ", rank ", step.lora.rank));
+    throw ArgumentError(cat(
+        "train::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
+        step.accumulation, ", rank ", step.lora.rank));
   }
   if (step.lora.rank > 0 && step.lora.targets.empty())
-    throw ArgumentError("nn::estimate_memory: LoRA rank > 0 but no target names");
+    throw ArgumentError("train::estimate_memory: LoRA rank > 0 but no target names");
   if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))
     throw ArgumentError(
-        cat("nn::estimate_memory: LoRA dropout must be in [0, 1), got ", step.lora.dropout));
+        cat("train::estimate_memory: LoRA dropout must be in [0, 1), got ", step.lora.dropout));
   switch (step.optimizer) {
-    case nn::OptimizerKind::sgd:
-    case nn::OptimizerKind::sgd_momentum:
-    case nn::OptimizerKind::adamw:
+    case train::OptimizerKind::sgd:
+    case train::OptimizerKind::sgd_momentum:
+    case train::OptimizerKind::adamw:
       return;
   }
   throw ArgumentError(
-      cat("nn::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+      cat("train::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
 }
 
 /// The optimizer `kind` over `params`.
 template <class T>
-std::unique_ptr<optim::Optimizer<T>> make_optimizer(nn::OptimizerKind kind,
+std::unique_ptr<optim::Optimizer<T>> make_optimizer(train::OptimizerKind kind,
                                                     std::vector<Parameter<T>> params) {
-  if (kind == nn::OptimizerKind::adamw) return std::make_unique<optim::AdamW<T>>(std::move(params));
+  if (kind == train::OptimizerKind::adamw)
+    return std::make_unique<optim::AdamW<T>>(std::move(params));
   return std::make_unique<optim::SGD<T>>(
       std::move(params),
-      optim::SGDOptions{.momentum = kind == nn::OptimizerKind::sgd_momentum ? 0.9 : 0.0});
+      optim::SGDOptions{.momentum = kind == train::OptimizerKind::sgd_momentum ? 0.9 : 0.0});
 }
 
 /// A model set up for a training step as estimate_memory prices it: its linears stored as the
@@ -203,30 +205,30 @@ struct PricedStep {
 /// bytes: the weights as stored, the adapters, the data. `starts_reach_model`: whether the loss
 /// takes packed rows' starts (a Llama's does).
 template <class T, class Model>
-void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const nn::StepShape& step,
-                 bool starts_reach_model, nn::MemoryEstimate* measured) {
+void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const train::StepShape& step,
+                 bool starts_reach_model, train::MemoryEstimate* measured) {
   double before = 0;
-  const auto stage = [&](double nn::MemoryEstimate::*figure) {
+  const auto stage = [&](double train::MemoryEstimate::*figure) {
     const auto live = static_cast<double>(memory::live_bytes());
     if (measured) measured->*figure = live - before;
     before = live;
   };
   if (step.storage != WeightStorage::f32)
     nn::quantize_blocks(s.model, step.storage, step.double_quant);
-  stage(&nn::MemoryEstimate::parameters);
+  stage(&train::MemoryEstimate::parameters);
   if (step.lora.rank > 0) {
     s.adapters.emplace(nn::lora::apply(
         s.model,
         {.rank = step.lora.rank, .dropout = step.lora.dropout, .targets = step.lora.targets}));
   }
-  stage(&nn::MemoryEstimate::adapters);
+  stage(&train::MemoryEstimate::adapters);
   for (const Parameter<T>& p : s.model.parameters()) {
     if (!p.frozen()) s.trainable.push_back(p);
   }
   s.ids = Tensor<std::int32_t>({step.batch, time});
   s.targets = Tensor<std::int32_t>({step.batch, time});
   if (step.packed) s.starts = Tensor<std::int32_t>({step.batch, time});
-  stage(&nn::MemoryEstimate::data);
+  stage(&train::MemoryEstimate::data);
   s.loss = {.chunked = step.chunked_loss,
             .starts = starts_reach_model ? s.starts : Tensor<std::int32_t>()};
   s.optimizer = make_optimizer<T>(step.optimizer, s.trainable);
@@ -237,10 +239,10 @@ void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const nn::StepShape
 /// backward pass leaves, the optimizer's state its first step makes), then the layers' chain,
 /// profiled. The estimate counts a step under any plan with `make` again (count_step).
 template <class T, class Make>
-nn::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t time,
-                                const nn::StepShape& step, bool starts_reach_model) {
+train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t time,
+                                   const train::StepShape& step, bool starts_reach_model) {
   using Model = decltype(make());
-  nn::MemoryEstimate m;
+  train::MemoryEstimate m;
   {
     const ShapeOnly run;
     PricedStep<T, Model> s{make()};
@@ -275,15 +277,16 @@ nn::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t time
 
 }  // namespace remat::detail
 
-namespace remat::nn {
+namespace remat::train {
 
 /// Predicts the memory of one training step of GPT<T>(config) on `step` (time 0: the config's
 /// context): persistent state, and a chain to price any checkpoint plan with. Throws an
 /// ArgumentError for an invalid configuration, a batch or sequence length out of range, or LoRA
 /// targets the model does not have.
 template <class T = float>
-MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = {}) {
-  static_assert(std::is_floating_point_v<T>, "nn::estimate_memory prices float or double models");
+MemoryEstimate estimate_memory(const nn::GPTConfig& config, const StepShape& step = {}) {
+  static_assert(std::is_floating_point_v<T>,
+                "train::estimate_memory prices float or double models");
   config.validate();
   const std::int64_t time = step.time == 0 ? config.context : step.time;
   remat::detail::check_step_shape(
@@ -292,15 +295,16 @@ MemoryEstimate estimate_memory(const GPTConfig& config, const StepShape& step = 
       static_cast<double>(std::max(config.vocab, 4 * config.width)) *
           static_cast<double>(config.width),
       config.layers);
-  return remat::detail::measure_step<T>([config] { return GPT<T>(config); }, config.vocab, time,
+  return remat::detail::measure_step<T>([config] { return nn::GPT<T>(config); }, config.vocab, time,
                                         step, false);
 }
 
 /// Predicts the memory of one training step of Llama<T>(config) on `step` (time 0: the config's
 /// max_position_embeddings), as the GPT one does.
 template <class T = float>
-MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step = {}) {
-  static_assert(std::is_floating_point_v<T>, "nn::estimate_memory prices float or double models");
+MemoryEstimate estimate_memory(const nn::LlamaConfig& config, const StepShape& step = {}) {
+  static_assert(std::is_floating_point_v<T>,
+                "train::estimate_memory prices float or double models");
   config.validate();
   const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
   remat::detail::check_step_shape(
@@ -311,8 +315,8 @@ MemoryEstimate estimate_memory(const LlamaConfig& config, const StepShape& step 
                                     config.num_attention_heads * config.head_dim()})) *
           static_cast<double>(config.hidden_size),
       config.num_hidden_layers);
-  return remat::detail::measure_step<T>([config] { return Llama<T>::uninitialized(config); },
+  return remat::detail::measure_step<T>([config] { return nn::Llama<T>::uninitialized(config); },
                                         config.vocab_size, time, step, true);
 }
 
-}  // namespace remat::nn
+}  // namespace remat::train
