@@ -223,8 +223,8 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
 TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][errors]") {
   const nn::GPTConfig config{.vocab = 10, .context = 8, .layers = 1, .heads = 2, .width = 4};
   CHECK_THROWS_WITH(remat::train::estimate_memory<float>(config, {.batch = 2, .time = 9}),
-                    Catch::Contains("train::estimate_memory") &&
-                        Catch::Contains("context = 8") && Catch::Contains("time 9"));
+                    Catch::Contains("train::estimate_memory") && Catch::Contains("context = 8") &&
+                        Catch::Contains("time 9"));
   CHECK_THROWS_AS(remat::train::estimate_memory<float>(config, {.batch = 0}), ArgumentError);
   CHECK_THROWS_AS(remat::train::estimate_memory<float>(nn::GPTConfig{.heads = 3, .width = 4}),
                   ArgumentError);
