@@ -323,6 +323,15 @@ TEST_CASE("a shape-only run refuses a custom op that does not say it runs shape-
   CHECK_THROWS_AS(remat::Tensor<float>({1}).item(), remat::UsageError);
 }
 
+TEST_CASE("an empty tensor is no allocation, shape-only as in a real run", "[nn][shape_only]") {
+  const remat::test::Counted c = remat::test::check_shape_only_exact([] {
+    const remat::Tensor<float> empty({0, 3}), one({1});
+    (void)empty;
+    (void)one;
+  });
+  CHECK(c.allocations == 1U);
+}
+
 TEST_CASE("a custom op that runs shape-only is counted exactly", "[nn][shape_only]") {
   remat::test::check_shape_only_exact([] {
     remat::Tape tape;

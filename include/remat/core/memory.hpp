@@ -171,7 +171,7 @@ inline void deallocate_bytes(void* p, std::size_t bytes) noexcept {
 template <class T>
 std::shared_ptr<T> allocate_storage(std::size_t bytes) {
   if (const std::shared_ptr<MemoryCounters>& run = shape_only_counters()) {
-    count_allocation(*run, bytes);
+    if (bytes > 0) count_allocation(*run, bytes);  // as allocate_bytes: an empty tensor is none
     return std::shared_ptr<T>(static_cast<T*>(nullptr), [bytes, run](T*) noexcept {
       run->live.fetch_sub(bytes, std::memory_order_relaxed);
     });
