@@ -1,4 +1,5 @@
-// A minimal program a user of remat would write; built by both consumer projects.
+// A minimal program a user of remat would write; built by the find_package and FetchContent
+// consumer projects.
 #include <remat/remat.hpp>
 
 #include <cstdio>
