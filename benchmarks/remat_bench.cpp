@@ -12,7 +12,7 @@
 // Models (float): mlp = 32 x (Linear 1024->1024 + GELU), batch 256; deep = 1000 x (Linear
 // 256->256 + tanh), batch 64; gpt = 8 blocks, width 256, 4 heads, context 256, batch 8,
 // vocabulary 256 (the planners see its blocks); --context and --batch change its sequence length
-// and batch, --attention its attention op (nn::Attention). Loss: cross-entropy against random
+// and batch, --attention its attention op (AttentionKernel). Loss: cross-entropy against random
 // integer targets (the GPT's is chunked, ops/loss.hpp). One training step = forward, loss,
 // backward, AdamW update. --policy puts a save policy (core/save_policy.hpp) on every segment of
 // the plan (plan::with_policy).
@@ -29,7 +29,7 @@
 // format) and prints to stderr the median step time with and without the trace. `--help` lists
 // every flag with its default.
 // budget:<MiB> chooses per block among keeping it, a save policy (the gpt is profiled with
-// save_matmuls, save_ops(linear, causal_self_attention) and recompute_ops(causal_self_attention),
+// save_matmuls, save_ops(linear, attention) and recompute_ops(attention),
 // which replays only the attention core as Korthikanti et al. (2022) do) and save_nothing segments;
 // budget_layers:<MiB> only among keeping and save_nothing segments (the layer-level planner).
 // The gpt is also profiled with up to --derived-policies N (default 6) recompute policies that
@@ -144,7 +144,7 @@ struct GptModel {
   std::unique_ptr<remat::nn::GPT<float>> gpt;
   Tensor<std::int32_t> ids, targets;
 
-  Model make(std::int64_t context, std::int64_t batch, remat::nn::Attention attention,
+  Model make(std::int64_t context, std::int64_t batch, remat::AttentionKernel attention,
              std::size_t derived) {
     gpt = std::make_unique<remat::nn::GPT<float>>(remat::nn::GPTConfig{.vocab = kVocab,
                                                                        .context = context,
@@ -166,12 +166,11 @@ struct GptModel {
     // three named policies and up to `derived` recompute policies plan::profile derives from
     // the block (Note [derived policies] in checkpoint/derive_policies.hpp)
     m.profile = [this, derived] {
-      return gpt->profile(
-          ids, targets, {},
-          {.policies = {remat::save_matmuls(),
-                        remat::save_ops({remat::op::linear, remat::op::causal_self_attention}),
-                        remat::recompute_ops({remat::op::causal_self_attention})},
-           .derived_policies = derived});
+      return gpt->profile(ids, targets, {},
+                          {.policies = {remat::save_matmuls(),
+                                        remat::save_ops({remat::op::linear, remat::op::attention}),
+                                        remat::recompute_ops({remat::op::attention})},
+                           .derived_policies = derived});
     };
     m.loss = [this](remat::Tape&, const remat::plan::Plan& p) {
       return gpt->loss(ids, targets, {.plan = &p});
@@ -504,8 +503,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--derived-policies", derived,
                  "gpt: recompute policies plan::profile derives from the block for budget:<MiB> "
-                 "(besides save_matmuls, save_ops:linear,causal_self_attention and "
-                 "recompute_ops:causal_self_attention)")
+                 "(besides save_matmuls, save_ops:linear,attention and "
+                 "recompute_ops:attention)")
       ->capture_default_str();
   app.add_flag("--describe", describe, "write each plan's Plan::describe() to stderr");
   app.add_option("--sweep", sweep,
@@ -566,8 +565,8 @@ int main(int argc, char** argv) {
     ChainModel chain_model;
     GptModel gpt_model;
     Model model;
-    const remat::nn::Attention attention_kind =
-        attention == "flash" ? remat::nn::Attention::flash : remat::nn::Attention::fused;
+    const remat::AttentionKernel attention_kind =
+        attention == "flash" ? remat::AttentionKernel::flash : remat::AttentionKernel::fused;
     if (model_name == "mlp")
       model = chain_model.make("mlp", 32, 1024, 256, true);
     else if (model_name == "deep")

@@ -30,10 +30,7 @@
 #include "remat/ops/broadcast_to.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/embedding.hpp"
-#include "remat/ops/flash_attention.hpp"
-#include "remat/ops/flash_gqa_attention.hpp"
 #include "remat/ops/gemm.hpp"
-#include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/layout.hpp"
 #include "remat/ops/linear.hpp"
@@ -110,10 +107,7 @@
   REMAT_X(class remat::detail::SliceNode<float>)                                                  \
   REMAT_X(class remat::detail::ConcatNode<float>)                                                 \
   REMAT_X(class remat::detail::RopeNode<float>)                                                   \
-  REMAT_X(class remat::detail::CausalAttentionNode<float>)                                        \
-  REMAT_X(class remat::detail::FlashAttentionNode<float>)                                         \
-  REMAT_X(class remat::detail::GroupedQueryAttentionNode<float>)                                  \
-  REMAT_X(class remat::detail::FlashGroupedQueryAttentionNode<float>)                             \
+  REMAT_X(class remat::detail::AttentionNode<float>)                                        \
   /* the op functions (each checks its inputs and records its node) */                           \
   REMAT_X(remat::Var<float> remat::add<float>(const remat::Var<float>&,                           \
                                               const std::type_identity_t<remat::Var<float>>&))    \

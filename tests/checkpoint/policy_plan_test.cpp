@@ -549,8 +549,7 @@ TEST_CASE("GPT::loss runs op-level budget plans: predicted peak counted, plain g
     step(nullptr, plain);  // warm-up: gradient buffers
     step(nullptr, plain);
     const std::vector<remat::SavePolicy> policies{
-        remat::save_matmuls(),
-        remat::save_ops({remat::op::linear, remat::op::causal_self_attention})};
+        remat::save_matmuls(), remat::save_ops({remat::op::linear, remat::op::attention})};
     remat::plan::Chain chain =
         gpt.profile(ids, targets, {.chunked = chunked},
                     remat::plan::ProfileOptions{.repeats = 1, .policies = policies});

@@ -173,8 +173,8 @@ TEST_CASE("the models and ops record every built-in op identity, and no other",
   remat::Tensor<std::int32_t> ids({2, 8}), targets({2, 8});
   for (auto& t : ids) t = static_cast<std::int32_t>(rng.uniform_int(32));
   for (auto& t : targets) t = static_cast<std::int32_t>(rng.uniform_int(32));
-  for (const remat::nn::Attention attention :
-       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const remat::AttentionKernel attention :
+       {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     const remat::nn::GPT<float> gpt(remat::nn::GPTConfig{.vocab = 32,
                                                          .context = 8,
                                                          .layers = 1,
@@ -186,8 +186,8 @@ TEST_CASE("the models and ops record every built-in op identity, and no other",
     remat::CheckpointScope scope(watch);
     for (const bool chunked : {true, false}) (void)gpt.loss(ids, targets, {.chunked = chunked});
   }
-  for (const remat::nn::Attention attention :
-       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const remat::AttentionKernel attention :
+       {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     remat::nn::LlamaConfig c;
     c.vocab_size = 32;
     c.hidden_size = 16;

@@ -94,7 +94,7 @@ void check_same_step(double batch_loss, const Grads& batch_grads, double want_lo
 
 /// A small random Llama: grouped-query ratios, head sizes, q/k/v and o biases, Qwen3's q/k norms,
 /// tied heads, sliding windows (on some layers), rope theta and linear scaling, fused or flash.
-remat::nn::LlamaConfig random_config(std::mt19937& rng, remat::nn::Attention attention) {
+remat::nn::LlamaConfig random_config(std::mt19937& rng, remat::AttentionKernel attention) {
   const auto pick = [&](std::uint32_t n) { return static_cast<std::int64_t>(rng() % n); };
   remat::nn::LlamaConfig c{.vocab_size = 31,
                            .hidden_size = 12,
@@ -155,7 +155,8 @@ TEST_CASE(
     "[hub][chat][exact][packed]") {
   std::mt19937 rng(12);
   for (int trial = 0; trial < 12; ++trial) {
-    const auto attention = trial % 2 ? remat::nn::Attention::flash : remat::nn::Attention::fused;
+    const auto attention =
+        trial % 2 ? remat::AttentionKernel::flash : remat::AttentionKernel::fused;
     const remat::nn::LlamaConfig config = random_config(rng, attention);
     const remat::nn::Llama<double> model(config);
     const std::vector<TokenizedExample> examples = random_examples(rng, 7, 12, 31);
@@ -163,7 +164,7 @@ TEST_CASE(
     REQUIRE(batch.rows < examples.size());  // some row packs two examples or more
     const remat::hub::BatchInputs in = remat::hub::batch_inputs(batch);
     const bool chunked = trial % 4 < 2;
-    INFO("trial " << trial << ": " << remat::nn::to_string(config.attention) << ", heads "
+    INFO("trial " << trial << ": " << remat::to_string(config.attention) << ", heads "
                   << config.num_attention_heads << "/" << config.num_key_value_heads
                   << ", head_dim " << config.explicit_head_dim << ", qk_norm " << config.qk_norm
                   << ", bias " << config.attention_bias << config.o_proj_bias << ", window "

@@ -42,7 +42,7 @@ const Case kCases[] = {
 // multiple of its block of query rows (kFlashBlockRows), with and without dropout.
 std::vector<Case> with_flash_cases() {
   std::vector<Case> out;
-  for (const nn::Attention attention : {nn::Attention::fused, nn::Attention::flash}) {
+  for (const AttentionKernel attention : {AttentionKernel::fused, AttentionKernel::flash}) {
     for (const Case& c : kCases) {
       out.push_back(c);
       out.back().config.attention = attention;
@@ -54,7 +54,7 @@ std::vector<Case> with_flash_cases() {
                   .heads = 2,
                   .width = 8,
                   .seed = 8,
-                  .attention = nn::Attention::flash},
+                  .attention = AttentionKernel::flash},
                  1,
                  150,
                  true});
@@ -65,7 +65,7 @@ std::vector<Case> with_flash_cases() {
                   .width = 8,
                   .dropout = 0.2,
                   .seed = 9,
-                  .attention = nn::Attention::flash},
+                  .attention = AttentionKernel::flash},
                  2,
                  97,
                  false});
@@ -165,7 +165,7 @@ TEMPLATE_TEST_CASE("estimate_memory's chain is the one plan::profile measures on
             c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
             .chain;
     INFO("vocab " << c.config.vocab << ", batch " << c.batch << ", time " << c.time << ", chunked "
-                  << c.chunked << ", attention " << nn::to_string(c.config.attention));
+                  << c.chunked << ", attention " << to_string(c.config.attention));
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
     CHECK(predicted.activation_bytes == measured.activation_bytes);
     CHECK(predicted.forward_transient_bytes == measured.forward_transient_bytes);
@@ -195,7 +195,7 @@ TEST_CASE("estimate_memory predicts a whole training step's counted peak to the 
       const std::size_t base = memory::live_bytes();
       double between_steps = 0;
       const double counted = counted_step_peak(c, &p, base, &between_steps);
-      INFO("vocab " << c.config.vocab << ", attention " << nn::to_string(c.config.attention) << ", "
+      INFO("vocab " << c.config.vocab << ", attention " << to_string(c.config.attention) << ", "
                     << p.describe() << ": estimated " << e.total(p) << " B, counted " << counted
                     << " B");
       // what persists between steps is exactly the weights, their gradients, AdamW's moments and

@@ -147,11 +147,11 @@ TEST_CASE("estimate_memory prices every storage x LoRA x plan to the byte, GPT",
                                         .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
                                         .seed = std::uint64_t(i + 1),
                                         .attention = rng.uniform() < 0.5
-                                                         ? remat::nn::Attention::flash
-                                                         : remat::nn::Attention::fused};
+                                                         ? remat::AttentionKernel::flash
+                                                         : remat::AttentionKernel::fused};
       INFO("seed " << seed << ", GPT: " << layers << " layers, width " << width << ", " << heads
                    << " heads, vocab " << config.vocab << ", dropout " << config.dropout << ", "
-                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
+                   << (config.attention == remat::AttentionKernel::flash ? "flash" : "fused"));
       ft_check_all<remat::nn::GPT<float>>(
           config, [&] { return remat::nn::GPT<float>(config); }, {"qkv", "proj", "fc"},
           config.vocab, 2 + rng.uniform_int(3), time, rng);
@@ -177,12 +177,12 @@ TEST_CASE("estimate_memory prices every storage x LoRA x plan to the byte, Llama
                                           .max_position_embeddings = time,
                                           .seed = std::uint64_t(i + 1),
                                           .attention = rng.uniform() < 0.5
-                                                           ? remat::nn::Attention::flash
-                                                           : remat::nn::Attention::fused};
+                                                           ? remat::AttentionKernel::flash
+                                                           : remat::AttentionKernel::fused};
       INFO("seed " << seed << ", Llama: " << config.num_hidden_layers << " layers, width " << width
                    << ", heads " << heads << "/" << kv << ", mlp " << config.intermediate_size
                    << ", vocab " << config.vocab_size << ", "
-                   << (config.attention == remat::nn::Attention::flash ? "flash" : "fused"));
+                   << (config.attention == remat::AttentionKernel::flash ? "flash" : "fused"));
       ft_check_all<remat::nn::Llama<float>>(
           config, [&] { return remat::nn::Llama<float>(config); },
           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
@@ -353,14 +353,14 @@ remat::nn::GPTConfig ft_random_gpt(remat::Rng& rng, int i, std::int64_t extra_ti
           .width = width,
           .dropout = rng.uniform() < dropout_p ? 0.1 : 0.0,
           .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+          .attention = flash ? remat::AttentionKernel::flash : remat::AttentionKernel::fused};
 }
 
 std::string ft_describe(const remat::nn::GPTConfig& gpt) {
   std::ostringstream out;
   out << "GPT: " << gpt.layers << " layers, width " << gpt.width << ", " << gpt.heads
       << " heads, vocab " << gpt.vocab << ", dropout " << gpt.dropout
-      << (gpt.attention == remat::nn::Attention::flash ? ", flash" : ", fused");
+      << (gpt.attention == remat::AttentionKernel::flash ? ", flash" : ", fused");
   return out.str();
 }
 
@@ -380,7 +380,7 @@ remat::nn::LlamaConfig ft_random_llama(remat::Rng& rng, int i, std::int64_t extr
           .attention_bias = rng.uniform() < 0.5,
           .max_position_embeddings = time,
           .seed = std::uint64_t(i + 1),
-          .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+          .attention = flash ? remat::AttentionKernel::flash : remat::AttentionKernel::fused};
 }
 
 std::string ft_describe(const remat::nn::LlamaConfig& llama) {
@@ -388,7 +388,7 @@ std::string ft_describe(const remat::nn::LlamaConfig& llama) {
   out << "Llama: " << llama.num_hidden_layers << " layers, width " << llama.hidden_size
       << ", heads " << llama.num_attention_heads << "/" << llama.num_key_value_heads << ", mlp "
       << llama.intermediate_size << ", vocab " << llama.vocab_size
-      << (llama.attention == remat::nn::Attention::flash ? ", flash" : ", fused");
+      << (llama.attention == remat::AttentionKernel::flash ? ", flash" : ", fused");
   return out.str();
 }
 
@@ -573,16 +573,10 @@ TEST_CASE("estimate_memory prices generated save policies to the byte, GPT",
       const remat::nn::GPTConfig gpt = ft_random_gpt(rng, i, 100, 0.4);
       const std::int64_t time = gpt.context;
       INFO("seed " << seed << ", " << ft_describe(gpt));
-      const remat::OpTypes names{remat::op::layer_norm,
-                                 remat::op::linear,
-                                 remat::op::quantized_linear,
-                                 gpt.attention == remat::nn::Attention::flash
-                                     ? remat::op::flash_causal_self_attention
-                                     : remat::op::causal_self_attention,
-                                 remat::op::dropout,
-                                 remat::op::add,
-                                 remat::op::gelu_tanh,
-                                 remat::op::scale};
+      const remat::OpTypes names{remat::op::layer_norm,       remat::op::linear,
+                                 remat::op::quantized_linear, remat::op::attention,
+                                 remat::op::dropout,          remat::op::add,
+                                 remat::op::gelu_tanh,        remat::op::scale};
       ft_check_random_policies<remat::nn::GPT<float>>(
           gpt, [&] { return remat::nn::GPT<float>(gpt); }, {"qkv", "proj", "fc"}, names, gpt.vocab,
           1 + rng.uniform_int(3), time, double(gpt.width), rng, worst);
@@ -599,15 +593,10 @@ TEST_CASE("estimate_memory prices generated save policies to the byte, Llama",
     for (int i = 0; i < kFtConfigs; ++i) {
       const remat::nn::LlamaConfig llama = ft_random_llama(rng, i, 100);
       const std::int64_t time = llama.max_position_embeddings;
-      const bool flash = llama.attention == remat::nn::Attention::flash;
       INFO("seed " << seed << ", " << ft_describe(llama));
       const remat::OpTypes names{
-          remat::op::rms_norm,
-          remat::op::linear,
-          remat::op::quantized_linear,
-          flash ? remat::op::flash_grouped_query_attention : remat::op::grouped_query_attention,
-          remat::op::add,
-          remat::op::swiglu,
+          remat::op::rms_norm,  remat::op::linear, remat::op::quantized_linear,
+          remat::op::attention, remat::op::add,    remat::op::swiglu,
           remat::op::scale};
       ft_check_random_policies<remat::nn::Llama<float>>(
           llama, [&] { return remat::nn::Llama<float>(llama); },
@@ -642,7 +631,7 @@ TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps 
         .heads = heads,
         .width = width,
         .dropout = rng.uniform() < 0.5 ? 0.1 : 0.0,
-        .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+        .attention = flash ? remat::AttentionKernel::flash : remat::AttentionKernel::fused};
     const remat::nn::LlamaConfig llama{
         .vocab_size = 30,
         .hidden_size = width,
@@ -652,7 +641,7 @@ TEST_CASE("A policy keeping every op prices each layer as the plain chain keeps 
         .num_key_value_heads = heads,
         .attention_bias = rng.uniform() < 0.5,
         .max_position_embeddings = time,
-        .attention = flash ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+        .attention = flash ? remat::AttentionKernel::flash : remat::AttentionKernel::fused};
     INFO("width " << width << ", " << heads << " heads, batch " << step.batch << " x " << time
                   << ", " << remat::to_string(step.storage) << (lora ? ", LoRA" : "")
                   << (flash ? ", flash" : ", fused") << ", GPT dropout " << gpt.dropout);

@@ -152,7 +152,7 @@ nn::GPTConfig flash_config(double dropout) {
                        .width = 8,
                        .dropout = dropout,
                        .seed = 5,
-                       .attention = nn::Attention::flash};
+                       .attention = AttentionKernel::flash};
 }
 
 // The counted peak above the start of one GPT step under `p`.
@@ -176,7 +176,7 @@ TEST_CASE(
   for (const double dropout : {0.0, 0.1}) {
     INFO("dropout " << dropout);
     nn::GPTConfig fused_config = flash_config(dropout);
-    fused_config.attention = nn::Attention::fused;
+    fused_config.attention = AttentionKernel::fused;
     nn::GPT<float> flash(flash_config(dropout)), fused(fused_config);
     const auto ids =
         remat::test::ids({2, 70}, 13, 1);  // 70 rows: a block of 64 query rows and one of 6
@@ -214,7 +214,7 @@ TEST_CASE(
   // The blocks' chain does not see the embedding's position ids (T int32), alive through the step.
   const std::int64_t time = 77;
   const double positions = 4.0 * time;
-  for (const nn::Attention attention : {nn::Attention::flash, nn::Attention::fused}) {
+  for (const AttentionKernel attention : {AttentionKernel::flash, AttentionKernel::fused}) {
     for (const double dropout : {0.0, 0.2}) {
       nn::GPTConfig config = flash_config(dropout);
       config.attention = attention;
@@ -231,8 +231,8 @@ TEST_CASE(
             chain, plans[3].peak_bytes + f * (plans[0].peak_bytes - plans[3].peak_bytes)));
       for (const plan::Plan& p : plans) {
         const std::size_t counted = gpt_step_peak(gpt, ids, targets, p);
-        INFO(nn::to_string(attention)
-             << ", dropout " << dropout << ", " << p.describe() << ", counted " << counted);
+        INFO(to_string(attention) << ", dropout " << dropout << ", " << p.describe() << ", counted "
+                                  << counted);
         CHECK(p.peak_bytes + positions == static_cast<double>(counted));
       }
     }

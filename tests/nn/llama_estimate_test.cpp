@@ -92,8 +92,8 @@ const LlamaEstimateCase kLlamaCases[] = {
 // temporaries.
 std::vector<LlamaEstimateCase> llama_flash_cases() {
   std::vector<LlamaEstimateCase> out;
-  for (const remat::nn::Attention attention :
-       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const remat::AttentionKernel attention :
+       {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     for (const LlamaEstimateCase& c : kLlamaCases) {
       out.push_back(c);
       out.back().config.attention = attention;
@@ -107,7 +107,7 @@ std::vector<LlamaEstimateCase> llama_flash_cases() {
                   .num_key_value_heads = 1,
                   .max_position_embeddings = 200,
                   .seed = 7,
-                  .attention = remat::nn::Attention::flash},
+                  .attention = remat::AttentionKernel::flash},
                  1,
                  150,
                  true});
@@ -119,14 +119,14 @@ std::vector<LlamaEstimateCase> llama_flash_cases() {
                   .num_key_value_heads = 1,
                   .max_position_embeddings = 200,
                   .seed = 8,
-                  .attention = remat::nn::Attention::flash},
+                  .attention = remat::AttentionKernel::flash},
                  2,
                  197,
                  false});
   // the families' options: an explicit head_dim wider and narrower than hidden / heads, Llama's
   // o and MLP biases, a Mistral sliding window (a mask: no byte and no FLOP changes)
-  for (const remat::nn::Attention attention :
-       {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const remat::AttentionKernel attention :
+       {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     remat::nn::LlamaConfig wide{.vocab_size = 20,
                                 .hidden_size = 16,
                                 .intermediate_size = 24,
@@ -222,7 +222,7 @@ TEMPLATE_TEST_CASE("estimate_memory's Llama chain is the one plan::profile measu
         remat::train::estimate_memory<TestType>(
             c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked})
             .chain;
-    INFO(remat::nn::to_string(c.config.attention)
+    INFO(remat::to_string(c.config.attention)
          << ", hidden " << c.config.hidden_size << ", intermediate " << c.config.intermediate_size
          << ", batch " << c.batch << ", time " << c.time << ", chunked " << c.chunked);
     CHECK(predicted.boundary_bytes == measured.boundary_bytes);
@@ -254,7 +254,7 @@ TEST_CASE("estimate_memory predicts a Llama training step's counted peak",
           remat::plan::optimal(e.chain, 1)}) {
       const std::size_t base = remat::memory::live_bytes();
       const double counted = llama_counted_step_peak(c, &p, base);
-      INFO(remat::nn::to_string(c.config.attention)
+      INFO(remat::to_string(c.config.attention)
            << ", hidden " << c.config.hidden_size << ", " << p.describe() << ": estimated "
            << e.total(p) << " B, counted " << counted << " B");
       CHECK(e.total(p) == counted);
@@ -276,7 +276,7 @@ TEST_CASE(
     const auto e = remat::train::estimate_memory<float>(c.config, step);
     const auto packed = remat::train::estimate_memory<float>(c.config, packed_step);
     const double starts_bytes = 4.0 * static_cast<double>(c.batch * c.time);
-    INFO(remat::nn::to_string(c.config.attention) << ", case " << i);
+    INFO(remat::to_string(c.config.attention) << ", case " << i);
     CHECK(packed.data == e.data + starts_bytes);
     // what the layers keep and allocate does not depend on the starts
     const remat::nn::Llama<float> model(c.config);

@@ -18,7 +18,7 @@ namespace {
 using remat::Tensor;
 
 std::unique_ptr<remat::nn::Llama<double>> family_model(const nlohmann::json& c,
-                                                       remat::nn::Attention attention) {
+                                                       remat::AttentionKernel attention) {
   remat::nn::LlamaConfig config =
       remat::hub::llama_config_from_json(c.at("config"), "llama_families.json");
   config.attention = attention;
@@ -55,10 +55,10 @@ TEST_CASE(
   std::set<std::string> families;
   for (const nlohmann::json& c : remat::test::reference("llama_families.json").at("cases")) {
     families.insert(c.at("family").get<std::string>());
-    for (const auto attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+    for (const auto attention : {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
       const auto model = family_model(c, attention);
       INFO(c.at("family").get<std::string>()
-           << " / " << c.at("option").get<std::string>() << ", " << remat::nn::to_string(attention)
+           << " / " << c.at("option").get<std::string>() << ", " << remat::to_string(attention)
            << ": config " << c.at("config").dump());
       // exactly Hugging Face's parameter names: none missing, none extra
       std::set<std::string> ours, theirs;

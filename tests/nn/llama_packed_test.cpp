@@ -27,7 +27,7 @@ Tensor<std::int32_t> packed_starts(std::int64_t batch, std::int64_t time, std::u
   return s;
 }
 
-remat::nn::LlamaConfig packed_config(remat::nn::Attention attention) {
+remat::nn::LlamaConfig packed_config(remat::AttentionKernel attention) {
   return {.vocab_size = 23,
           .hidden_size = 16,
           .intermediate_size = 24,
@@ -54,7 +54,7 @@ std::map<std::string, Tensor<double>> grads_of(const remat::nn::Llama<double>& m
 }  // namespace
 
 TEST_CASE("nn::Llama: logits of a packed row are each example's alone", "[nn][llama][packed]") {
-  for (const auto attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const auto attention : {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     const remat::nn::Llama<double> model(packed_config(attention));
     const std::int64_t batch = 2, time = 20, vocab = 23;
     const Tensor<std::int32_t> ids = remat::test::ids({batch, time}, 23, 3);
@@ -64,7 +64,7 @@ TEST_CASE("nn::Llama: logits of a packed row are each example's alone", "[nn][ll
       for (std::int64_t begin = 0; begin < time;) {
         std::int64_t end = begin + 1;
         while (end < time && starts[b * time + end] == begin) ++end;
-        INFO(remat::nn::to_string(attention)
+        INFO(remat::to_string(attention)
              << ": row " << b << ", example [" << begin << ", " << end << ")");
         Tensor<std::int32_t> one({1, end - begin});
         for (std::int64_t i = begin; i < end; ++i) one[i - begin] = ids[b * time + i];
@@ -85,7 +85,7 @@ TEST_CASE(
     "nn::Llama over packed rows: checkpointed gradients equal plain ones bitwise, each replay "
     "with its own starts",
     "[nn][llama][packed][checkpoint]") {
-  for (const auto attention : {remat::nn::Attention::fused, remat::nn::Attention::flash}) {
+  for (const auto attention : {remat::AttentionKernel::fused, remat::AttentionKernel::flash}) {
     const remat::nn::Llama<double> model(packed_config(attention));
     const Tensor<std::int32_t> ids = remat::test::ids({3, 17}, 23, 7);
     const Tensor<std::int32_t> targets = remat::test::ids({3, 17}, 23, 8);
@@ -107,7 +107,7 @@ TEST_CASE(
          {remat::plan::every(chain), remat::plan::sqrt(chain), remat::plan::optimal(chain, 2)}) {
       const auto once = step(&p, false), twice = step(&p, true);
       for (const auto& [name, g] : plain) {
-        INFO(remat::nn::to_string(attention) << ", " << p.describe() << ": " << name);
+        INFO(remat::to_string(attention) << ", " << p.describe() << ": " << name);
         CHECK(once.at(name).to_vector() == g.to_vector());
         CHECK(twice.at(name).to_vector() == plain_twice.at(name).to_vector());
       }
@@ -120,7 +120,7 @@ TEST_CASE(
 
 TEST_CASE("nn::Llama: starts must be (B, T) like the ids and describe contiguous examples",
           "[nn][llama][packed][errors]") {
-  const remat::nn::Llama<double> model(packed_config(remat::nn::Attention::fused));
+  const remat::nn::Llama<double> model(packed_config(remat::AttentionKernel::fused));
   const Tensor<std::int32_t> ids = remat::test::ids({2, 6}, 23, 1);
   CHECK_THAT(remat::test::error_message([&] {
                (void)model.loss(ids, ids, {.starts = Tensor<std::int32_t>::zeros({2, 5})});
@@ -131,5 +131,5 @@ TEST_CASE("nn::Llama: starts must be (B, T) like the ids and describe contiguous
   Tensor<std::int32_t> bad = Tensor<std::int32_t>::zeros({2, 6});
   bad[8] = 1;  // row 1, position 2: neither 2 nor row 1's previous start 0
   CHECK_THAT(remat::test::error_message([&] { (void)model.logits(ids, nullptr, bad); }),
-             Catch::Contains("grouped_query_attention: starts[1, 2] = 1"));
+             Catch::Contains("attention: starts[1, 2] = 1"));
 }

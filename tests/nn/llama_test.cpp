@@ -17,7 +17,7 @@ using remat::Tensor;
 
 /// The model a reference case describes, holding the case's weights.
 std::unique_ptr<remat::nn::Llama<double>> llama_from_reference(
-    const nlohmann::json& c, remat::nn::Attention attention = remat::nn::Attention::fused) {
+    const nlohmann::json& c, remat::AttentionKernel attention = remat::AttentionKernel::fused) {
   remat::nn::LlamaConfig config = remat::hub::llama_config_from_json(c.at("config"), "llama.json");
   config.attention = attention;
   auto model = std::make_unique<remat::nn::Llama<double>>(config);
@@ -85,7 +85,7 @@ TEST_CASE(
     "1e-12",
     "[nn][llama][reference][flash]") {
   for (const nlohmann::json& c : remat::test::reference("llama.json").at("cases")) {
-    const auto model = llama_from_reference(c, remat::nn::Attention::flash);
+    const auto model = llama_from_reference(c, remat::AttentionKernel::flash);
     INFO("config " << c.at("config").dump());
     const auto ids = remat::test::json_tensor<std::int32_t>(c.at("ids"));
     const auto targets = remat::test::json_tensor<std::int32_t>(c.at("targets"));
@@ -118,7 +118,7 @@ TEST_CASE("nn::Llama: checkpointed gradients equal plain ones under every plan",
         .attention_bias = tied,
         .max_position_embeddings = 16,
         .seed = 9,
-        .attention = tied ? remat::nn::Attention::flash : remat::nn::Attention::fused};
+        .attention = tied ? remat::AttentionKernel::flash : remat::AttentionKernel::fused};
     const remat::nn::Llama<float> model(config);
     const auto ids = remat::test::ids({3, 9}, 23, 1), targets = remat::test::ids({3, 9}, 23, 2);
     std::map<std::string, Tensor<float>> plain;
@@ -134,7 +134,7 @@ TEST_CASE("nn::Llama: checkpointed gradients equal plain ones under every plan",
       remat::Tape tape;
       tape.backward(model.loss(ids, targets, {.plan = &p}));
       for (const auto& [name, param] : model.named_parameters()) {
-        INFO(remat::nn::to_string(config.attention) << ", " << p.describe() << ": " << name);
+        INFO(remat::to_string(config.attention) << ", " << p.describe() << ": " << name);
         CHECK(param.grad().to_vector() == plain[name].to_vector());
       }
     }

@@ -195,7 +195,8 @@ TEST_CASE("a shape-only Llama step counts what the real one does, to the byte",
                              .attention_bias = rng.uniform() < 0.3,
                              .max_position_embeddings = 64,
                              .seed = std::uint64_t(i)};
-    c.attention = rng.uniform() < 0.5 ? remat::nn::Attention::flash : remat::nn::Attention::fused;
+    c.attention =
+        rng.uniform() < 0.5 ? remat::AttentionKernel::flash : remat::AttentionKernel::fused;
     c.mlp_bias = rng.uniform() < 0.2;
     c.qk_norm = rng.uniform() < 0.2;
     if (rng.uniform() < 0.2) c.sliding_window = 1 + rng.uniform_int(8);
@@ -204,7 +205,7 @@ TEST_CASE("a shape-only Llama step counts what the real one does, to the byte",
     const Tuning t = random_tuning(linears, rng);
     const plan::Plan p = random_plan(std::size_t(c.num_hidden_layers), rng);
     INFO("case " << i << ": hidden " << c.hidden_size << ", heads " << heads << "/" << kv
-                 << ", layers " << c.num_hidden_layers << ", " << remat::nn::to_string(c.attention)
+                 << ", layers " << c.num_hidden_layers << ", " << remat::to_string(c.attention)
                  << ", window " << c.sliding_window << ", batch " << batch << " x " << time
                  << (packed ? " packed" : "") << ", " << t.describe() << ", " << p.describe());
     // the real step on one thread or two: no count depends on it
@@ -236,12 +237,13 @@ TEST_CASE("a shape-only GPT step counts what the real one does, to the byte",
                            .dropout = rng.uniform() < 0.4 ? 0.1 : 0.0,
                            .tied = rng.uniform() < 0.3,
                            .seed = std::uint64_t(i)};
-    c.attention = rng.uniform() < 0.5 ? remat::nn::Attention::flash : remat::nn::Attention::fused;
+    c.attention =
+        rng.uniform() < 0.5 ? remat::AttentionKernel::flash : remat::AttentionKernel::fused;
     const std::int64_t batch = 1 + rng.uniform_int(3), time = 1 + rng.uniform_int(40);
     const Tuning t = random_tuning({"qkv", "proj", "fc"}, rng);
     const plan::Plan p = random_plan(std::size_t(c.layers), rng);
     INFO("case " << i << ": width " << c.width << ", layers " << c.layers << ", dropout "
-                 << c.dropout << ", " << remat::nn::to_string(c.attention) << ", batch " << batch
+                 << c.dropout << ", " << remat::to_string(c.attention) << ", batch " << batch
                  << " x " << time << ", " << t.describe() << ", " << p.describe());
     remat::test::check_shape_only_exact([&] {
       const auto ids = tokens(batch, time, c.vocab, 1);

@@ -1,11 +1,12 @@
 // The ops of Llama/Qwen-style models (rms_norm, rope, silu, swiglu, gelu, gelu_tanh, where,
-// masked_fill, mse_loss, reshape to a run-time shape, grouped_query_attention): values and
+// masked_fill, mse_loss, reshape to a run-time shape, and attention with grouped-query heads,
+// RoPE and a sliding window: the reference's "grouped_query_attention" cases): values and
 // gradients against PyTorch 1.13 in double (tests/reference/ops.json), finite differences on
 // generated shapes, and clear errors for bad arguments.
 #include "support/gradcheck.hpp"
 #include "support/reference.hpp"
 
-#include <remat/ops/gqa_attention.hpp>
+#include <remat/ops/attention.hpp>
 #include <remat/ops/mse_loss.hpp>
 #include <remat/ops/rms_norm.hpp>
 #include <remat/ops/rope.hpp>
@@ -91,7 +92,8 @@ RefOp llama_ops_ref_op(const nlohmann::json& c) {
     const std::int64_t h = p.at("heads"), g = p.at("kv_heads"), window = p.value("window", 0);
     const remat::RopeOptions o{.theta = p.at("theta"), .offset = p.at("offset")};
     return {{"q", "k", "v"}, [h, g, o, window](const VarList& v) {
-              return remat::grouped_query_attention(v[0], v[1], v[2], h, g, o, window);
+              return remat::attention(v[0], v[1], v[2],
+                                      {.heads = h, .kv_heads = g, .rope = o, .window = window});
             }};
   }
   if (op == "add") return {{"a", "b"}, [](const VarList& v) { return remat::add(v[0], v[1]); }};
@@ -169,7 +171,8 @@ TEST_CASE("Llama ops: gradients by finite differences on generated shapes", "[op
 }
 
 TEST_CASE(
-    "grouped_query_attention: gradients by finite differences, and equal to MHA on repeated heads",
+    "attention with grouped-query heads and RoPE: gradients by finite differences, and equal to "
+    "MHA on repeated heads",
     "[ops][gradcheck][attention]") {
   remat::Rng rng(77);
   for (int trial = 0; trial < 4; ++trial) {
@@ -184,7 +187,7 @@ TEST_CASE(
                  v = remat::test::randn({b, t, g * d}, seed + 2);
       remat::test::gradcheck(
           [=](const VarList& x) {
-            return remat::grouped_query_attention(x[0], x[1], x[2], h, g, o);
+            return remat::attention(x[0], x[1], x[2], {.heads = h, .kv_heads = g, .rope = o});
           },
           {q, k, v});
       // The same keys and values repeated for every query head (Hugging Face's repeat_kv) with
@@ -198,11 +201,11 @@ TEST_CASE(
           }
         }
       }
-      const auto grouped =
-          remat::grouped_query_attention(Var<double>(q), Var<double>(k), Var<double>(v), h, g, o)
-              .value();
-      const auto full = remat::grouped_query_attention(Var<double>(q), Var<double>(k_rep),
-                                                       Var<double>(v_rep), h, h, o)
+      const auto grouped = remat::attention(Var<double>(q), Var<double>(k), Var<double>(v),
+                                            {.heads = h, .kv_heads = g, .rope = o})
+                               .value();
+      const auto full = remat::attention(Var<double>(q), Var<double>(k_rep), Var<double>(v_rep),
+                                         {.heads = h, .kv_heads = h, .rope = o})
                             .value();
       CHECK(remat::test::relative_difference(grouped, full) <= 1e-14);
     }
@@ -273,11 +276,12 @@ TEST_CASE("Llama ops: bad arguments are clear errors", "[ops][errors]") {
              }),
              Contains("reshape") && Contains("(5, 5)"));
   const Var<double> q(Tensor<double>::zeros({1, 3, 8})), kv(Tensor<double>::zeros({1, 3, 4}));
-  CHECK_THAT(remat::test::error_message([&] { remat::grouped_query_attention(q, kv, kv, 2, 2); }),
-             Contains("grouped_query_attention") && Contains("(1, 3, 4)"));
-  CHECK_THROWS_AS(remat::grouped_query_attention(q, kv, kv, 3, 1),
+  CHECK_THAT(
+      remat::test::error_message([&] { remat::attention(q, kv, kv, {.heads = 2, .kv_heads = 2}); }),
+      Catch::StartsWith("attention: ") && Contains("(1, 3, 4)"));
+  CHECK_THROWS_AS(remat::attention(q, kv, kv, {.heads = 3, .kv_heads = 1}),
                   remat::ShapeError);  // 8 not divisible by 3
-  CHECK_NOTHROW(remat::grouped_query_attention(q, kv, kv, 2, 1));
+  CHECK_NOTHROW(remat::attention(q, kv, kv, {.heads = 2, .kv_heads = 1}));
 }
 
 TEST_CASE("reshape takes a shape known only at run time, with one inferred extent",

@@ -15,7 +15,7 @@
 /// position embeddings counted from each example's start instead of the column index; causal
 /// attention masked to the example (a block-diagonal causal mask); the loss summed over `loss`
 /// positions and divided by their count (not by rows × columns). nn::Llama takes the starts for
-/// the first two (its loss(), logits(), hidden() and profile(); ops/gqa_attention.hpp), and its
+/// the first two (its loss(), logits(), hidden() and profile(); ops/attention.hpp), and its
 /// loss is that mean. GPT's learned positions and attention take no starts: train it padded.
 
 #include <cstddef>

@@ -27,11 +27,11 @@ struct GPTConfig {
   double dropout = 0.0;        ///< on embeddings, attention weights and residual branches
   bool tied = false;           ///< the head reuses the token embedding's weight
   std::uint64_t seed = 1;      ///< initialization
-  /// The blocks' attention op (nn::Attention): the same function either way; flash keeps no
+  /// The blocks' attention op (AttentionKernel): the same function either way; flash keeps no
   /// (T x T) probabilities between forward and backward (a fifth less activation memory at
   /// context 256, half at 1024). Fused stays the default: at context 256 flash measured 1 to 4 %
   /// slower a step (docs/benchmarks.md, "Op-level rematerialization").
-  Attention attention = Attention::fused;
+  AttentionKernel attention = AttentionKernel::fused;
 
   void validate() const {
     const bool ok = vocab >= 1 && context >= 1 && layers >= 1 && heads >= 1 && width >= 1 &&

@@ -13,8 +13,8 @@
 ///
 /// Note [cached attention order]: attend() computes the rows offset..offset+n-1 of the causal
 /// attention with the same calls, in the same order, as the training ops' forward
-/// (ops/gqa_attention.hpp, ops/attention.hpp): per (batch, head) one GEMM for the scores, the
-/// shared causal_softmax_rows over rows [offset, offset + n) of a (length x length) block, one
+/// (ops/attention.hpp): per (batch, head) one GEMM for the scores, the
+/// shared softmax_rows over rows [offset, offset + n) of a (length x length) block, one
 /// GEMM for the weighted values. A prefill of the whole prompt (offset 0) is therefore the
 /// training forward's arithmetic exactly; a later step differs only where a GEMM of n rows rounds
 /// differently from one of n + offset rows (BLAS blocking), at the level of rounding.
@@ -26,9 +26,8 @@
 #include "remat/core/error.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tensor.hpp"
-#include "remat/ops/causal_softmax.hpp"
+#include "remat/ops/attention_rows.hpp"
 #include "remat/ops/gemm.hpp"
-#include "remat/ops/gqa_attention.hpp"
 #include "remat/ops/rope.hpp"
 
 namespace remat::nn {
@@ -87,7 +86,7 @@ class KvCache {
   /// q and k by their positions when `rope` is given (rope->offset is where the cache's first
   /// position sits, 0 for a model's), stores k and v in the cache and returns the causal
   /// attention of the new queries over the stored positions (batch, n, heads x D): all of them,
-  /// or the last `window` ones up to each query under a sliding window (ops/causal_softmax.hpp).
+  /// or the last `window` ones up to each query under a sliding window (ops/attention_rows.hpp).
   /// Call it for every layer, then advance(n).
   Tensor<T> attend(std::int64_t l, const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                    std::int64_t heads, const RopeOptions* rope, std::int64_t window = 0) {
@@ -132,7 +131,8 @@ class KvCache {
         const T* kh = row(kc, b, 0) + (h / rep) * d;
         const T* vh = row(vc, b, 0) + (h / rep) * d;
         detail::gemm<T>(false, true, n, len, d, scale, qh, cq, kh, width_, T(0), scores, len);
-        detail::causal_softmax_rows<T>(scores, len, nullptr, offset, len, window);
+        detail::softmax_rows<T>(scores, len, nullptr, offset, len,
+                                detail::KeyRange{.window = window});
         detail::gemm<T>(false, false, n, d, len, T(1), scores, len, vh, width_, T(0),
                         y.data() + b * n * cq + h * d, cq);
       }

@@ -4,7 +4,7 @@
 /// architecture and parameter names. Token embedding, a stack of pre-norm decoder layers
 ///   h = x + o_proj(gqa(q_proj(n1), k_proj(n1), v_proj(n1))),  n1 = rms_norm(x)
 ///   y = h + down_proj(silu(gate_proj(n2)) * up_proj(n2)),      n2 = rms_norm(h)
-/// with rotary embeddings inside the grouped-query attention (ops/gqa_attention.hpp), a final
+/// with rotary embeddings inside the grouped-query attention (ops/attention.hpp), a final
 /// RMSNorm and a head to the vocabulary, optionally tied to the embedding. Options by family:
 /// biases on q/k/v, o and the MLP, Qwen3's per-head q/k RMSNorm, an explicit head_dim, scaled
 /// rotary embeddings and sliding windows (LlamaConfig). No dropout (hub/llama_config.hpp refuses
@@ -13,7 +13,7 @@
 /// Packed rows (several examples end to end in a row, hub::batch_inputs) pass `starts` (B, T) to
 /// hidden(), logits(), loss() and profile(): each position's example's first position. Every
 /// layer's attention then stays within an example and counts RoPE positions from its start
-/// (ops/gqa_attention.hpp), so the loss and gradients are those of the examples run one by one.
+/// (ops/attention.hpp), so the loss and gradients are those of the examples run one by one.
 /// The starts travel by value in the layers' closures and the attention nodes, which checkpoint
 /// replays run again: nothing is kept in the modules.
 
@@ -25,12 +25,10 @@
 
 #include "remat/checkpoint/profile.hpp"
 #include "remat/checkpoint/sequential.hpp"
-#include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/nn/lm_loss.hpp"
 #include "remat/ops/arithmetic.hpp"
-#include "remat/ops/flash_gqa_attention.hpp"
-#include "remat/ops/gqa_attention.hpp"
+#include "remat/ops/attention.hpp"
 #include "remat/ops/layout.hpp"
 #include "remat/ops/loss.hpp"
 #include "remat/ops/rms_norm.hpp"
@@ -56,9 +54,9 @@ struct LlamaConfig {
   std::int64_t max_position_embeddings = 2048;
   double initializer_range = 0.02;  ///< normal(0, this) initialization of every matrix
   std::uint64_t seed = 1;           ///< initialization (not a Hugging Face field)
-  /// The attention op (nn::Attention; not a Hugging Face field): flash keeps no (T x T)
+  /// The attention op (AttentionKernel; not a Hugging Face field): flash keeps no (T x T)
   /// probabilities between forward and backward.
-  Attention attention = Attention::fused;
+  AttentionKernel attention = AttentionKernel::fused;
   /// HF's model_type: "llama", "qwen2", "qwen3" or "mistral" (written back by
   /// llama_config_json; the maths is set by the fields below, not by this name).
   std::string model_type = "llama";
@@ -223,11 +221,13 @@ class LlamaAttention : public Module<T> {
   /// x: (B, T, C) -> (B, T, C); `starts` (B, T): packed rows' (undefined: one example a row).
   Var<T> operator()(const Var<T>& x, const Tensor<std::int32_t>& starts = {}) const {
     const Projected p = project(x);
-    return o_proj(
-        kind_ == Attention::flash
-            ? flash_grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_,
-                                            kFlashBlockRows, window_, starts)
-            : grouped_query_attention(p.q, p.k, p.v, heads_, kv_heads_, rope_, window_, starts));
+    return o_proj(attention(p.q, p.k, p.v,
+                            {.heads = heads_,
+                             .kv_heads = kv_heads_,
+                             .rope = rope_,
+                             .window = window_,
+                             .starts = starts,
+                             .kernel = kind_}));
   }
 
   /// Queries (B, T, H D), keys and values (B, T, G D), before RoPE.
@@ -268,7 +268,7 @@ class LlamaAttention : public Module<T> {
 
   std::int64_t heads_, kv_heads_, head_dim_, window_;
   RopeOptions rope_;
-  Attention kind_;
+  AttentionKernel kind_;
 };
 
 /// The SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), biased when mlp_bias.

@@ -3,11 +3,9 @@
 /// The transformer pieces: an MLP block, multi-head causal self-attention, and a pre-LN block
 /// x + attn(ln1(x)), then + mlp(ln2(x)).
 
-#include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/arithmetic.hpp"
 #include "remat/ops/attention.hpp"
-#include "remat/ops/flash_attention.hpp"
 #include "remat/ops/unary.hpp"
 
 namespace remat::nn {
@@ -36,7 +34,8 @@ template <class T = float>
 class CausalSelfAttention : public Module<T> {
  public:
   CausalSelfAttention(std::int64_t d, std::int64_t heads, double dropout, Rng& rng,
-                      double init_std = 0, double out_std = 0, Attention kind = Attention::fused)
+                      double init_std = 0, double out_std = 0,
+                      AttentionKernel kind = AttentionKernel::fused)
       : qkv(d, 3 * d, rng, true, init_std),
         proj(d, d, rng, true, out_std),
         drop(dropout),
@@ -56,12 +55,11 @@ class CausalSelfAttention : public Module<T> {
   Var<T> operator()(const Var<T>& x) const {
     const double p = this->training() ? p_ : 0.0;
     const Var<T> packed = qkv(x);
-    return drop(proj(kind_ == Attention::flash ? flash_causal_self_attention(packed, heads_, p)
-                                               : causal_self_attention(packed, heads_, p)));
+    return drop(proj(attention(packed, {.heads = heads_, .dropout = p, .kernel = kind_})));
   }
 
   /// Which attention op runs.
-  Attention kind() const noexcept { return kind_; }
+  AttentionKernel kind() const noexcept { return kind_; }
   /// Attention heads (the cached forward of nn/generate.hpp reads it).
   std::int64_t heads() const noexcept { return heads_; }
 
@@ -71,7 +69,7 @@ class CausalSelfAttention : public Module<T> {
  private:
   std::int64_t heads_;
   double p_;
-  Attention kind_;
+  AttentionKernel kind_;
 };
 
 /// Pre-LN transformer block: h = x + attn(ln1(x)); h + mlp(ln2(h)).
@@ -81,7 +79,8 @@ class TransformerBlock : public Module<T> {
   /// init_std and out_std: normal initialization of the projections (0: PyTorch's default);
   /// GPT-2 scales the two residual projections' out_std by 1/sqrt(2 layers).
   TransformerBlock(std::int64_t d, std::int64_t heads, double dropout, Rng& rng,
-                   double init_std = 0, double out_std = 0, Attention attention = Attention::fused)
+                   double init_std = 0, double out_std = 0,
+                   AttentionKernel attention = AttentionKernel::fused)
       : ln1(d),
         attn(d, heads, dropout, rng, init_std, out_std, attention),
         ln2(d),

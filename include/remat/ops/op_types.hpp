@@ -56,10 +56,7 @@ inline constexpr OpType concat{"concat"};
 inline constexpr OpType embedding{"embedding"};
 inline constexpr OpType rope{"rope"};
 inline constexpr OpType causal_mask{"causal_mask"};
-inline constexpr OpType causal_self_attention{"causal_self_attention"};
-inline constexpr OpType grouped_query_attention{"grouped_query_attention"};
-inline constexpr OpType flash_causal_self_attention{"flash_causal_self_attention"};
-inline constexpr OpType flash_grouped_query_attention{"flash_grouped_query_attention"};
+inline constexpr OpType attention{"attention"};
 // losses
 inline constexpr OpType mse_loss{"mse_loss"};
 inline constexpr OpType cross_entropy{"cross_entropy"};
@@ -104,10 +101,7 @@ inline constexpr auto kBuiltin = std::to_array<const OpType*>({&add,
                                                                &embedding,
                                                                &rope,
                                                                &causal_mask,
-                                                               &causal_self_attention,
-                                                               &grouped_query_attention,
-                                                               &flash_causal_self_attention,
-                                                               &flash_grouped_query_attention,
+                                                               &attention,
                                                                &mse_loss,
                                                                &cross_entropy,
                                                                &linear_cross_entropy});
