@@ -232,7 +232,7 @@ inline double step_total(const Request& r, std::int64_t rows, std::int64_t colum
                                 .storage = r.storage,
                                 .double_quant = r.double_quant};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
-  return remat::train::estimate_memory<float>(r.model, shape).total(p);
+  return remat::train::step_peak<float>(r.model, shape, p);
 }
 
 /// A plan finetune can run, by its --checkpoint name.

@@ -329,10 +329,23 @@ std::string name(const plan::Plan& p, const Options& o) {
   return buf;
 }
 
+/// The peak of a step of `batch` sequences under `p` (estimate(o, batch).total(p), without the
+/// profile a search does not need).
+double step_peak(const Options& o, std::int64_t batch, const plan::Plan& p) {
+  StepShape step = o.step;
+  step.batch = batch;
+  if (o.is_llama) {
+    return o.double_precision ? remat::train::step_peak<double>(o.llama, step, p)
+                              : remat::train::step_peak<float>(o.llama, step, p);
+  }
+  return o.double_precision ? remat::train::step_peak<double>(o.config, step, p)
+                            : remat::train::step_peak<float>(o.config, step, p);
+}
+
 /// The largest batch whose step fits in `bytes` with `p`'s segments (0: not even one sequence;
 /// the search stops at 2^30 sequences).
 std::int64_t largest_batch(const Options& o, const plan::Plan& p, double bytes) {
-  const auto fits = [&](std::int64_t b) { return estimate(o, b).total(p) <= bytes; };
+  const auto fits = [&](std::int64_t b) { return step_peak(o, b, p) <= bytes; };
   constexpr std::int64_t kMost = std::int64_t{1} << 30;
   if (!fits(1)) return 0;
   std::int64_t lo = 1, hi = 2;

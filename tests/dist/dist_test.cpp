@@ -596,6 +596,15 @@ TEST_CASE("DataParallel refuses misuse with clear errors", "[dist][dp]") {
                     Catch::Contains("listed twice"));
   CHECK_THROWS_WITH(dist::DataParallel<float>(world(), gpt.parameters(), {.min_buckets = 0}),
                     Catch::Contains("min_buckets must be positive"));
+  // a shape-only model has no values to broadcast (every rank refuses before any collective)
+  remat::ShapeOnly run;
+  const remat::Parameter<float> shapes_only(remat::Tensor<float>({2, 3}));
+  CHECK_THROWS_WITH(
+      dist::DataParallel<float>(world(), {shapes_only}),
+      Catch::Contains("parameter 0 (shape (2, 3))") && Catch::Contains("shape-only run"));
+  remat::Tensor<float> t({4});
+  CHECK_THROWS_WITH(world().broadcast(t),
+                    Catch::Contains("Tensor::begin") && Catch::Contains("shape-only run"));
 }
 
 }  // namespace

@@ -203,6 +203,10 @@ TEST_CASE("estimate_memory predicts a whole training step's counted peak to the 
       CHECK(e.persistent() == between_steps);
       CHECK(e.total(p) == counted);
       CHECK(e.activations(p) == counted - e.persistent());
+      // the count alone, without the profile
+      CHECK(remat::train::step_peak<float>(
+                c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}, p) ==
+            counted);
     }
   }
 }
@@ -240,4 +244,11 @@ TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][erro
   CHECK_THROWS_WITH(
       deeper.total(plan::every(std::size_t(3))),
       Catch::Contains("MemoryEstimate: the plan (every) is for 3 layers but 6 were given"));
+  // the count alone names itself, the step and the plan
+  CHECK_THROWS_WITH(
+      remat::train::step_peak<float>(config, {.batch = 2, .time = 9}, plan::none(std::size_t(1))),
+      Catch::Contains("train::step_peak: need batch") && Catch::Contains("time 9"));
+  CHECK_THROWS_WITH(
+      remat::train::step_peak<float>(config, {.batch = 1}, plan::every(std::size_t(3))),
+      Catch::Contains("train::step_peak: the plan (every) is for 3 layers but 1 were given"));
 }

@@ -259,6 +259,9 @@ TEST_CASE("estimate_memory predicts a Llama training step's counted peak",
            << e.total(p) << " B, counted " << counted << " B");
       CHECK(e.total(p) == counted);
       CHECK(e.activations(p) == counted - e.persistent());
+      CHECK(remat::train::step_peak<float>(
+                c.config, {.batch = c.batch, .time = c.time, .chunked_loss = c.chunked}, p) ==
+            counted);
     }
   }
 }

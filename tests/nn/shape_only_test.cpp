@@ -8,6 +8,7 @@
 #include "support/shape_only.hpp"
 
 #include <remat/train/estimate.hpp>
+#include <remat/io/safetensors.hpp>
 #include <remat/nn/gpt.hpp>
 #include <remat/nn/llama.hpp>
 #include <remat/nn/lora.hpp>
@@ -16,8 +17,10 @@
 #include <remat/optim/sgd.hpp>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -323,6 +326,36 @@ TEST_CASE("a shape-only run refuses a custom op that does not say it runs shape-
   CHECK_NOTHROW(step(DoubledShapeOnly{}));
   CHECK_THROWS_AS(remat::ShapeOnly(), remat::UsageError);  // scopes do not nest
   CHECK_THROWS_AS(remat::Tensor<float>({1}).item(), remat::UsageError);
+}
+
+TEST_CASE("a shape-only tensor refuses to be read or written, by name",
+          "[nn][shape_only][errors]") {
+  remat::ShapeOnly run;
+  remat::Tensor<float> t({3, 4});
+  const remat::Tensor<float>& ct = t;
+  for (const auto& [what, read] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"Tensor::begin", [&] { (void)t.begin(); }},
+           {"Tensor::end", [&] { (void)ct.end(); }},
+           {"Tensor::at",
+            [&] {
+              (void)t.at({1, 2});
+            }},
+           {"Tensor::array", [&] { (void)ct.array(); }},
+           {"Tensor::matrix", [&] { (void)t.matrix(); }},
+           {"Tensor::begin", [&] { (void)ct.to_vector(); }},
+           {"safetensors: cannot save /nonexistent/x.safetensors: tensor 'w'", [&] {
+              remat::io::save<float>("/nonexistent/x.safetensors", {{"w", t}});
+            }}}) {
+    INFO(what);
+    const std::string msg = remat::test::error_message(read);
+    CHECK(msg.find(what) != std::string::npos);
+    CHECK(msg.find("shape-only") != std::string::npos);
+  }
+  CHECK_THROWS_AS(t.begin(), remat::UsageError);
+  CHECK_THROWS_AS(remat::io::save<float>("/nonexistent/x.safetensors", {{"w", t}}), remat::IoError);
+  // an empty tensor has all of its (no) values
+  const remat::Tensor<float> empty({0, 3});
+  CHECK(empty.to_vector().empty());
 }
 
 TEST_CASE("an empty tensor is no allocation, shape-only as in a real run", "[nn][shape_only]") {

@@ -91,18 +91,22 @@ class Tensor {
 
   T* data() noexcept { return data_; }
   const T* data() const noexcept { return data_; }
-  T* begin() noexcept { return data_; }
-  T* end() noexcept { return data_ + numel(); }
-  const T* begin() const noexcept { return data_; }
-  const T* end() const noexcept { return data_ + numel(); }
+  /// The elements in order; these and at(), array() and matrix() throw a UsageError on a
+  /// tensor made shape-only (it has none), where data() is null. operator[] stays unchecked.
+  T* begin() { return values("begin"); }
+  T* end() { return values("end") + numel(); }
+  const T* begin() const { return values("begin"); }
+  const T* end() const { return values("end") + numel(); }
 
   /// Flat (row-major) element access, unchecked.
   T& operator[](std::int64_t i) noexcept { return data_[i]; }
   const T& operator[](std::int64_t i) const noexcept { return data_[i]; }
 
   /// Element access by coordinates, checked.
-  T& at(std::initializer_list<std::int64_t> index) { return data_[offset_of(index)]; }
-  const T& at(std::initializer_list<std::int64_t> index) const { return data_[offset_of(index)]; }
+  T& at(std::initializer_list<std::int64_t> index) { return values("at")[offset_of(index)]; }
+  const T& at(std::initializer_list<std::int64_t> index) const {
+    return values("at")[offset_of(index)];
+  }
 
   /// The single value of a one-element tensor.
   T item() const {
@@ -115,12 +119,14 @@ class Tensor {
     return data_[0];
   }
 
-  ArrayMap array() noexcept { return ArrayMap(data_, numel()); }
-  ConstArrayMap array() const noexcept { return ConstArrayMap(data_, numel()); }
+  ArrayMap array() { return ArrayMap(values("array"), numel()); }
+  ConstArrayMap array() const { return ConstArrayMap(values("array"), numel()); }
 
   /// The tensor as a (rows x last axis) row-major matrix.
-  MatrixMap matrix() { return MatrixMap(data_, shape_.rows(), shape_.last()); }
-  ConstMatrixMap matrix() const { return ConstMatrixMap(data_, shape_.rows(), shape_.last()); }
+  MatrixMap matrix() { return MatrixMap(values("matrix"), shape_.rows(), shape_.last()); }
+  ConstMatrixMap matrix() const {
+    return ConstMatrixMap(values("matrix"), shape_.rows(), shape_.last());
+  }
 
   /// The same buffer seen with another shape of the same number of elements.
   Tensor reshape(const Shape& shape) const {
@@ -171,6 +177,14 @@ class Tensor {
   void reset() noexcept { *this = Tensor(); }
 
  private:
+  /// data(), refusing a tensor made shape-only (`what` names the accessor asking).
+  T* values(const char* what) const {
+    if (defined_ && data_ == nullptr && numel() > 0) {
+      throw UsageError(detail::cat("Tensor::", what, ": the tensor ", shape_,
+                                   " was made in a shape-only run (ShapeOnly) and has no values"));
+    }
+    return data_;
+  }
   std::int64_t offset_of(std::initializer_list<std::int64_t> index) const {
     if (static_cast<int>(index.size()) != rank()) {
       throw IndexError(detail::cat("Tensor::at: ", index.size(), " indices for shape ", shape_));

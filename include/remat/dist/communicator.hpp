@@ -219,7 +219,7 @@ class Communicator {
   }
   template <class T>
   void broadcast(Tensor<T>& t, int root = 0) const {
-    broadcast(std::span<T>(t.data(), static_cast<std::size_t>(t.numel())), root);
+    broadcast(std::span<T>(t.begin(), t.end()), root);  // begin() refuses a shape-only tensor
   }
 
   /// Combines `data` over all ranks in place: every rank ends with the same result.

@@ -85,6 +85,12 @@ class DataParallel {
       Parameter<T>& p = params_[i];
       if (!p.defined())
         throw ArgumentError(remat::detail::cat("DataParallel: parameter ", i, " is undefined"));
+      // a shape-only model has no values to agree on: price one rank's step without DataParallel
+      // (its buckets hold one more copy of the gradients)
+      if (!p.value().has_data()) {
+        throw UsageError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(),
+                                            ") was made in a shape-only run and has no values"));
+      }
       if (!index_.emplace(p.identity(), i).second) {
         throw ArgumentError(remat::detail::cat("DataParallel: parameter ", i, " (shape ", p.shape(),
                                                ") is listed twice"));

@@ -292,6 +292,11 @@ void save(const std::string& path, const std::vector<NamedTensor<T>>& tensors,
       throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '",
                                        detail::brief(name), "' is undefined"));
     }
+    if (!t.has_data()) {
+      throw IoError(remat::detail::cat("safetensors: cannot save ", path, ": tensor '",
+                                       detail::brief(name), "' ", t.shape(),
+                                       " was made in a shape-only run and has no values"));
+    }
     if (store == StoreAs::bf16) {
       std::vector<std::uint16_t>& out = narrowed.emplace_back(static_cast<std::size_t>(t.numel()));
       for (std::size_t i = 0; i < out.size(); ++i) {

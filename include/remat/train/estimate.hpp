@@ -127,43 +127,75 @@ double loss_chunk_bytes(std::int64_t vocab, double tokens) {
 
 /// Refuses a step shape no model can run: a batch or length out of range, tensors beyond what
 /// can be counted (2^53 elements: no machine holds them), a bad optimizer or LoRA shape.
-inline void check_step_shape(const train::StepShape& step, std::int64_t time, std::int64_t context,
-                             const char* context_name, double largest_row, double largest_weight,
-                             std::int64_t layers) {
+inline void check_step_shape(const char* op, const train::StepShape& step, std::int64_t time,
+                             std::int64_t context, const char* context_name, double largest_row,
+                             double largest_weight, std::int64_t layers) {
   if (step.batch < 1 || time < 1 || time > context) {
-    throw ArgumentError(
-        cat("train::estimate_memory: need batch >= 1 and 1 <= time <= ", context_name, " = ",
-            context, "; got batch ", step.batch, ", time ", time));
+    throw ArgumentError(cat(op, ": need batch >= 1 and 1 <= time <= ", context_name, " = ", context,
+                            "; got batch ", step.batch, ", time ", time));
   }
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   constexpr double kMostElements = 9007199254740992.0;
   if (!(tokens * largest_row < kMostElements) || !(largest_weight < kMostElements) ||
       layers > (std::int64_t{1} << 20)) {
-    throw ArgumentError(cat("train::estimate_memory: a model of ", layers,
-                            " layers with weights of up to ", largest_weight,
-                            " values, rows of up to ", largest_row, ", and batch ", step.batch,
-                            " x ", time,
+    throw ArgumentError(cat(op, ": a model of ", layers, " layers with weights of up to ",
+                            largest_weight, " values, rows of up to ", largest_row, ", and batch ",
+                            step.batch, " x ", time,
                             " tokens is beyond what can be counted (over 2^53 elements, or 2^20 "
                             "layers)"));
   }
   if (step.accumulation < 1 || step.lora.rank < 0) {
-    throw ArgumentError(cat(
-        "train::estimate_memory: need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
-        step.accumulation, ", rank ", step.lora.rank));
+    throw ArgumentError(cat(op, ": need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
+                            step.accumulation, ", rank ", step.lora.rank));
   }
   if (step.lora.rank > 0 && step.lora.targets.empty())
-    throw ArgumentError("train::estimate_memory: LoRA rank > 0 but no target names");
+    throw ArgumentError(cat(op, ": LoRA rank > 0 but no target names"));
   if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))
-    throw ArgumentError(
-        cat("train::estimate_memory: LoRA dropout must be in [0, 1), got ", step.lora.dropout));
+    throw ArgumentError(cat(op, ": LoRA dropout must be in [0, 1), got ", step.lora.dropout));
   switch (step.optimizer) {
     case train::OptimizerKind::sgd:
     case train::OptimizerKind::sgd_momentum:
     case train::OptimizerKind::adamw:
       return;
   }
-  throw ArgumentError(
-      cat("train::estimate_memory: unknown optimizer kind ", static_cast<int>(step.optimizer)));
+  throw ArgumentError(cat(op, ": unknown optimizer kind ", static_cast<int>(step.optimizer)));
+}
+
+/// The validated sequence length of a step of GPT<T>(config) on `step` (0: the context).
+template <class T>
+std::int64_t checked_step_time(const char* op, const nn::GPTConfig& config,
+                               const train::StepShape& step) {
+  static_assert(std::is_floating_point_v<T>,
+                "train::estimate_memory and train::step_peak price float or double models");
+  config.validate();
+  const std::int64_t time = step.time == 0 ? config.context : step.time;
+  check_step_shape(
+      op, step, time, config.context, "context",
+      static_cast<double>(std::max({config.vocab, 4 * config.width, config.heads * time})),
+      static_cast<double>(std::max(config.vocab, 4 * config.width)) *
+          static_cast<double>(config.width),
+      config.layers);
+  return time;
+}
+
+/// The validated sequence length of a step of Llama<T>(config) on `step` (0:
+/// max_position_embeddings).
+template <class T>
+std::int64_t checked_step_time(const char* op, const nn::LlamaConfig& config,
+                               const train::StepShape& step) {
+  static_assert(std::is_floating_point_v<T>,
+                "train::estimate_memory and train::step_peak price float or double models");
+  config.validate();
+  const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
+  check_step_shape(
+      op, step, time, config.max_position_embeddings, "max_position_embeddings",
+      static_cast<double>(std::max({config.vocab_size, config.hidden_size, config.intermediate_size,
+                                    config.num_attention_heads * time})),
+      static_cast<double>(std::max({config.vocab_size, config.intermediate_size,
+                                    config.num_attention_heads * config.head_dim()})) *
+          static_cast<double>(config.hidden_size),
+      config.num_hidden_layers);
+  return time;
 }
 
 /// The optimizer `kind` over `params`.
@@ -234,6 +266,22 @@ void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const train::StepSh
   s.optimizer = make_optimizer<T>(step.optimizer, s.trainable);
 }
 
+/// Counts, shape-only, the peak bytes of a training step of `make()`'s model on `step` with its
+/// blocks under `p`: a first step makes the gradients and the optimizer's state, as a training
+/// loop's first step does, and the second is counted.
+template <class T, class Make>
+double count_step(const Make& make, std::int64_t time, const train::StepShape& step,
+                  bool starts_reach_model, const plan::Plan& p) {
+  using Model = decltype(make());
+  const ShapeOnly run;
+  PricedStep<T, Model> s{make()};
+  set_up_step(s, time, step, starts_reach_model, nullptr);
+  s.train(nullptr);
+  memory::reset_peak();
+  s.train(&p);
+  return static_cast<double>(run.peak_bytes());
+}
+
 /// Measures the step `make()`'s model takes on `step`, shape-only: each persistent figure is the
 /// live bytes its stage adds (weights as stored, adapters, data; the gradients the first
 /// backward pass leaves, the optimizer's state its first step makes), then the layers' chain,
@@ -261,13 +309,7 @@ train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t t
     m.chain = s.model.profile(s.ids, s.targets, s.loss, {.repeats = 1, .policies = step.policies});
   }
   m.count_step = [make, time, step, starts_reach_model](const plan::Plan& p) {
-    const ShapeOnly run;
-    PricedStep<T, Model> s{make()};
-    set_up_step(s, time, step, starts_reach_model, nullptr);
-    s.train(nullptr);  // the gradients and the optimizer's state, as a first step makes them
-    memory::reset_peak();
-    s.train(&p);
-    return static_cast<double>(run.peak_bytes());
+    return count_step<T>(make, time, step, starts_reach_model, p);
   };
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.logits = tokens * static_cast<double>(vocab) * sizeof(T);
@@ -285,16 +327,8 @@ namespace remat::train {
 /// targets the model does not have.
 template <class T = float>
 MemoryEstimate estimate_memory(const nn::GPTConfig& config, const StepShape& step = {}) {
-  static_assert(std::is_floating_point_v<T>,
-                "train::estimate_memory prices float or double models");
-  config.validate();
-  const std::int64_t time = step.time == 0 ? config.context : step.time;
-  remat::detail::check_step_shape(
-      step, time, config.context, "context",
-      static_cast<double>(std::max({config.vocab, 4 * config.width, config.heads * time})),
-      static_cast<double>(std::max(config.vocab, 4 * config.width)) *
-          static_cast<double>(config.width),
-      config.layers);
+  const std::int64_t time =
+      remat::detail::checked_step_time<T>("train::estimate_memory", config, step);
   return remat::detail::measure_step<T>([config] { return nn::GPT<T>(config); }, config.vocab, time,
                                         step, false);
 }
@@ -303,20 +337,33 @@ MemoryEstimate estimate_memory(const nn::GPTConfig& config, const StepShape& ste
 /// max_position_embeddings), as the GPT one does.
 template <class T = float>
 MemoryEstimate estimate_memory(const nn::LlamaConfig& config, const StepShape& step = {}) {
-  static_assert(std::is_floating_point_v<T>,
-                "train::estimate_memory prices float or double models");
-  config.validate();
-  const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
-  remat::detail::check_step_shape(
-      step, time, config.max_position_embeddings, "max_position_embeddings",
-      static_cast<double>(std::max({config.vocab_size, config.hidden_size, config.intermediate_size,
-                                    config.num_attention_heads * time})),
-      static_cast<double>(std::max({config.vocab_size, config.intermediate_size,
-                                    config.num_attention_heads * config.head_dim()})) *
-          static_cast<double>(config.hidden_size),
-      config.num_hidden_layers);
+  const std::int64_t time =
+      remat::detail::checked_step_time<T>("train::estimate_memory", config, step);
   return remat::detail::measure_step<T>([config] { return nn::Llama<T>::uninitialized(config); },
                                         config.vocab_size, time, step, true);
+}
+
+/// The peak bytes of one training step of GPT<T>(config) on `step` with its blocks under `p`:
+/// estimate_memory(config, step).total(p), without the profile of the layers estimate_memory
+/// also runs for the planners (three quarters of its time). What a search over batch sizes asks
+/// once a probe. Throws as estimate_memory does, and a PlanError for a plan that does not fit
+/// the model's layers.
+template <class T = float>
+double step_peak(const nn::GPTConfig& config, const StepShape& step, const plan::Plan& p) {
+  const std::int64_t time = remat::detail::checked_step_time<T>("train::step_peak", config, step);
+  plan::detail::check_plan(p, static_cast<std::size_t>(config.layers), "train::step_peak");
+  return remat::detail::count_step<T>([config] { return nn::GPT<T>(config); }, time, step, false,
+                                      p);
+}
+
+/// step_peak() for Llama<T>(config).
+template <class T = float>
+double step_peak(const nn::LlamaConfig& config, const StepShape& step, const plan::Plan& p) {
+  const std::int64_t time = remat::detail::checked_step_time<T>("train::step_peak", config, step);
+  plan::detail::check_plan(p, static_cast<std::size_t>(config.num_hidden_layers),
+                           "train::step_peak");
+  return remat::detail::count_step<T>([config] { return nn::Llama<T>::uninitialized(config); },
+                                      time, step, true, p);
 }
 
 }  // namespace remat::train
