@@ -38,14 +38,17 @@ inline double time_median(int repeat, const std::function<void()>& fn) {
 
 /// This machine's single-precision GEMM rate (GFLOP/s) for n x n x n through remat's GEMM path:
 /// the median of several runs, the reference remat_bench divides a step's rate by.
-inline double gemm_gflops(std::int64_t n, int repeat = 7) {
+inline double gemm_gflops(std::int64_t n, int repeat = 7, bool bf16 = false) {
   remat::Rng rng(1);
   const auto a = rng.normal_tensor<float>({n, n});
   const auto b = rng.normal_tensor<float>({n, n});
   remat::Tensor<float> c({n, n});
   const double s = time_median(repeat, [&] {
-    remat::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                               c.data(), n);
+    if (bf16)
+      remat::gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    else
+      remat::detail::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                                 c.data(), n);
   });
   return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
 }

@@ -3,7 +3,9 @@
 //
 //   ops_bench [--threads T] [--repeat N] [--loss-head V,C,N]
 //
-// Prints one JSON object per line: {"bench": "gemm", ...} with the GEMM rate, then one
+// Prints one JSON object per line: {"bench": "gemm", ...} with the GEMM rate, {"bench":
+// "gemm_bf16", "kernel": ..., "vs_float": ...} for each BF16 GEMM kernel the machine runs (ratio
+// to the float rate measured just before), then one
 // {"bench": "op", "op": ..., "forward_ms": ..., "backward_ms": ...} per op (medians of N runs).
 // --loss-head instead times linear_cross_entropy on N rows of width C against a (V, C) head, for
 // chunks of 16 to 512 rows, the head frozen (the fused path, Note [fused loss head]) and
@@ -80,8 +82,21 @@ int main(int argc, char** argv) {
 int run(int threads, int repeat) {
   remat::set_num_threads(threads);
   for (std::int64_t n : {256, 1024}) {
+    const double float_rate = bench::gemm_gflops(n);
     std::printf("{\"bench\": \"gemm\", \"n\": %ld, \"threads\": %d, \"gflops\": %.1f}\n",
-                static_cast<long>(n), threads, bench::gemm_gflops(n));
+                static_cast<long>(n), threads, float_rate);
+    // the BF16 GEMM by each kernel this machine runs, beside the float rate of the same run
+    for (const auto kernel :
+         {remat::Bf16Kernel::convert, remat::Bf16Kernel::avx512_bf16, remat::Bf16Kernel::amx}) {
+      if (kernel > remat::supported_bf16_kernel()) continue;
+      remat::set_bf16_kernel(kernel);
+      const double rate = bench::gemm_gflops(n, 7, true);
+      std::printf(
+          "{\"bench\": \"gemm_bf16\", \"kernel\": \"%s\", \"n\": %ld, \"threads\": %d, "
+          "\"gflops\": %.1f, \"vs_float\": %.2f}\n",
+          remat::to_string(kernel), static_cast<long>(n), threads, rate, rate / float_rate);
+    }
+    remat::set_bf16_kernel(remat::supported_bf16_kernel());
   }
   using V = std::vector<Var<float>>;
   bench_op(

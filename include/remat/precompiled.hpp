@@ -52,6 +52,7 @@
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/layout.hpp"
 #include "remat/ops/linear.hpp"

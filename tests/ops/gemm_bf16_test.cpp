@@ -1,0 +1,174 @@
+// The BF16 GEMM (ops/gemm_bf16.hpp): every kernel this machine runs (convert everywhere, and
+// avx512_bf16 and amx where the CPU has them), forced one after the other, on generated shapes,
+// transposes, alphas and betas.
+//
+// Bound, per element of C = alpha op(A) op(B) + beta C, with u = 2^-8 (bfloat16 keeps 8
+// significant bits, rounding to nearest) and k products: each input is within u of itself
+// relative, so each product within 2u + u^2; a product of two bfloat16 values is exact in float,
+// and float's sum of k terms adds at most k 2^-24 (1 + u)^2 of sum |a_i b_i|. So
+//   |C - exact| <= |alpha| (2u + u^2 + k 2^-24 (1 + u)^2) sum_i |a_i b_i| + |beta C| 2^-23
+// (the last term: float's rounding of alpha x + beta c). A kernel that read one packed value
+// wrong, or dropped a tail of K, M or N, misses it by orders of magnitude; the plain float GEMM
+// meets it too, so the test also checks that the inputs were rounded: on values chosen to be
+// exact in float but not in bfloat16, every kernel must give the bfloat16 answer exactly.
+#include "support/gradcheck.hpp"
+
+#include <remat/ops/gemm_bf16.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace gemm_bf16_cases {
+
+/// The kernels this machine can run.
+std::vector<remat::Bf16Kernel> runnable_kernels() {
+  std::vector<remat::Bf16Kernel> out;
+  for (const auto k :
+       {remat::Bf16Kernel::convert, remat::Bf16Kernel::avx512_bf16, remat::Bf16Kernel::amx}) {
+    if (k <= remat::supported_bf16_kernel()) out.push_back(k);
+  }
+  return out;
+}
+
+/// Restores the machine's kernel when a test ends.
+struct KernelScope {
+  ~KernelScope() { remat::set_bf16_kernel(remat::supported_bf16_kernel()); }
+};
+
+struct Case {
+  std::int64_t m, n, k;
+  bool ta, tb;
+  float alpha, beta;
+};
+
+/// The worst error of gemm_bf16 on `c` over the bound above (<= 1 passes), with generated values.
+double worst_over_bound(const Case& c, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  const auto fill = [&](std::int64_t n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  const std::vector<float> a = fill(c.m * c.k), b = fill(c.k * c.n), c0 = fill(c.m * c.n);
+  std::vector<float> out = c0;
+  remat::gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), c.ta ? c.m : c.k, b.data(),
+                   c.tb ? c.k : c.n, c.beta, out.data(), c.n);
+  const double u = std::ldexp(1.0, -8);
+  double worst = 0;
+  for (std::int64_t i = 0; i < c.m; ++i) {
+    for (std::int64_t j = 0; j < c.n; ++j) {
+      double exact = 0, magnitude = 0;
+      for (std::int64_t l = 0; l < c.k; ++l) {
+        const double x = c.ta ? a[l * c.m + i] : a[i * c.k + l];
+        const double y = c.tb ? b[j * c.k + l] : b[l * c.n + j];
+        exact += x * y;
+        magnitude += std::abs(x * y);
+      }
+      const double before = c.beta == 0 ? 0.0 : double(c.beta) * c0[i * c.n + j];
+      const double want = c.alpha * exact + before;
+      const double bound =
+          std::abs(c.alpha) *
+              (2 * u + u * u + double(c.k) * std::ldexp(1.0, -24) * (1 + u) * (1 + u)) * magnitude +
+          std::abs(before) * std::ldexp(1.0, -23) + 1e-30;
+      worst = std::max(worst, std::abs(out[i * c.n + j] - want) / bound);
+    }
+  }
+  return worst;
+}
+
+}  // namespace gemm_bf16_cases
+
+using namespace gemm_bf16_cases;
+
+TEST_CASE("gemm_bf16: every kernel within bfloat16's bound on generated shapes", "[ops][bf16]") {
+  const KernelScope restore;
+  std::mt19937 rng(11);
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    remat::set_bf16_kernel(kernel);
+    for (int trial = 0; trial < 60; ++trial) {
+      std::uniform_int_distribution<std::int64_t> size(1, trial < 50 ? 40 : 150);
+      const Case c{size(rng),
+                   size(rng),
+                   size(rng),
+                   (trial & 1) != 0,
+                   (trial & 2) != 0,
+                   trial % 5 == 0 ? -1.5f : 0.75f,
+                   trial % 3 == 0   ? 0.0f
+                   : trial % 3 == 1 ? 1.0f
+                                    : -0.5f};
+      INFO(remat::to_string(kernel)
+           << ": m " << c.m << ", n " << c.n << ", k " << c.k << ", ta " << c.ta << ", tb " << c.tb
+           << ", alpha " << c.alpha << ", beta " << c.beta);
+      CHECK(worst_over_bound(c, rng) <= 1.0);
+    }
+  }
+}
+
+TEST_CASE("gemm_bf16 rounds its inputs to bfloat16 and sums the products in float", "[ops][bf16]") {
+  const KernelScope restore;
+  // 1 + 2^-10 is a float but not a bfloat16 (whose spacing at 1 is 2^-7): it rounds to 1;
+  // 3 + 2^-6 is a bfloat16 (spacing 2^-6 in [2, 4)). The products of the rounded values are
+  // exact in float, and so is every partial sum (multiples of 2^-7 below 2^17): each kernel must
+  // give the sum of the rounded products bit for bit, whatever its order of additions.
+  const std::int64_t k = 70;  // past two AMX tile rows of K, with a tail
+  std::vector<float> a(k), b(k);
+  double want = 0;
+  for (std::int64_t l = 0; l < k; ++l) {
+    a[l] = l % 2 ? 1.0f + std::ldexp(1.0f, -10) : 3.0f + std::ldexp(1.0f, -6);
+    b[l] = l % 3 ? 0.5f : -2.0f;
+    const double rounded = l % 2 ? 1.0 : 3.0 + std::ldexp(1.0, -6);  // bfloat16(a[l])
+    want += rounded * b[l];
+  }
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    remat::set_bf16_kernel(kernel);
+    float c = std::nanf("");  // beta 0: C is never read, even when not a number
+    remat::gemm_bf16(false, false, 1, 1, k, 1.0f, a.data(), k, b.data(), 1, 0.0f, &c, 1);
+    INFO(remat::to_string(kernel));
+    CHECK(double(c) == want);
+  }
+}
+
+TEST_CASE("gemm_bf16 gives the same bits on any thread count and run to run", "[ops][bf16]") {
+  const KernelScope restore;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const std::int64_t m = 97, n = 130, k = 211;
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  const int threads = remat::num_threads();
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    if (kernel == remat::Bf16Kernel::convert) continue;  // the float GEMM's own threads decide
+    remat::set_bf16_kernel(kernel);
+    std::vector<std::vector<float>> runs;
+    for (const int t : {1, 2, 1}) {
+      remat::set_num_threads(t);
+      std::vector<float>& c = runs.emplace_back(static_cast<std::size_t>(m * n));
+      remat::gemm_bf16(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    }
+    remat::set_num_threads(threads);
+    INFO(remat::to_string(kernel));
+    CHECK(runs[0] == runs[1]);
+    CHECK(runs[0] == runs[2]);
+  }
+}
+
+TEST_CASE("gemm_bf16's kernels: the machine's best by default, a missing one refused by name",
+          "[ops][bf16][errors]") {
+  const KernelScope restore;
+  CHECK(remat::bf16_kernel() == remat::supported_bf16_kernel());
+  remat::set_bf16_kernel(remat::Bf16Kernel::convert);  // every machine runs it
+  CHECK(remat::bf16_kernel() == remat::Bf16Kernel::convert);
+  if (remat::supported_bf16_kernel() != remat::Bf16Kernel::amx) {
+    CHECK_THROWS_WITH(remat::set_bf16_kernel(remat::Bf16Kernel::amx),
+                      Catch::Contains("set_bf16_kernel") && Catch::Contains("amx") &&
+                          Catch::Contains(remat::to_string(remat::supported_bf16_kernel())));
+  }
+  // k = 0: C = beta C, nothing read from A or B
+  float c[2] = {2.0f, -4.0f};
+  remat::gemm_bf16(false, false, 1, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c, 2);
+  CHECK(c[0] == 1.0f);
+  CHECK(c[1] == -2.0f);
+}
