@@ -171,7 +171,10 @@ class Tensor {
     return owner_ != nullptr && owner_ == other.owner_;
   }
 
-  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+  std::vector<T> to_vector() const {
+    const T* first = begin();  // refuses a shape-only tensor, naming begin()
+    return std::vector<T>(first, first + numel());
+  }
 
   /// Drops the reference to the buffer; the tensor becomes undefined.
   void reset() noexcept { *this = Tensor(); }

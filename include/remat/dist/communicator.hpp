@@ -219,7 +219,8 @@ class Communicator {
   }
   template <class T>
   void broadcast(Tensor<T>& t, int root = 0) const {
-    broadcast(std::span<T>(t.begin(), t.end()), root);  // begin() refuses a shape-only tensor
+    T* first = t.begin();  // refuses a shape-only tensor, naming begin()
+    broadcast(std::span<T>(first, static_cast<std::size_t>(t.numel())), root);
   }
 
   /// Combines `data` over all ranks in place: every rank ends with the same result.
