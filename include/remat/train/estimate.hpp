@@ -346,8 +346,8 @@ MemoryEstimate estimate_memory(const nn::LlamaConfig& config, const StepShape& s
 /// The peak bytes of one training step of GPT<T>(config) on `step` with its blocks under `p`:
 /// estimate_memory(config, step).total(p), without the profile of the layers estimate_memory
 /// also runs for the planners (most of its time: docs/benchmarks.md). What a search over batch
-/// sizes asks once a probe. Throws as estimate_memory does, and a PlanError for a plan that does not fit
-/// the model's layers.
+/// sizes asks once a probe. Throws as estimate_memory does, and a PlanError for a plan that does
+/// not fit the model's layers.
 template <class T = float>
 double step_peak(const nn::GPTConfig& config, const StepShape& step, const plan::Plan& p) {
   const std::int64_t time = remat::detail::checked_step_time<T>("train::step_peak", config, step);
