@@ -392,6 +392,7 @@ struct RunInfo {
   int threads = 1, steps = 5;
   double gemm_peak = 0;
   std::string policy = "save_nothing";
+  std::string dtype = "f32";
   std::string gpt_fields;  // ", \"attention\": ..., \"context\": ..., \"batch\": ..." for gpt
 };
 
@@ -401,7 +402,8 @@ void print_json(const Model& model, const Result& r, const RunInfo& run) {
   char predicted[32] = "null";
   if (r.plan.predicted) std::snprintf(predicted, sizeof predicted, "%.2f", r.plan.peak_bytes / mib);
   std::printf(
-      "{\"model\": \"%s\", \"mode\": \"%s\", \"policy\": \"%s\"%s, \"threads\": %d, \"steps\": %d, "
+      "{\"model\": \"%s\", \"mode\": \"%s\", \"policy\": \"%s\", \"dtype\": \"%s\"%s, \"threads\": "
+      "%d, \"steps\": %d, "
       "\"step_s\": %.4f, "
       "\"fwd_s\": %.4f, \"fwd_bwd_s\": %.4f, \"act_peak_mb\": %.2f, \"predicted_peak_mb\": %s, "
       "\"recompute\": %.3f, "
@@ -410,13 +412,13 @@ void print_json(const Model& model, const Result& r, const RunInfo& run) {
       "\"peak_share\": %.3f, \"loss\": %.6f, "
       "\"cpu\": \"%s\", \"isa\": \"%s\", \"gemm\": \"%s\", \"gemm_reason\": \"%s\", "
       "\"flush_denormals\": %s}\n",
-      model.name.c_str(), r.mode.c_str(), run.policy.c_str(), run.gpt_fields.c_str(), run.threads,
-      run.steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib, predicted, r.plan.recompute_fraction,
-      r.recompute_s, r.process_peak_mb, r.profiled_first ? "true" : "false", r.plan.segment_count(),
-      r.plan.depth(), gflops, run.gemm_peak, gflops / run.gemm_peak, r.loss,
-      remat::cpu_name().c_str(), remat::to_string(remat::active_isa()),
-      remat::gemm_backend().name.c_str(), remat::gemm_backend().reason.c_str(),
-      remat::flush_denormals() ? "true" : "false");
+      model.name.c_str(), r.mode.c_str(), run.policy.c_str(), run.dtype.c_str(),
+      run.gpt_fields.c_str(), run.threads, run.steps, r.step_s, r.fwd_s, r.fwd_bwd_s, r.peak / mib,
+      predicted, r.plan.recompute_fraction, r.recompute_s, r.process_peak_mb,
+      r.profiled_first ? "true" : "false", r.plan.segment_count(), r.plan.depth(), gflops,
+      run.gemm_peak, gflops / run.gemm_peak, r.loss, remat::cpu_name().c_str(),
+      remat::to_string(remat::active_isa()), remat::gemm_backend().name.c_str(),
+      remat::gemm_backend().reason.c_str(), remat::flush_denormals() ? "true" : "false");
   std::fflush(stdout);
 }
 
@@ -473,7 +475,7 @@ void write_sweep(const Model& model, const std::vector<Result>& results, const s
 int main(int argc, char** argv) {
   std::string model_name = "mlp", mode = "none", sweep, flush = "on", isa, out_dir = "docs/figures",
               print_plan, trace_file;
-  std::string policy_name = "save_nothing", attention = "fused";
+  std::string policy_name = "save_nothing", attention = "fused", dtype = "f32", bf16_kernel;
   int steps = 5, threads = 1;
   std::size_t derived = 6;
   bool describe = false;
@@ -492,6 +494,13 @@ int main(int argc, char** argv) {
                  "save policy on every segment: save_nothing, save_matmuls, save_ops:<op,...> or "
                  "recompute_ops:<op,...>")
       ->capture_default_str();
+  app.add_option("--dtype", dtype,
+                 "what steps compute in: f32, or bf16 (bfloat16 GEMMs and saved activations)")
+      ->check(flags::precision_name)
+      ->capture_default_str();
+  app.add_option("--bf16-kernel", bf16_kernel,
+                 "force gemm_bf16's kernel (convert: a CPU without BF16 instructions)")
+      ->check(CLI::IsMember({"convert", "avx512_bf16", "amx"}));
   app.add_option("--attention", attention, "gpt's attention op")
       ->check(CLI::IsMember({"fused", "flash"}))
       ->capture_default_str();
@@ -561,6 +570,14 @@ int main(int argc, char** argv) {
                  flush.c_str());
     remat::manual_seed(1);
     if (gemm_peak == 0) gemm_peak = bench::gemm_gflops(1024, 5);
+    // the profile, the plans' search and every timed step compute in --dtype
+    const remat::PrecisionGuard precision(remat::parse_precision(dtype, "--dtype"));
+    if (bf16_kernel == "convert") remat::set_bf16_kernel(remat::Bf16Kernel::convert);
+    if (bf16_kernel == "avx512_bf16") remat::set_bf16_kernel(remat::Bf16Kernel::avx512_bf16);
+    if (bf16_kernel == "amx") remat::set_bf16_kernel(remat::Bf16Kernel::amx);
+    if (remat::current_precision() == remat::Precision::bf16)
+      std::fprintf(stderr, "remat_bench: BF16 GEMM kernel: %s\n",
+                   remat::to_string(remat::bf16_kernel()));
 
     ChainModel chain_model;
     GptModel gpt_model;
@@ -574,7 +591,7 @@ int main(int argc, char** argv) {
     else
       model = gpt_model.make(context, batch, attention_kind, derived);
     const remat::SavePolicy policy = make_policy(policy_name);
-    RunInfo run{threads, steps, gemm_peak, policy.name(), ""};
+    RunInfo run{threads, steps, gemm_peak, policy.name(), dtype, ""};
     if (model_name == "gpt") {
       run.gpt_fields = remat::detail::cat(", \"attention\": \"", attention,
                                           "\", \"context\": ", context, ", \"batch\": ", batch);

@@ -3,6 +3,7 @@
 
     torch_reference.py --model {mlp,deep,gpt} --mode {none,every,sqrt,plan:<file>}
                        [--steps N] [--threads T] [--config {installed,best,fallback}]
+                       [--dtype {f32,bf16}]
 
 Runs with Debian's python3-torch (1.13, CPU). A training step is forward, cross-entropy, backward
 and an AdamW update, as in remat_bench. Checkpointing uses torch.utils.checkpoint (non-reentrant);
@@ -26,6 +27,11 @@ on such CPUs (measured on an Intel Xeon with AVX-512: 30 GFLOP/s against 137). S
 with OPENBLAS_CORETYPE=Prescott beside it to see remat re-select its kernels in the same situation.
 The JSON line names the configuration, the kernels and the mode.
 
+`--dtype bf16` runs the forward pass (and the loss) under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's own BF16 training: GEMMs in bfloat16 with float32 weights,
+gradients and AdamW (remat_bench --dtype bf16's counterpart). AdamW runs its foreach kernels
+either way, PyTorch's fastest.
+
 Activation memory: with torch.profiler's profile_memory, PyTorch's CPU allocator records every
 allocation and free with its size (Kineto "[memory]" events, in order). The running sum of those
 sizes over one forward + backward, minus its starting value, peaks at act_peak_mb: the same
@@ -48,6 +54,7 @@ def parse():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--config", default="installed", choices=["installed", "best", "fallback"])
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     return ap.parse_args()
 
 
@@ -186,12 +193,13 @@ def peak_of_step(step):
 
 def main():
     layers, chain_input, loss_of, params = build(args.model)
-    optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0, foreach=True)
     fwd_bwd_loss = {}
 
     def forward_backward():
         t0 = time.perf_counter()
-        loss = loss_of(run_chain(layers, chain_input(), args.mode))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+            loss = loss_of(run_chain(layers, chain_input(), args.mode))
         t1 = time.perf_counter()
         loss.backward()
         fwd_bwd_loss.update(fwd=t1 - t0, fwd_bwd=time.perf_counter() - t0, loss=loss.item())
@@ -212,7 +220,8 @@ def main():
         fwds.append(fwd_bwd_loss["fwd"])
         fwd_bwds.append(fwd_bwd_loss["fwd_bwd"])
     print(json.dumps({
-        "model": args.model, "mode": args.mode, "threads": args.threads, "steps": args.steps,
+        "model": args.model, "mode": args.mode, "dtype": args.dtype, "threads": args.threads,
+        "steps": args.steps,
         "step_s": round(statistics.median(steps), 4), "fwd_s": round(statistics.median(fwds), 4),
         "fwd_bwd_s": round(statistics.median(fwd_bwds), 4), "act_peak_mb": round(peak / 2**20, 2),
         "loss": round(fwd_bwd_loss["loss"], 6), "framework": f"torch {torch.__version__}",

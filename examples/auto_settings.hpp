@@ -94,6 +94,7 @@ struct Request {
   remat::nn::LlamaConfig model;
   remat::WeightStorage storage = remat::WeightStorage::nf4;
   bool double_quant = true;
+  remat::Precision precision = remat::Precision::f32;  ///< what steps compute in (--dtype)
   std::int64_t rank = 8;
   std::vector<std::string> targets;  ///< linear names adapted (never empty)
   double dropout = 0;
@@ -230,7 +231,8 @@ inline double step_total(const Request& r, std::int64_t rows, std::int64_t colum
                                 .time = columns,
                                 .packed = r.pack,
                                 .storage = r.storage,
-                                .double_quant = r.double_quant};
+                                .double_quant = r.double_quant,
+                                .precision = r.precision};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
   return remat::train::step_peak<float>(r.model, shape, p);
 }
@@ -248,7 +250,8 @@ inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns)
                                 .time = columns,
                                 .packed = r.pack,
                                 .storage = r.storage,
-                                .double_quant = r.double_quant};
+                                .double_quant = r.double_quant,
+                                .precision = r.precision};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
   const plan::Chain chain = remat::train::estimate_memory<float>(r.model, shape).chain;
   std::vector<Candidate> out = {

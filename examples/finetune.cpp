@@ -98,7 +98,7 @@ constexpr const char* kProgram = "finetune";
 
 struct Options {
   std::string base, data = REMAT_FINETUNE_DATA;
-  std::string storage = "nf4";
+  std::string storage = "nf4", dtype = "f32";
   bool no_double_quant = false;
   std::int64_t rank = 8;
   double alpha = 16, lora_dropout = 0;
@@ -142,6 +142,11 @@ Options parse(int argc, char** argv) {
                  "conversations (.jsonl) or text (.txt) for a Hugging Face folder; text in the "
                  "base's characters otherwise")
       ->check(flags::input_file)
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "what a step computes in: f32, or bf16 (bfloat16 GEMMs and saved activations; "
+                 "adapters, losses and the optimizer in float32)")
+      ->check(flags::precision_name)
       ->capture_default_str();
   app.add_option("--storage", o.storage,
                  "the frozen blocks' linear weights: nf4, bf16, int8 or f32")
@@ -545,7 +550,8 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
       .packed = o.pack,
       .accumulation = o.accumulate,
       .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
-      .double_quant = !o.no_double_quant};
+      .double_quant = !o.no_double_quant,
+      .precision = remat::parse_precision(o.dtype, "--dtype")};
   if (!o.full) shape.lora = {.rank = o.rank, .targets = targets, .dropout = o.lora_dropout};
   const remat::train::MemoryEstimate e =
       remat::train::estimate_memory<float>(config_of(model), shape);
@@ -932,6 +938,7 @@ auto_settings::Request auto_request(const Options& o) {
       .model = remat::hub::load_llama_config(o.base + "/config.json"),
       .storage = storage_of(o.storage),
       .double_quant = !o.no_double_quant,
+      .precision = remat::parse_precision(o.dtype, "--dtype"),
       .rank = o.rank,
       .targets = o.targets.empty() ? auto_settings::llama_linears() : split(o.targets),
       .dropout = o.lora_dropout,
@@ -1003,6 +1010,8 @@ int main(int argc, char** argv) {
   return flags::run_main(kProgram, [&] {
     Options o = parse(argc, argv);
     if (o.threads > 0) remat::set_num_threads(o.threads);
+    // everything below computes in --dtype: steps, the plan's profile, evaluation, generation
+    const remat::PrecisionGuard precision(remat::parse_precision(o.dtype, "--dtype"));
     const std::size_t live0 = remat::memory::live_bytes();
     const bool folder = std::filesystem::is_directory(o.base);
     // a train_llama folder lists its characters in remat_eval.json; a hub folder has none

@@ -11,6 +11,7 @@
 //   on stderr and exit status 1, never a signal.
 #include <CLI/CLI.hpp>
 #include <remat/core/error.hpp>
+#include <remat/core/precision.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -121,6 +122,18 @@ inline const CLI::Validator probability(
       return "'" + text + "' is not a number in [0, 1)";
     },
     "[0,1)");
+
+/// A precision a step computes in: f32 or bf16 (remat::parse_precision's names).
+inline const CLI::Validator precision_name(
+    [](std::string& text) -> std::string {
+      try {
+        remat::parse_precision(text, "--dtype");
+        return {};
+      } catch (const remat::ArgumentError& e) {
+        return e.what();
+      }
+    },
+    "f32|bf16");
 
 /// A file to read: it exists and is a regular file (or a link to one). A FIFO would block the
 /// program in open() until someone writes to it.

@@ -1,7 +1,7 @@
 // Trains a character-level GPT on a text file, with any checkpoint plan.
 //
 //   train_gpt [--data PATH] [--layers N] [--width C] [--heads H] [--context T] [--batch B]
-//             [--steps S] [--lr LR] [--seed N] [--dropout P] [--threads N]
+//             [--steps S] [--lr LR] [--seed N] [--dropout P] [--threads N] [--dtype f32|bf16]
 //             [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
 //             [--log FILE.csv] [--save FILE] [--resume FILE] [--stop-after N] [--sample N] [--json]
 //             [--trace FILE.json]     (train_gpt --help lists them with their defaults)
@@ -14,7 +14,8 @@
 // format: open it in ui.perfetto.dev or plot it with benchmarks/plot_trace.py). --stop-after N
 // stops (and saves) after step N of a run planned for --steps.
 // With --json the last line is a JSON object: first_val_loss, final_val_loss, tokens_per_s,
-// act_peak_mb, seconds, steps, checkpoint, world_size.
+// act_peak_mb, seconds, steps, checkpoint, dtype, world_size. --dtype bf16 trains in BF16
+// (remat::PrecisionGuard): bfloat16 GEMMs and saved activations, float32 weights and optimizer.
 //
 // Built with MPI, it runs unchanged under `mpirun -np N train_gpt ...` (ranks.hpp): --batch rows
 // per rank, N ranks train as one process with --batch N x B would (to float rounding), only
@@ -81,6 +82,8 @@ int train(ranks::Job& job, int argc, char** argv) {
   {
     Options o = parse(argc, argv);
     corpus::check_checkpoint_mode(o.checkpoint, kProgram);
+    // everything below computes in --dtype: training steps, the plan's profile, evaluation
+    const remat::PrecisionGuard precision(flags::precision(o));
     if (o.threads > 0) remat::set_num_threads(o.threads);
     const bool tty = root && ::isatty(STDOUT_FILENO);
 
@@ -116,12 +119,14 @@ int train(ranks::Job& job, int argc, char** argv) {
                                       .seed = o.seed};
     // the validation batches (the job's: ids and targets) are held through the run
     const double held = 8.0 * double(o.eval_batches) * double(o.batch) * ranks * double(o.context);
-    corpus::check_fits(kProgram, double(config.vocab), double(o.width), double(o.layers),
-                       double(o.context), double(o.batch), held, [&] {
-                         return remat::train::estimate_memory<float>(
-                                    config, {.batch = o.batch, .time = o.context})
-                             .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram));
-                       });
+    corpus::check_fits(
+        kProgram, double(config.vocab), double(o.width), double(o.layers), double(o.context),
+        double(o.batch), held, [&] {
+          return remat::train::estimate_memory<float>(
+                     config,
+                     {.batch = o.batch, .time = o.context, .precision = flags::precision(o)})
+              .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram));
+        });
     remat::nn::GPT<float> gpt(config);
     remat::optim::AdamW<float> optimizer(gpt.parameters(), {.lr = o.lr, .weight_decay = 0.1});
     // warm-up over the first 5 % of steps, then cosine decay to a tenth
@@ -256,9 +261,10 @@ int train(ranks::Job& job, int argc, char** argv) {
       std::printf(
           "{\"first_val_loss\": %.6f, \"final_val_loss\": %.6f, \"tokens_per_s\": %.0f, "
           "\"act_peak_mb\": %.2f, "
-          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %d}\n",
+          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"dtype\": \"%s\", "
+          "\"world_size\": %d}\n",
           first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end),
-          o.checkpoint.c_str(), ranks);
+          o.checkpoint.c_str(), o.dtype.c_str(), ranks);
     } else {
       std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s), weights in %s\n",
                   first_val, last_val, seconds, tokens_per_s, o.save.c_str());

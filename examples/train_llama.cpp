@@ -3,6 +3,7 @@
 //
 //   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
 //               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
+//               [--dtype f32|bf16]
 //               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
 //               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--save FILE]
 //               [--resume FILE] [--stop-after N] [--sample N] [--json] [--zero]    (--help)
@@ -22,7 +23,7 @@
 // a run that never stopped), and --stop-after N stops (and saves) after step N of a run planned
 // for --steps. With --json the last line is a JSON object:
 // first_val_loss, final_val_loss (all 17 digits), tokens_per_s, act_peak_mb, seconds, steps,
-// checkpoint, world_size.
+// checkpoint, dtype, world_size. --dtype bf16 trains in BF16 (remat::PrecisionGuard).
 //
 // Built with MPI, it runs unchanged under `mpirun -np N train_llama ...` (ranks.hpp): --batch
 // rows per rank, N ranks train as one process with --batch N x B would (to float rounding), only
@@ -61,10 +62,10 @@ Options parse(int argc, char** argv) {
   CLI::App app(
       "Trains a small character-level Llama-style model (GQA, RoPE, RMSNorm, SwiGLU) with any "
       "checkpoint plan.");
-  flags::add_training_flags(app, o, "decoder layers",
-                            "query heads (must divide --width into an even head size)",
-                            "end with one JSON object: first_val_loss, final_val_loss, "
-                            "tokens_per_s, act_peak_mb, seconds, steps, checkpoint, world_size");
+  flags::add_training_flags(
+      app, o, "decoder layers", "query heads (must divide --width into an even head size)",
+      "end with one JSON object: first_val_loss, final_val_loss, "
+      "tokens_per_s, act_peak_mb, seconds, steps, checkpoint, dtype, world_size");
   app.add_option("--kv-heads", o.kv_heads, "key/value heads (must divide --heads)")
       ->check(flags::positive)
       ->capture_default_str();
@@ -162,6 +163,8 @@ int train(ranks::Job& job, int argc, char** argv) {
   {
     Options o = parse(argc, argv);
     corpus::check_checkpoint_mode(o.checkpoint, kProgram);
+    // everything below computes in --dtype: training steps, the plan's profile, evaluation
+    const remat::PrecisionGuard precision(flags::precision(o));
     if (!o.resume.empty() && !o.init_from.empty())
       throw remat::ArgumentError(
           "train_llama: --resume and --init-from both set the model; give one");
@@ -228,8 +231,9 @@ int train(ranks::Job& job, int argc, char** argv) {
       corpus::check_fits(
           kProgram, double(config.vocab_size), double(config.hidden_size),
           double(config.num_hidden_layers), double(o.context), double(o.batch), held, [&] {
-            return remat::train::estimate_memory<float>(config,
-                                                        {.batch = o.batch, .time = o.context})
+            return remat::train::estimate_memory<float>(
+                       config,
+                       {.batch = o.batch, .time = o.context, .precision = flags::precision(o)})
                 .total(corpus::smallest_plan(o.checkpoint, config.num_hidden_layers, kProgram));
           });
     }
@@ -249,8 +253,9 @@ int train(ranks::Job& job, int argc, char** argv) {
     }
     if (!o.init_from.empty()) {  // the folder's model is allocated; a step on it must fit too
       flags::fits(kProgram, "this run",
-                  remat::train::estimate_memory<float>(model.config(),
-                                                       {.batch = o.batch, .time = o.context})
+                  remat::train::estimate_memory<float>(
+                      model.config(),
+                      {.batch = o.batch, .time = o.context, .precision = flags::precision(o)})
                       .total(corpus::smallest_plan(o.checkpoint, o.layers, kProgram)));
     }
     // every rank started alike, before the first collective (whose sizes depend on it)
@@ -373,9 +378,10 @@ int train(ranks::Job& job, int argc, char** argv) {
       std::printf(
           "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"tokens_per_s\": %.0f, "
           "\"act_peak_mb\": %.2f, "
-          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"world_size\": %lld}\n",
+          "\"seconds\": %.2f, \"steps\": %lld, \"checkpoint\": \"%s\", \"dtype\": \"%s\", "
+          "\"world_size\": %lld}\n",
           first_val, last_val, tokens_per_s, peak_mb, seconds, static_cast<long long>(end),
-          o.checkpoint.c_str(), static_cast<long long>(ranks));
+          o.checkpoint.c_str(), o.dtype.c_str(), static_cast<long long>(ranks));
     } else {
       std::printf("validation loss %.4f -> %.4f in %.1f s (%.0f tokens/s)%s%s\n", first_val,
                   last_val, seconds, tokens_per_s, o.save_hf.empty() ? "" : ", saved in ",

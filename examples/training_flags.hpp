@@ -21,6 +21,7 @@ struct Training {
   std::uint64_t seed = 1;
   int threads = 0;
   std::string checkpoint = "none";
+  std::string dtype = "f32";
   std::int64_t eval_every = 100, eval_batches = 8, sample = 300;
   std::string log;
   bool json = false;
@@ -63,6 +64,11 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
   app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
       ->check(flags::thread_count(true))
       ->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "what a step computes in: f32, or bf16 (bfloat16 GEMMs and saved activations; "
+                 "weights, losses and the optimizer in float32)")
+      ->check(precision_name)
+      ->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
       ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")
@@ -76,6 +82,11 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
       ->check(non_negative)
       ->capture_default_str();
   app.add_flag("--json", o.json, json_fields);
+}
+
+/// What --dtype asks for.
+inline remat::Precision precision(const Training& o) {
+  return remat::parse_precision(o.dtype, "--dtype");
 }
 
 /// Throws unless a run of `steps` steps may resume at `start` from `file` and stop after

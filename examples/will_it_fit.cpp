@@ -4,7 +4,7 @@
 //
 //   will_it_fit [--model gpt|llama] [--config config.json] [--compare] [--layers N] [--width C]
 //               [--heads H] [--kv-heads G] [--mlp F] [--context T] [--vocab V] [--tied]
-//               [--batch B] [--time T] [--accumulate K] [--dtype float|double]
+//               [--batch B] [--time T] [--accumulate K] [--dtype float|double|bf16]
 //               [--optimizer adamw|momentum|sgd] [--storage f32|bf16|int8|nf4] [--no-double-quant]
 //               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--save-matmuls]
 //               [--policy save_matmuls|save_ops:a,b,...|recompute_ops:a,b,...]...
@@ -84,6 +84,12 @@ struct Options {
   double lora_dropout = 0;
 };
 
+/// What --dtype priced, for the headers.
+const char* value_type(const Options& o) {
+  if (o.double_precision) return "double";
+  return o.step.precision == remat::Precision::bf16 ? "bf16 activations, float weights" : "float";
+}
+
 /// The linear names a block has, LoRA's default targets.
 std::vector<std::string> block_linears(bool llama) {
   if (llama) return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -132,9 +138,10 @@ void check_data_flags(const CLI::App& app, const Options& o,
       throw remat::ArgumentError(remat::detail::cat("will_it_fit: ", name, " is for --data"));
   }
   if (!data) return;
-  // finetune trains in float with AdamW and the chunked loss, over --time chosen from the data
-  for (const char* name : {"--compare", "--dtype", "--optimizer", "--plain-loss", "--policy",
-                           "--save-matmuls", "--budget", "--time", "--model"}) {
+  // finetune trains float weights with AdamW and the chunked loss, over --time chosen from the
+  // data (in f32 or bf16: --dtype double is refused once parsed)
+  for (const char* name : {"--compare", "--optimizer", "--plain-loss", "--policy", "--save-matmuls",
+                           "--budget", "--time", "--model"}) {
     if (app.count(name) > 0) {
       throw remat::ArgumentError(remat::detail::cat(
           "will_it_fit: ", name, " does not apply with --data (finetune --auto's decision)"));
@@ -194,8 +201,10 @@ Options parse(int argc, char** argv) {
   count("--lora-rank", lora_rank, "LoRA rank (0: no adapters)");
   app.add_option("--lora-targets", targets,
                  "comma-separated linear names to adapt (default: every linear of a block)");
-  app.add_option("--dtype", dtype, "parameter and activation type")
-      ->check(CLI::IsMember({"float", "double"}))
+  app.add_option("--dtype", dtype,
+                 "what a step computes in: float, double, or bf16 (float weights and optimizer, "
+                 "bfloat16 GEMMs and saved activations)")
+      ->check(CLI::IsMember({"float", "double", "bf16"}))
       ->capture_default_str();
   app.add_option("--optimizer", optimizer, "optimizer whose state is priced")
       ->check(CLI::IsMember({"adamw", "momentum", "sgd"}))
@@ -252,6 +261,11 @@ Options parse(int argc, char** argv) {
     o.accumulate_given = app.count("--accumulate") > 0;
   }
   o.double_precision = dtype == "double";
+  if (dtype == "bf16") o.step.precision = remat::Precision::bf16;
+  if (o.double_precision && !o.data.empty())
+    throw remat::ArgumentError(
+        "will_it_fit: --dtype double does not apply with --data (finetune computes in f32 or "
+        "bf16)");
   o.step.optimizer = optimizer == "adamw"      ? remat::train::OptimizerKind::adamw
                      : optimizer == "momentum" ? remat::train::OptimizerKind::sgd_momentum
                                                : remat::train::OptimizerKind::sgd;
@@ -405,7 +419,7 @@ void print_table(const Options& o, const MemoryEstimate& e, const std::vector<pl
         static_cast<long long>(l.num_attention_heads),
         static_cast<long long>(l.num_key_value_heads), static_cast<long long>(l.intermediate_size),
         static_cast<long long>(l.max_position_embeddings), static_cast<long long>(l.vocab_size),
-        l.tie_word_embeddings ? ", tied head" : "", o.double_precision ? "double" : "float",
+        l.tie_word_embeddings ? ", tied head" : "", value_type(o),
         static_cast<double>(e.parameter_count) / 1e6);
   } else {
     std::printf(
@@ -413,8 +427,8 @@ void print_table(const Options& o, const MemoryEstimate& e, const std::vector<pl
         "parameters\n",
         static_cast<long long>(c.layers), static_cast<long long>(c.width),
         static_cast<long long>(c.heads), static_cast<long long>(c.context),
-        static_cast<long long>(c.vocab), c.tied ? ", tied head" : "",
-        o.double_precision ? "double" : "float", static_cast<double>(e.parameter_count) / 1e6);
+        static_cast<long long>(c.vocab), c.tied ? ", tied head" : "", value_type(o),
+        static_cast<double>(e.parameter_count) / 1e6);
   }
   std::printf(
       "step: micro-batch %lld x %lld tokens%s, %s loss; %s\n\n",
@@ -496,8 +510,7 @@ void print_compare(const Options& given) {
       " (%.2f B parameters); batch %lld x %lld tokens; AdamW; activations in %s; LoRA rank %lld "
       "on every linear\n\n",
       static_cast<double>(plain[0].parameter_count) / 1e9, static_cast<long long>(o.step.batch),
-      static_cast<long long>(o.step.time), o.double_precision ? "double" : "float",
-      static_cast<long long>(rank));
+      static_cast<long long>(o.step.time), value_type(o), static_cast<long long>(rank));
   std::printf("  %-40s %14s %14s %14s\n", "", scenarios[0].name, scenarios[1].name,
               scenarios[2].name);
   const auto row = [&](const char* label, auto&& value) {
@@ -575,6 +588,7 @@ int print_decision(const Options& o) {
   auto_settings::Request r{.model = o.llama,
                            .storage = o.step.storage,
                            .double_quant = o.step.double_quant,
+                           .precision = o.step.precision,
                            .rank = o.step.lora.rank,
                            .targets = o.step.lora.targets,
                            .dropout = o.lora_dropout,

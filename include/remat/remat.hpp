@@ -14,6 +14,7 @@
 #include "remat/core/error.hpp"
 #include "remat/core/float_mode.hpp"
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/precision.hpp"
 #include "remat/core/grads.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/op_type.hpp"

@@ -31,6 +31,19 @@ status=0
 "$train_gpt" "${small[@]}" --resume part.safetensors --stop-after 5 --save refused.safetensors > out.txt 2>&1 || status=$?
 [ "$status" -eq 1 ] && grep -q -- "--stop-after 5 is before step 17" out.txt || { echo "exit $status"; cat out.txt; exit 1; }
 [ ! -e refused.safetensors ] || { echo "a refused resume wrote a file"; exit 1; }
+# --dtype bf16: the same curve under every plan (bfloat16 saves; segment inputs kept float), a
+# different one from float32's, and a validation loss within 2 % of it
+"$train_gpt" "${small[@]}" --dtype bf16 --checkpoint none --log bf16.csv > bf16.json
+"$train_gpt" "${small[@]}" --dtype bf16 --checkpoint every --log bf16_every.csv > bf16_every.json
+cmp <(curve bf16.csv) <(curve bf16_every.csv) || { echo "bf16 curves differ between --checkpoint none and every"; diff bf16.csv bf16_every.csv | head; exit 1; }
+! cmp -s <(curve none.csv) <(curve bf16.csv) || { echo "--dtype bf16 trained exactly as float32"; exit 1; }
+grep -q '"dtype": "bf16"' bf16.json || { echo "dtype missing from the JSON"; cat bf16.json; exit 1; }
+final() { grep -o '"final_val_loss": [0-9.]*' "$1" | cut -d' ' -f2; }
+awk -v a="$(final none.json)" -v b="$(final bf16.json)" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' \
+  || { echo "bf16 validation loss $(final bf16.json) is not within 2 % of float32's $(final none.json)"; exit 1; }
+status=0
+"$train_gpt" --dtype fp16 > out.txt 2>&1 || status=$?
+[ "$status" -ne 0 ] && grep -q -- "--dtype" out.txt && grep -q "fp16" out.txt || { echo "bad --dtype: exit $status"; cat out.txt; exit 1; }
 # bad input gets a clear error
 if "$train_gpt" --checkpoint sometimes > out.txt 2>&1; then echo "bad --checkpoint accepted"; exit 1; fi
 grep -q "checkpoint must be" out.txt || { cat out.txt; exit 1; }

@@ -50,6 +50,11 @@ struct FtCounted {
   double weights = 0, adapters = 0, between_steps = 0, peak = 0;
 };
 
+/// BF16 (core/precision.hpp) half of the time.
+remat::Precision ft_random_precision(remat::Rng& rng) {
+  return rng.uniform() < 0.5 ? remat::Precision::bf16 : remat::Precision::f32;
+}
+
 template <class Model>
 FtCounted ft_count(const std::function<Model()>& make, const remat::train::StepShape& step,
                    std::int64_t vocab, std::int64_t time, const remat::plan::Plan& plan,
@@ -78,8 +83,11 @@ FtCounted ft_count(const std::function<Model()>& make, const remat::train::StepS
   const auto targets = remat::test::ids({step.batch, time}, std::int32_t(vocab), seed + 1);
   for (int s = 0; s < 2; ++s) {
     if (s == 1) remat::memory::reset_peak();
-    remat::Tape tape;
-    tape.backward(model.loss(ids, targets, {.plan = &plan, .chunked = step.chunked_loss}));
+    {
+      const remat::PrecisionGuard precision(step.precision);
+      remat::Tape tape;
+      tape.backward(model.loss(ids, targets, {.plan = &plan, .chunked = step.chunked_loss}));
+    }
     adam.step();
     adam.zero_grad();
   }
@@ -99,7 +107,8 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
                                    .time = time,
                                    .chunked_loss = rng.uniform() < 0.7,
                                    .storage = storage,
-                                   .double_quant = rng.uniform() < 0.7};
+                                   .double_quant = rng.uniform() < 0.7,
+                                   .precision = ft_random_precision(rng)};
       if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
       const remat::train::MemoryEstimate e = remat::train::estimate_memory<float>(config, step);
       const double low = remat::plan::every(e.chain).peak_bytes,
@@ -116,7 +125,8 @@ void ft_check_all(const Config& config, const std::function<Model()>& make,
         std::string targets;
         for (const std::string& t : step.lora.targets) targets += t + " ";
         INFO("storage " << remat::to_string(storage) << ", double quant " << step.double_quant
-                        << ", LoRA rank " << step.lora.rank << " on " << targets << ", "
+                        << ", precision " << remat::to_string(step.precision) << ", LoRA rank "
+                        << step.lora.rank << " on " << targets << ", "
                         << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
                         << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
                         << " B, counted " << c.peak << " B");
@@ -539,7 +549,8 @@ void ft_check_random_policies(const Config& config, const std::function<Model()>
                                  .time = time,
                                  .chunked_loss = rng.uniform() < 0.6,
                                  .storage = kFtStorages[rng.uniform_int(4)],
-                                 .double_quant = rng.uniform() < 0.7};
+                                 .double_quant = rng.uniform() < 0.7,
+                                 .precision = ft_random_precision(rng)};
     if (lora) step.lora = {.rank = 1 + rng.uniform_int(4), .targets = ft_targets(linears, rng)};
     const remat::SavePolicy policy = ft_random_policy(op_names, double(batch * time), width, rng);
     step.policies = {policy};
@@ -552,8 +563,9 @@ void ft_check_random_policies(const Config& config, const std::function<Model()>
       const double error = std::abs(e.total(p) - c.peak) / c.peak;
       worst.error = std::max(worst.error, error);
       ++worst.cases;
-      INFO("policy " << policy.name() << ", storage " << remat::to_string(step.storage)
-                     << ", LoRA rank " << step.lora.rank << " on " << targets << ", "
+      INFO("policy " << policy.name() << ", precision " << remat::to_string(step.precision)
+                     << ", storage " << remat::to_string(step.storage) << ", LoRA rank "
+                     << step.lora.rank << " on " << targets << ", "
                      << (step.chunked_loss ? "chunked" : "plain") << " loss, batch " << batch
                      << " x " << time << ", " << p.describe() << ": estimated " << e.total(p)
                      << " B, counted " << c.peak << " B");

@@ -146,7 +146,9 @@ class Grads {
 template <class T>
 void Node<T>::run_backward(detail::NodeTable nodes) {
   Grads<T> grads(op_name(), nodes, inputs);
+  widen_copies();  // float copies of the bfloat16 saves, for this backward only
   backward(grad_slot(), grads);
+  drop_widened();
 }
 
 }  // namespace remat

@@ -10,7 +10,9 @@
 ///
 /// Note [saved tensors]: forward() hands what backward() will need to save(); the tape decides
 /// whether save() keeps it (a node recorded inside a checkpoint segment keeps nothing during the
-/// first forward pass, and everything during its replay). release_saved() drops it all.
+/// first forward pass, and everything during its replay). release_saved() drops it all. Under
+/// Precision::bf16 what it keeps may be a bfloat16 copy (Note [BF16 saves] in
+/// core/precision.hpp).
 
 #include <array>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include "remat/core/hash.hpp"
 #include "remat/core/op_type.hpp"
 #include "remat/core/parallel.hpp"
+#include "remat/core/precision.hpp"
 #include "remat/core/tensor.hpp"
 
 namespace remat {
@@ -104,6 +107,12 @@ class NodeBase {
   /// anything, and anything that is not one of its inputs (Note [chained segments]).
   bool saved_any = false;
   bool saved_fresh = false;
+  /// Recorded under Precision::bf16: its GEMMs round to bfloat16 and save() keeps bfloat16
+  /// copies of activations (Note [BF16 saves] in core/precision.hpp).
+  bool bf16 = false;
+  /// Bit k: input k is a leaf (a parameter, a constant, the step's input), whose value save()
+  /// keeps as it is. Inputs past the 64th count as leaves.
+  std::uint64_t leaf_inputs = ~std::uint64_t{0};
 };
 
 }  // namespace detail
@@ -162,6 +171,11 @@ class Node : public detail::NodeBase {
   Tensor<T>& value_slot() noexcept { return value_; }
 
   double replay(detail::NodeTable nodes) override;
+  /// forward(in), with save() knowing the inputs (which of them leaves hold).
+  Tensor<T> run_forward(Inputs in) {
+    const InputsWhileForward scope(*this, in);
+    return forward(in);
+  }
   void run_backward(detail::NodeTable nodes) override;  // defined in grads.hpp
 
   bool has_grad() const noexcept override {
@@ -170,19 +184,13 @@ class Node : public detail::NodeBase {
   bool has_value() const noexcept override { return replay_value().defined(); }
   void release_saved() noexcept override {
     for (Tensor<T>& s : saved_) s.reset();
+    for (Tensor<std::uint16_t>& s : copies_) s.reset();
   }
   void release_grad() noexcept override { grad_.reset(); }
   void release_value() noexcept override { value_.reset(); }
   std::uint64_t value_hash() const noexcept override { return detail::hash_tensor(replay_value()); }
   std::size_t saved_bytes() const noexcept override {
-    std::size_t bytes = 0;
-    for (std::size_t i = 0; i < saved_.size(); ++i) {
-      bool seen = false;
-      for (std::size_t j = 0; j < i; ++j)
-        seen |= saved_[j].defined() && saved_[j].shares_storage_with(saved_[i]);
-      if (!seen && saved_[i].defined()) bytes += saved_[i].bytes();
-    }
-    return bytes;
+    return distinct_bytes(saved_) + distinct_bytes(copies_);
   }
   bool value_is_finite() const noexcept override { return detail::all_finite(replay_value()); }
   bool grad_is_finite() const noexcept override {
@@ -193,6 +201,8 @@ class Node : public detail::NodeBase {
   /// Records in saved_any and saved_fresh what save() holds, `in` being the input values.
   void note_saved(std::span<const Tensor<T>> in) noexcept {
     saved_any = saved_fresh = false;
+    for (const Tensor<std::uint16_t>& c : copies_)
+      saved_any = saved_fresh = saved_any || c.defined();
     for (const Tensor<T>& t : saved_) {
       if (!t.defined()) continue;
       saved_any = true;
@@ -208,18 +218,91 @@ class Node : public detail::NodeBase {
 
   /// Keeps `t` in `slot` for backward() when the tape asks this run to save (see Note [saved
   /// tensors]); a no-op otherwise, so forward() calls it unconditionally.
+  /// Under Precision::bf16 it keeps a bfloat16 copy of an activation (Note [BF16 saves]).
   void save(int slot, const Tensor<T>& t) {
-    if (slot < 0 || slot >= kMaxSaved) {
-      throw UsageError(
-          detail::cat(op_name(), ": save() slot ", slot, " is out of range [0, ", kMaxSaved, ")"));
+    const auto s = checked_slot(slot);
+    if (!saving) return;
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16 && t.defined() && t.numel() > 0 && !held_by_leaf(t)) {
+        copies_[s] = detail::bf16_save_cache().copy_of(t);
+        saved_[s].reset();
+        return;
+      }
     }
-    if (saving) saved_[static_cast<std::size_t>(slot)] = t;
+    saved_[s] = t;
+    copies_[s].reset();
+  }
+  /// save(), but always the tensor itself: statistics and values that stay float32 in BF16
+  /// training (a norm's reciprocal deviations, a loss's log-sum-exp).
+  void save_exact(int slot, const Tensor<T>& t) {
+    const auto s = checked_slot(slot);
+    if (!saving) return;
+    saved_[s] = t;
+    copies_[s].reset();
   }
   /// What forward() saved in `slot` (valid inside backward()).
   const Tensor<T>& saved(int slot) const noexcept { return saved_[static_cast<std::size_t>(slot)]; }
 
  private:
+  /// Sets what save() reads for the duration of one forward() or resave().
+  class InputsWhileForward {
+   public:
+    InputsWhileForward(Node& n, Inputs in) noexcept : n_(n) { n_.forward_inputs_ = in; }
+    ~InputsWhileForward() { n_.forward_inputs_ = {}; }
+    InputsWhileForward(const InputsWhileForward&) = delete;
+    InputsWhileForward& operator=(const InputsWhileForward&) = delete;
+
+   private:
+    Node& n_;
+  };
+
+  std::size_t checked_slot(int slot) const {
+    if (slot < 0 || slot >= kMaxSaved) {
+      throw UsageError(
+          detail::cat(op_name(), ": save() slot ", slot, " is out of range [0, ", kMaxSaved, ")"));
+    }
+    return static_cast<std::size_t>(slot);
+  }
+  /// Whether `t` is (a view of) what one of the leaf inputs holds.
+  bool held_by_leaf(const Tensor<T>& t) const noexcept {
+    for (std::size_t k = 0; k < forward_inputs_.size(); ++k) {
+      const bool leaf = k >= 64 || ((leaf_inputs >> k) & 1u) != 0;
+      if (leaf && forward_inputs_[k].shares_storage_with(t)) return true;
+    }
+    return false;
+  }
+  /// Widens the bfloat16 copies into saved_ for backward() (a copy two slots share, once).
+  void widen_copies() {
+    if constexpr (std::is_same_v<T, float>) {  // only float ops save copies
+      for (std::size_t i = 0; i < copies_.size(); ++i) {
+        if (!copies_[i].defined()) continue;
+        for (std::size_t j = 0; j < i && !saved_[i].defined(); ++j)
+          if (copies_[j].shares_storage_with(copies_[i]))
+            saved_[i] = saved_[j].reshape(copies_[i].shape());
+        if (!saved_[i].defined()) saved_[i] = detail::widened(copies_[i]);
+      }
+    }
+  }
+  /// Frees what widen_copies() made.
+  void drop_widened() noexcept {
+    for (std::size_t i = 0; i < copies_.size(); ++i)
+      if (copies_[i].defined()) saved_[i].reset();
+  }
+  template <class U>
+  static std::size_t distinct_bytes(const std::array<Tensor<U>, kMaxSaved>& slots) noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      bool seen = false;
+      for (std::size_t j = 0; j < i; ++j)
+        seen |= slots[j].defined() && slots[j].shares_storage_with(slots[i]);
+      if (!seen && slots[i].defined()) bytes += slots[i].bytes();
+    }
+    return bytes;
+  }
+
   std::array<Tensor<T>, kMaxSaved> saved_;
+  std::array<Tensor<std::uint16_t>, kMaxSaved> copies_;  ///< bfloat16 saves (Note [BF16 saves])
+  Inputs forward_inputs_;
   Tensor<T> grad_;
   Tensor<T> value_;
 };
@@ -243,10 +326,11 @@ double Node<T>::replay(detail::NodeTable nodes) {
                  " without a value");
   }
   if (resaved) {
+    const InputsWhileForward scope(*this, values);
     resave(values, value_);  // the output kept from the first pass (Note [kept nodes])
     return 0;
   }
-  value_ = forward(values);
+  value_ = run_forward(values);
   return forward_flops(values, value_);
 }
 

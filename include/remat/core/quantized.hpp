@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string>
 
+#include "remat/core/bfloat16.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/core/torch_sum.hpp"
@@ -153,22 +154,6 @@ inline constexpr std::int64_t kNf4Block = 64;
 inline constexpr std::int64_t kNf4ScaleBlock = 256;
 
 namespace detail {
-
-/// float -> bf16 bits, round to nearest even (NaN stays a quiet NaN).
-inline std::uint16_t float_to_bf16(float x) noexcept {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-inline float bf16_to_float(std::uint16_t b) noexcept {
-  const std::uint32_t u = std::uint32_t(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 /// The NF4 code of v (v scaled into [-1, 1]): how many of the 15 midpoints between consecutive
 /// codes lie strictly below v (bitsandbytes' decision tree, its thresholds being these midpoints

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/precision.hpp"
 #include "remat/core/save_policy.hpp"
 #include "remat/core/shape_only.hpp"
 #include "remat/core/trace.hpp"
@@ -179,28 +180,45 @@ void check_runs_shape_only(const Node<T>& node) {
           "and overriding Node::runs_shape_only() to return true"));
 }
 
+/// Marks `node` to compute in the thread's precision (core/precision.hpp), refusing BF16 for an
+/// op on anything but float.
+template <class T>
+void set_precision(Node<T>& node) {
+  if (current_precision() != Precision::bf16) return;
+  if constexpr (!std::is_same_v<T, float>) {
+    throw UsageError(cat(node.op_name(),
+                         ": Precision::bf16 (a PrecisionGuard) applies to float ops; this op "
+                         "computes on ",
+                         sizeof(T), "-byte values. End the guard before ops on double"));
+  }
+  node.bf16 = true;
+}
+
 template <class T>
 Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inputs) {
   check_runs_shape_only(*node);
+  set_precision(*node);
   std::shared_ptr<TapeState> tape = recording_tape(node->op_name(), inputs);
   std::vector<Tensor<T>> values;
   values.reserve(inputs.size());
   for (const Var<T>* v : inputs) values.push_back(v->value());
   if (!tape) {
     node->saving = false;
-    return Var<T>(node->forward(values));
+    return Var<T>(node->run_forward(values));
   }
   node->inputs.resize(inputs.size());
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     node->inputs[k] = resolve(*tape, *inputs[k], node->op_name(), k);
-    node->requires_grad = node->requires_grad || tape->node(node->inputs[k]).requires_grad;
+    const NodeBase& input = tape->node(node->inputs[k]);
+    node->requires_grad = node->requires_grad || input.requires_grad;
+    if (k < 64 && !input.is_leaf()) node->leaf_inputs &= ~(std::uint64_t{1} << k);
   }
   node->id = tape->size();
   tape->before_forward(*node, std::span<const Tensor<T>>(values));
   Tensor<T> out;
   {
     TraceSpan span(TracePhase::forward, node->op_name(), node->id);
-    out = node->forward(values);
+    out = node->run_forward(values);
   }
   node->shape = out.shape();
   tape->after_forward(*node, std::span<const Tensor<T>>(values), out);

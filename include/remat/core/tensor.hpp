@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -19,6 +20,10 @@
 #include "remat/core/shape.hpp"
 
 namespace remat {
+namespace detail {
+template <class T>
+class WeakTensor;
+}  // namespace detail
 
 template <class T>
 class Tensor {
@@ -167,8 +172,12 @@ class Tensor {
   /// True when no other Tensor shares this buffer, so writing into it is invisible elsewhere.
   bool is_unique() const noexcept { return owner_.use_count() <= 1; }
 
+  /// True when both hold the same buffer. Compares owners, not addresses: in a shape-only run
+  /// every buffer is null, and two tensors still share one only when one was copied from the
+  /// other.
   bool shares_storage_with(const Tensor& other) const noexcept {
-    return owner_ != nullptr && owner_ == other.owner_;
+    return owner_.use_count() > 0 && !owner_.owner_before(other.owner_) &&
+           !other.owner_.owner_before(owner_);
   }
 
   std::vector<T> to_vector() const {
@@ -205,10 +214,49 @@ class Tensor {
     return offset;
   }
 
+  friend class detail::WeakTensor<T>;
+
   Shape shape_;
   std::shared_ptr<T> owner_;
   T* data_ = nullptr;
   bool defined_ = false;
 };
 
+namespace detail {
+
+/// A Tensor that does not keep its buffer alive: lock() gives the tensor back while something
+/// else holds the buffer, an undefined one after. (The BF16 save cache's entries, Note [BF16
+/// saves] in core/precision.hpp.)
+template <class T>
+class WeakTensor {
+ public:
+  WeakTensor() = default;
+  explicit WeakTensor(const Tensor<T>& t) : owner_(t.owner_), data_(t.data_), shape_(t.shape_) {}
+
+  Tensor<T> lock() const {
+    Tensor<T> t;
+    t.owner_ = owner_.lock();
+    if (t.owner_.use_count() == 0) return Tensor<T>();  // (a shape-only buffer's owner is null)
+    t.data_ = data_;
+    t.shape_ = shape_;
+    t.defined_ = true;
+    return t;
+  }
+  bool expired() const noexcept { return owner_.expired(); }
+  /// Orders by buffer (its owner), then by the first element and the element count, so that
+  /// two views of one buffer are told apart and a buffer freed and reallocated is a new one.
+  bool operator<(const WeakTensor& other) const noexcept {
+    if (owner_.owner_before(other.owner_)) return true;
+    if (other.owner_.owner_before(owner_)) return false;
+    if (data_ != other.data_) return std::less<const T*>()(data_, other.data_);
+    return shape_.numel() < other.shape_.numel();
+  }
+
+ private:
+  std::weak_ptr<T> owner_;
+  T* data_ = nullptr;
+  Shape shape_;
+};
+
+}  // namespace detail
 }  // namespace remat

@@ -10,23 +10,29 @@
 ///   on every CPU. A product of two bfloat16 values is exact in float, so it computes the same
 ///   function; only the order of the float additions differs between kernels.
 ///
-/// Note [BF16 GEMM packing]: the inputs are rounded and packed once per call into counted
-/// buffers (Tensor<std::uint16_t>): A into rows of K bfloat16 values (K padded with zeros to a
+/// Note [BF16 GEMM packing]: the inputs are rounded and packed once per call into scratch
+/// buffers: A into rows of K bfloat16 values (K padded with zeros to a
 /// multiple of 32: one AMX tile row), B into panels of 16 columns in the "VNNI" layout both
 /// instructions read, each 32-bit word holding rows 2p and 2p + 1 of one column. Every block of
 /// C is computed by one thread over all of K in one fixed order, so the result does not depend
-/// on the thread count: run to run and replay to first pass, it is bitwise the same.
+/// on the thread count: run to run and replay to first pass, it is bitwise the same. The scratch
+/// is outside the allocator's count, like the float GEMM's (OpenBLAS packs into buffers of its
+/// own): ops skip their GEMMs in a shape-only run, so a counted scratch would be a transient
+/// that predictions cannot see. It is at most 2 bytes a value of op(A) and op(B), padded, or 4
+/// in the convert kernel, and lives for one call.
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "remat/core/bfloat16.hpp"
 #include "remat/core/cpu.hpp"
 #include "remat/core/elementwise.hpp"
 #include "remat/core/parallel.hpp"
-#include "remat/core/quantized.hpp"
 #include "remat/core/shape_only.hpp"
 #include "remat/core/tensor.hpp"
 #include "remat/ops/gemm.hpp"
@@ -105,25 +111,6 @@ inline std::atomic<Bf16Kernel>& bf16_kernel_slot() noexcept {
 /// C (two AMX tiles a side; four of AVX-512's 8 rows, two 16-column panels).
 inline std::int64_t padded_k(std::int64_t k) noexcept { return (k + 31) / 32 * 32; }
 inline std::int64_t padded_block(std::int64_t n) noexcept { return (n + 31) / 32 * 32; }
-
-/// detail::float_to_bf16 without a branch (the NaN case a select), so that loops of it vectorize.
-inline std::uint16_t bf16_bits(float x) noexcept {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const std::uint32_t quiet_nan = (u >> 16) | 0x40u;
-  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-
-/// dst[0, n) = src[0, n) (every `stride`-th float) rounded to bfloat16.
-inline void round_to_bf16(const float* src, std::int64_t stride, std::int64_t n,
-                          std::uint16_t* dst) {
-  if (stride == 1) {
-    for (std::int64_t j = 0; j < n; ++j) dst[j] = bf16_bits(src[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) dst[j] = bf16_bits(src[j * stride]);
-  }
-}
 
 /// op(A) (m x k) as padded_block(m) rows of padded_k(k) bfloat16 values, zeros past the ends.
 inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const float* a,
@@ -268,17 +255,20 @@ inline void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m
                              const float* b, std::int64_t ldb, float beta, float* c,
                              std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
-  Tensor<std::uint16_t> pa({mp, kp}), pb({np / 16, kp * 16});
   if (shape_only()) return;
-  pack_a_bf16(ta, m, k, a, lda, pa.data());
-  pack_b_bf16(tb, k, n, np / 16, b, ldb, pb.data());
+  const auto pa =
+      std::make_unique_for_overwrite<std::uint16_t[]>(static_cast<std::size_t>(mp * kp));
+  const auto pb =
+      std::make_unique_for_overwrite<std::uint16_t[]>(static_cast<std::size_t>(np * kp));
+  pack_a_bf16(ta, m, k, a, lda, pa.get());
+  pack_b_bf16(tb, k, n, np / 16, b, ldb, pb.get());
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
   const auto blocks = [&](std::int64_t s, std::int64_t e, auto&& product) {
     alignas(64) float block[32 * 32];
     for (std::int64_t t = s; t < e; ++t) {  // down a column of blocks: its B panels stay in cache
       const std::int64_t i0 = t % row_blocks * 32, j0 = t / row_blocks * 32;
-      const std::uint16_t* b0 = pb.data() + (j0 / 16) * kp * 16;
-      product(pa.data() + i0 * kp, b0, b0 + kp * 16, kp, block);
+      const std::uint16_t* b0 = pb.get() + (j0 / 16) * kp * 16;
+      product(pa.get() + i0 * kp, b0, b0 + kp * 16, kp, block);
       write_block(block, 32, std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
                   alpha, beta, c + i0 * ldc + j0, ldc);
     }
@@ -302,8 +292,9 @@ inline void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, 
                               float alpha, const float* a, std::int64_t lda, const float* b,
                               std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   const std::int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  Tensor<float> ra({ar, ac}), rb({br, bc});
   if (shape_only()) return;
+  const auto ra = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(ar * ac));
+  const auto rb = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(br * bc));
   const auto round = [](const float* src, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                         float* dst) {
     for_rows(rows, cols, [&](std::int64_t r0, std::int64_t r1) {
@@ -312,9 +303,9 @@ inline void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, 
           dst[r * cols + j] = bf16_to_float(detail::float_to_bf16(src[r * ld + j]));
     });
   };
-  round(a, ar, ac, lda, ra.data());
-  round(b, br, bc, ldb, rb.data());
-  gemm<float>(ta, tb, m, n, k, alpha, ra.data(), ac, rb.data(), bc, beta, c, ldc);
+  round(a, ar, ac, lda, ra.get());
+  round(b, br, bc, ldb, rb.get());
+  gemm<float>(ta, tb, m, n, k, alpha, ra.get(), ac, rb.get(), bc, beta, c, ldc);
 }
 
 }  // namespace detail
@@ -361,4 +352,22 @@ inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
   detail::gemm_bf16_blocks(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+namespace detail {
+
+/// gemm<T>, or gemm_bf16 when `bf16` (an op recorded under Precision::bf16, core/precision.hpp;
+/// only float ops are).
+template <class T>
+void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+             T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+             std::int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) {
+      gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+  gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace detail
 }  // namespace remat

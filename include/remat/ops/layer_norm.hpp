@@ -38,8 +38,8 @@ class LayerNormNode final : public Node<T> {
     });
     this->save(0, x);
     this->save(1, in[1]);
-    this->save(2, mean);
-    this->save(3, rstd);
+    this->save_exact(2, mean);
+    this->save_exact(3, rstd);
     return y;
   }
 

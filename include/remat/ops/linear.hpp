@@ -7,7 +7,7 @@
 
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
-#include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/op_types.hpp"
 
 namespace remat {
@@ -36,8 +36,8 @@ class LinearNode final : public Node<T> {
     Tensor<T> y(out_shape_);
     if (shape_only()) return y;  // allocated as in a real run, nothing to compute
     if (bias_) fill_rows(y, in[2], rows_, out_);
-    gemm<T>(false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(), in_,
-            bias_ ? T(1) : T(0), y.data(), out_);
+    gemm_in<T>(this->bf16, false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(),
+               in_, bias_ ? T(1) : T(0), y.data(), out_);
     return y;
   }
 
@@ -46,12 +46,12 @@ class LinearNode final : public Node<T> {
     const Tensor<T>& x = this->saved(0);
     const Tensor<T>& w = this->saved(1);
     grads.add_with(0, x.shape(), [&](Tensor<T>& gx, bool overwrite) {
-      gemm<T>(false, false, rows_, in_, out_, T(1), gy.data(), out_, w.data(), in_,
-              overwrite ? T(0) : T(1), gx.data(), in_);
+      gemm_in<T>(this->bf16, false, false, rows_, in_, out_, T(1), gy.data(), out_, w.data(), in_,
+                 overwrite ? T(0) : T(1), gx.data(), in_);
     });
     grads.add_with(1, w.shape(), [&](Tensor<T>& gw, bool overwrite) {
-      gemm<T>(true, false, out_, in_, rows_, T(1), gy.data(), out_, x.data(), in_,
-              overwrite ? T(0) : T(1), gw.data(), in_);
+      gemm_in<T>(this->bf16, true, false, out_, in_, rows_, T(1), gy.data(), out_, x.data(), in_,
+                 overwrite ? T(0) : T(1), gw.data(), in_);
     });
     if (bias_) {
       grads.add_with(2, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {

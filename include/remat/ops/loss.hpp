@@ -75,8 +75,8 @@ class CrossEntropyNode final : public Node<T> {
     });
     double total = 0;
     for (double l : losses) total += l;
-    this->save(0, x);
-    this->save(1, lse);
+    this->save_exact(0, x);
+    this->save_exact(1, lse);
     return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
                                           : T(0));
   }
@@ -197,11 +197,11 @@ class LinearCrossEntropyNode final : public Node<T> {
     double total = 0;
     for (double l : losses) total += l;
     if (fused) {
-      this->save(0, unit_gh);
+      this->save_exact(0, unit_gh);
     } else {
-      this->save(0, h);
-      this->save(1, w);
-      this->save(2, lse);
+      this->save_exact(0, h);
+      this->save_exact(1, w);
+      this->save_exact(2, lse);
     }
     return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
                                           : T(0));

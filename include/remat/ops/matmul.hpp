@@ -4,7 +4,7 @@
 /// (..., m, k) @ (k, n), one matrix applied to every row of a batch (a single GEMM).
 
 #include "remat/core/record.hpp"
-#include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/op_types.hpp"
 
 namespace remat {
@@ -36,13 +36,13 @@ class MatmulNode final : public Node<T> {
     // shape-only run: allocated as in a real run, nothing to compute
     if (shape_only()) return out;
     if (shared_b_) {  // (batch*m, k) @ (k, n)
-      gemm<T>(false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_, in[1].data(), n_, T(0),
-              out.data(), n_);
+      gemm_in<T>(this->bf16, false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_,
+                 in[1].data(), n_, T(0), out.data(), n_);
       return out;
     }
     for (std::int64_t i = 0; i < batch_; ++i) {
-      gemm<T>(false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_,
-              in[1].data() + i * k_ * n_, n_, T(0), out.data() + i * m_ * n_, n_);
+      gemm_in<T>(this->bf16, false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_,
+                 in[1].data() + i * k_ * n_, n_, T(0), out.data() + i * m_ * n_, n_);
     }
     return out;
   }
@@ -55,15 +55,16 @@ class MatmulNode final : public Node<T> {
     const std::int64_t products = shared_b_ ? 1 : batch_;
     grads.add_with(0, a.shape(), [&](Tensor<T>& ga, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm<T>(false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_,
-                b.data() + i * k_ * n_, n_, overwrite ? T(0) : T(1), ga.data() + i * rows * k_, k_);
+        gemm_in<T>(this->bf16, false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_,
+                   b.data() + i * k_ * n_, n_, overwrite ? T(0) : T(1), ga.data() + i * rows * k_,
+                   k_);
       }
     });
     grads.add_with(1, b.shape(), [&](Tensor<T>& gb, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm<T>(true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_,
-                gy.data() + i * rows * n_, n_, overwrite ? T(0) : T(1), gb.data() + i * k_ * n_,
-                n_);
+        gemm_in<T>(this->bf16, true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_,
+                   gy.data() + i * rows * n_, n_, overwrite ? T(0) : T(1), gb.data() + i * k_ * n_,
+                   n_);
       }
     });
   }

@@ -27,7 +27,7 @@ class MseLossNode final : public Node<T> {
     for_chunks(d.numel(), [&](std::int64_t s, std::int64_t e) {
       view(d, s, e) = view(in[0], s, e) - view(in[1], s, e);
     });
-    this->save(0, d);
+    this->save_exact(0, d);
     if (reduction_ == Reduction::none) {
       Tensor<T> out(d.shape());
       for_chunks(d.numel(),

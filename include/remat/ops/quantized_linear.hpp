@@ -14,7 +14,7 @@
 #include "remat/core/quantized.hpp"
 #include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
-#include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/op_types.hpp"
 
 namespace remat {
@@ -66,8 +66,8 @@ class QuantizedLinearNode final : public Node<T> {
     if (shape_only()) return y;  // once the scratch is made, as a real run makes it
     for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
       dequantize(o0, o1, panel);
-      gemm<T>(false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_, panel.data(), in_,
-              bias_ ? T(1) : T(0), y.data() + o0, out_);
+      gemm_in<T>(this->bf16, false, true, rows_, o1 - o0, in_, T(1), in[0].data(), in_,
+                 panel.data(), in_, bias_ ? T(1) : T(0), y.data() + o0, out_);
     });
     return y;
   }
@@ -81,8 +81,8 @@ class QuantizedLinearNode final : public Node<T> {
         bool first = true;
         for_panels([&](std::int64_t o0, std::int64_t o1) {
           dequantize(o0, o1, panel);
-          gemm<T>(false, false, rows_, in_, o1 - o0, T(1), gy.data() + o0, out_, panel.data(), in_,
-                  first && overwrite ? T(0) : T(1), gx.data(), in_);
+          gemm_in<T>(this->bf16, false, false, rows_, in_, o1 - o0, T(1), gy.data() + o0, out_,
+                     panel.data(), in_, first && overwrite ? T(0) : T(1), gx.data(), in_);
           first = false;
         });
       });

@@ -35,7 +35,7 @@ class RmsNormNode final : public Node<T> {
     });
     this->save(0, x);
     this->save(1, in[1]);
-    this->save(2, rstd);
+    this->save_exact(2, rstd);
     return y;
   }
 

@@ -19,6 +19,7 @@
 
 #include "remat/checkpoint/plan.hpp"
 #include "remat/checkpoint/profile.hpp"
+#include "remat/core/precision.hpp"
 #include "remat/core/quantized.hpp"
 #include "remat/core/save_policy.hpp"
 #include "remat/core/shape_only.hpp"
@@ -60,6 +61,9 @@ struct StepShape {
   /// stay float.
   WeightStorage storage = WeightStorage::f32;
   bool double_quant = true;  ///< NF4's second-level scales (QuantizedWeight::quantize's default)
+  /// What the step computes in (core/precision.hpp): bf16 prices a step recorded under a
+  /// PrecisionGuard(Precision::bf16), its saved activations in bfloat16 (float models only).
+  Precision precision = Precision::f32;
   /// Adapters: with a rank > 0 every base parameter is frozen (lora::apply) and only the
   /// adapters get gradients and optimizer state.
   LoraShape lora;
@@ -161,6 +165,15 @@ inline void check_step_shape(const char* op, const train::StepShape& step, std::
   throw ArgumentError(cat(op, ": unknown optimizer kind ", static_cast<int>(step.optimizer)));
 }
 
+/// Refuses BF16 for a model of anything but float (Precision::bf16 applies to float ops).
+template <class T>
+void check_step_precision(const char* op, const train::StepShape& step) {
+  if (step.precision == Precision::bf16 && !std::is_same_v<T, float>) {
+    throw ArgumentError(cat(op, ": precision bf16 applies to float models; this one computes on ",
+                            sizeof(T), "-byte values"));
+  }
+}
+
 /// The validated sequence length of a step of GPT<T>(config) on `step` (0: the context).
 template <class T>
 std::int64_t checked_step_time(const char* op, const nn::GPTConfig& config,
@@ -168,6 +181,7 @@ std::int64_t checked_step_time(const char* op, const nn::GPTConfig& config,
   static_assert(std::is_floating_point_v<T>,
                 "train::estimate_memory and train::step_peak price float or double models");
   config.validate();
+  check_step_precision<T>(op, step);
   const std::int64_t time = step.time == 0 ? config.context : step.time;
   check_step_shape(
       op, step, time, config.context, "context",
@@ -186,6 +200,7 @@ std::int64_t checked_step_time(const char* op, const nn::LlamaConfig& config,
   static_assert(std::is_floating_point_v<T>,
                 "train::estimate_memory and train::step_peak price float or double models");
   config.validate();
+  check_step_precision<T>(op, step);
   const std::int64_t time = step.time == 0 ? config.max_position_embeddings : step.time;
   check_step_shape(
       op, step, time, config.max_position_embeddings, "max_position_embeddings",
@@ -274,6 +289,7 @@ double count_step(const Make& make, std::int64_t time, const train::StepShape& s
                   bool starts_reach_model, const plan::Plan& p) {
   using Model = decltype(make());
   const ShapeOnly run;
+  const PrecisionGuard precision(step.precision);
   PricedStep<T, Model> s{make()};
   set_up_step(s, time, step, starts_reach_model, nullptr);
   s.train(nullptr);
@@ -293,6 +309,7 @@ train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t t
   train::MemoryEstimate m;
   {
     const ShapeOnly run;
+    const PrecisionGuard precision(step.precision);
     PricedStep<T, Model> s{make()};
     for (const Parameter<T>& p : s.model.parameters()) m.parameter_count += p.numel();
     set_up_step(s, time, step, starts_reach_model, &m);

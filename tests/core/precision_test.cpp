@@ -1,0 +1,335 @@
+// BF16 training (core/precision.hpp): what a PrecisionGuard changes, to the byte and to the bit.
+// - saves: a bfloat16 copy per activation, shared by the ops saving it, leaves kept as they are;
+// - plans: checkpointed, policy and plain gradients bitwise equal, replays verified;
+// - accuracy: the GEMM ops against float64 within bfloat16's bound, on every kernel;
+// - predictions: estimate_memory and step_peak equal the counted peak of a BF16 step.
+#include "support/gradcheck.hpp"
+#include "support/models.hpp"
+
+#include <remat/optim/adamw.hpp>
+#include <remat/train/estimate.hpp>
+
+using namespace remat;
+using remat::test::BlockModel;
+using remat::test::ChainModel;
+using remat::test::step;
+
+namespace {
+
+// bfloat16's unit roundoff (8 significant bits) and float's.
+constexpr double kBf16U = 0x1p-8;
+constexpr double kFloatU = 0x1p-24;
+
+// The bound gemm_bf16 states for one element of a k-term product: both inputs rounded to
+// bfloat16, then k float additions; `magnitude` is sum_i |a_i| |b_i| taken exactly.
+double gemm_bound(std::int64_t k, double magnitude) {
+  return (2 * kBf16U + kBf16U * kBf16U +
+          static_cast<double>(k) * kFloatU * (1 + kBf16U) * (1 + kBf16U)) *
+         magnitude;
+}
+
+// The bytes a tape holds after the forward pass of a chain of `layers`, keeping only the loss.
+std::size_t held_after_forward(const ChainModel& model, const Tensor<float>& x, Precision p) {
+  const PrecisionGuard guard(p);
+  Tape tape;
+  const std::size_t before = memory::live_bytes();
+  Var<float> loss;
+  {
+    Var<float> h = tape.input(x);
+    for (const auto& layer : model.layers) h = layer(h);
+    loss = sum(h);
+  }
+  return memory::live_bytes() - before;
+}
+
+}  // namespace
+
+TEST_CASE("PrecisionGuard sets this thread's precision for a scope", "[precision]") {
+  CHECK(current_precision() == Precision::f32);
+  {
+    const PrecisionGuard bf16(Precision::bf16);
+    CHECK(current_precision() == Precision::bf16);
+    {
+      const PrecisionGuard f32(Precision::f32);
+      CHECK(current_precision() == Precision::f32);
+    }
+    CHECK(current_precision() == Precision::bf16);
+  }
+  CHECK(current_precision() == Precision::f32);
+  CHECK(parse_precision("bf16", "--dtype") == Precision::bf16);
+  CHECK(parse_precision("bfloat16", "--dtype") == Precision::bf16);
+  CHECK(parse_precision("f32", "--dtype") == Precision::f32);
+  CHECK(parse_precision("float32", "--dtype") == Precision::f32);
+  CHECK_THROWS_AS(parse_precision("fp16", "--dtype"), ArgumentError);
+  CHECK_THAT(test::error_message([] { parse_precision("fp16", "--dtype"); }),
+             Catch::Contains("--dtype") && Catch::Contains("'fp16'"));
+}
+
+TEST_CASE("BF16 keeps a saved activation as one bfloat16 copy, shared by the ops that save it",
+          "[precision]") {
+  Rng rng(3);
+  const std::int64_t n = 8, d = 16, bytes = n * d * 4;
+  const Parameter<float> w1(rng.normal_tensor<float>({d, d})), w2(rng.normal_tensor<float>({d, d}));
+  const auto x = rng.normal_tensor<float>({n, d});
+  const PrecisionGuard bf16(Precision::bf16);
+  Tape tape;
+  const Var<float> in = tape.input(x);
+  const Var<float> h = in + 0.0f;  // an activation (add saves nothing)
+  // the first linear of h saves a bfloat16 copy of it (and its weight, a leaf, as it is)
+  std::size_t before = memory::live_bytes();
+  const Var<float> a = linear(h, w1);
+  CHECK(memory::live_bytes() - before == static_cast<std::size_t>(bytes + bytes / 2));
+  // the second shares that copy: its output only
+  before = memory::live_bytes();
+  const Var<float> b = linear(h, w2);
+  CHECK(memory::live_bytes() - before == static_cast<std::size_t>(bytes));
+  // a linear of the input saves the input itself (a leaf): its output only
+  before = memory::live_bytes();
+  const Var<float> c = linear(in, w1);
+  CHECK(memory::live_bytes() - before == static_cast<std::size_t>(bytes));
+  tape.backward(sum(a + b + c));
+  CHECK(w1.grad().defined());
+}
+
+TEST_CASE("BF16 halves what a chain's tape holds after the forward pass", "[precision]") {
+  for (const char* activation : {"tanh", "gelu"}) {
+    const ChainModel model(4, 16, activation, 5);
+    Rng rng(6);
+    const auto x = rng.normal_tensor<float>({8, 16});
+    const std::size_t f32 = held_after_forward(model, x, Precision::f32);
+    const std::size_t bf16 = held_after_forward(model, x, Precision::bf16);
+    const std::size_t loss = 4;  // the scalar loss, float in both
+    INFO(activation << ": f32 holds " << f32 << " B, bf16 " << bf16 << " B");
+    CHECK(bf16 > loss);
+    CHECK(2 * (bf16 - loss) == f32 - loss);
+  }
+}
+
+TEST_CASE("BF16 gradients are bitwise equal under every checkpoint plan and policy",
+          "[precision][checkpoint]") {
+  const BlockModel model(3, 16, 0.1, 7);
+  Rng rng(8);
+  const auto x = rng.normal_tensor<float>({2, 6, 16});
+  const auto run = [&](Precision p, int mode) {
+    const PrecisionGuard guard(p);
+    return step(model.params,
+                [&](Tape& tape) {
+                  Var<float> h = tape.input(x);
+                  for (const auto& layer : model.layers) {
+                    if (mode == 0) h = layer(h);
+                    if (mode == 1) h = checkpoint(layer, h);
+                    if (mode == 2) h = checkpoint(layer, save_matmuls(), h);
+                  }
+                  return sum(h * h);
+                },
+                99, {.verify_replay = true});
+  };
+  const auto plain = run(Precision::bf16, 0);
+  CHECK(run(Precision::bf16, 1).grads == plain.grads);
+  CHECK(run(Precision::bf16, 2).grads == plain.grads);
+  CHECK(run(Precision::bf16, 1).replays == 3);
+  // and BF16 did compute differently, close to float32
+  const auto f32 = run(Precision::f32, 0);
+  CHECK(f32.grads != plain.grads);
+  for (std::size_t i = 0; i < f32.grads.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (std::size_t j = 0; j < f32.grads[i].size(); ++j) {
+      diff = std::max(diff, std::abs(double(f32.grads[i][j]) - plain.grads[i][j]));
+      norm = std::max(norm, std::abs(double(f32.grads[i][j])));
+    }
+    INFO("parameter " << i << ": max difference " << diff << ", max |gradient| " << norm);
+    CHECK(diff <= 0.05 * norm);
+  }
+}
+
+TEST_CASE("BF16 linear and matmul are within bfloat16's bound of float64, on every kernel",
+          "[precision][ops]") {
+  const Bf16Kernel best = supported_bf16_kernel();
+  Rng rng(9);
+  const std::int64_t m = 37, k = 70, o = 45;
+  const auto x = rng.normal_tensor<float>({m, k});
+  const auto w = rng.normal_tensor<float>({o, k});
+  const auto r = rng.normal_tensor<float>({m, o});  // the loss's weights: dL/dy = r
+  for (Bf16Kernel kernel : {Bf16Kernel::convert, Bf16Kernel::avx512_bf16, Bf16Kernel::amx}) {
+    if (kernel > best) continue;
+    set_bf16_kernel(kernel);
+    INFO("kernel " << to_string(kernel));
+    for (const bool use_matmul : {false, true}) {
+      INFO((use_matmul ? "matmul" : "linear"));
+      const PrecisionGuard bf16(Precision::bf16);
+      Tensor<float> wt({k, o});  // matmul's (in, out) layout
+      for (std::int64_t j = 0; j < o; ++j)
+        for (std::int64_t p = 0; p < k; ++p) wt[p * o + j] = w[j * k + p];
+      const Parameter<float> weight(use_matmul ? wt : w);
+      Tape tape;
+      const Var<float> in = tape.input(x, true);
+      const Var<float> h = in + 0.0f;  // not a leaf: its save is the bfloat16 copy
+      const Var<float> y = use_matmul ? matmul(h, weight) : linear(h, weight);
+      tape.backward(sum(y * Var<float>(r)));
+      Tensor<float> gw({o, k});  // dL/dW laid out (out, in) for both ops
+      for (std::int64_t j = 0; j < o; ++j)
+        for (std::int64_t p = 0; p < k; ++p)
+          gw[j * k + p] = use_matmul ? weight.grad()[p * o + j] : weight.grad()[j * k + p];
+      const Tensor<float>& gx = in.grad();
+      std::size_t rounded = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < o; ++j) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            exact += double(x[i * k + p]) * w[j * k + p];
+            magnitude += std::abs(double(x[i * k + p]) * w[j * k + p]);
+          }
+          const double error = std::abs(y.value()[i * o + j] - exact);
+          CHECK(error <= gemm_bound(k, magnitude));
+          rounded += error > 4 * kFloatU * magnitude;
+        }
+      CHECK(rounded > 0);  // the inputs were rounded: float's GEMM would be this close
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t p = 0; p < k; ++p) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t j = 0; j < o; ++j) {
+            exact += double(r[i * o + j]) * w[j * k + p];
+            magnitude += std::abs(double(r[i * o + j]) * w[j * k + p]);
+          }
+          CHECK(std::abs(gx[i * k + p] - exact) <= gemm_bound(o, magnitude));
+        }
+      for (std::int64_t j = 0; j < o; ++j)
+        for (std::int64_t p = 0; p < k; ++p) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t i = 0; i < m; ++i) {
+            exact += double(r[i * o + j]) * x[i * k + p];
+            magnitude += std::abs(double(r[i * o + j]) * x[i * k + p]);
+          }
+          CHECK(std::abs(gw[j * k + p] - exact) <= gemm_bound(m, magnitude));
+        }
+    }
+  }
+  set_bf16_kernel(best);
+}
+
+TEST_CASE("BF16 refuses an op on double, naming it", "[precision]") {
+  const PrecisionGuard bf16(Precision::bf16);
+  Tape tape;
+  const Var<double> x = tape.input(Tensor<double>::ones({2, 2}), true);
+  CHECK_THROWS_AS(tanh(x), UsageError);
+  CHECK_THAT(test::error_message([&] { tanh(x); }),
+             Catch::Contains("tanh") && Catch::Contains("Precision::bf16"));
+  const nn::LlamaConfig config{.vocab_size = 16,
+                               .hidden_size = 8,
+                               .intermediate_size = 8,
+                               .num_hidden_layers = 1,
+                               .num_attention_heads = 2,
+                               .num_key_value_heads = 2,
+                               .max_position_embeddings = 8};
+  const train::StepShape step{.batch = 1, .precision = Precision::bf16};
+  CHECK_THROWS_AS(train::estimate_memory<double>(config, step), ArgumentError);
+  CHECK_THAT(test::error_message([&] { train::estimate_memory<double>(config, step); }),
+             Catch::Contains("estimate_memory") && Catch::Contains("bf16"));
+}
+
+namespace {
+
+// A real step's counted peak for `make()`'s model under `p`, after a first step made the
+// gradients and AdamW's state, recorded under `precision`; counted from before the model, the
+// ids and the targets, as estimate_memory counts.
+template <class Make>
+double counted_step_peak(const Make& make, const Tensor<std::int32_t>& ids, const plan::Plan& p,
+                         Precision precision) {
+  const std::size_t base = memory::live_bytes();
+  const Tensor<std::int32_t> inputs = ids.clone(), targets = ids.clone();
+  auto model = make();
+  optim::AdamW<float> adam(model.parameters());
+  double peak = 0;
+  for (int s = 0; s < 2; ++s) {
+    if (s == 1) memory::reset_peak();
+    {
+      const PrecisionGuard guard(precision);
+      Tape tape;
+      tape.backward(model.loss(inputs, targets, {.plan = &p}));
+    }
+    adam.step();
+    adam.zero_grad();
+    peak = static_cast<double>(memory::peak_bytes() - base);
+  }
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("estimate_memory and step_peak price a BF16 step to the byte, under every plan",
+          "[precision][estimate]") {
+  const nn::LlamaConfig llama{.vocab_size = 40,
+                              .hidden_size = 32,
+                              .intermediate_size = 64,
+                              .num_hidden_layers = 3,
+                              .num_attention_heads = 4,
+                              .num_key_value_heads = 2,
+                              .max_position_embeddings = 16,
+                              .seed = 4};
+  const nn::GPTConfig gpt{.vocab = 40, .context = 16, .layers = 3, .heads = 4, .width = 32};
+  const auto ids = test::ids({2, 16}, 40, 5);
+  const auto check = [&](const auto& config, auto make) {
+    const train::StepShape step{.batch = 2, .time = 16, .precision = Precision::bf16};
+    const auto e = train::estimate_memory<float>(config, step);
+    auto f32_step = step;
+    f32_step.precision = Precision::f32;
+    const auto f32 = train::estimate_memory<float>(config, f32_step);
+    CHECK(e.activations(plan::none(e.chain)) < f32.activations(plan::none(f32.chain)));
+    for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain), plan::sqrt(e.chain),
+                                plan::optimal(e.chain, 1)}) {
+      const double counted = counted_step_peak(make, ids, p, Precision::bf16);
+      INFO(p.describe() << ": estimated " << e.total(p) << " B, counted " << counted << " B");
+      CHECK(e.total(p) == counted);
+      CHECK(train::step_peak<float>(config, step, p) == counted);
+    }
+  };
+  check(llama, [&] { return nn::Llama<float>(llama); });
+  check(gpt, [&] { return nn::GPT<float>(gpt); });
+}
+
+namespace {
+
+// Every parameter's gradient after one step of `model` under `p`, recorded under `precision`.
+template <class Model>
+std::vector<std::vector<float>> model_gradients(const Model& model, const Tensor<std::int32_t>& ids,
+                                                const plan::Plan& p, Precision precision) {
+  for (auto param : model.parameters()) param.free_grad();
+  {
+    const PrecisionGuard guard(precision);
+    Tape tape({.seed = 3, .verify_replay = true});
+    tape.backward(model.loss(ids, ids, {.plan = &p}));
+  }
+  std::vector<std::vector<float>> grads;
+  for (const auto& param : model.parameters()) grads.push_back(param.grad().to_vector());
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT's and a Llama's BF16 gradients are bitwise equal under every plan",
+          "[precision][checkpoint]") {
+  const nn::GPTConfig gpt_config{
+      .vocab = 30, .context = 12, .layers = 3, .heads = 2, .width = 16, .dropout = 0.1};
+  const nn::GPT<float> gpt(gpt_config);
+  for (const AttentionKernel kernel : {AttentionKernel::fused, AttentionKernel::flash}) {
+    const nn::LlamaConfig llama_config{.vocab_size = 30,
+                                       .hidden_size = 16,
+                                       .intermediate_size = 24,
+                                       .num_hidden_layers = 3,
+                                       .num_attention_heads = 4,
+                                       .num_key_value_heads = 2,
+                                       .max_position_embeddings = 12,
+                                       .attention = kernel};
+    const nn::Llama<float> llama(llama_config);
+    const auto ids = test::ids({2, 12}, 30, 7);
+    const auto check = [&](const auto& model) {
+      const auto plain = model_gradients(model, ids, plan::none(3), Precision::bf16);
+      CHECK(model_gradients(model, ids, plan::every(3), Precision::bf16) == plain);
+      CHECK(model_gradients(model, ids, plan::sqrt(3), Precision::bf16) == plain);
+      CHECK(model_gradients(model, ids, plan::none(3), Precision::f32) != plain);
+    };
+    INFO(to_string(kernel));
+    check(llama);
+    if (kernel == AttentionKernel::fused) check(gpt);
+  }
+}
