@@ -10,12 +10,14 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "remat/checkpoint/checkpoint.hpp"
 #include "remat/checkpoint/derive_policies.hpp"
 #include "remat/checkpoint/plan.hpp"
+#include "remat/core/precision.hpp"
 #include "remat/checkpoint/probes.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
@@ -455,6 +457,8 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
       c.forward_transient_bytes[l] =
           std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
+      if constexpr (std::is_same_v<T, float>)  // a copy the next layer (or the loss) would share
+        c.shares_copies = c.shares_copies || remat::detail::bf16_save_cache().holds(x.value());
       if (measure_memory && l + 1 == n)
         last_input = held.value().clone();  // (a constant offset from here on)
       ++l;

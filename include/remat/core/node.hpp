@@ -110,9 +110,24 @@ class NodeBase {
   /// Recorded under Precision::bf16: its GEMMs round to bfloat16 and save() keeps bfloat16
   /// copies of activations (Note [BF16 saves] in core/precision.hpp).
   bool bf16 = false;
-  /// Bit k: input k is a leaf (a parameter, a constant, the step's input), whose value save()
-  /// keeps as it is. Inputs past the 64th count as leaves.
-  std::uint64_t leaf_inputs = ~std::uint64_t{0};
+  /// Bit k: input k holds what a parameter holds, which save() keeps as it is (Note [BF16
+  /// saves]). Inputs past the 64th count as such.
+  std::uint64_t parameter_inputs = ~std::uint64_t{0};
+  /// Its output is (a view of) what a parameter holds: a reshape of a weight, a pass-through.
+  bool parameter_view = false;
+  /// Whether its value is what a parameter holds: a parameter's leaf, or a view of one.
+  bool holds_parameter() const noexcept {
+    return parameter_identity() != nullptr || parameter_view;
+  }
+  /// Whether `t` is (a view of) what one of the inputs in[k] that hold a parameter holds.
+  template <class Values, class Value>
+  bool parameter_held(const Values& in, const Value& t) const noexcept {
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const bool parameter = k >= 64 || ((parameter_inputs >> k) & 1u) != 0;
+      if (parameter && in[k].shares_storage_with(t)) return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace detail
@@ -223,7 +238,7 @@ class Node : public detail::NodeBase {
     const auto s = checked_slot(slot);
     if (!saving) return;
     if constexpr (std::is_same_v<T, float>) {
-      if (bf16 && t.defined() && t.numel() > 0 && !held_by_leaf(t)) {
+      if (bf16 && t.defined() && t.numel() > 0 && !parameter_held(forward_inputs_, t)) {
         copies_[s] = detail::bf16_save_cache().copy_of(t);
         saved_[s].reset();
         return;
@@ -262,14 +277,6 @@ class Node : public detail::NodeBase {
           detail::cat(op_name(), ": save() slot ", slot, " is out of range [0, ", kMaxSaved, ")"));
     }
     return static_cast<std::size_t>(slot);
-  }
-  /// Whether `t` is (a view of) what one of the leaf inputs holds.
-  bool held_by_leaf(const Tensor<T>& t) const noexcept {
-    for (std::size_t k = 0; k < forward_inputs_.size(); ++k) {
-      const bool leaf = k >= 64 || ((leaf_inputs >> k) & 1u) != 0;
-      if (leaf && forward_inputs_[k].shares_storage_with(t)) return true;
-    }
-    return false;
   }
   /// Widens the bfloat16 copies into saved_ for backward() (a copy two slots share, once).
   void widen_copies() {

@@ -9,7 +9,10 @@
 /// copy of each activation it saves instead of the float tensor, and its backward reads a float
 /// copy made back from it (exact: every bfloat16 is a float), freed when that backward returns.
 /// What stays float:
-/// - what a leaf holds (parameters, the step's inputs): it is alive anyway, a copy would add;
+/// - what a parameter holds (or a view of it: a reshaped weight): it is alive anyway, a copy would
+///   add. The step's inputs and constants are copied like activations: a chain's first layer
+///   then saves what every other layer saves, and plan::profile, which feeds each layer an input
+///   of its own, measures what a step holds;
 /// - what an op saves with save_exact(): norms' statistics, the losses' values (issue 24: the
 ///   reductions, softmax statistics and the loss stay float32);
 /// - a checkpoint segment's captured inputs (Note [segment inputs stay float] below).
@@ -91,6 +94,12 @@ class Bf16SaveCache {
  public:
   /// The bfloat16 copy of `t`, shared with any op that saved the same elements before while
   /// that copy lives.
+  /// Whether a bfloat16 copy of `t`'s elements is alive.
+  bool holds(const Tensor<float>& t) const {
+    const auto it = copies_.find(WeakTensor<float>(t));
+    return it != copies_.end() && !it->second.expired();
+  }
+
   Tensor<std::uint16_t> copy_of(const Tensor<float>& t) {
     const WeakTensor<float> key(t);
     if (auto it = copies_.find(key); it != copies_.end()) {

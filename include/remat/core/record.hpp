@@ -211,7 +211,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
     node->inputs[k] = resolve(*tape, *inputs[k], node->op_name(), k);
     const NodeBase& input = tape->node(node->inputs[k]);
     node->requires_grad = node->requires_grad || input.requires_grad;
-    if (k < 64 && !input.is_leaf()) node->leaf_inputs &= ~(std::uint64_t{1} << k);
+    if (k < 64 && !input.holds_parameter()) node->parameter_inputs &= ~(std::uint64_t{1} << k);
   }
   node->id = tape->size();
   tape->before_forward(*node, std::span<const Tensor<T>>(values));
@@ -221,6 +221,7 @@ Var<T> record(std::unique_ptr<Node<T>> node, std::span<const Var<T>* const> inpu
     out = node->run_forward(values);
   }
   node->shape = out.shape();
+  node->parameter_view = node->parameter_held(values, out);
   tape->after_forward(*node, std::span<const Tensor<T>>(values), out);
   const std::uint32_t id = tape->push(std::move(node));
   return VarAccess::on_tape(std::move(tape), id, std::move(out));

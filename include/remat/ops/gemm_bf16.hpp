@@ -112,26 +112,71 @@ inline std::atomic<Bf16Kernel>& bf16_kernel_slot() noexcept {
 inline std::int64_t padded_k(std::int64_t k) noexcept { return (k + 31) / 32 * 32; }
 inline std::int64_t padded_block(std::int64_t n) noexcept { return (n + 31) / 32 * 32; }
 
+/// op(A) = A^T packed: a block of 32 rows of op(A) (columns of A) at a time, reading A's rows
+/// in order, so that neither side strides through memory.
+inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
+                                   std::uint16_t* out) {
+  const std::int64_t kp = padded_k(k);
+  for_rows(padded_block(m) / 32, 32 * kp, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t block = b0; block < b1; ++block) {
+      const std::int64_t r0 = block * 32, rows = std::clamp<std::int64_t>(m - r0, 0, 32);
+      std::uint16_t* dst = out + r0 * kp;
+      for (std::int64_t i = 0; i < k; ++i) {
+        const float* src = a + i * lda + r0;
+        for (std::int64_t r = 0; r < rows; ++r) dst[r * kp + i] = float_to_bf16(src[r]);
+      }
+      for (std::int64_t r = 0; r < 32; ++r)
+        std::fill(dst + r * kp + (r < rows ? k : 0), dst + (r + 1) * kp, std::uint16_t{0});
+    }
+  });
+}
+
 /// op(A) (m x k) as padded_block(m) rows of padded_k(k) bfloat16 values, zeros past the ends.
 inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const float* a,
                         std::int64_t lda, std::uint16_t* out) {
+  if (trans) {
+    pack_a_bf16_transposed(m, k, a, lda, out);
+    return;
+  }
   const std::int64_t kp = padded_k(k);
   for_rows(padded_block(m), kp, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       std::uint16_t* row = out + r * kp;
       const std::int64_t inside = r < m ? k : 0;
-      if (inside > 0) round_to_bf16(trans ? a + r : a + r * lda, trans ? lda : 1, k, row);
+      if (inside > 0) round_to_bf16(a + r * lda, 1, k, row);
       std::fill(row + inside, row + kp, std::uint16_t{0});
+    }
+  });
+}
+
+/// op(B) = B^T packed: column c of op(B) is row c of B, whose consecutive values make up one
+/// VNNI word each, so B is read in order.
+inline void pack_b_bf16_transposed(std::int64_t k, std::int64_t n, std::int64_t panels,
+                                   const float* b, std::int64_t ldb, std::uint16_t* out) {
+  const std::int64_t kp = padded_k(k);
+  for_rows(panels, kp * 16, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      std::uint16_t* panel = out + p * kp * 16;
+      for (std::int64_t j = 0; j < 16; ++j) {
+        const std::int64_t c = p * 16 + j;
+        const std::int64_t inside = c < n ? k : 0;
+        for (std::int64_t i = 0; i < inside; ++i)
+          panel[(i / 2) * 32 + 2 * j + (i & 1)] = float_to_bf16(b[c * ldb + i]);
+        for (std::int64_t i = inside; i < kp; ++i) panel[(i / 2) * 32 + 2 * j + (i & 1)] = 0;
+      }
     }
   });
 }
 
 /// op(B) (k x n) as `panels` panels of 16 columns, one after the other, zeros past the ends;
 /// within a panel, row pair p's 16 words, each holding rows 2p (low half) and 2p + 1 (high half)
-/// of one column. Rounded a row of op(B) at a time (contiguous unless transposed), then
-/// interleaved.
+/// of one column. Rounded a row of op(B) at a time, then interleaved.
 inline void pack_b_bf16(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels,
                         const float* b, std::int64_t ldb, std::uint16_t* out) {
+  if (trans) {
+    pack_b_bf16_transposed(k, n, panels, b, ldb, out);
+    return;
+  }
   const std::int64_t kp = padded_k(k), width = panels * 16;
   for_rows(kp / 2, 2 * width, [&](std::int64_t q0, std::int64_t q1) {
     // two rounded rows of op(B): 4 bytes a column, outside the allocator's count, like
@@ -143,7 +188,7 @@ inline void pack_b_bf16(bool trans, std::int64_t k, std::int64_t n, std::int64_t
       for (int half = 0; half < 2; ++half) {  // op(B)'s rows 2q and 2q + 1, zeros past k
         const std::int64_t i = 2 * q + half;
         std::uint16_t* dst = half ? odd : even;
-        if (i < k) round_to_bf16(trans ? b + i : b + i * ldb, trans ? ldb : 1, n, dst);
+        if (i < k) round_to_bf16(b + i * ldb, 1, n, dst);
         std::fill(dst + (i < k ? n : 0), dst + width, std::uint16_t{0});
       }
       for (std::int64_t p = 0; p < panels; ++p) {

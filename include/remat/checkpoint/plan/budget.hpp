@@ -275,6 +275,7 @@ class OneLevelPlanner {
 /// stating the smallest feasible budget when nothing fits.
 inline Plan budget(const Chain& chain, double budget_bytes) {
   chain.validate("plan::budget");
+  chain.require_predictable("plan::budget");
   if (!(budget_bytes > 0) || !std::isfinite(budget_bytes)) {
     throw PlanError(remat::detail::cat(
         "plan::budget: the budget must be a positive number of bytes, got ", budget_bytes));

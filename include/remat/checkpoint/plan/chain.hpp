@@ -146,6 +146,22 @@ struct Chain {
   /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
   /// of it (GPT::loss: ln_f saves it); an upper bound when the loss does not save it.
   bool output_held = true;
+  /// Profiled under Precision::bf16, some layer saves a bfloat16 copy of its output, which the
+  /// next layer's saves share (Note [BF16 saves] in core/precision.hpp). This layer-level model
+  /// does not price a copy two layers share, so no plan of this chain is predicted
+  /// (Plan::predicted is false) and the planners that need predictions refuse it
+  /// (require_predictable). train::estimate_memory and step_peak count such a step exactly.
+  bool shares_copies = false;
+  /// Throws a PlanError when `who` would plan from predictions this chain cannot make.
+  void require_predictable(const char* who) const {
+    if (!shares_copies) return;
+    throw PlanError(std::string(who) +
+                    ": the chain was profiled under Precision::bf16 and a layer keeps a bfloat16 "
+                    "copy of its output that the next layer shares; its predictions would be "
+                    "low by up to half of those outputs. Plan it from a float32 profile, choose "
+                    "none, every or sqrt, or end the layers with an op that does not save its "
+                    "output; train::estimate_memory and step_peak price the step exactly");
+  }
   /// Each layer under each of these save policies in a segment of its own (plan::profile
   /// measures them); empty: the planners choose among plain layers and save_nothing segments.
   std::vector<PolicyCosts> policies;

@@ -25,6 +25,7 @@ inline constexpr std::size_t kFrontierBudgets = 32;
 
 inline std::vector<Plan> frontier(const Chain& chain) {
   chain.validate("plan::frontier");
+  chain.require_predictable("plan::frontier");
   std::vector<Plan> candidates{none(chain), every(chain), sqrt(chain)};
   for (std::size_t k = 0; k < std::min(chain.layers(), kFrontierSlots + 1); ++k)
     candidates.push_back(optimal(chain, k));

@@ -188,6 +188,7 @@ class NestedPlanner {
 /// every layer (the least memory any plan needs, quadratic recompute).
 inline Plan optimal(const Chain& chain, std::size_t slots) {
   chain.validate("plan::optimal");
+  chain.require_predictable("plan::optimal");
   Plan p = custom(chain, detail::NestedPlanner(chain, slots).plan(), Kind::optimal);
   p.slots = static_cast<int>(slots);
   return p;

@@ -460,6 +460,7 @@ inline Plan custom(const Chain& chain, std::vector<Segment> segments, Kind kind 
   plan.peak_bytes = p.peak_bytes;
   plan.recompute = p.recompute;
   plan.recompute_fraction = p.recompute / chain.total_cost();
+  plan.predicted = !chain.shares_copies;
   return plan;
 }
 
