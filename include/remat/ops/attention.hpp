@@ -185,14 +185,13 @@ class AttentionNode final : public Node<T> {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
           T* s = flash_ ? scores.data() : stats.data() + (b * h_ + h) * t_ * t_;
-          gemm<T>(false, true, rows, k1 - k0, d_, scale,
-                     q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld,
-                     T(0), s + k0, t_);
+          gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
+                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), s + k0, t_);
           softmax_rows(s, t_, flash_ ? stats.data() + (b * h_ + h) * t_ : nullptr, i0, i1, keys);
           const T* weights = dropped_out(s, dropped, b, h, i0, i1);
           gemm<T>(false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
-                     kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
-                     y.data() + (b * t_ + i0) * cq() + h * d_, cq());
+                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
+                  y.data() + (b * t_ + i0) * cq() + h * d_, cq());
         }
       }
     }
@@ -226,9 +225,8 @@ class AttentionNode final : public Node<T> {
           const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
           const bool first_write = h % rep_ == 0 && i0 == last;
           if (flash_) {
-            gemm<T>(false, true, rows, k1 - k0, d_, scale,
-                       q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, kv_at(x.k, b, h) + k0 * x.k.ld,
-                       x.k.ld, T(0), probs.data() + k0, t_);
+            gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
+                    kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), probs.data() + k0, t_);
             softmax_recompute_rows(probs.data(), t_, stats.data() + (b * h_ + h) * t_, i0, i1,
                                    keys);
           }
@@ -237,23 +235,22 @@ class AttentionNode final : public Node<T> {
           if (g.v) {
             const bool overwrite = g.overwrite_v && first_write;
             if (overwrite) zero_rows(g.dv, b, h, k0);
-            gemm<T>(true, false, k1 - k0, d_, rows, T(1), weights + k0, t_,
-                       dy + i0 * cq(), cq(), overwrite ? T(0) : T(1),
-                       kv_at(g.dv, b, h) + k0 * g.dv.ld, g.dv.ld);
+            gemm<T>(true, false, k1 - k0, d_, rows, T(1), weights + k0, t_, dy + i0 * cq(), cq(),
+                    overwrite ? T(0) : T(1), kv_at(g.dv, b, h) + k0 * g.dv.ld, g.dv.ld);
           }
           if (!g.qk) continue;
           gemm<T>(false, true, rows, k1 - k0, d_, T(1), dy + i0 * cq(), cq(),
-                     kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp.data() + k0, t_);
+                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp.data() + k0, t_);
           if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
           softmax_backward_rows(p, dp.data(), t_, scale, i0, i1, keys);
           gemm<T>(false, false, rows, d_, k1 - k0, T(1), dp.data() + k0, t_,
-                     kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, g.overwrite_qk ? T(0) : T(1),
-                     q_at(g.dq, b, h) + i0 * g.dq.ld, g.dq.ld);
+                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, g.overwrite_qk ? T(0) : T(1),
+                  q_at(g.dq, b, h) + i0 * g.dq.ld, g.dq.ld);
           const bool overwrite = g.overwrite_qk && first_write;
           if (overwrite) zero_rows(g.dk, b, h, k0);
           gemm<T>(true, false, k1 - k0, d_, rows, T(1), dp.data() + k0, t_,
-                     q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, overwrite ? T(0) : T(1),
-                     kv_at(g.dk, b, h) + k0 * g.dk.ld, g.dk.ld);
+                  q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, overwrite ? T(0) : T(1),
+                  kv_at(g.dk, b, h) + k0 * g.dk.ld, g.dk.ld);
         }
       }
     }
