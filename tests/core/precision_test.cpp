@@ -28,6 +28,21 @@ double gemm_bound(std::int64_t k, double magnitude) {
          magnitude;
 }
 
+// sum_i a(i) b(i) over n terms in double (exact for float inputs up to rounding of the sum), and
+// sum_i |a(i) b(i)|, the magnitude gemm_bound() scales with.
+struct Dot {
+  double exact = 0, magnitude = 0;
+};
+template <class A, class B>
+Dot dot(std::int64_t n, A a, B b) {
+  Dot d;
+  for (std::int64_t i = 0; i < n; ++i) {
+    d.exact += double(a(i)) * b(i);
+    d.magnitude += std::abs(double(a(i)) * b(i));
+  }
+  return d;
+}
+
 // The bytes a tape holds after the forward pass of a chain of `layers`, keeping only the loss.
 std::size_t held_after_forward(const ChainModel& model, const Tensor<float>& x, Precision p) {
   const PrecisionGuard guard(p);
@@ -180,35 +195,26 @@ TEST_CASE("BF16 linear and matmul are within bfloat16's bound of float64, on eve
           gw[j * k + p] = use_matmul ? weight.grad()[p * o + j] : weight.grad()[j * k + p];
       const Tensor<float>& gx = in.grad();
       std::size_t rounded = 0;
-      for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t i = 0; i < m; ++i)  // y = x W^T
         for (std::int64_t j = 0; j < o; ++j) {
-          double exact = 0, magnitude = 0;
-          for (std::int64_t p = 0; p < k; ++p) {
-            exact += double(x[i * k + p]) * w[j * k + p];
-            magnitude += std::abs(double(x[i * k + p]) * w[j * k + p]);
-          }
-          const double error = std::abs(y.value()[i * o + j] - exact);
-          CHECK(error <= gemm_bound(k, magnitude));
-          rounded += error > 4 * kFloatU * magnitude;
+          const Dot e = dot(
+              k, [&](auto p) { return x[i * k + p]; }, [&](auto p) { return w[j * k + p]; });
+          const double error = std::abs(y.value()[i * o + j] - e.exact);
+          CHECK(error <= gemm_bound(k, e.magnitude));
+          rounded += error > 4 * kFloatU * e.magnitude;
         }
       CHECK(rounded > 0);  // the inputs were rounded: float's GEMM would be this close
-      for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t i = 0; i < m; ++i)  // dx = r W
         for (std::int64_t p = 0; p < k; ++p) {
-          double exact = 0, magnitude = 0;
-          for (std::int64_t j = 0; j < o; ++j) {
-            exact += double(r[i * o + j]) * w[j * k + p];
-            magnitude += std::abs(double(r[i * o + j]) * w[j * k + p]);
-          }
-          CHECK(std::abs(gx[i * k + p] - exact) <= gemm_bound(o, magnitude));
+          const Dot e = dot(
+              o, [&](auto j) { return r[i * o + j]; }, [&](auto j) { return w[j * k + p]; });
+          CHECK(std::abs(gx[i * k + p] - e.exact) <= gemm_bound(o, e.magnitude));
         }
-      for (std::int64_t j = 0; j < o; ++j)
+      for (std::int64_t j = 0; j < o; ++j)  // dW = r^T x
         for (std::int64_t p = 0; p < k; ++p) {
-          double exact = 0, magnitude = 0;
-          for (std::int64_t i = 0; i < m; ++i) {
-            exact += double(r[i * o + j]) * x[i * k + p];
-            magnitude += std::abs(double(r[i * o + j]) * x[i * k + p]);
-          }
-          CHECK(std::abs(gw[j * k + p] - exact) <= gemm_bound(m, magnitude));
+          const Dot e = dot(
+              m, [&](auto i) { return r[i * o + j]; }, [&](auto i) { return x[i * k + p]; });
+          CHECK(std::abs(gw[j * k + p] - e.exact) <= gemm_bound(m, e.magnitude));
         }
     }
   }
