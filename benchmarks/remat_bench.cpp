@@ -572,9 +572,9 @@ int main(int argc, char** argv) {
     if (gemm_peak == 0) gemm_peak = bench::gemm_gflops(1024, 5);
     // the profile, the plans' search and every timed step compute in --dtype
     const remat::PrecisionGuard precision(remat::parse_precision(dtype, "--dtype"));
-    if (bf16_kernel == "convert") remat::set_bf16_kernel(remat::Bf16Kernel::convert);
-    if (bf16_kernel == "avx512_bf16") remat::set_bf16_kernel(remat::Bf16Kernel::avx512_bf16);
-    if (bf16_kernel == "amx") remat::set_bf16_kernel(remat::Bf16Kernel::amx);
+    for (const remat::Bf16Kernel k :
+         {remat::Bf16Kernel::convert, remat::Bf16Kernel::avx512_bf16, remat::Bf16Kernel::amx})
+      if (bf16_kernel == remat::to_string(k)) remat::set_bf16_kernel(k);
     if (remat::current_precision() == remat::Precision::bf16)
       std::fprintf(stderr, "remat_bench: BF16 GEMM kernel: %s\n",
                    remat::to_string(remat::bf16_kernel()));

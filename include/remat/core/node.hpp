@@ -216,8 +216,8 @@ class Node : public detail::NodeBase {
   /// Records in saved_any and saved_fresh what save() holds, `in` being the input values.
   void note_saved(std::span<const Tensor<T>> in) noexcept {
     saved_any = saved_fresh = false;
-    for (const Tensor<std::uint16_t>& c : copies_)
-      saved_any = saved_fresh = saved_any || c.defined();
+    for (const Tensor<std::uint16_t>& c : copies_)  // a copy is a new buffer: fresh
+      if (c.defined()) saved_any = saved_fresh = true;
     for (const Tensor<T>& t : saved_) {
       if (!t.defined()) continue;
       saved_any = true;

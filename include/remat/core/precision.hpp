@@ -92,14 +92,14 @@ namespace detail {
 /// The bfloat16 copies of float buffers that are alive, by buffer (Note [BF16 saves]).
 class Bf16SaveCache {
  public:
-  /// The bfloat16 copy of `t`, shared with any op that saved the same elements before while
-  /// that copy lives.
   /// Whether a bfloat16 copy of `t`'s elements is alive.
   bool holds(const Tensor<float>& t) const {
     const auto it = copies_.find(WeakTensor<float>(t));
     return it != copies_.end() && !it->second.expired();
   }
 
+  /// The bfloat16 copy of `t`, shared with any op that saved the same elements before while
+  /// that copy lives.
   Tensor<std::uint16_t> copy_of(const Tensor<float>& t) {
     const WeakTensor<float> key(t);
     if (auto it = copies_.find(key); it != copies_.end()) {
