@@ -3,9 +3,13 @@
 // rank --rank), and the bytes a parameter the allocator counts for each weight.
 //
 //   quantized_bench [--in 1024] [--out 1024] [--batch 256] [--rank 16] [--repeat 21] [--threads 1]
+//                   [--dtype f32|bf16]
+//
+// Under --dtype bf16 every step runs under PrecisionGuard(Precision::bf16): the frozen weights
+// feed the BF16 GEMM from their storage (Bf16Rows), the float ones are rounded as it packs them.
 //
 // Prints one JSON object per line: {"bench": "quantized_linear", "storage": ..., "lora": ...,
-// "ms": median, "ratio_to_float": ..., "bytes_per_param": ...}.
+// "dtype": ..., "ms": median, "ratio_to_float": ..., "bytes_per_param": ...}.
 #include "../examples/flags.hpp"
 #include "bench_util.hpp"
 
@@ -46,11 +50,12 @@ double time_step(const Setup& c, WeightStorage s, bool trainable, bool lora,
 
 }  // namespace
 
-int run(const Setup& c, int threads);
+int run(const Setup& c, int threads, const std::string& dtype);
 
 int main(int argc, char** argv) {
   Setup c{1024, 1024, 256, 16, 21};
   int threads = 1;
+  std::string dtype = "f32";
   CLI::App app(
       "Forward + backward time and counted bytes per parameter of a Linear stored as float, BF16, "
       "INT8 or NF4, alone and under LoRA.");
@@ -66,16 +71,20 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads")
       ->check(flags::thread_count(false))
       ->capture_default_str();
+  app.add_option("--dtype", dtype, "what the steps compute in: f32 or bf16")
+      ->check(flags::precision_name)
+      ->capture_default_str();
   flags::parse(app, argc, argv);
-  return flags::run_main("quantized_bench", [&] { return run(c, threads); });
+  return flags::run_main("quantized_bench", [&] { return run(c, threads, dtype); });
 }
 
-int run(const Setup& c, int threads) {
+int run(const Setup& c, int threads, const std::string& dtype) {
   // the float weight, its gradient and the adapters, the input, its gradient and the output
   flags::fits("quantized_bench", "this size",
               4.0 * (2 * double(c.in) * double(c.out) + 2 * double(c.rank) * double(c.in + c.out) +
                      2 * double(c.batch) * double(c.in) + 2 * double(c.batch) * double(c.out)));
   remat::set_num_threads(threads);
+  const remat::PrecisionGuard precision(remat::parse_precision(dtype, "--dtype"));
   for (bool lora : {false, true}) {
     double bytes = 0;
     const double trainable = time_step(c, WeightStorage::f32, true, lora, &bytes);
@@ -91,9 +100,10 @@ int run(const Setup& c, int threads) {
       std::printf(
           "{\"bench\": \"quantized_linear\", \"storage\": \"%s\", \"lora\": %s, \"in\": %ld, "
           "\"out\": %ld, "
-          "\"batch\": %ld, \"ms\": %.3f, \"ratio_to_float\": %.3f, \"bytes_per_param\": %.4f}\n",
+          "\"batch\": %ld, \"dtype\": \"%s\", \"ms\": %.3f, \"ratio_to_float\": %.3f, "
+          "\"bytes_per_param\": %.4f}\n",
           remat::to_string(s), lora ? "true" : "false", long(c.in), long(c.out), long(c.batch),
-          t * 1e3, t / frozen, bytes);
+          dtype.c_str(), t * 1e3, t / frozen, bytes);
     }
   }
   return 0;

@@ -13,6 +13,7 @@
 // exact in float but not in bfloat16, every kernel must give the bfloat16 answer exactly.
 #include "support/gradcheck.hpp"
 
+#include <remat/core/memory.hpp>
 #include <remat/ops/gemm_bf16.hpp>
 
 #include <cmath>
@@ -171,4 +172,27 @@ TEST_CASE("gemm_bf16's kernels: the machine's best by default, a missing one ref
   remat::gemm_bf16(false, false, 1, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c, 2);
   CHECK(c[0] == 1.0f);
   CHECK(c[1] == -2.0f);
+}
+
+TEST_CASE("gemm_bf16 keeps its packing scratch per thread until memory::release_cache",
+          "[ops][bf16][memory]") {
+  const KernelScope restore;
+  std::mt19937 rng(11);
+  for (const auto kernel : runnable_kernels()) {
+    remat::set_bf16_kernel(kernel);
+    INFO(remat::to_string(kernel));
+    remat::memory::release_cache();
+    REQUIRE(remat::detail::kernel_scratch().bytes() == 0);
+    const std::size_t live = remat::memory::live_bytes();
+    // a large call, then a smaller one on the scratch the first left behind (dirty padding
+    // included): both within the bound, and the scratch neither counted nor shrunk
+    CHECK(worst_over_bound({70, 45, 99, true, false, 1.0f, 0.0f}, rng) <= 1.0);
+    const std::size_t held = remat::detail::kernel_scratch().bytes();
+    CHECK(held >= 2 * (70 + 45) * 99);  // at least 2 bytes a value of op(A) and op(B)
+    CHECK(worst_over_bound({5, 3, 7, false, true, 1.0f, 0.0f}, rng) <= 1.0);
+    CHECK(remat::detail::kernel_scratch().bytes() == held);
+    CHECK(remat::memory::live_bytes() == live);
+    remat::memory::release_cache();
+    CHECK(remat::detail::kernel_scratch().bytes() == 0);
+  }
 }

@@ -98,3 +98,80 @@ TEST_CASE("quantized linear rejects inputs and biases that do not fit",
                   remat::ShapeError);
   CHECK_THROWS_AS(remat::linear(x, std::shared_ptr<const QuantizedWeight>()), remat::ArgumentError);
 }
+
+// Under Precision::bf16 a frozen weight feeds gemm_bf16's tile kernels through Bf16Rows, its rows
+// made in bfloat16 from their storage: the same bits as gemm_bf16 on the dequantized float
+// weight (the same rounded values, packed the same way), with no float panel counted (the
+// forward's peak is the output and the input's bfloat16 copy, nothing else). The convert kernel
+// keeps the float panels (counted; products summed by the float GEMM in panel-sized pieces, so
+// equal to float rounding, not to the bit).
+TEST_CASE("quantized linear in BF16: the weight's rows feed gemm_bf16 without a float panel",
+          "[ops][quantized][bf16]") {
+  remat::Rng rng(33);
+  for (const auto kernel :
+       {remat::Bf16Kernel::convert, remat::Bf16Kernel::avx512_bf16, remat::Bf16Kernel::amx}) {
+    if (kernel > remat::supported_bf16_kernel()) continue;
+    remat::set_bf16_kernel(kernel);
+    for (int trial = 0; trial < 6; ++trial) {
+      const std::int64_t rows = 1 + rng.uniform_int(40), in = 1 + rng.uniform_int(300);
+      const std::int64_t out = 1 + rng.uniform_int(trial % 2 ? 700 : 90);
+      const WeightStorage s = kQuantizedStorages[trial % 3];
+      INFO(remat::to_string(kernel) << " " << remat::to_string(s) << " x (" << rows << ", " << in
+                                    << ") weight (" << out << ", " << in << ")");
+      const auto w = random_quantized(out, in, s, std::uint64_t(40 + trial), trial % 2 == 0);
+      const Tensor<float> deq = w->dequantize();
+      const Tensor<float> x = rng.normal_tensor<float>({rows, in});
+      const Tensor<float> b = rng.normal_tensor<float>({out});
+      const Tensor<float> gy = rng.normal_tensor<float>({rows, out});
+
+      const remat::PrecisionGuard bf16(remat::Precision::bf16);
+      remat::Tape tape;
+      Var<float> xv = tape.input(x, true);
+      const Var<float> bv = tape.input(b, false);
+      const remat::memory::Probe probe;
+      const Var<float> y = remat::linear(xv, w, bv);
+      const bool panels = kernel == remat::Bf16Kernel::convert;
+      const std::size_t panel_bytes =
+          panels ? std::size_t(remat::detail::quantized_panel_rows(in, out) * in) * 4 : 0;
+      CHECK(probe.peak_above_start() ==
+            y.value().bytes() + std::size_t(rows * in) * 2 + panel_bytes);
+      tape.backward(y, gy);
+
+      Tensor<float> want_y({rows, out});
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t o = 0; o < out; ++o) want_y[r * out + o] = b[o];
+      remat::gemm_bf16(false, true, rows, out, in, 1.0f, x.data(), in, deq.data(), in, 1.0f,
+                       want_y.data(), out);
+      Tensor<float> want_gx({rows, in});
+      remat::gemm_bf16(false, false, rows, in, out, 1.0f, gy.data(), out, deq.data(), in, 0.0f,
+                       want_gx.data(), in);
+      if (!panels) {
+        CHECK(y.value().to_vector() == want_y.to_vector());
+        CHECK(xv.grad().to_vector() == want_gx.to_vector());
+      } else {
+        const auto close = [&](const Tensor<float>& got, const Tensor<float>& want,
+                               std::int64_t terms) {
+          float scale = 1, diff = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i) {
+            scale = std::max(scale, std::fabs(want[i]));
+            diff = std::max(diff, std::fabs(got[i] - want[i]));
+          }
+          return diff <= 1e-5f * scale * std::sqrt(float(terms));
+        };
+        CHECK(close(y.value(), want_y, in));
+        CHECK(close(xv.grad(), want_gx, out));
+      }
+    }
+  }
+  remat::set_bf16_kernel(remat::supported_bf16_kernel());
+}
+
+TEST_CASE("gemm_bf16 from rows refuses rows that do not fit B", "[ops][bf16][errors]") {
+  const remat::Bf16Rows rows{3, 4, [](std::int64_t, std::int64_t, std::uint16_t*) {}};
+  float a[8] = {}, c[8] = {};
+  CHECK_THROWS_AS(remat::gemm_bf16(false, true, 2, 3, 5, 1.0f, a, 5, rows, 0.0f, c, 3),
+                  remat::ShapeError);
+  CHECK_THROWS_WITH(remat::gemm_bf16(false, false, 2, 4, 3, 1.0f, a, 3,
+                                     remat::Bf16Rows{3, 4, nullptr}, 0.0f, c, 4),
+                    Catch::Contains("gemm_bf16") && Catch::Contains("row maker"));
+}

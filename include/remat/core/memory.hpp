@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "remat/core/kernel_scratch.hpp"
+
 namespace remat {
 namespace detail {
 
@@ -202,8 +204,12 @@ inline std::size_t allocation_count() noexcept {
 /// Bytes held by freed buffers kept for reuse (not counted as live).
 inline std::size_t cached_bytes() noexcept { return detail::block_cache().cached(); }
 
-/// Returns every cached buffer to the system.
-inline void release_cache() noexcept { detail::block_cache().release(); }
+/// Returns every cached buffer to the system, and the calling thread's kernel scratch (the
+/// packed operands of its largest BF16 GEMM, ops/gemm_bf16.hpp).
+inline void release_cache() noexcept {
+  detail::block_cache().release();
+  detail::kernel_scratch().release();
+}
 
 /// Caps the bytes the reuse cache may hold (default 1 GiB, 0 under AddressSanitizer; 0 turns
 /// caching off).

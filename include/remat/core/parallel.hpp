@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// Threads for remat's kernels: a small pool for element-wise loops, OpenBLAS's own threads for
-/// GEMMs. Every parallel loop cuts its range into fixed chunks, so results never depend on which
-/// thread ran which chunk, or on how many threads there were.
+/// Threads for remat's kernels: one small pool, for element-wise loops and GEMMs alike. Every
+/// parallel loop cuts its range into fixed chunks, so results never depend on which thread ran
+/// which chunk, or on how many threads there were.
 ///
 /// Note [blocking pool]: the pool's workers spin for a few microseconds after a loop and then
 /// sleep on a futex. OpenMP's workers (libgomp) spin for much longer by default, and with
@@ -22,10 +22,6 @@
 #include "remat/core/error.hpp"
 #include "remat/core/float_mode.hpp"
 #include "remat/core/memory.hpp"
-
-#if REMAT_USE_BLAS
-#include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
-#endif
 
 namespace remat {
 namespace detail {
@@ -172,15 +168,13 @@ class ThreadPool {
 /// Threads remat's kernels use (element-wise loops and GEMMs). Defaults to the machine's cores.
 inline int num_threads() noexcept { return detail::ThreadPool::instance().size(); }
 
-/// Sets the threads remat's kernels use, including OpenBLAS's. Results of a given computation
-/// are bitwise the same for any thread count (GEMMs: for a given OpenBLAS thread count).
+/// Sets the threads remat's kernels use, GEMMs included (OpenBLAS runs single-threaded on
+/// them: Note [one pool] in ops/gemm.hpp). Results of a given computation are bitwise the same
+/// for any thread count, except a float GEMM's, which are the same for a given thread count.
 inline void set_num_threads(int count) {
   if (count < 1)
     throw ArgumentError(detail::cat("set_num_threads: count must be >= 1, got ", count));
   detail::ThreadPool::instance().resize(count);
-#if REMAT_USE_BLAS
-  openblas_set_num_threads(count);
-#endif
 }
 
 namespace detail {

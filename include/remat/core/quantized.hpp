@@ -281,20 +281,14 @@ class QuantizedWeight {
   /// Writes rows [r0, r1) dequantized into out ((r1 - r0) * cols values, row-major).
   template <class T>
   void dequantize_rows(std::int64_t r0, std::int64_t r1, T* out) const {
-    const std::int64_t begin = r0 * cols_, end = r1 * cols_;
-    if (storage_ == WeightStorage::bf16) {
-      for (std::int64_t e = begin; e < end; ++e)
-        out[e - begin] = T(detail::bf16_to_float(bf16_[e]));
-    } else if (storage_ == WeightStorage::int8) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const float s = scale_[r];
-        const std::int8_t* q = int8_.data() + r * cols_;
-        T* o = out + (r - r0) * cols_;
-        for (std::int64_t c = 0; c < cols_; ++c) o[c] = T(float(q[c]) * s);
-      }
-    } else {
-      dequantize_nf4(begin, end, out);
-    }
+    decode_rows(r0, r1, out, [](float x) { return T(x); });
+  }
+
+  /// Rows [r0, r1) dequantized and rounded to bfloat16 (their 16 bits), as the BF16 GEMM reads
+  /// them: each value is the float dequantize_rows gives, rounded, made without a float copy of
+  /// the rows (a BF16 weight's bits are its values).
+  void dequantize_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint16_t* out) const {
+    decode_rows(r0, r1, out, [](float x) { return detail::float_to_bf16(x); });
   }
 
   /// The whole matrix dequantized (for tests and merging; the ops never call it).
@@ -401,17 +395,36 @@ class QuantizedWeight {
     }
   }
 
+  // Rows [r0, r1) dequantized in float, each value written as to(value).
+  template <class Out, class To>
+  void decode_rows(std::int64_t r0, std::int64_t r1, Out* out, To to) const {
+    const std::int64_t begin = r0 * cols_, end = r1 * cols_;
+    if (storage_ == WeightStorage::bf16) {
+      for (std::int64_t e = begin; e < end; ++e)
+        out[e - begin] = to(detail::bf16_to_float(bf16_[e]));
+    } else if (storage_ == WeightStorage::int8) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float s = scale_[r];
+        const std::int8_t* q = int8_.data() + r * cols_;
+        Out* o = out + (r - r0) * cols_;
+        for (std::int64_t c = 0; c < cols_; ++c) o[c] = to(float(q[c]) * s);
+      }
+    } else {
+      dequantize_nf4(begin, end, out, to);
+    }
+  }
+
   // Block by block: the block's 16 dequantized values are computed once (a table), and each
   // element is a table look-up: one multiply per 64 values instead of one per value.
-  template <class T>
-  void dequantize_nf4(std::int64_t begin, std::int64_t end, T* out) const {
+  template <class Out, class To>
+  void dequantize_nf4(std::int64_t begin, std::int64_t end, Out* out, To to) const {
     const std::uint8_t* p = packed_.data();
     for (std::int64_t e = begin; e < end;) {
       const std::int64_t b = e / kNf4Block;
       const std::int64_t stop = std::min(end, (b + 1) * kNf4Block);
       const float a = block_absmax(b);
-      T lut[16];
-      for (int i = 0; i < 16; ++i) lut[i] = T(kNf4Codes[std::size_t(i)] * a);
+      Out lut[16];
+      for (int i = 0; i < 16; ++i) lut[i] = to(kNf4Codes[std::size_t(i)] * a);
       if (e & 1) out[e - begin] = lut[p[e >> 1] & 15u], ++e;
       for (; e + 1 < stop; e += 2) {
         const std::uint8_t byte = p[e >> 1];

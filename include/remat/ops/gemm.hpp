@@ -29,6 +29,7 @@
 #include "remat/core/error.hpp"
 #include "remat/core/float_mode.hpp"
 #include "remat/core/memory.hpp"
+#include "remat/core/parallel.hpp"
 
 #if REMAT_USE_BLAS
 #include <cblas.h>
@@ -112,6 +113,9 @@ inline bool openblas_use_core(const std::string& core) {
 
 /// Decides which GEMM to use on this machine (Note [GEMM kernel choice]).
 inline GemmChoice choose_gemm() {
+#if REMAT_USE_BLAS
+  openblas_set_num_threads(1);  // remat's pool runs it (Note [one pool])
+#endif
   const Isa cpu = cpu_isa();
   const std::string eigen_name = cat("Eigen (", to_string(eigen_isa()), ")");
 #if REMAT_USE_BLAS
@@ -183,6 +187,44 @@ void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
                 i(ldc));
   }
 }
+
+/// Note [one pool]: OpenBLAS runs single-threaded, and a GEMM worth splitting is cut into one
+/// slab of C per thread of remat's pool (rows when C is taller than wide, else columns), each a
+/// single-threaded OpenBLAS call over all of K. With OpenBLAS's own threads, whose workers keep
+/// spinning (sched_yield) for a long while after each call, they and the pool's workers fought
+/// over the cores whenever the two alternated, as a step's GEMMs and element-wise loops do: on a
+/// 2-core Zen 5, BF16 GEMMs (run by the pool) after float ones got no speed from the second
+/// thread at all, and a GPT step in float32 ran 10 % slower (docs/design.md). A slab's values do
+/// not depend on which thread runs it; they can depend on the slabs' bounds (6 of 200 generated
+/// shapes differed in some bit between one call and two to four slabs), so a float GEMM is
+/// bitwise reproducible for a given thread count, as with OpenBLAS's threads before.
+template <class T>
+void pool_blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                    T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta,
+                    T* c, std::int64_t ldc) {
+  // below about 64^3 multiply-adds a slab costs more in dispatch than it saves
+  constexpr double kSplitWork = 1 << 18;
+  const std::int64_t slabs = ThreadPool::instance().size();
+  if (slabs < 2 || double(m) * double(n) * double(k) < kSplitWork) {
+    blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const bool by_rows = m >= n;
+  parallel_for(slabs, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s) {
+      const std::int64_t extent = by_rows ? m : n;
+      const std::int64_t i0 = extent * s / slabs, i1 = extent * (s + 1) / slabs;
+      if (i1 == i0) continue;
+      if (by_rows) {  // rows [i0, i1) of op(A) and C
+        blas_gemm(trans_a, trans_b, i1 - i0, n, k, alpha, trans_a ? a + i0 : a + i0 * lda, lda, b,
+                  ldb, beta, c + i0 * ldc, ldc);
+      } else {  // columns [i0, i1) of op(B) and C
+        blas_gemm(trans_a, trans_b, m, i1 - i0, k, alpha, a, lda, trans_b ? b + i0 * ldb : b + i0,
+                  ldb, beta, c + i0, ldc);
+      }
+    }
+  });
+}
 #endif
 
 template <class T>
@@ -219,7 +261,7 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
           std::int64_t ldc) {
   // nothing to multiply in a shape-only run (core/shape_only.hpp)
   if (m == 0 || n == 0 || shape_only()) return;
-  const FloatModeGuard float_mode;  // this thread's part; OpenBLAS's own threads keep theirs
+  const FloatModeGuard float_mode;  // the calling thread's part; parallel_for sets the pool's
 #if REMAT_USE_BLAS
   // The first GEMM makes the choice, re-selecting OpenBLAS's kernels if they fall short (Note
   // [GEMM kernel choice]); every GEMM must pass here, whichever path it then takes.
@@ -228,7 +270,7 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   // never when it was compiled for the baseline, as users' default flags do: then it is not even
   // instantiated, which saves a third of a small program's compile time.
   if (eigen_isa() == Isa::baseline || path == GemmPath::blas) {
-    blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    pool_blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   if constexpr (eigen_isa() != Isa::baseline) {

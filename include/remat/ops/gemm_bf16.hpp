@@ -18,20 +18,27 @@
 /// on the thread count: run to run and replay to first pass, it is bitwise the same. The scratch
 /// is outside the allocator's count, like the float GEMM's (OpenBLAS packs into buffers of its
 /// own): ops skip their GEMMs in a shape-only run, so a counted scratch would be a transient
-/// that predictions cannot see. It is at most 2 bytes a value of op(A) and op(B), padded, or 4
-/// in the convert kernel, and lives for one call.
+/// that predictions cannot see. Like OpenBLAS's, it is kept by the calling thread from one call
+/// to the next (fresh pages for every call cost more than the packing itself: a quarter of a
+/// 1024 x 1024 x 1024 product went to page faults on a Zen 5 under KVM, and the convert kernel
+/// ran at a fifth of the float GEMM's rate), so a thread that runs BF16 GEMMs holds its largest
+/// call's buffers, 2 bytes a value of op(A) and op(B), padded (4, unpadded, in the convert
+/// kernel), until memory::release_cache() or the thread's end.
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "remat/core/bfloat16.hpp"
 #include "remat/core/cpu.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/core/kernel_scratch.hpp"
 #include "remat/core/parallel.hpp"
 #include "remat/core/shape_only.hpp"
 #include "remat/core/tensor.hpp"
@@ -112,21 +119,27 @@ inline std::atomic<Bf16Kernel>& bf16_kernel_slot() noexcept {
 inline std::int64_t padded_k(std::int64_t k) noexcept { return (k + 31) / 32 * 32; }
 inline std::int64_t padded_block(std::int64_t n) noexcept { return (n + 31) / 32 * 32; }
 
-/// op(A) = A^T packed: a block of 32 rows of op(A) (columns of A) at a time, reading A's rows
-/// in order, so that neither side strides through memory.
+/// op(A) = A^T packed, 32 x 32 values at a time: 32 rows of A (32 values of K) read in order
+/// and rounded into a tile, then written out as 32 runs of op(A)'s rows, so that neither A nor
+/// the packed rows are strided through.
 inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
                                    std::uint16_t* out) {
   const std::int64_t kp = padded_k(k);
   for_rows(padded_block(m) / 32, 32 * kp, [&](std::int64_t b0, std::int64_t b1) {
+    std::uint16_t tile[32][32];  // [value of K][row of op(A)]
     for (std::int64_t block = b0; block < b1; ++block) {
       const std::int64_t r0 = block * 32, rows = std::clamp<std::int64_t>(m - r0, 0, 32);
-      std::uint16_t* dst = out + r0 * kp;
-      for (std::int64_t i = 0; i < k; ++i) {
-        const float* src = a + i * lda + r0;
-        for (std::int64_t r = 0; r < rows; ++r) dst[r * kp + i] = float_to_bf16(src[r]);
+      for (std::int64_t i0 = 0; i0 < kp; i0 += 32) {
+        for (std::int64_t i = 0; i < 32; ++i) {
+          const bool inside = i0 + i < k;
+          if (inside) round_to_bf16(a + (i0 + i) * lda + r0, 1, rows, tile[i]);
+          std::fill(tile[i] + (inside ? rows : 0), tile[i] + 32, std::uint16_t{0});
+        }
+        for (std::int64_t r = 0; r < 32; ++r) {
+          std::uint16_t* dst = out + (r0 + r) * kp + i0;
+          for (std::int64_t i = 0; i < 32; ++i) dst[i] = tile[i][r];
+        }
       }
-      for (std::int64_t r = 0; r < 32; ++r)
-        std::fill(dst + r * kp + (r < rows ? k : 0), dst + (r + 1) * kp, std::uint16_t{0});
     }
   });
 }
@@ -149,20 +162,33 @@ inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const float*
   });
 }
 
-/// op(B) = B^T packed: column c of op(B) is row c of B, whose consecutive values make up one
-/// VNNI word each, so B is read in order.
-inline void pack_b_bf16_transposed(std::int64_t k, std::int64_t n, std::int64_t panels,
-                                   const float* b, std::int64_t ldb, std::uint16_t* out) {
+/// The VNNI word of two bfloat16 values: `low` from row 2p of op(B), `high` from row 2p + 1.
+inline std::uint32_t vnni_word(std::uint16_t low, std::uint16_t high) noexcept {
+  return std::uint32_t{low} | std::uint32_t{high} << 16;
+}
+
+/// op(B) = B^T packed, B's rows made in bfloat16 by `rows(r0, r1, out)`: column c of op(B) is
+/// row c of B, whose consecutive values make up one VNNI word each. A panel's 16 rows are made
+/// into a buffer, whose words are then written out a row pair (16 words, 64 bytes) at a time.
+template <class Rows>
+void pack_b_bf16_transposed(std::int64_t k, std::int64_t n, std::int64_t panels, Rows& rows,
+                            std::uint16_t* out) {
   const std::int64_t kp = padded_k(k);
   for_rows(panels, kp * 16, [&](std::int64_t p0, std::int64_t p1) {
+    // 16 rows of B: 32 bytes a value of K, outside the allocator's count like the scratch
+    std::vector<std::uint16_t> block(static_cast<std::size_t>(16 * kp));
     for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t made = std::clamp<std::int64_t>(n - p * 16, 0, 16);
+      if (made > 0) rows(p * 16, p * 16 + made, block.data(), kp);
+      for (std::int64_t j = 0; j < 16; ++j)
+        std::fill(block.data() + j * kp + (j < made ? k : 0), block.data() + (j + 1) * kp,
+                  std::uint16_t{0});
       std::uint16_t* panel = out + p * kp * 16;
-      for (std::int64_t j = 0; j < 16; ++j) {
-        const std::int64_t c = p * 16 + j;
-        const std::int64_t inside = c < n ? k : 0;
-        for (std::int64_t i = 0; i < inside; ++i)
-          panel[(i / 2) * 32 + 2 * j + (i & 1)] = float_to_bf16(b[c * ldb + i]);
-        for (std::int64_t i = inside; i < kp; ++i) panel[(i / 2) * 32 + 2 * j + (i & 1)] = 0;
+      for (std::int64_t q = 0; q < kp / 2; ++q) {
+        std::uint32_t row_pair[16];
+        for (std::int64_t j = 0; j < 16; ++j)
+          row_pair[j] = vnni_word(block[j * kp + 2 * q], block[j * kp + 2 * q + 1]);
+        std::memcpy(panel + q * 32, row_pair, sizeof row_pair);
       }
     }
   });
@@ -170,36 +196,47 @@ inline void pack_b_bf16_transposed(std::int64_t k, std::int64_t n, std::int64_t 
 
 /// op(B) (k x n) as `panels` panels of 16 columns, one after the other, zeros past the ends;
 /// within a panel, row pair p's 16 words, each holding rows 2p (low half) and 2p + 1 (high half)
-/// of one column. Rounded a row of op(B) at a time, then interleaved.
-inline void pack_b_bf16(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels,
-                        const float* b, std::int64_t ldb, std::uint16_t* out) {
+/// of one column. B's rows are made in bfloat16 by `rows(r0, r1, out, ld)` (rows [r0, r1) of B,
+/// ld values apart: op(B) = B^T when `trans`), two rows of op(B) at a time, then interleaved.
+template <class Rows>
+void pack_b_bf16_rows(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels, Rows&& rows,
+                      std::uint16_t* out) {
   if (trans) {
-    pack_b_bf16_transposed(k, n, panels, b, ldb, out);
+    pack_b_bf16_transposed(k, n, panels, rows, out);
     return;
   }
   const std::int64_t kp = padded_k(k), width = panels * 16;
   for_rows(kp / 2, 2 * width, [&](std::int64_t q0, std::int64_t q1) {
-    // two rounded rows of op(B): 4 bytes a column, outside the allocator's count, like
-    // OpenBLAS's own packing buffers
-    std::vector<std::uint16_t> rows(static_cast<std::size_t>(2 * width), 0);
-    std::uint16_t* even = rows.data();
-    std::uint16_t* odd = rows.data() + width;
-    for (std::int64_t q = q0; q < q1; ++q) {
-      for (int half = 0; half < 2; ++half) {  // op(B)'s rows 2q and 2q + 1, zeros past k
-        const std::int64_t i = 2 * q + half;
-        std::uint16_t* dst = half ? odd : even;
-        if (i < k) round_to_bf16(b + i * ldb, 1, n, dst);
-        std::fill(dst + (i < k ? n : 0), dst + width, std::uint16_t{0});
-      }
+    // two rows of op(B): 4 bytes a column, outside the allocator's count like the scratch
+    std::vector<std::uint16_t> pair(static_cast<std::size_t>(2 * width), 0);
+    std::uint16_t* even = pair.data();
+    std::uint16_t* odd = pair.data() + width;
+    for (std::int64_t q = q0; q < q1; ++q) {  // op(B)'s rows 2q and 2q + 1, zeros past k
+      const std::int64_t made = std::clamp<std::int64_t>(k - 2 * q, 0, 2);
+      if (made > 0) rows(2 * q, 2 * q + made, even, width);
+      std::fill(even + (made > 0 ? n : 0), even + width, std::uint16_t{0});
+      std::fill(odd + (made > 1 ? n : 0), odd + width, std::uint16_t{0});
       for (std::int64_t p = 0; p < panels; ++p) {
-        std::uint16_t* words = out + p * kp * 16 + q * 32;
-        for (std::int64_t j = 0; j < 16; ++j) {
-          words[2 * j] = even[p * 16 + j];
-          words[2 * j + 1] = odd[p * 16 + j];
-        }
+        std::uint32_t row_pair[16];
+        for (std::int64_t j = 0; j < 16; ++j)
+          row_pair[j] = vnni_word(even[p * 16 + j], odd[p * 16 + j]);
+        std::memcpy(out + p * kp * 16 + q * 32, row_pair, sizeof row_pair);
       }
     }
   });
+}
+
+/// B's rows [r0, r1), `cols` values each, rounded to bfloat16 into out, ld values apart.
+inline auto rounded_rows(const float* b, std::int64_t ldb, std::int64_t cols) {
+  return [=](std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) {
+    for (std::int64_t r = r0; r < r1; ++r) round_to_bf16(b + r * ldb, 1, cols, out + (r - r0) * ld);
+  };
+}
+
+/// op(B) from a float matrix: pack_b_bf16_rows with B's rows rounded.
+inline void pack_b_bf16(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels,
+                        const float* b, std::int64_t ldb, std::uint16_t* out) {
+  pack_b_bf16_rows(trans, k, n, panels, rounded_rows(b, ldb, trans ? k : n), out);
 }
 
 /// C's block [i0, i0 + rows) x [j0, j0 + cols) = alpha * block + beta * C (beta 0: C is not
@@ -294,26 +331,24 @@ struct AmxTiles {
 };
 #endif
 
-/// gemm_bf16 by a tile kernel (amx or avx512_bf16) over 32 x 32 blocks of C, in parallel.
-inline void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::int64_t n,
-                             std::int64_t k, float alpha, const float* a, std::int64_t lda,
-                             const float* b, std::int64_t ldb, float beta, float* c,
-                             std::int64_t ldc) {
+/// gemm_bf16 by a tile kernel (amx or avx512_bf16) over 32 x 32 blocks of C, in parallel; B's
+/// rows made in bfloat16 by `b_rows` (pack_b_bf16_rows).
+template <class Rows>
+void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                      std::int64_t k, float alpha, const float* a, std::int64_t lda, Rows&& b_rows,
+                      float beta, float* c, std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
   if (shape_only()) return;
-  const auto pa =
-      std::make_unique_for_overwrite<std::uint16_t[]>(static_cast<std::size_t>(mp * kp));
-  const auto pb =
-      std::make_unique_for_overwrite<std::uint16_t[]>(static_cast<std::size_t>(np * kp));
-  pack_a_bf16(ta, m, k, a, lda, pa.get());
-  pack_b_bf16(tb, k, n, np / 16, b, ldb, pb.get());
+  const auto [pa, pb] = kernel_scratch().reserve<std::uint16_t>(mp * kp, np * kp);
+  pack_a_bf16(ta, m, k, a, lda, pa);
+  pack_b_bf16_rows(tb, k, n, np / 16, b_rows, pb);
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
   const auto blocks = [&](std::int64_t s, std::int64_t e, auto&& product) {
     alignas(64) float block[32 * 32];
     for (std::int64_t t = s; t < e; ++t) {  // down a column of blocks: its B panels stay in cache
       const std::int64_t i0 = t % row_blocks * 32, j0 = t / row_blocks * 32;
-      const std::uint16_t* b0 = pb.get() + (j0 / 16) * kp * 16;
-      product(pa.get() + i0 * kp, b0, b0 + kp * 16, kp, block);
+      const std::uint16_t* b0 = pb + (j0 / 16) * kp * 16;
+      product(pa + i0 * kp, b0, b0 + kp * 16, kp, block);
       write_block(block, 32, std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
                   alpha, beta, c + i0 * ldc + j0, ldc);
     }
@@ -332,25 +367,48 @@ inline void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m
   });
 }
 
-/// gemm_bf16 by the convert kernel: the inputs rounded to bfloat16 and back, then the float GEMM.
-inline void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                              float alpha, const float* a, std::int64_t lda, const float* b,
-                              std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+/// gemm_bf16 by the convert kernel: the inputs rounded to bfloat16 and back (B's rows made in
+/// bfloat16 by `b_rows`), then the float GEMM.
+template <class Rows>
+void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                       float alpha, const float* a, std::int64_t lda, Rows&& b_rows, float beta,
+                       float* c, std::int64_t ldc) {
   const std::int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   if (shape_only()) return;
-  const auto ra = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(ar * ac));
-  const auto rb = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(br * bc));
-  const auto round = [](const float* src, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                        float* dst) {
-    for_rows(rows, cols, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t j = 0; j < cols; ++j)
-          dst[r * cols + j] = bf16_to_float(detail::float_to_bf16(src[r * ld + j]));
-    });
-  };
-  round(a, ar, ac, lda, ra.get());
-  round(b, br, bc, ldb, rb.get());
-  gemm<float>(ta, tb, m, n, k, alpha, ra.get(), ac, rb.get(), bc, beta, c, ldc);
+  const auto [ra, rb] = kernel_scratch().reserve<float>(ar * ac, br * bc);
+  for_rows(ar, ac, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t j = 0; j < ac; ++j)
+        ra[r * ac + j] = bf16_to_float(float_to_bf16(a[r * lda + j]));
+  });
+  for_rows(br, bc, [&](std::int64_t r0, std::int64_t r1) {
+    // a row of B at a time in bfloat16: 2 bytes a column, outside the count like the scratch
+    std::vector<std::uint16_t> row(static_cast<std::size_t>(bc));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      b_rows(r, r + 1, row.data(), bc);
+      for (std::int64_t j = 0; j < bc; ++j) rb[r * bc + j] = bf16_to_float(row[j]);
+    }
+  });
+  gemm<float>(ta, tb, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc);
+}
+
+/// gemm_bf16 by the machine's kernel, B's rows made by `b_rows` (the public overloads' body).
+template <class Rows>
+void gemm_bf16_rows(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                    const float* a, std::int64_t lda, Rows&& b_rows, float beta, float* c,
+                    std::int64_t ldc) {
+  if (m <= 0 || n <= 0 || (shape_only() && k <= 0)) return;
+  if (k <= 0) {  // nothing to add: C = beta C
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+    return;
+  }
+  const Bf16Kernel kernel = bf16_kernel_slot().load(std::memory_order_relaxed);
+  if (kernel == Bf16Kernel::convert) {
+    gemm_bf16_convert(ta, tb, m, n, k, alpha, a, lda, b_rows, beta, c, ldc);
+    return;
+  }
+  gemm_bf16_blocks(kernel, ta, tb, m, n, k, alpha, a, lda, b_rows, beta, c, ldc);
 }
 
 }  // namespace detail
@@ -383,18 +441,38 @@ inline void set_bf16_kernel(Bf16Kernel kernel) {
 inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                       float alpha, const float* a, std::int64_t lda, const float* b,
                       std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  if (m <= 0 || n <= 0 || (detail::shape_only() && k <= 0)) return;
-  if (k <= 0) {  // nothing to add: C = beta C
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
-    return;
+  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, lda,
+                         detail::rounded_rows(b, ldb, trans_b ? k : n), beta, c, ldc);
+}
+
+/// A matrix held in another format whose rows are made in bfloat16 on demand: a frozen weight
+/// (QuantizedWeight::dequantize_rows_bf16), so that it feeds gemm_bf16 without a float copy.
+/// `make(r0, r1, out)` writes rows [r0, r1), `cols` values each, one after the other; gemm_bf16
+/// calls it from several threads at once, on disjoint rows, and never for an empty range.
+struct Bf16Rows {
+  std::int64_t rows = 0, cols = 0;
+  std::function<void(std::int64_t r0, std::int64_t r1, std::uint16_t* out)> make;
+};
+
+/// gemm_bf16 with B made by `b`: (n, k) when trans_b (op(B) = B^T), else (k, n). The same
+/// values as gemm_bf16 on B's float values (rounding a bfloat16 value changes nothing), and the
+/// same bits in the forward direction (trans_b). Throws a ShapeError when `b` does not fit.
+inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                      float alpha, const float* a, std::int64_t lda, const Bf16Rows& b, float beta,
+                      float* c, std::int64_t ldc) {
+  if (b.rows != (trans_b ? n : k) || b.cols != (trans_b ? k : n) || !b.make) {
+    throw ShapeError(detail::cat("gemm_bf16: B made by rows is (", b.rows, ", ", b.cols,
+                                 "), expected (", trans_b ? n : k, ", ", trans_b ? k : n, ")",
+                                 b.make ? "" : " with a row maker"));
   }
-  const Bf16Kernel kernel = bf16_kernel();
-  if (kernel == Bf16Kernel::convert) {
-    detail::gemm_bf16_convert(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  detail::gemm_bf16_blocks(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const auto rows = [&](std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) {
+    if (ld == b.cols) {
+      b.make(r0, r1, out);
+      return;
+    }
+    for (std::int64_t r = r0; r < r1; ++r) b.make(r, r + 1, out + (r - r0) * ld);
+  };
+  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, lda, rows, beta, c, ldc);
 }
 
 namespace detail {

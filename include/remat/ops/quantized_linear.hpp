@@ -3,13 +3,17 @@
 /// linear with a frozen quantized weight: y = x deq(W)^T + b, W a QuantizedWeight (BF16, INT8 or
 /// NF4, core/quantized.hpp). The weight is never dequantized whole: the GEMMs run over panels
 /// of kQuantizedPanel weight values (a block of W's rows), each dequantized once into a small
-/// float scratch (counted by the allocator) and multiplied at once by detail::gemm. Backward
+/// float scratch (counted by the allocator) and multiplied at once by detail::gemm. Under
+/// Precision::bf16 there is no float panel (but with the convert kernel, which multiplies float
+/// copies): gemm_bf16 makes W's rows in bfloat16 from their storage as it packs them (Bf16Rows),
+/// one GEMM for the whole weight. Backward
 /// gives the input's gradient (dx = dy deq(W), panel by panel again) and the bias's; the weight
 /// is frozen: no gradient, no optimizer state. Dequantization is deterministic, so a checkpoint
 /// replay reproduces the forward bit for bit.
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #include "remat/core/quantized.hpp"
 #include "remat/core/record.hpp"
@@ -62,6 +66,13 @@ class QuantizedLinearNode final : public Node<T> {
     this->save(0, in[0]);
     Tensor<T> y(out_shape_);
     if (bias_) fill_rows(y, in[1], rows_, out_);
+    if constexpr (std::is_same_v<T, float>) {
+      if (feeds_bf16_gemm()) {  // one GEMM, W's rows made in bfloat16 as it packs them
+        gemm_bf16(false, true, rows_, out_, in_, 1.0f, in[0].data(), in_, weight_rows(),
+                  bias_ ? 1.0f : 0.0f, y.data(), out_);
+        return y;
+      }
+    }
     Tensor<T> panel = scratch();
     if (shape_only()) return y;  // once the scratch is made, as a real run makes it
     for_panels([&](std::int64_t o0, std::int64_t o1) {  // y[:, o0:o1] (+)= x W[o0:o1]^T
@@ -74,7 +85,14 @@ class QuantizedLinearNode final : public Node<T> {
 
   // dx = dy deq(W) = sum over panels of dy[:, o0:o1] W[o0:o1]; db = column sums of dy
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
-    if (grads.needs(0)) {
+    if (grads.needs(0) && feeds_bf16_gemm()) {
+      grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+        if constexpr (std::is_same_v<T, float>) {
+          gemm_bf16(false, false, rows_, in_, out_, 1.0f, gy.data(), out_, weight_rows(),
+                    overwrite ? 0.0f : 1.0f, gx.data(), in_);
+        }
+      });
+    } else if (grads.needs(0)) {
       // made outside the write, which a shape-only run skips; live as long as in the write
       Tensor<T> panel = scratch();
       grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
@@ -98,6 +116,18 @@ class QuantizedLinearNode final : public Node<T> {
   }
 
  private:
+  // Under Precision::bf16 the weight feeds gemm_bf16's tile kernels directly: no float panel,
+  // one GEMM for the whole weight (its packing, outside the count, holds 2 bytes a weight
+  // value). The convert kernel (CPUs without BF16 instructions) multiplies float copies, so
+  // there the panels stay: a float copy of the whole weight is what they avoid.
+  bool feeds_bf16_gemm() const noexcept {
+    return std::is_same_v<T, float> && this->bf16 && bf16_kernel() != Bf16Kernel::convert;
+  }
+  Bf16Rows weight_rows() const {
+    return {out_, in_, [w = w_.get()](std::int64_t r0, std::int64_t r1, std::uint16_t* out) {
+              w->dequantize_rows_bf16(r0, r1, out);
+            }};
+  }
   std::int64_t panel_rows() const noexcept { return quantized_panel_rows(in_, out_); }
   Tensor<T> scratch() const { return Tensor<T>({panel_rows(), in_}); }
   // W's rows [o0, o1) into the panel, split across remat's threads: decoded on one thread, they
