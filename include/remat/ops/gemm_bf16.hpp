@@ -339,7 +339,11 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
                       float beta, float* c, std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
   if (shape_only()) return;
-  const auto [pa, pb] = kernel_scratch().reserve<std::uint16_t>(mp * kp, np * kp);
+  // not a structured binding: the lambdas below capture them (clang before 16 cannot)
+  const std::pair<std::uint16_t*, std::uint16_t*> packed =
+      kernel_scratch().reserve<std::uint16_t>(mp * kp, np * kp);
+  std::uint16_t* const pa = packed.first;
+  std::uint16_t* const pb = packed.second;
   pack_a_bf16(ta, m, k, a, lda, pa);
   pack_b_bf16_rows(tb, k, n, np / 16, b_rows, pb);
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
@@ -375,7 +379,9 @@ void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, std::in
                        float* c, std::int64_t ldc) {
   const std::int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   if (shape_only()) return;
-  const auto [ra, rb] = kernel_scratch().reserve<float>(ar * ac, br * bc);
+  const std::pair<float*, float*> rounded = kernel_scratch().reserve<float>(ar * ac, br * bc);
+  float* const ra = rounded.first;  // named, not bound: the lambdas below capture them
+  float* const rb = rounded.second;
   for_rows(ar, ac, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
       for (std::int64_t j = 0; j < ac; ++j)
