@@ -24,7 +24,7 @@ class KernelScratch {
     const std::size_t b_offset = round_up(static_cast<std::size_t>(a) * sizeof(T));
     const std::size_t bytes = b_offset + static_cast<std::size_t>(b) * sizeof(T);
     if (bytes > bytes_) {
-      data_.reset();  // before the new allocation: never both at once
+      release();  // before the new allocation: never both at once, nothing held if it throws
       data_.reset(static_cast<std::byte*>(::operator new(bytes, kAlign)));
       bytes_ = bytes;
     }
