@@ -128,6 +128,44 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "BF16 keeps the fused attention's probabilities as a bfloat16 copy, flash's statistics "
+    "as they are",
+    "[precision]") {
+  Rng rng(11);
+  const std::int64_t b = 2, t = 12, heads = 2, c = 8;
+  const auto x = rng.normal_tensor<float>({b, t, 3 * c});
+  const auto gy = rng.normal_tensor<float>({b, t, c});
+  // What the op holds after its forward pass (its output y and its saves), and dx.
+  const auto run = [&](Precision p, AttentionKernel kernel) {
+    const PrecisionGuard guard(p);
+    Tape tape;
+    const Var<float> in = tape.input(x, true);
+    const Var<float> qkv = in + 0.0f;  // an activation: saved as a copy under BF16
+    const std::size_t before = memory::live_bytes();
+    const Var<float> y = attention(qkv, {.heads = heads, .kernel = kernel});
+    const std::size_t held = memory::live_bytes() - before;
+    tape.backward(sum(y * tape.input(gy)));
+    return std::pair(held, in.grad().clone());
+  };
+  const std::size_t y_bytes = b * t * c * 4, qkv_bytes = b * t * 3 * c * 4;
+  const std::size_t probs = b * heads * t * t * 4, lse = b * heads * t * 4;
+  const auto [fused32, dx32] = run(Precision::f32, AttentionKernel::fused);
+  const auto [fused16, dx16] = run(Precision::bf16, AttentionKernel::fused);
+  const std::size_t flash16 = run(Precision::bf16, AttentionKernel::flash).first;
+  CHECK(fused32 == y_bytes + probs);  // qkv is saved as it is: no new bytes
+  CHECK(fused16 == y_bytes + qkv_bytes / 2 + probs / 2);
+  CHECK(flash16 == y_bytes + qkv_bytes / 2 + lse);
+  // the backward read the rounded probabilities: close to float32's gradient, not equal
+  double worst = 0, scale = 0;
+  for (std::int64_t i = 0; i < dx32.numel(); ++i) {
+    worst = std::max(worst, double(std::abs(dx16.data()[i] - dx32.data()[i])));
+    scale = std::max(scale, double(std::abs(dx32.data()[i])));
+  }
+  CHECK(worst > 0);
+  CHECK(worst < 0.05 * scale);
+}
+
 TEST_CASE("BF16 gradients are bitwise equal under every checkpoint plan and policy",
           "[precision][checkpoint]") {
   const BlockModel model(3, 16, 0.1, 7);

@@ -783,7 +783,7 @@ TEST_CASE("a file truncated after it was opened reads as an IoError or as its da
     std::vector<remat::io::NamedTensor<float>> tensors;
     const int count = 1 + static_cast<int>(rng.uniform_int(4));
     for (int k = 0; k < count; ++k) {
-      tensors.emplace_back("t" + std::to_string(k),
+      tensors.emplace_back(remat::detail::cat("t", k),
                            rng.normal_tensor<float>({1 + rng.uniform_int(3), 1024}));
     }
     const std::string path = dir + "/t" + std::to_string(trial) + ".safetensors";

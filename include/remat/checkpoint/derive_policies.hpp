@@ -50,7 +50,12 @@ struct OpClass {
   std::string label() const {
     if (!by_shape) return op->name();
     std::string s = std::string(op->name()) + "[";
-    for (int i = 0; i < shape.rank(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+    for (int i = 0; i < shape.rank(); ++i) {
+      // appended in two steps: GCC 12 at -O3 mistakes `"x" + std::to_string(...)` for an
+      // out-of-bounds memcpy (-Warray-bounds, -Wstringop-overflow)
+      if (i) s += 'x';
+      s += std::to_string(shape[i]);
+    }
     return s + "]";
   }
 };

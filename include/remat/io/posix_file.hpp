@@ -129,7 +129,8 @@ inline bool process_alive(long pid) {
 /// "." + base (cut so that a name stays within NAME_MAX) + ".tmp.", then the saving process'
 /// id, "." and a number unique within that process.
 inline std::string temporary_prefix(const std::string& base) {
-  return "." + base.substr(0, std::min<std::size_t>(base.size(), 200)) + ".tmp.";
+  // cat, not "." + std::string: GCC 12's -O3 warning (checkpoint/derive_policies.hpp)
+  return remat::detail::cat(".", std::string_view(base).substr(0, 200), ".tmp.");
 }
 
 /// A new temporary name in `dir` (with its slash, or "") for a save to `base`.

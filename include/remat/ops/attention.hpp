@@ -26,8 +26,10 @@
 /// a padded row.) The node keeps the tensor (a shared handle, not a copy), so replays read it
 /// too; a flash block skips the keys before the first example any of its rows sees.
 ///
-/// Under Precision::bf16 (core/precision.hpp) the operands it keeps are bfloat16 copies; its
-/// GEMMs, the softmax, the log-sum-exps and the fused kernel's kept probabilities stay float.
+/// Under Precision::bf16 (core/precision.hpp) the operands it keeps and the fused kernel's
+/// probabilities are bfloat16 copies (the forward multiplies by the float ones, the backward by
+/// the copy widened: relative error 2^-9, as any saved activation); its GEMMs, the softmax and the
+/// log-sum-exps stay float.
 /// Its GEMMs are many small products per head, where gemm_bf16's packing costs more than the
 /// faster products save: a GPT step measured 1.2x slower with them in bfloat16
 /// (docs/benchmarks.md, "BF16 training").
@@ -169,31 +171,19 @@ class AttentionNode final : public Node<T> {
   // y[i0:i1] = dropout(P) V_g[k0:k1]. Columns [0, k0) of S are only set to zero.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const std::array<Tensor<T>, 3> held = kept_operands(in);
-    const Operands<const T> x = operands(held[0], held[1], held[2]);
     Tensor<T> y(Shape{b_, t_, cq()});
     Tensor<T> stats = flash_ ? Tensor<T>(Shape{b_, h_, t_}) : Tensor<T>(Shape{b_, h_, t_, t_});
     Tensor<T> scores = flash_ ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>();
     Tensor<T> dropped = dropout_scratch();
     for (int i = 0; i < 3; ++i) this->save(i, held[static_cast<std::size_t>(i)]);
-    this->save_exact(kStats, stats);
-    if (shape_only()) return y;
-    const T scale = T(1) / std::sqrt(T(d_));
-    for (std::int64_t b = 0; b < b_; ++b) {
-      const KeyRange keys = keys_of(b);
-      for (std::int64_t h = 0; h < h_; ++h) {
-        for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
-          const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-          const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
-          T* s = flash_ ? scores.data() : stats.data() + (b * h_ + h) * t_ * t_;
-          gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
-                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), s + k0, t_);
-          softmax_rows(s, t_, flash_ ? stats.data() + (b * h_ + h) * t_ : nullptr, i0, i1, keys);
-          const T* weights = dropped_out(s, dropped, b, h, i0, i1);
-          gemm<T>(false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
-                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
-                  y.data() + (b * t_ + i0) * cq() + h * d_, cq());
-        }
-      }
+    if (!shape_only()) forward_blocks(held, y, stats, scores, dropped);
+    // Saved once filled, since under BF16 save() copies: the fused kernel's probabilities are an
+    // activation like the others (a bfloat16 copy, half the bytes of the largest thing a step
+    // keeps), the flash kernel's log-sum-exps softmax statistics that stay float.
+    if (flash_) {
+      this->save_exact(kStats, stats);
+    } else {
+      this->save(kStats, stats);
     }
     return y;
   }
@@ -301,6 +291,30 @@ class AttentionNode final : public Node<T> {
     rotate(in[0], in[1], held[0], held[1], false);
     return held;
   }
+  /// forward()'s arithmetic: y, and the probabilities (fused) or log-sum-exps (flash) in stats.
+  void forward_blocks(const std::array<Tensor<T>, 3>& held, Tensor<T>& y, Tensor<T>& stats,
+                      Tensor<T>& scores, Tensor<T>& dropped) const {
+    const Operands<const T> x = operands(held[0], held[1], held[2]);
+    const T scale = T(1) / std::sqrt(T(d_));
+    for (std::int64_t b = 0; b < b_; ++b) {
+      const KeyRange keys = keys_of(b);
+      for (std::int64_t h = 0; h < h_; ++h) {
+        for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
+          const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
+          const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
+          T* s = flash_ ? scores.data() : stats.data() + (b * h_ + h) * t_ * t_;
+          gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
+                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), s + k0, t_);
+          softmax_rows(s, t_, flash_ ? stats.data() + (b * h_ + h) * t_ : nullptr, i0, i1, keys);
+          const T* weights = dropped_out(s, dropped, b, h, i0, i1);
+          gemm<T>(false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
+                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
+                  y.data() + (b * t_ + i0) * cq() + h * d_, cq());
+        }
+      }
+    }
+  }
+
   /// Where the heads of q, k and v sit in the kept operands.
   Operands<const T> operands(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) const {
     if (packed_) return packed_operands<const T>(a.data());

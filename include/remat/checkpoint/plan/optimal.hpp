@@ -30,8 +30,7 @@ class NestedPlanner {
   static constexpr std::size_t kExactLayers = 96;
 
   NestedPlanner(const Chain& c, std::size_t slots)
-      : c_(c),
-        n_(c.layers()),
+      : n_(c.layers()),
         k_(std::min<std::size_t>(slots, n_)),
         exact_(n_ <= kExactLayers),
         prefix_(n_ + 1, 0) {
@@ -174,7 +173,6 @@ class NestedPlanner {
     if (m != 0) build_h(m, e, k - 1, top);
   }
 
-  const Chain& c_;
   std::size_t n_, k_;
   bool exact_;
   std::vector<double> prefix_;
