@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -323,14 +324,39 @@ int run_main(const char* program, Body&& body) {
   });
 }
 
+/// One line for a bad or unknown flag: the program, CLI11's message and the flags the program
+/// takes, so that the error reads like every other failure (run_main) and still says what to type.
+inline std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
+  std::string line = std::filesystem::path(app.get_name()).filename().string();
+  line += ": ";
+  line += e.what();
+  line += "; flags:";
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string name = option->get_name();
+    if (!name.empty()) line += " " + name;  // empty: hidden
+  }
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return line;
+}
+
+/// What parse() and parse_or_exit_code() do with a ParseError: --help prints the flags and gives
+/// 0; anything else prints parse_error_line() (when `print`) and gives CLI11's non-zero code.
+inline int report_parse_error(const CLI::App& app, const CLI::ParseError& e, bool print) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+    std::ostringstream quiet;
+    return print ? app.exit(e) : app.exit(e, quiet, quiet);
+  }
+  if (print) std::fprintf(stderr, "%s\n", parse_error_line(app, e).c_str());
+  return e.get_exit_code();
+}
+
 /// Parses argv into `app`; on --help prints the flags and exits 0, on a bad or unknown flag
-/// prints the error and the list of valid flags and exits non-zero.
+/// prints one line (the error and the valid flags) and exits non-zero.
 inline void parse(CLI::App& app, int argc, char** argv) {
-  app.failure_message(CLI::FailureMessage::help);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
+    std::exit(report_parse_error(app, e, true));
   }
 }
 
@@ -339,13 +365,11 @@ inline void parse(CLI::App& app, int argc, char** argv) {
 /// exit code after --help or a bad flag. Only a process with `print` set prints (rank 0), so
 /// that N ranks do not print N copies.
 inline int parse_or_exit_code(CLI::App& app, int argc, char** argv, bool print) {
-  app.failure_message(CLI::FailureMessage::help);
   try {
     app.parse(argc, argv);
     return -1;
   } catch (const CLI::ParseError& e) {
-    std::ostringstream quiet;
-    return print ? app.exit(e) : app.exit(e, quiet, quiet);
+    return report_parse_error(app, e, print);
   }
 }
 

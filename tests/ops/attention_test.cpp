@@ -1,6 +1,8 @@
 // remat::attention() (ops/attention.hpp) over its option grid: q, k and v packed in one tensor or
 // apart; heads and grouped kv_heads (any divisor, or 0); RoPE (random theta, offset and scaling);
-// causal or not; a sliding window; packed rows' starts; dropout; the fused kernel and the flash
+// causal or not; a sliding window; packed rows' starts; an additive bias of every shape it takes
+// ((T, T), (1 or B, 1 or H, T, T)), with keys hidden by -inf, whole rows of them too; dropout;
+// the fused kernel and the flash
 // kernel with any block of query rows (1, fewer than T, T, more than T). Cases are drawn from a
 // seeded std::mt19937 and printed whole with INFO, so that a failure names the case to rerun;
 // every case runs both kernels. The main grid: 150 cases, B <= 2, T <= 9, H <= 4, D <= 4, small
@@ -9,7 +11,8 @@
 //
 // What is checked, and to what bound:
 // - Values against a naive float64 reference written here: scores per head, the mask rules
-//   (causal j <= i, window j > i - w, packed rows j >= starts[i]), a softmax, dropout's mask
+//   (causal j <= i, window j > i - w, packed rows j >= starts[i]), the bias added (a query
+//   whose keys are all hidden: zero weights), a softmax, dropout's mask
 //   redrawn from its documented counters, times V. |got - want| <= 1e-12 (1 + |want|): each
 //   output is a convex combination (times 1 / (1 - p)) of at most T values of size O(1), with
 //   weights from scores that are sums of D products of size O(1), so the two computations differ
@@ -28,7 +31,9 @@
 //   ones, bitwise, on every case (a replay must redo the same arithmetic and the same draws).
 // - Exact identities, bitwise: packed qkv vs its slices (the same products in the same order;
 //   only the strides the heads are read at differ); a window as long as the row vs none; starts
-//   of one example per row vs none; the gradients of a subset of q, k and v vs all three.
+//   of one example per row vs none; a zero bias vs none; the gradients of a subset of q, k and v
+//   vs all three. A bias hiding the keys after each query, on full attention, equals causal
+//   attention to 1e-12 (the softmax then adds the hidden keys' zeros).
 // - float: against the double reference to 1e-5 (1 + |want|): float's rounding (6e-8) times the
 //   few dozen operations each output goes through, with margin; on generated cases and on rows
 //   around the default flash block (kFlashBlockRows).
@@ -94,6 +99,10 @@ struct GridCase {
       out << " starts";
       for (std::int32_t s : o.starts) out << ' ' << s;
     }
+    if (o.bias.defined()) {
+      out << " bias " << o.bias.shape();
+      for (float x : o.bias) out << ' ' << x;
+    }
     return out.str();
   }
 };
@@ -116,6 +125,20 @@ Tensor<std::int32_t> random_starts(std::mt19937& gen, std::int64_t batch, std::i
     }
   }
   return s;
+}
+
+// A bias of one of the shapes attention() takes, normal values with about one in five -inf (a
+// hidden key; on short rows, all of a query's keys now and then).
+Tensor<float> random_bias(std::mt19937& gen, std::int64_t batch, std::int64_t heads,
+                          std::int64_t time) {
+  const std::int64_t form = draw(gen, 0, 4);
+  const Shape shape = form == 0 ? Shape{time, time}
+                                : Shape{form == 2 || form == 4 ? batch : 1,
+                                        form == 3 || form == 4 ? heads : 1, time, time};
+  Tensor<float> bias(shape);
+  std::normal_distribution<float> normal;
+  for (float& x : bias) x = coin(gen, 0.2) ? -INFINITY : normal(gen);
+  return bias;
 }
 
 // RoPE options with a random theta and offset, and a scaling whose frequencies depend on
@@ -166,6 +189,7 @@ GridCase random_case(std::mt19937& gen, std::int64_t max_time) {
   if (rope) c.o.rope = random_rope(gen, c.o.starts.defined());
   c.dim = rope ? 2 * draw(gen, 1, 2) : draw(gen, 1, 4);
   if (coin(gen, 1.0 / 3)) c.o.dropout = std::uniform_real_distribution<double>(0.1, 0.5)(gen);
+  if (coin(gen, 1.0 / 3)) c.o.bias = random_bias(gen, c.batch, c.o.heads, c.time);
   // the flash kernel's block: one row, some rows, the whole row, more than the row
   switch (draw(gen, 0, 3)) {
     case 0:
@@ -276,8 +300,19 @@ bool sees(const GridCase& c, std::int64_t b, std::int64_t i, std::int64_t j) {
   return true;
 }
 
+// The bias of query i and key j in head h of batch b, read by broadcasting; 0 without one.
+double bias_at(const GridCase& c, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+  const Tensor<float>& bias = c.o.bias;
+  if (!bias.defined()) return 0.0;
+  const std::int64_t T = c.time;
+  if (bias.rank() == 2) return bias[i * T + j];
+  const std::int64_t bb = bias.dim(0) == 1 ? 0 : b, hh = bias.dim(1) == 1 ? 0 : h;
+  return bias[((bb * bias.dim(1) + hh) * T + i) * T + j];
+}
+
 // The op's value by definition, in double: for each (b, h, i) the scores q_i . k_j / sqrt(D)
-// over the keys i sees (head h reads key/value head h / (H / G)), their softmax, each weight
+// plus the bias over the keys i sees (head h reads key/value head h / (H / G)), their softmax
+// (no weight at all when every such score is -inf), each weight
 // dropped (drawn at counter ((b H + h) T + i) T + j of the op's stream (kTapeSeed, node): dropped
 // when its 32 bits fall below p 2^32) or scaled by 1 / (1 - p), times the values.
 Tensor<double> reference(const GridCase& c, const std::vector<Tensor<double>>& in,
@@ -304,9 +339,11 @@ Tensor<double> reference(const GridCase& c, const std::vector<Tensor<double>>& i
           double s = 0;
           for (std::int64_t d = 0; d < D; ++d)
             s += q[(b * T + i) * H * D + h * D + d] * k[(b * T + j) * G * D + g * D + d];
-          w[std::size_t(j)] = sees(c, b, i, j) ? s / std::sqrt(double(D)) : -INFINITY;
+          w[std::size_t(j)] =
+              sees(c, b, i, j) ? s / std::sqrt(double(D)) + bias_at(c, b, h, i, j) : -INFINITY;
           top = std::max(top, w[std::size_t(j)]);
         }
+        if (top == -INFINITY) continue;  // every key hidden: y's row stays zero
         double total = 0;
         for (double& x : w) total += (x = std::exp(x - top));  // exp(-inf) = 0: unseen keys
         for (std::int64_t j = 0; j < T; ++j) {
@@ -464,6 +501,97 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "attention: a zero bias is none, bitwise; a bias hiding later keys on full attention is "
+    "causal attention; a query whose keys are all hidden gets zero output and passes no gradient",
+    "[ops][attention][flash][bias]") {
+  using namespace attention_grid;
+  std::mt19937 gen(5151);
+  for (int trial = 0; trial < 30; ++trial) {
+    GridCase c = random_case(gen, 20);
+    c.o.causal = true;
+    c.o.window = 0;
+    c.o.starts = Tensor<std::int32_t>();
+    c.o.bias = Tensor<float>();
+    GridCase zero_bias = c, full = c, hidden_row = c;
+    zero_bias.o.bias = Tensor<float>::zeros({c.batch, 1, c.time, c.time});
+    full.o.causal = false;
+    full.o.bias = Tensor<float>::zeros({c.time, c.time});
+    for (std::int64_t i = 0; i < c.time; ++i)
+      for (std::int64_t j = i + 1; j < c.time; ++j) full.o.bias[i * c.time + j] = -INFINITY;
+    // one query of one head of one batch sees nothing
+    const std::int64_t b0 = draw(gen, 0, c.batch - 1), h0 = draw(gen, 0, c.heads() - 1),
+                       i0 = draw(gen, 0, c.time - 1);
+    hidden_row.o.bias = Tensor<float>::zeros({c.batch, c.heads(), c.time, c.time});
+    for (std::int64_t j = 0; j < c.time; ++j)
+      hidden_row.o.bias[((b0 * c.heads() + h0) * c.time + i0) * c.time + j] = -INFINITY;
+    INFO("trial " << trial << ": " << c.describe() << "; hidden query " << i0 << " of head " << h0
+                  << " of batch " << b0);
+    const auto in = random_inputs<double>(c, 8000 + std::uint64_t(trial));
+    const Tensor<double> seed_grad =
+        remat::test::randn(c.output_shape(), 9000 + std::uint64_t(trial));
+    for (const AttentionKernel kernel : kKernels) {
+      INFO(remat::to_string(kernel) << " kernel");
+      const Run<double> plain = run_attention(c, kernel, in, &seed_grad);
+      const Run<double> zero = run_attention(zero_bias, kernel, in, &seed_grad);
+      CHECK(same_bits(zero.y, plain.y));
+      for (std::size_t k = 0; k < in.size(); ++k) CHECK(same_bits(zero.grads[k], plain.grads[k]));
+      const Run<double> masked = run_attention(full, kernel, in, &seed_grad);
+      CHECK(max_rel_diff(masked.y, plain.y) <= 1e-12);
+      for (std::size_t k = 0; k < in.size(); ++k)
+        CHECK(max_rel_diff(masked.grads[k], plain.grads[k]) <= 1e-12);
+      // The hidden query's output is zero; its own gradient too (nothing it computed reaches y).
+      // Its q holds columns h0 D .. (h0 + 1) D of its position, apart or packed alike.
+      const Run<double> hidden = run_attention(hidden_row, kernel, in, &seed_grad);
+      const std::int64_t at = (b0 * c.time + i0) * c.heads() * c.dim + h0 * c.dim;
+      const std::int64_t q_at = (b0 * c.time + i0) * in[0].dim(2) + h0 * c.dim;
+      for (std::int64_t d = 0; d < c.dim; ++d) {
+        CHECK(hidden.y[at + d] == 0.0);
+        CHECK(hidden.grads[0][q_at + d] == 0.0);
+      }
+      CHECK(max_rel_diff(hidden.y, reference(hidden_row, in, hidden.node)) <= 1e-12);
+    }
+  }
+}
+
+TEST_CASE(
+    "attention: its (batch, group) units run in parallel with the bits of one thread and count "
+    "the same bytes on any thread count",
+    "[ops][attention][flash][threads]") {
+  using namespace attention_grid;
+  const int before = remat::num_threads();
+  std::mt19937 gen(6262);
+  for (int trial = 0; trial < 24; ++trial) {
+    GridCase c = random_case(gen, 40);
+    if (c.batch * c.groups() < 2) c.batch = 2;  // units to run apart
+    if (c.o.starts.defined()) c.o.starts = random_starts(gen, c.batch, c.time, 0.3);
+    if (c.o.bias.defined()) c.o.bias = random_bias(gen, c.batch, c.heads(), c.time);
+    INFO("trial " << trial << ": " << c.describe());
+    const auto in = random_inputs<float>(c, 9500 + std::uint64_t(trial));
+    const Tensor<float> seed_grad =
+        remat::Rng(9900 + std::uint64_t(trial)).normal_tensor<float>(c.output_shape());
+    for (const AttentionKernel kernel : kKernels) {
+      INFO(remat::to_string(kernel) << " kernel");
+      std::vector<Run<float>> runs;
+      std::vector<std::size_t> peaks;
+      for (const int threads : {1, 2, 3}) {
+        remat::set_num_threads(threads);
+        runs.push_back(run_attention(c, kernel, in, &seed_grad));
+        peaks.push_back(
+            remat::test::counted(false, [&] { run_attention(c, kernel, in, &seed_grad); }).peak);
+      }
+      for (std::size_t t = 1; t < runs.size(); ++t) {
+        INFO(t + 1 << " threads against one");
+        CHECK(same_bits(runs[t].y, runs[0].y));
+        for (std::size_t k = 0; k < in.size(); ++k)
+          CHECK(same_bits(runs[t].grads[k], runs[0].grads[k]));
+        CHECK(peaks[t] == peaks[0]);
+      }
+    }
+  }
+  remat::set_num_threads(before);
+}
+
+TEST_CASE(
     "attention: packed qkv equals its q, k and v sliced apart, bitwise, values and gradients, "
     "dropout included",
     "[ops][attention][packed]") {
@@ -590,6 +718,8 @@ TEST_CASE(
   const std::int64_t batch = 2, time = 90, heads = 4, kv_heads = 2, dim = 8;
   const auto bytes = [](std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); };
   const std::int64_t rows = std::min(remat::kFlashBlockRows, time);
+  // block buffers per slot: one slot per (batch, kv group) unit, up to kAttentionSlots
+  const std::int64_t slots = std::min(batch * kv_heads, remat::kAttentionSlots);
   for (const int layout : {0, 1, 2}) {  // packed; q, k and v apart; apart with RoPE
     for (const bool packed_rows : {false, true}) {
       for (const double dropout : {0.0, 0.1}) {
@@ -621,9 +751,9 @@ TEST_CASE(
         CHECK(step(AttentionKernel::flash, false) == rotated + bytes(batch * heads * time));
         CHECK(step(AttentionKernel::fused, false) == rotated + bytes(batch * heads * time * time));
         // Peaks, forward and a whole step: flash's is below fused's by the probabilities, less
-        // the (block rows x T) buffers it works in (scores and dropped-out weights forward;
-        // probabilities, their gradient and dropped-out weights backward, where fused has two
-        // (T x T) ones).
+        // the (block rows x T) buffers each slot works in (scores and dropped-out weights
+        // forward; probabilities, their gradient and dropped-out weights backward, where fused
+        // has two (T x T) ones).
         const std::size_t saved = bytes(batch * heads * time * time - batch * heads * time);
         for (const bool backward : {false, true}) {
           INFO((backward ? "forward and backward" : "forward"));
@@ -631,7 +761,7 @@ TEST_CASE(
             return remat::test::counted(false, [&] { step(kernel, backward); }).peak;
           };
           CHECK(peak(AttentionKernel::fused) >=
-                peak(AttentionKernel::flash) + saved - bytes(3 * rows * time));
+                peak(AttentionKernel::flash) + saved - bytes(3 * slots * rows * time));
         }
         for (const AttentionKernel kernel : kKernels) {
           INFO(remat::to_string(kernel) << " kernel, shape-only");
@@ -740,6 +870,37 @@ TEST_CASE("attention: every bad argument is a clear error naming attention and t
                StartsWith("attention: ") && Contains("starts") && Contains("causal = false"));
     CHECK_THROWS_AS(remat::attention(qkv, {.heads = 2, .kv_heads = 1, .dropout = 1.0}),
                     remat::ArgumentError);
+    // the bias: (T, T) or (1 or B, 1 or heads, T, T); finite or -inf
+    for (const Shape& shape : {Shape{4, 5}, Shape{3, 1, 4, 4}, Shape{2, 3, 4, 4}, Shape{2, 2, 4},
+                               Shape{1, 1, 1, 4, 4}, Shape{4}}) {
+      INFO("bias " << shape);
+      const Opts o{.heads = 2, .kv_heads = 1, .bias = Tensor<float>::zeros(shape)};
+      CHECK_THAT(bad(o), StartsWith("attention: bias must be") &&
+                             Contains(remat::detail::cat("got ", shape)) && Contains("T 4"));
+      CHECK_THROWS_AS(one_tensor ? remat::attention(qkv, o) : remat::attention(q, kv, kv, o),
+                      remat::ShapeError);
+    }
+    for (const Shape& shape : {Shape{4, 4}, Shape{1, 1, 4, 4}, Shape{2, 1, 4, 4}, Shape{1, 2, 4, 4},
+                               Shape{2, 2, 4, 4}}) {
+      INFO("bias " << shape);
+      CHECK_NOTHROW(
+          one_tensor
+              ? remat::attention(qkv,
+                                 {.heads = 2, .kv_heads = 1, .bias = Tensor<float>::zeros(shape)})
+              : remat::attention(q, kv, kv,
+                                 {.heads = 2, .kv_heads = 1, .bias = Tensor<float>::zeros(shape)}));
+    }
+    for (const float x : {NAN, INFINITY}) {
+      Tensor<float> bias = Tensor<float>::zeros({1, 2, 4, 4});
+      bias[21] = x;
+      CHECK_THAT(bad({.heads = 2, .kv_heads = 1, .bias = bias}),
+                 StartsWith("attention: bias[21]") && Contains("(1, 2, 4, 4)") &&
+                     Contains(remat::detail::cat("is ", x)) && Contains("-inf to hide a key"));
+      CHECK_THROWS_AS(one_tensor
+                          ? remat::attention(qkv, {.heads = 2, .kv_heads = 1, .bias = bias})
+                          : remat::attention(q, kv, kv, {.heads = 2, .kv_heads = 1, .bias = bias}),
+                      remat::ArgumentError);
+    }
   }
 }
 

@@ -46,11 +46,22 @@ class ThreadPool {
     start_workers(threads - 1);
   }
 
+  /// Whether this thread is running a chunk of a loop (a worker, or a caller inside run()): a
+  /// loop started there runs inline, so a GEMM inside a parallel loop runs whole
+  /// (pool_blas_gemm in ops/gemm.hpp), on whichever thread, with the same bits.
+  static bool inside_loop() noexcept { return inside_loop_flag(); }
+
   /// Runs fn(c) for every chunk c in [0, chunks), on the pool and the calling thread. Runs
-  /// inline when the pool is busy with another caller's loop or when called from a worker.
+  /// inline when the pool is busy with another caller's loop or when called inside a loop
+  /// (which never tries the lock this thread may hold).
   void run(int chunks, const std::function<void(int)>& fn) {
+    if (inside_loop()) {
+      for (int c = 0; c < chunks; ++c) fn(c);
+      return;
+    }
+    const InsideLoop inside;
     std::unique_lock<std::mutex> lock(dispatch_, std::try_to_lock);
-    if (!lock.owns_lock() || in_worker() || workers_.empty()) {
+    if (!lock.owns_lock() || workers_.empty()) {
       for (int c = 0; c < chunks; ++c) fn(c);
       return;
     }
@@ -95,10 +106,18 @@ class ThreadPool {
     return n == 0 ? 1 : static_cast<int>(n);
   }
 
-  static bool& in_worker() noexcept {
+  static bool& inside_loop_flag() noexcept {
     thread_local bool flag = false;
     return flag;
   }
+  /// Marks the calling thread inside a loop for its lifetime (run() is never re-entered inside
+  /// one, so the flag was false before).
+  struct InsideLoop {
+    InsideLoop() noexcept { inside_loop_flag() = true; }
+    ~InsideLoop() { inside_loop_flag() = false; }
+    InsideLoop(const InsideLoop&) = delete;
+    InsideLoop& operator=(const InsideLoop&) = delete;
+  };
 
   static void wait_until(std::atomic<int>& value, int target) {
     for (int spins = 0;; ++spins) {
@@ -116,7 +135,7 @@ class ThreadPool {
   }
 
   void worker_loop() {
-    in_worker() = true;
+    inside_loop_flag() = true;
     std::uint64_t seen = generation_.load(std::memory_order_acquire);
     while (!stopping_.load(std::memory_order_acquire)) {
       std::uint64_t now = generation_.load(std::memory_order_acquire);

@@ -2,11 +2,12 @@
 /// @file
 /// attention(): scaled dot-product attention, one node for every model remat runs. Its options
 /// (AttentionOptions) say which keys a query sees (causal or all, a sliding window, packed rows'
-/// examples), how heads share keys and values (grouped-query), whether queries and keys are
-/// rotated first (RoPE), the dropout on the weights, and the kernel: `fused` keeps the (B, H, T, T)
-/// probabilities for backward, `flash` keeps one log-sum-exp per query row and recomputes them.
-/// q, k and v come apart (Llama: three projections) or side by side in one packed tensor (GPT:
-/// one projection); heads are read in place from either with strided GEMMs.
+/// examples), an additive bias on the scores, how heads share keys and values (grouped-query),
+/// whether queries and keys are rotated first (RoPE), the dropout on the weights, and the kernel:
+/// `fused` keeps the (B, H, T, T) probabilities for backward, `flash` keeps one log-sum-exp per
+/// query row and recomputes them. q, k and v come apart (Llama: three projections) or side by side
+/// in one packed tensor (GPT: one projection); heads are read in place from either with strided
+/// GEMMs.
 ///
 /// Note [attention by query blocks]: the FlashAttention idea (Dao et al. 2022) on the CPU. Queries
 /// are taken `block_rows` at a time; a causal block of rows [i0, i1) sees keys [0, i1) only, so
@@ -26,6 +27,9 @@
 /// a padded row.) The node keeps the tensor (a shared handle, not a copy), so replays read it
 /// too; a flash block skips the keys before the first example any of its rows sees.
 ///
+/// A `bias` is kept the same way (the flash kernel's backward adds it again to the recomputed
+/// scores): change its values between forward and backward and the gradients are of neither.
+///
 /// Under Precision::bf16 (core/precision.hpp) the operands it keeps and the fused kernel's
 /// probabilities are bfloat16 copies (the forward multiplies by the float ones, the backward by
 /// the copy widened: relative error 2^-9, as any saved activation); its GEMMs, the softmax and the
@@ -38,6 +42,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,6 +60,16 @@ namespace remat {
 /// Query rows per block of the flash kernel (Note [attention by query blocks]): a (64 x T) float
 /// block is 64 KiB at T = 256, in L2 with the keys it is multiplied with.
 inline constexpr std::int64_t kFlashBlockRows = 64;
+
+/// Note [attention by units]: the op's work is cut into units, one per (batch, key/value group),
+/// each the heads of its group in order, and the units run in parallel on the pool: a head's
+/// GEMMs (T x D by D x T) are too small to split across threads, and splitting them made a
+/// 2-thread GPT step's attention slower than one thread's. A unit writes only its own rows and
+/// columns (its heads' outputs, its group's dK and dV), so units need no locks, and its GEMMs run
+/// whole (inside a parallel loop), with the same bits on any thread count. Units run on
+/// kAttentionSlots slots at most, unit u on slot u mod slots, each slot with its own block
+/// buffers: the buffers the op counts depend on the shapes only, never on the thread count.
+inline constexpr std::int64_t kAttentionSlots = 8;
 
 /// What the attention op keeps for its backward pass. Both compute the same function, to rounding,
 /// with the same dropout draws.
@@ -80,6 +95,11 @@ struct AttentionOptions {
   /// Packed rows (B, T): the first position of each position's example; undefined: one example a
   /// row (see the file comment).
   Tensor<std::int32_t> starts{};
+  /// Added to the scores Q K^T / sqrt(D) before the softmax: (T, T), or (B or 1, H or 1, T, T)
+  /// broadcast over batches and heads (Hugging Face's 4-D float attention masks, ALiBi's slopes
+  /// times distances). Finite or -inf, which hides a key; a query whose every key it hides gets
+  /// zero weights. A constant, like the masks: no gradient reaches it. Undefined: none.
+  Tensor<float> bias{};
   double dropout = 0.0;  ///< probability of dropping an attention weight, in [0, 1)
   AttentionKernel kernel = AttentionKernel::fused;
   std::int64_t block_rows = kFlashBlockRows;  ///< query rows per block of the flash kernel
@@ -115,6 +135,28 @@ inline void check_starts(const char* op, const Tensor<std::int32_t>& starts, std
               " must start an example (", i, ")",
               i > 0 ? cat(" or continue the previous position's (", s[i - 1], ")") : std::string(),
               "; starts hold, for each position, the first position of its example"));
+    }
+  }
+}
+
+/// The bias: (T, T) or (B or 1, H or 1, T, T), each value finite or -inf (a hidden key).
+inline void check_bias(const Tensor<float>& bias, std::int64_t batch, std::int64_t heads,
+                       std::int64_t time) {
+  if (!bias.defined()) return;
+  const Shape& s = bias.shape();
+  const bool ok = (s.rank() == 2 || (s.rank() == 4 && (s[0] == 1 || s[0] == batch) &&
+                                     (s[1] == 1 || s[1] == heads))) &&
+                  s[s.rank() - 2] == time && s[s.rank() - 1] == time;
+  if (!ok) {
+    throw ShapeError(cat("attention: bias must be (T, T) or (B or 1, heads or 1, T, T) with B ",
+                         batch, ", heads ", heads, ", T ", time, "; got ", s));
+  }
+  if (shape_only() || !bias.has_data()) return;
+  for (std::int64_t i = 0; i < bias.numel(); ++i) {
+    const float x = bias[i];
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+      throw ArgumentError(cat("attention: bias[", i, "] (flat index of ", s, ") is ", x,
+                              "; a bias is finite, or -inf to hide a key"));
     }
   }
 }
@@ -155,6 +197,7 @@ class AttentionNode final : public Node<T> {
         packed_(packed),
         flash_(o.kernel == AttentionKernel::flash),
         rows_(flash_ ? std::max<std::int64_t>(1, std::min(o.block_rows, time)) : time),
+        slots_(std::min(batch * g_, kAttentionSlots)),
         p_(o.dropout),
         seed_(seed),
         threshold_(static_cast<std::uint32_t>(std::min(o.dropout * 4294967296.0, 4294967295.0))),
@@ -167,14 +210,14 @@ class AttentionNode final : public Node<T> {
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
   // block of query rows [i0, i1) seeing keys [k0, k1): S = Q[i0:i1] K_g[k0:k1]^T / sqrt(D) (Q and
-  // K rotated first under RoPE), P = softmax(mask(S)), lse = log-sum-exp of each row (flash),
-  // y[i0:i1] = dropout(P) V_g[k0:k1]. Columns [0, k0) of S are only set to zero.
+  // K rotated first under RoPE), P = softmax(mask(S + bias)), lse = log-sum-exp of each row
+  // (flash), y[i0:i1] = dropout(P) V_g[k0:k1]. Columns [0, k0) of S are only set to zero.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const std::array<Tensor<T>, 3> held = kept_operands(in);
     Tensor<T> y(Shape{b_, t_, cq()});
     Tensor<T> stats = flash_ ? Tensor<T>(Shape{b_, h_, t_}) : Tensor<T>(Shape{b_, h_, t_, t_});
-    Tensor<T> scores = flash_ ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>();
-    Tensor<T> dropped = dropout_scratch();
+    Tensor<T> scores = slot_buffers(flash_);
+    Tensor<T> dropped = slot_buffers(p_ > 0);
     for (int i = 0; i < 3; ++i) this->save(i, held[static_cast<std::size_t>(i)]);
     if (!shape_only()) forward_blocks(held, y, stats, scores, dropped);
     // Saved once filled, since under BF16 save() copies: the fused kernel's probabilities are an
@@ -188,27 +231,29 @@ class AttentionNode final : public Node<T> {
     return y;
   }
 
-  // Per block (the last first), P = the saved probabilities (fused) or exp(S - lse) (flash);
-  // dV_g[k0:k1] += dropout(P)^T dY[i0:i1]; dP = dropout'(dY V_g^T); dS = P (dP - rowsum(dP P)) /
-  // sqrt(D); dQ[i0:i1] = dS K_g[k0:k1]; dK_g[k0:k1] += dS^T Q[i0:i1]; under RoPE, dQ and dK are
-  // rotated back. The last block of the first head of a group sees every key from its k0 on, so
-  // it writes all of the group's dK and dV (the rows before its k0 set to zero: earlier blocks,
-  // whose k0 is smaller, add into them).
+  // Per unit (Note [attention by units]), per block (the last first), P = the saved probabilities
+  // (fused) or exp(S - lse) (flash); dV_g[k0:k1] += dropout(P)^T dY[i0:i1]; dP = dropout'(dY
+  // V_g^T); dS = P (dP - rowsum(dP P)) / sqrt(D); dQ[i0:i1] = dS K_g[k0:k1]; dK_g[k0:k1] += dS^T
+  // Q[i0:i1]; under RoPE, dQ and dK are rotated back. The last block of the first head of a group
+  // sees every key from its k0 on, so it writes all of the group's dK and dV (the rows before its
+  // k0 set to zero: earlier blocks, whose k0 is smaller, add into them).
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Operands<const T> x = operands(this->saved(0), this->saved(1), this->saved(2));
     const Tensor<T>& stats = this->saved(kStats);
     Gradients g = gradients(grads);
     if (!g.qk && !g.v) return;
-    Tensor<T> probs = flash_ ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>();
-    Tensor<T> dp = g.qk ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>();
-    Tensor<T> dropped = dropout_scratch();
-    // shape-only run: the scratch is allocated as in a real one, nothing computed
-    const std::int64_t batches = shape_only() ? 0 : b_;
+    // allocated in a shape-only run too (whose loop runs nothing), as in a real one
+    Tensor<T> probs = slot_buffers(flash_);
+    Tensor<T> dp = slot_buffers(g.qk);
+    Tensor<T> dropped = slot_buffers(p_ > 0);
     const T scale = T(1) / std::sqrt(T(d_));
     const std::int64_t last = (t_ - 1) / rows_ * rows_;
-    for (std::int64_t b = 0; b < batches; ++b) {
-      const KeyRange keys = keys_of(b);
-      for (std::int64_t h = 0; h < h_; ++h) {
+    for_units([&](std::int64_t b, std::int64_t group, std::int64_t slot) {
+      T* const probs_at = flash_ ? slot_rows(probs, slot) : nullptr;
+      T* const dp_at = g.qk ? slot_rows(dp, slot) : nullptr;
+      T* const dropped_at = p_ > 0 ? slot_rows(dropped, slot) : nullptr;
+      for (std::int64_t h = group * rep_; h < (group + 1) * rep_; ++h) {
+        const KeyRange keys = keys_of(b, h);
         const T* dy = gy.data() + b * t_ * cq() + h * d_;
         for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
@@ -216,12 +261,11 @@ class AttentionNode final : public Node<T> {
           const bool first_write = h % rep_ == 0 && i0 == last;
           if (flash_) {
             gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
-                    kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), probs.data() + k0, t_);
-            softmax_recompute_rows(probs.data(), t_, stats.data() + (b * h_ + h) * t_, i0, i1,
-                                   keys);
+                    kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), probs_at + k0, t_);
+            softmax_recompute_rows(probs_at, t_, stats.data() + (b * h_ + h) * t_, i0, i1, keys);
           }
-          const T* p = flash_ ? probs.data() : stats.data() + (b * h_ + h) * t_ * t_;
-          const T* weights = dropped_out(p, dropped, b, h, i0, i1);
+          const T* p = flash_ ? probs_at : stats.data() + (b * h_ + h) * t_ * t_;
+          const T* weights = dropped_out(p, dropped_at, b, h, i0, i1);
           if (g.v) {
             const bool overwrite = g.overwrite_v && first_write;
             if (overwrite) zero_rows(g.dv, b, h, k0);
@@ -230,20 +274,20 @@ class AttentionNode final : public Node<T> {
           }
           if (!g.qk) continue;
           gemm<T>(false, true, rows, k1 - k0, d_, T(1), dy + i0 * cq(), cq(),
-                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp.data() + k0, t_);
-          if (p_ > 0) apply_dropout(dp.data(), dp.data(), b, h, i0, i1);
-          softmax_backward_rows(p, dp.data(), t_, scale, i0, i1, keys);
-          gemm<T>(false, false, rows, d_, k1 - k0, T(1), dp.data() + k0, t_,
+                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp_at + k0, t_);
+          if (p_ > 0) apply_dropout(dp_at, dp_at, b, h, i0, i1);
+          softmax_backward_rows(p, dp_at, t_, scale, i0, i1, keys);
+          gemm<T>(false, false, rows, d_, k1 - k0, T(1), dp_at + k0, t_,
                   kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, g.overwrite_qk ? T(0) : T(1),
                   q_at(g.dq, b, h) + i0 * g.dq.ld, g.dq.ld);
           const bool overwrite = g.overwrite_qk && first_write;
           if (overwrite) zero_rows(g.dk, b, h, k0);
-          gemm<T>(true, false, k1 - k0, d_, rows, T(1), dp.data() + k0, t_,
+          gemm<T>(true, false, k1 - k0, d_, rows, T(1), dp_at + k0, t_,
                   q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, overwrite ? T(0) : T(1),
                   kv_at(g.dk, b, h) + k0 * g.dk.ld, g.dk.ld);
         }
       }
-    }
+    });
     probs.reset();
     dp.reset();
     dropped.reset();
@@ -291,28 +335,49 @@ class AttentionNode final : public Node<T> {
     rotate(in[0], in[1], held[0], held[1], false);
     return held;
   }
-  /// forward()'s arithmetic: y, and the probabilities (fused) or log-sum-exps (flash) in stats.
+  /// forward()'s arithmetic: y, and the probabilities (fused) or log-sum-exps (flash) in stats,
+  /// unit by unit (Note [attention by units]).
   void forward_blocks(const std::array<Tensor<T>, 3>& held, Tensor<T>& y, Tensor<T>& stats,
                       Tensor<T>& scores, Tensor<T>& dropped) const {
     const Operands<const T> x = operands(held[0], held[1], held[2]);
     const T scale = T(1) / std::sqrt(T(d_));
-    for (std::int64_t b = 0; b < b_; ++b) {
-      const KeyRange keys = keys_of(b);
-      for (std::int64_t h = 0; h < h_; ++h) {
+    for_units([&](std::int64_t b, std::int64_t group, std::int64_t slot) {
+      T* const dropped_at = p_ > 0 ? slot_rows(dropped, slot) : nullptr;
+      for (std::int64_t h = group * rep_; h < (group + 1) * rep_; ++h) {
+        const KeyRange keys = keys_of(b, h);
         for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
-          T* s = flash_ ? scores.data() : stats.data() + (b * h_ + h) * t_ * t_;
+          T* s = flash_ ? slot_rows(scores, slot) : stats.data() + (b * h_ + h) * t_ * t_;
           gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
                   kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), s + k0, t_);
           softmax_rows(s, t_, flash_ ? stats.data() + (b * h_ + h) * t_ : nullptr, i0, i1, keys);
-          const T* weights = dropped_out(s, dropped, b, h, i0, i1);
+          const T* weights = dropped_out(s, dropped_at, b, h, i0, i1);
           gemm<T>(false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
                   kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
                   y.data() + (b * t_ + i0) * cq() + h * d_, cq());
         }
       }
-    }
+    });
+  }
+
+  /// Runs fn(b, group, slot) for every unit (Note [attention by units]): slots_ of them at a
+  /// time, unit u = b G + group on slot u mod slots_, a slot's units in order.
+  template <class Fn>
+  void for_units(Fn&& fn) const {
+    const std::int64_t units = b_ * g_;
+    parallel_for(slots_, 1, [&](std::int64_t s0, std::int64_t s1) {
+      for (std::int64_t slot = s0; slot < s1; ++slot)
+        for (std::int64_t u = slot; u < units; u += slots_) fn(u / g_, u % g_, slot);
+    });
+  }
+  /// (slots, block rows, T): one block buffer per slot when `needed`; none otherwise.
+  Tensor<T> slot_buffers(bool needed) const {
+    return needed ? Tensor<T>(Shape{slots_, rows_, t_}) : Tensor<T>();
+  }
+  /// The block buffer of one slot.
+  T* slot_rows(Tensor<T>& buffers, std::int64_t slot) const {
+    return buffers.data() + slot * rows_ * t_;
   }
 
   /// Where the heads of q, k and v sit in the kept operands.
@@ -377,14 +442,28 @@ class AttentionNode final : public Node<T> {
   const std::int32_t* starts_of(std::int64_t b) const {
     return o_.starts.defined() ? o_.starts.data() + b * t_ : nullptr;
   }
-  KeyRange keys_of(std::int64_t b) const {
-    return {.causal = o_.causal, .keys = t_, .window = o_.window, .starts = starts_of(b)};
+  /// The keys head h of batch b sees, and its bias.
+  KeyRange keys_of(std::int64_t b, std::int64_t h) const {
+    return {.causal = o_.causal,
+            .keys = t_,
+            .window = o_.window,
+            .starts = starts_of(b),
+            .bias = bias_of(b, h)};
+  }
+  /// Head h of batch b's (T x T) bias, broadcast over the dimensions of size 1; null: none.
+  const float* bias_of(std::int64_t b, std::int64_t h) const {
+    const Tensor<float>& bias = o_.bias;
+    if (!bias.defined()) return nullptr;
+    if (bias.rank() == 2) return bias.data();
+    const std::int64_t heads = bias.dim(1),
+                       at = (bias.dim(0) == 1 ? 0 : b) * heads + (heads == 1 ? 0 : h);
+    return bias.data() + at * t_ * t_;
   }
   /// The first key any row of the block from query row i0 of batch b sees: with packed rows its
   /// first row's (the starts and the window's first keys only grow down a row), which the block
   /// need not multiply by; 0 otherwise, where the products keep their whole-prefix shape.
   std::int64_t first_block_key(std::int64_t b, std::int64_t i0) const {
-    return o_.starts.defined() ? keys_of(b).first(i0) : 0;
+    return o_.starts.defined() ? keys_of(b, 0).first(i0) : 0;
   }
 
   /// Sets rows [0, n) of head h's key/value head of batch b in a gradient to zero.
@@ -392,15 +471,12 @@ class AttentionNode final : public Node<T> {
     for (std::int64_t j = 0; j < n; ++j) ArrayView<T>(kv_at(r, b, h) + j * r.ld, d_).setZero();
   }
 
-  /// A (block rows, T) buffer for one block's dropped-out weights; none without dropout.
-  Tensor<T> dropout_scratch() const { return p_ > 0 ? Tensor<T>(Shape{rows_, t_}) : Tensor<T>(); }
-
   /// The weights a block multiplies the values by: p itself, or p dropped out into `dropped`.
-  const T* dropped_out(const T* p, Tensor<T>& dropped, std::int64_t b, std::int64_t h,
-                       std::int64_t i0, std::int64_t i1) const {
+  const T* dropped_out(const T* p, T* dropped, std::int64_t b, std::int64_t h, std::int64_t i0,
+                       std::int64_t i1) const {
     if (p_ == 0) return p;
-    apply_dropout(p, dropped.data(), b, h, i0, i1);
-    return dropped.data();
+    apply_dropout(p, dropped, b, h, i0, i1);
+    return dropped;
   }
 
   /// dst = src with the dropout mask of rows [i0, i1) of head (b, h) applied (dst may be src).
@@ -427,7 +503,8 @@ class AttentionNode final : public Node<T> {
 
   std::int64_t b_, t_, h_, g_, d_, rep_;
   bool packed_, flash_;
-  std::int64_t rows_;  ///< query rows per block: T for the fused kernel
+  std::int64_t rows_;   ///< query rows per block: T for the fused kernel
+  std::int64_t slots_;  ///< units run at a time (Note [attention by units])
   double p_;
   std::uint64_t seed_;
   std::uint32_t threshold_;
@@ -467,6 +544,7 @@ Var<T> attention(const Var<T>& q, const std::type_identity_t<Var<T>>& k,
       s, k.shape(), v.shape(), o,
       detail::cat("q ", s, ", k ", k.shape(), ", v ", v.shape()).c_str());
   detail::check_starts("attention", o.starts, s[0], s[1]);
+  detail::check_bias(o.bias, s[0], o.heads, s[1]);
   const std::uint64_t seed = detail::rng_seed_for(q);
   return detail::record_op<detail::AttentionNode<T>>({&q, &k, &v}, s[0], s[1], s[2] / o.heads,
                                                      false, std::move(o), seed);
@@ -493,6 +571,7 @@ Var<T> attention(const Var<T>& qkv, AttentionOptions o) {
         ", heads ", o.heads, ", kv_heads ", kv_heads));
   }
   detail::check_starts("attention", o.starts, s[0], s[1]);
+  detail::check_bias(o.bias, s[0], o.heads, s[1]);
   const std::uint64_t seed = detail::rng_seed_for(qkv);
   return detail::record_op<detail::AttentionNode<T>>({&qkv}, s[0], s[1], s[2] / parts, true,
                                                      std::move(o), seed);

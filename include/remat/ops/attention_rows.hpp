@@ -13,23 +13,29 @@
 /// mask (kv_idx > q_idx - sliding_window). With packed rows (several examples in one row)
 /// `starts` holds, by position, the first position of that position's example: row i sees keys
 /// starts[i] <= j <= i only (and its window), a block-diagonal causal mask. A row's entries for
-/// the keys it does not see, up to the block's last key, are set to zero.
+/// the keys it does not see, up to the block's last key, are set to zero. An additive bias (a
+/// constant (T x T) matrix per head: Hugging Face's 4-D float masks, ALiBi) is added to the scores
+/// of the keys a row sees before its softmax; a bias of -inf hides a key, and a row whose every
+/// key it hides gets zero weights (and log-sum-exp -inf) rather than 0 / 0.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "remat/core/elementwise.hpp"
 #include "remat/core/error.hpp"
 
 namespace remat::detail {
 
-/// Which keys each query row of one head sees: a mask given by rule, never stored.
+/// Which keys each query row of one head sees (a mask given by rule, never stored), and the bias
+/// added to their scores.
 struct KeyRange {
   bool causal = true;                    ///< row i sees keys j <= i; else all `keys` keys
   std::int64_t keys = 0;                 ///< the number of keys (T): a non-causal row's end
   std::int64_t window = 0;               ///< > 0: only keys j > i - window (causal only)
   const std::int32_t* starts = nullptr;  ///< packed rows: only keys j >= starts[i] (causal only)
+  const float* bias = nullptr;           ///< (keys x keys), row i's at bias + i keys; null: none
 
   /// The first key row i sees: its window's first, or its example's first, whichever is later.
   std::int64_t first(std::int64_t i) const noexcept {
@@ -40,6 +46,19 @@ struct KeyRange {
   std::int64_t end(std::int64_t i) const noexcept { return causal ? i + 1 : keys; }
   /// One past the last key any row of a block ending at row i1 sees.
   std::int64_t block_end(std::int64_t i1) const noexcept { return causal ? i1 : keys; }
+
+  /// Adds row i's bias to `seen`, its scores of keys [j0, j0 + seen.size()) (nothing without one).
+  /// Float, whatever T: a double op adds the same values exactly.
+  template <class T>
+  void add_bias(ArrayView<T> seen, std::int64_t i, std::int64_t j0) const {
+    if (bias) seen += ConstArrayView<float>(bias + i * keys + j0, seen.size()).template cast<T>();
+  }
+  /// Whether a row's largest biased score m says that the bias hides every key it sees. Only a
+  /// bias can: without one, -inf scores come from infinite inputs, and their NaN stays visible.
+  template <class T>
+  bool hides_all(T m) const noexcept {
+    return bias && m == -std::numeric_limits<T>::infinity();
+  }
 };
 
 inline void check_window(const char* op, std::int64_t window) {
@@ -72,11 +91,17 @@ void softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i
       const std::int64_t i = i0 + r, j0 = keys.first(i), j1 = keys.end(i);
       ArrayView<T>(s + r * ld, j0).setZero();
       ArrayView<T> seen(s + r * ld + j0, j1 - j0);
+      keys.add_bias(seen, i, j0);
       const T m = seen.maxCoeff();
-      seen = (seen - m).exp();
-      const T sum = seen.sum();
-      seen *= T(1) / sum;
-      if (lse) lse[i] = m + std::log(sum);
+      if (keys.hides_all(m)) {
+        seen.setZero();
+        if (lse) lse[i] = m;
+      } else {
+        seen = (seen - m).exp();
+        const T sum = seen.sum();
+        seen *= T(1) / sum;
+        if (lse) lse[i] = m + std::log(sum);
+      }
       ArrayView<T>(s + r * ld + j1, width - j1).setZero();
     }
   });
@@ -93,7 +118,12 @@ void softmax_recompute_rows(T* s, std::int64_t ld, const T* lse, std::int64_t i0
       const std::int64_t i = i0 + r, j0 = keys.first(i), j1 = keys.end(i);
       ArrayView<T>(s + r * ld, j0).setZero();
       ArrayView<T> seen(s + r * ld + j0, j1 - j0);
-      seen = (seen - lse[i]).exp();
+      keys.add_bias(seen, i, j0);
+      if (keys.hides_all(lse[i])) {
+        seen.setZero();
+      } else {
+        seen = (seen - lse[i]).exp();
+      }
       ArrayView<T>(s + r * ld + j1, width - j1).setZero();
     }
   });

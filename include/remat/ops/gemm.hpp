@@ -197,7 +197,8 @@ void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
 /// thread at all, and a GPT step in float32 ran 10 % slower (docs/design.md). A slab's values do
 /// not depend on which thread runs it; they can depend on the slabs' bounds (6 of 200 generated
 /// shapes differed in some bit between one call and two to four slabs), so a float GEMM is
-/// bitwise reproducible for a given thread count, as with OpenBLAS's threads before.
+/// bitwise reproducible for a given thread count, as with OpenBLAS's threads before. Inside a
+/// parallel loop (attention's units) a GEMM runs whole: the loop is the parallel part.
 template <class T>
 void pool_blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                     T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta,
@@ -205,7 +206,9 @@ void pool_blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, 
   // below about 64^3 multiply-adds a slab costs more in dispatch than it saves
   constexpr double kSplitWork = 1 << 18;
   const std::int64_t slabs = ThreadPool::instance().size();
-  if (slabs < 2 || double(m) * double(n) * double(k) < kSplitWork) {
+  // inside a parallel loop (attention's heads) the loop is what runs in parallel: the GEMM runs
+  // whole, with the same bits on any thread
+  if (slabs < 2 || ThreadPool::inside_loop() || double(m) * double(n) * double(k) < kSplitWork) {
     blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
