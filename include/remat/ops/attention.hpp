@@ -66,7 +66,8 @@ inline constexpr std::int64_t kFlashBlockRows = 64;
 /// GEMMs (T x D by D x T) are too small to split across threads, and splitting them made a
 /// 2-thread GPT step's attention slower than one thread's. A unit writes only its own rows and
 /// columns (its heads' outputs, its group's dK and dV), so units need no locks, and its GEMMs run
-/// whole (inside a parallel loop), with the same bits on any thread count. Units run on
+/// whole (inside a parallel loop), with the same bits on any thread count (a lone unit runs on
+/// the caller, and its GEMMs split as any other). Units run on
 /// kAttentionSlots slots at most, unit u on slot u mod slots, each slot with its own block
 /// buffers: the buffers the op counts depend on the shapes only, never on the thread count.
 inline constexpr std::int64_t kAttentionSlots = 8;
