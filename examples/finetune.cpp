@@ -760,10 +760,16 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                   8.0 * double(o.eval_batches) * double(rows) * double(longest));
   const std::vector<chat::Batch> val = source.validation(o.eval_batches);
   double val_bytes = 0;  // held through the run, but no part of a training step
-  for (const chat::Batch& b : val) val_bytes += double(b.ids.bytes() + b.targets.bytes());
-  const chat::Batch plan_batch = source.largest();
-  const remat::plan::Plan plan = corpus::make_plan(o.checkpoint, model, layers_of(model),
-                                                   plan_batch.ids, plan_batch.targets, kProgram);
+  for (const chat::Batch& b : val) {
+    val_bytes += double(b.ids.bytes() + b.targets.bytes());
+    if (b.starts.defined()) val_bytes += double(b.starts.bytes());
+  }
+  const remat::plan::Plan plan = [&] {
+    // the largest batch only shapes the plan: freed before the steps, whose count it would join
+    const chat::Batch largest = source.largest();
+    return corpus::make_plan(o.checkpoint, model, layers_of(model), largest.ids, largest.targets,
+                             kProgram);
+  }();
   const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
   const double first_val = saved_first_val ? *saved_first_val : mean_loss(model, val);

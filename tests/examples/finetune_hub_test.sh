@@ -46,17 +46,20 @@ grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' adapters/a
 "$generate" --base model --adapters adapters --prompt "Tell me" --max-new-tokens 4 --verify > gen.txt \
   || { cat gen.txt; fail "generate could not use the saved adapters"; }
 
-# counted as estimated, for storages, plans, dropout and accumulation
+# counted as estimated, for storages, plans, dropout and accumulation: every figure equal (to the
+# 0.0001 MiB printed), except a total whose micro-batches are padded to different lengths (2 of
+# them: the estimate prices each at the longest, so it may exceed the count, by at most 2 %)
 check_split() {
-  local f=$1
+  local f=$1 padded_micro_batches=${2:-}
   for key in weights adapters gradients optimizer total; do
     c=$(part "$f" counted_mb "$key"); e=$(part "$f" estimated_mb "$key")
     [ -n "$c" ] && [ -n "$e" ] || { cat "$f"; fail "$f: $key missing"; }
-    case $key in
-      total) awk -v c="$c" -v e="$e" 'BEGIN { d = c - e; if (d < 0) d = -d; exit !(d <= 0.02 * c) }' \
-               || { cat "$f"; fail "$f: total counted $c MiB, estimated $e MiB"; } ;;
-      *) [ "$c" = "$e" ] || { cat "$f"; fail "$f: $key counted $c MiB, estimated $e MiB"; } ;;
-    esac
+    if [ "$key" = total ] && [ -n "$padded_micro_batches" ]; then
+      awk -v c="$c" -v e="$e" 'BEGIN { exit !(e >= c && e - c <= 0.02 * c) }' \
+        || { cat "$f"; fail "$f: total counted $c MiB, estimated $e MiB"; }
+    else
+      [ "$c" = "$e" ] || { cat "$f"; fail "$f: $key counted $c MiB, estimated $e MiB"; }
+    fi
   done
 }
 "$finetune" "${run[@]}" --json --checkpoint every > every.json
@@ -66,7 +69,8 @@ check_split() {
 "$finetune" "${run[@]}" --json --train-on all > all.json
 "$finetune" "${run[@]}" --json --pack --checkpoint every > packed.json
 "$finetune" "${run[@]}" --json --pack --checkpoint none > packed_none.json
-for f in every.json none.json dropout.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
+for f in every.json none.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
+check_split dropout.json padded
 # packed rows keep examples apart: the validation loss before training is the padded one, to
 # float rounding (the sums run over other shapes); checkpointing changes no packed loss
 awk -v a="$(field every.json first_val_loss)" -v b="$(field packed.json first_val_loss)" \

@@ -823,3 +823,29 @@ TEST_CASE("estimate_memory rejects LoRA targets the model does not have, and bad
   CHECK_THROWS_AS(remat::train::estimate_memory<float>(gpt, {.batch = 1, .lora = {.rank = 2}}),
                   remat::ArgumentError);
 }
+
+TEST_CASE(
+    "estimate_memory: accumulation adds the waiting micro-batches' ids, targets and starts, and "
+    "nothing else",
+    "[nn][estimate][accumulation]") {
+  const remat::nn::LlamaConfig llama{.vocab_size = 30,
+                                     .hidden_size = 8,
+                                     .intermediate_size = 16,
+                                     .num_hidden_layers = 2,
+                                     .num_attention_heads = 2,
+                                     .num_key_value_heads = 1,
+                                     .max_position_embeddings = 16};
+  for (const bool packed : {false, true}) {
+    INFO((packed ? "packed rows" : "padded rows"));
+    const remat::train::StepShape one{.batch = 3, .time = 7, .packed = packed};
+    remat::train::StepShape four = one;
+    four.accumulation = 4;
+    const auto e1 = remat::train::estimate_memory<float>(llama, one);
+    const auto e4 = remat::train::estimate_memory<float>(llama, four);
+    const double micro_batch = 3.0 * 7.0 * sizeof(std::int32_t) * (packed ? 3 : 2);
+    CHECK(e1.data == micro_batch);
+    CHECK(e4.data == 4 * micro_batch);
+    for (const remat::plan::Plan& p : {remat::plan::none(e1.chain), remat::plan::every(e1.chain)})
+      CHECK(e4.total(p) == e1.total(p) + 3 * micro_batch);
+  }
+}

@@ -53,8 +53,11 @@ struct StepShape {
   /// Packed rows: the step also holds their starts, (B, T) int32 like the ids, priced in `data`,
   /// and a Llama's attention reads them (Llama::loss's `starts`; a GPT takes none).
   bool packed = false;
-  /// Micro-batches per optimizer step. Memory does not depend on it (backward adds into the
-  /// gradient buffers in place); the step trains on batch x accumulation sequences.
+  /// Micro-batches per optimizer step; the step trains on batch x accumulation sequences. The
+  /// activations and gradients do not depend on it (backward adds into the gradient buffers in
+  /// place); the data does: a loop draws a step's micro-batches before training on the first
+  /// (their targets weight their losses, as examples/finetune does), so `data` prices
+  /// accumulation batches of ids and targets (and starts).
   std::int64_t accumulation = 1;
   /// How the blocks' linear weights are stored (nn::Linear::quantize): f32 trains them unless
   /// adapters are added; bf16, int8 and nf4 freeze them. Embeddings, norms, biases and the head
@@ -86,7 +89,7 @@ struct MemoryEstimate {
   double gradients = 0;  ///< one buffer per trainable parameter, reused from step to step
   double optimizer_state =
       0;                  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
-  double data = 0;        ///< token ids and targets (and packed rows' starts)
+  double data = 0;        ///< token ids and targets (and packed rows' starts), of every micro-batch
   double logits = 0;      ///< the (B T x V) logits of the plain loss (its gradient is as large)
   double loss_chunk = 0;  ///< the logits chunk the chunked loss holds instead
   /// The blocks as a chain for the planners: plan::budget(estimate.chain, bytes) and friends.
@@ -233,6 +236,7 @@ struct PricedStep {
   std::vector<Parameter<T>> trainable;
   std::unique_ptr<optim::Optimizer<T>> optimizer;
   Tensor<std::int32_t> ids, targets, starts;
+  std::vector<Tensor<std::int32_t>> waiting;  ///< the other micro-batches' ids, targets, starts
   nn::LossOptions loss;
 
   /// One step: forward and backward under `p` (null: no plan), the optimizer's step.
@@ -275,6 +279,10 @@ void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const train::StepSh
   s.ids = Tensor<std::int32_t>({step.batch, time});
   s.targets = Tensor<std::int32_t>({step.batch, time});
   if (step.packed) s.starts = Tensor<std::int32_t>({step.batch, time});
+  for (std::int64_t k = 1; k < step.accumulation; ++k) {
+    for (int part = 0; part < (step.packed ? 3 : 2); ++part)
+      s.waiting.emplace_back(Shape{step.batch, time});
+  }
   stage(&train::MemoryEstimate::data);
   s.loss = {.chunked = step.chunked_loss,
             .starts = starts_reach_model ? s.starts : Tensor<std::int32_t>()};
