@@ -111,6 +111,30 @@ TEST_CASE("BF16 keeps a saved activation as one bfloat16 copy, shared by the ops
   CHECK(w1.grad().defined());
 }
 
+TEST_CASE("BF16 linear and matmul read their saved copies in backward: no float tensor of them",
+          "[precision]") {
+  // x (n, d) against a weight of one output: the backward's own tensors (dy, dW) are small,
+  // and x's gradient is not asked for, so a float tensor made of x's copy (n d 4 bytes) would
+  // be most of what the backward pass adds.
+  Rng rng(31);
+  const std::int64_t n = 64, d = 256;
+  const auto x = rng.normal_tensor<float>({n, d});
+  const Parameter<float> w(rng.normal_tensor<float>({1, d})), wt(rng.normal_tensor<float>({d, 1}));
+  for (const bool use_matmul : {false, true}) {
+    const PrecisionGuard bf16(Precision::bf16);
+    Tape tape;
+    const Var<float> h = tape.input(x) * 2.0f;  // an activation, no gradient asked for
+    const Var<float> loss = sum(use_matmul ? matmul(h, Var<float>(wt)) : linear(h, w));
+    const std::size_t before = memory::live_bytes();
+    memory::reset_peak();
+    tape.backward(loss);
+    INFO((use_matmul ? "matmul" : "linear")
+         << ": the backward pass added " << memory::peak_bytes() - before << " B");
+    CHECK(memory::peak_bytes() - before < x.bytes() / 4);
+    CHECK((use_matmul ? wt : w).grad().defined());
+  }
+}
+
 TEST_CASE(
     "BF16 halves what a chain's tape holds after the forward pass, but for a copy of its input",
     "[precision]") {

@@ -3,10 +3,12 @@
 #include "support/gradcheck.hpp"
 #include "support/models.hpp"
 
+#include <remat/core/bfloat16.hpp>
 #include <remat/core/vector_kernels.hpp>
 #include <remat/optim/adamw.hpp>
 
 #include <cmath>
+#include <cstring>
 
 namespace {
 
@@ -105,7 +107,83 @@ KernelCheck check_kernels(std::uint64_t seed) {
   return r;
 }
 
+/// `x` rounded to bfloat16 by IEEE's rule, written without bit tricks: the two bfloat16 values
+/// around x (its upper half, and the next one away from zero; past the largest finite one, 2^128
+/// as if the exponent went on), the nearer taken, ties to the even one; a NaN made quiet.
+std::uint16_t bf16_reference(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const auto upper = static_cast<std::uint16_t>(bits >> 16);
+  if (std::isnan(x)) return static_cast<std::uint16_t>(upper | 0x40);
+  const auto value = [](std::uint32_t half) {
+    const std::uint32_t b = half << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return std::isinf(f) ? std::copysign(std::ldexp(1.0, 128), double(f)) : double(f);
+  };
+  if (std::isinf(x)) return upper;
+  const double below = value(upper), above = value(upper + 1u);
+  const double to_below = std::abs(double(x) - below), to_above = std::abs(above - double(x));
+  if (to_below != to_above)
+    return to_below < to_above ? upper : static_cast<std::uint16_t>(upper + 1);
+  return (upper & 1) == 0 ? upper : static_cast<std::uint16_t>(upper + 1);
+}
+
+/// Floats whose bit patterns are drawn to cover every case of the rounding: any pattern (NaNs,
+/// infinities, subnormals), exact ties, values next to the largest finite bfloat16.
+std::vector<float> rounding_cases(remat::Rng& rng, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) {
+    auto bits = static_cast<std::uint32_t>(rng.next_u64());
+    switch (rng.uniform_int(4)) {
+      case 0:
+        bits = (bits & 0xffff0000u) | 0x8000u;
+        break;  // a tie
+      case 1:
+        bits = (bits & 0x80000000u) | 0x7f7f0000u | (bits & 0xffffu);
+        break;  // near max
+      case 2:
+        bits &= 0x807fffffu;
+        break;  // subnormal or zero
+      default:
+        break;
+    }
+    std::memcpy(&x, &bits, 4);
+  }
+  return v;
+}
+
 }  // namespace
+
+TEST_CASE("every instruction-set path rounds to bfloat16 by IEEE's rule and widens exactly",
+          "[core][isa][bf16]") {
+  namespace vec = remat::detail::vec;
+  const IsaTestScope scope;
+  for (remat::Isa isa : runnable_isas()) {
+    remat::set_isa(isa);
+    INFO("path " << remat::to_string(isa));
+    remat::Rng rng(23);
+    int wrong = 0, wrong_scalar = 0, wrong_widened = 0;
+    for (int round = 0; round < 200; ++round) {
+      const std::int64_t n = 1 + rng.uniform_int(150);  // tails of every length
+      const std::vector<float> x = rounding_cases(rng, n);
+      std::vector<std::uint16_t> h(static_cast<std::size_t>(n));
+      std::vector<float> back(static_cast<std::size_t>(n));
+      vec::round_to_bf16(x.data(), h.data(), n);
+      vec::widen_bf16(h.data(), back.data(), n);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        wrong += h[i] != bf16_reference(x[i]);
+        wrong_scalar += remat::detail::float_to_bf16(x[i]) != bf16_reference(x[i]);
+        std::uint32_t widened;
+        std::memcpy(&widened, &back[i], 4);
+        wrong_widened += widened != std::uint32_t{h[i]} << 16;
+      }
+    }
+    CHECK(wrong == 0);
+    CHECK(wrong_scalar == 0);
+    CHECK(wrong_widened == 0);
+  }
+}
 
 TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rounding",
           "[core][isa]") {

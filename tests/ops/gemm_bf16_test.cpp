@@ -196,3 +196,40 @@ TEST_CASE("gemm_bf16 keeps its packing scratch per thread until memory::release_
     CHECK(remat::detail::kernel_scratch().bytes() == 0);
   }
 }
+
+TEST_CASE("gemm_in packs an operand's saved bfloat16 copy to the bits its floats give",
+          "[ops][bf16]") {
+  // An op's backward reads its saved copy as it is (Note [BF16 saves]); the GEMM must come out
+  // as gemm_bf16 on the float values, bit for bit, whichever operand is a copy and however
+  // either is transposed.
+  const KernelScope restore;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal;
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    remat::set_bf16_kernel(kernel);
+    for (int trial = 0; trial < 24; ++trial) {
+      std::uniform_int_distribution<std::int64_t> size(1, 70);
+      const std::int64_t m = size(rng), n = size(rng), k = size(rng);
+      const bool ta = trial & 1, tb = trial & 2;
+      const int copies = 1 + trial / 4 % 3;  // 1: A, 2: B, 3: both
+      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+      for (float& x : a) x = normal(rng);
+      for (float& x : b) x = normal(rng);
+      std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+      remat::detail::round_to_bf16(a.data(), 1, static_cast<std::int64_t>(a.size()), a16.data());
+      remat::detail::round_to_bf16(b.data(), 1, static_cast<std::int64_t>(b.size()), b16.data());
+      const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      std::vector<float> want(static_cast<std::size_t>(m * n), 0.5f), got = want;
+      remat::gemm_bf16(ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, -1.0f, want.data(), n);
+      // a copied operand's float values are not there: the copy alone must be read
+      const remat::detail::GemmOperand<float> oa{(copies & 1) ? nullptr : a.data(), lda,
+                                                 (copies & 1) ? a16.data() : nullptr};
+      const remat::detail::GemmOperand<float> ob{(copies & 2) ? nullptr : b.data(), ldb,
+                                                 (copies & 2) ? b16.data() : nullptr};
+      remat::detail::gemm_in<float>(true, ta, tb, m, n, k, 1.5f, oa, ob, -1.0f, got.data(), n);
+      INFO(remat::to_string(kernel) << ": m " << m << ", n " << n << ", k " << k << ", ta " << ta
+                                    << ", tb " << tb << ", copies " << copies);
+      CHECK(got == want);
+    }
+  }
+}

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "remat/core/vector_kernels.hpp"
+
 namespace remat::detail {
 
 /// `x` rounded to the nearest bfloat16 (ties to even), as its 16 bits. Without a branch (the
@@ -30,14 +32,22 @@ inline float bf16_to_float(std::uint16_t b) noexcept {
   return x;
 }
 
-/// dst[0, n) = src[0, n) (every `stride`-th float) rounded to bfloat16.
+/// dst[0, n) = src[0, n) (every `stride`-th float) rounded to bfloat16. Contiguous values go
+/// through the CPU's widest vectors (core/vector_kernels.hpp): with the user's usual flags the
+/// compiler vectorizes the loop for SSE2 only, and rounding every saved activation and GEMM
+/// operand that way took 15 % of a BF16 GPT step on an AVX-512 CPU.
 inline void round_to_bf16(const float* src, std::int64_t stride, std::int64_t n,
                           std::uint16_t* dst) noexcept {
   if (stride == 1) {
-    for (std::int64_t j = 0; j < n; ++j) dst[j] = float_to_bf16(src[j]);
+    vec::round_to_bf16(src, dst, n);
   } else {
     for (std::int64_t j = 0; j < n; ++j) dst[j] = float_to_bf16(src[j * stride]);
   }
+}
+
+/// dst[0, n) = the floats bfloat16 values src[0, n) hold (exact).
+inline void widen_bf16(const std::uint16_t* src, std::int64_t n, float* dst) noexcept {
+  vec::widen_bf16(src, dst, n);
 }
 
 }  // namespace remat::detail

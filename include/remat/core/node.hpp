@@ -255,8 +255,26 @@ class Node : public detail::NodeBase {
     saved_[s] = t;
     copies_[s].reset();
   }
-  /// What forward() saved in `slot` (valid inside backward()).
+  /// What forward() saved in `slot` (valid inside backward()); not defined for a slot whose
+  /// copy the op reads itself (reads_copy()).
   const Tensor<T>& saved(int slot) const noexcept { return saved_[static_cast<std::size_t>(slot)]; }
+  /// The bfloat16 copy save() kept in `slot` (Note [BF16 saves]), or an undefined tensor; valid
+  /// in forward() once save() ran, and inside backward().
+  const Tensor<std::uint16_t>& saved_copy(int slot) const noexcept {
+    return copies_[static_cast<std::size_t>(slot)];
+  }
+  /// The shape of what forward() saved in `slot`, a copy or the tensor.
+  Shape saved_shape(int slot) const {
+    const Tensor<std::uint16_t>& copy = saved_copy(slot);
+    return copy.defined() ? copy.shape() : saved(slot).shape();
+  }
+  /// Whether backward() reads `slot` only through saved_copy() (a GEMM packs the bfloat16
+  /// values as they are): the tape then leaves that copy as it is, no float tensor is made of it
+  /// for the backward pass.
+  virtual bool reads_copy(int slot) const noexcept {
+    (void)slot;
+    return false;
+  }
 
  private:
   /// Sets what save() reads for the duration of one forward() or resave().
@@ -282,9 +300,9 @@ class Node : public detail::NodeBase {
   void widen_copies() {
     if constexpr (std::is_same_v<T, float>) {  // only float ops save copies
       for (std::size_t i = 0; i < copies_.size(); ++i) {
-        if (!copies_[i].defined()) continue;
+        if (!copies_[i].defined() || reads_copy(static_cast<int>(i))) continue;
         for (std::size_t j = 0; j < i && !saved_[i].defined(); ++j)
-          if (copies_[j].shares_storage_with(copies_[i]))
+          if (saved_[j].defined() && copies_[j].shares_storage_with(copies_[i]))
             saved_[i] = saved_[j].reshape(copies_[i].shape());
         if (!saved_[i].defined()) saved_[i] = detail::widened(copies_[i]);
       }

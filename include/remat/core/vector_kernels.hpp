@@ -6,12 +6,13 @@
 /// Note [ISA dispatch]: remat is header-only, so users compile it with their own flags, usually
 /// without -march, and Eigen then uses SSE2 only (it picks its packet width from the compiler's
 /// macros at compile time). The hottest element-wise kernels (tanh and GELU forward and
-/// backward, the AdamW update) are therefore written once with GCC/Clang vector extensions
-/// (core/detail/vector_kernels.inc) and compiled three times, inside target regions: baseline
-/// (16-byte vectors), AVX2 + FMA (32 bytes), AVX-512 (64 bytes). Each call goes to the set
-/// remat::active_isa() names: the CPU's widest by default, any narrower one after
-/// remat::set_isa (tests and benchmarks force each path). Paths differ by rounding only (FMA or
-/// not); a given path is bitwise reproducible and independent of chunking.
+/// backward, the AdamW update, bfloat16 rounding and widening) are therefore written once with
+/// GCC/Clang vector extensions (core/detail/vector_kernels.inc) and compiled three times, inside
+/// target regions: baseline (16-byte vectors), AVX2 + FMA (32 bytes), AVX-512 (64 bytes). Each
+/// call goes to the set remat::active_isa() names: the CPU's widest by default, any narrower one
+/// after remat::set_isa (tests and benchmarks force each path). Paths differ by rounding only
+/// (FMA or not; the bfloat16 conversions are integer arithmetic, the same bits on every path); a
+/// given path is bitwise reproducible and independent of chunking.
 
 #include <cstddef>
 #include <cstdint>
@@ -139,6 +140,15 @@ inline void gelu_backward(const float* gy, const float* x, float* gx, std::int64
 inline void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n,
                          const AdamWConstants& k) {
   REMAT_DISPATCH(adamw_update, p, m, v, g, n, k);
+}
+
+/// y[0, n) = x[0, n) rounded to bfloat16 (core/bfloat16.hpp's float_to_bf16, bit for bit).
+inline void round_to_bf16(const float* x, std::uint16_t* y, std::int64_t n) {
+  REMAT_DISPATCH(round_to_bf16, x, y, n);
+}
+/// y[0, n) = the floats bfloat16 values x[0, n) hold.
+inline void widen_bf16(const std::uint16_t* x, float* y, std::int64_t n) {
+  REMAT_DISPATCH(widen_bf16, x, y, n);
 }
 
 }  // namespace vec

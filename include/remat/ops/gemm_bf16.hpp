@@ -119,10 +119,29 @@ inline std::atomic<Bf16Kernel>& bf16_kernel_slot() noexcept {
 inline std::int64_t padded_k(std::int64_t k) noexcept { return (k + 31) / 32 * 32; }
 inline std::int64_t padded_block(std::int64_t n) noexcept { return (n + 31) / 32 * 32; }
 
+/// A GEMM operand, row-major with rows `ld` values apart: float values, rounded to bfloat16 as
+/// they are packed, or bfloat16 values already (an op's saved copy, Note [BF16 saves] in
+/// core/precision.hpp), copied. Both give the same packed bits, since rounding a bfloat16 value
+/// changes nothing; the copy is read at half the bytes and not rounded again.
+struct Bf16Source {
+  const float* values = nullptr;
+  const std::uint16_t* bf16 = nullptr;  ///< used when set
+  std::int64_t ld = 0;
+
+  /// Values [c0, c0 + n) of row r in bfloat16 into out.
+  void row(std::int64_t r, std::int64_t c0, std::int64_t n, std::uint16_t* out) const noexcept {
+    if (bf16) {
+      std::memcpy(out, bf16 + r * ld + c0, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+    } else {
+      round_to_bf16(values + r * ld + c0, 1, n, out);
+    }
+  }
+};
+
 /// op(A) = A^T packed, 32 x 32 values at a time: 32 rows of A (32 values of K) read in order
 /// and rounded into a tile, then written out as 32 runs of op(A)'s rows, so that neither A nor
 /// the packed rows are strided through.
-inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
+inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const Bf16Source& a,
                                    std::uint16_t* out) {
   const std::int64_t kp = padded_k(k);
   for_rows(padded_block(m) / 32, 32 * kp, [&](std::int64_t b0, std::int64_t b1) {
@@ -132,7 +151,7 @@ inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const float* 
       for (std::int64_t i0 = 0; i0 < kp; i0 += 32) {
         for (std::int64_t i = 0; i < 32; ++i) {
           const bool inside = i0 + i < k;
-          if (inside) round_to_bf16(a + (i0 + i) * lda + r0, 1, rows, tile[i]);
+          if (inside) a.row(i0 + i, r0, rows, tile[i]);
           std::fill(tile[i] + (inside ? rows : 0), tile[i] + 32, std::uint16_t{0});
         }
         for (std::int64_t r = 0; r < 32; ++r) {
@@ -145,10 +164,10 @@ inline void pack_a_bf16_transposed(std::int64_t m, std::int64_t k, const float* 
 }
 
 /// op(A) (m x k) as padded_block(m) rows of padded_k(k) bfloat16 values, zeros past the ends.
-inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const float* a,
-                        std::int64_t lda, std::uint16_t* out) {
+inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const Bf16Source& a,
+                        std::uint16_t* out) {
   if (trans) {
-    pack_a_bf16_transposed(m, k, a, lda, out);
+    pack_a_bf16_transposed(m, k, a, out);
     return;
   }
   const std::int64_t kp = padded_k(k);
@@ -156,7 +175,7 @@ inline void pack_a_bf16(bool trans, std::int64_t m, std::int64_t k, const float*
     for (std::int64_t r = r0; r < r1; ++r) {
       std::uint16_t* row = out + r * kp;
       const std::int64_t inside = r < m ? k : 0;
-      if (inside > 0) round_to_bf16(a + r * lda, 1, k, row);
+      if (inside > 0) a.row(r, 0, k, row);
       std::fill(row + inside, row + kp, std::uint16_t{0});
     }
   });
@@ -226,17 +245,11 @@ void pack_b_bf16_rows(bool trans, std::int64_t k, std::int64_t n, std::int64_t p
   });
 }
 
-/// B's rows [r0, r1), `cols` values each, rounded to bfloat16 into out, ld values apart.
-inline auto rounded_rows(const float* b, std::int64_t ldb, std::int64_t cols) {
+/// B's rows [r0, r1), `cols` values each, in bfloat16 into out, ld values apart.
+inline auto source_rows(const Bf16Source& b, std::int64_t cols) {
   return [=](std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) {
-    for (std::int64_t r = r0; r < r1; ++r) round_to_bf16(b + r * ldb, 1, cols, out + (r - r0) * ld);
+    for (std::int64_t r = r0; r < r1; ++r) b.row(r, 0, cols, out + (r - r0) * ld);
   };
-}
-
-/// op(B) from a float matrix: pack_b_bf16_rows with B's rows rounded.
-inline void pack_b_bf16(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels,
-                        const float* b, std::int64_t ldb, std::uint16_t* out) {
-  pack_b_bf16_rows(trans, k, n, panels, rounded_rows(b, ldb, trans ? k : n), out);
 }
 
 /// C's block [i0, i0 + rows) x [j0, j0 + cols) = alpha * block + beta * C (beta 0: C is not
@@ -335,8 +348,8 @@ struct AmxTiles {
 /// rows made in bfloat16 by `b_rows` (pack_b_bf16_rows).
 template <class Rows>
 void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::int64_t n,
-                      std::int64_t k, float alpha, const float* a, std::int64_t lda, Rows&& b_rows,
-                      float beta, float* c, std::int64_t ldc) {
+                      std::int64_t k, float alpha, const Bf16Source& a, Rows&& b_rows, float beta,
+                      float* c, std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
   if (shape_only()) return;
   // not a structured binding: the lambdas below capture them (clang before 16 cannot)
@@ -344,7 +357,7 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
       kernel_scratch().reserve<std::uint16_t>(mp * kp, np * kp);
   std::uint16_t* const pa = packed.first;
   std::uint16_t* const pb = packed.second;
-  pack_a_bf16(ta, m, k, a, lda, pa);
+  pack_a_bf16(ta, m, k, a, pa);
   pack_b_bf16_rows(tb, k, n, np / 16, b_rows, pb);
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
   const auto blocks = [&](std::int64_t s, std::int64_t e, auto&& product) {
@@ -375,34 +388,34 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
 /// bfloat16 by `b_rows`), then the float GEMM.
 template <class Rows>
 void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                       float alpha, const float* a, std::int64_t lda, Rows&& b_rows, float beta,
-                       float* c, std::int64_t ldc) {
+                       float alpha, const Bf16Source& a, Rows&& b_rows, float beta, float* c,
+                       std::int64_t ldc) {
   const std::int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   if (shape_only()) return;
   const std::pair<float*, float*> rounded = kernel_scratch().reserve<float>(ar * ac, br * bc);
   float* const ra = rounded.first;  // named, not bound: the lambdas below capture them
   float* const rb = rounded.second;
-  for_rows(ar, ac, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (std::int64_t j = 0; j < ac; ++j)
-        ra[r * ac + j] = bf16_to_float(float_to_bf16(a[r * lda + j]));
-  });
-  for_rows(br, bc, [&](std::int64_t r0, std::int64_t r1) {
-    // a row of B at a time in bfloat16: 2 bytes a column, outside the count like the scratch
-    std::vector<std::uint16_t> row(static_cast<std::size_t>(bc));
-    for (std::int64_t r = r0; r < r1; ++r) {
-      b_rows(r, r + 1, row.data(), bc);
-      for (std::int64_t j = 0; j < bc; ++j) rb[r * bc + j] = bf16_to_float(row[j]);
-    }
-  });
+  const auto widen_rows = [](std::int64_t rows, std::int64_t cols, auto&& make, float* out) {
+    for_rows(rows, cols, [&](std::int64_t r0, std::int64_t r1) {
+      // a row at a time in bfloat16: 2 bytes a column, outside the count like the scratch
+      std::vector<std::uint16_t> row(static_cast<std::size_t>(cols));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        make(r, row.data());
+        widen_bf16(row.data(), cols, out + r * cols);
+      }
+    });
+  };
+  widen_rows(
+      ar, ac, [&](std::int64_t r, std::uint16_t* row) { a.row(r, 0, ac, row); }, ra);
+  widen_rows(
+      br, bc, [&](std::int64_t r, std::uint16_t* row) { b_rows(r, r + 1, row, bc); }, rb);
   gemm<float>(ta, tb, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc);
 }
 
 /// gemm_bf16 by the machine's kernel, B's rows made by `b_rows` (the public overloads' body).
 template <class Rows>
 void gemm_bf16_rows(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                    const float* a, std::int64_t lda, Rows&& b_rows, float beta, float* c,
-                    std::int64_t ldc) {
+                    const Bf16Source& a, Rows&& b_rows, float beta, float* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0 || (shape_only() && k <= 0)) return;
   if (k <= 0) {  // nothing to add: C = beta C
     for (std::int64_t i = 0; i < m; ++i)
@@ -411,10 +424,10 @@ void gemm_bf16_rows(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64
   }
   const Bf16Kernel kernel = bf16_kernel_slot().load(std::memory_order_relaxed);
   if (kernel == Bf16Kernel::convert) {
-    gemm_bf16_convert(ta, tb, m, n, k, alpha, a, lda, b_rows, beta, c, ldc);
+    gemm_bf16_convert(ta, tb, m, n, k, alpha, a, b_rows, beta, c, ldc);
     return;
   }
-  gemm_bf16_blocks(kernel, ta, tb, m, n, k, alpha, a, lda, b_rows, beta, c, ldc);
+  gemm_bf16_blocks(kernel, ta, tb, m, n, k, alpha, a, b_rows, beta, c, ldc);
 }
 
 }  // namespace detail
@@ -447,8 +460,9 @@ inline void set_bf16_kernel(Bf16Kernel kernel) {
 inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                       float alpha, const float* a, std::int64_t lda, const float* b,
                       std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, lda,
-                         detail::rounded_rows(b, ldb, trans_b ? k : n), beta, c, ldc);
+  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, detail::Bf16Source{a, nullptr, lda},
+                         detail::source_rows(detail::Bf16Source{b, nullptr, ldb}, trans_b ? k : n),
+                         beta, c, ldc);
 }
 
 /// A matrix held in another format whose rows are made in bfloat16 on demand: a frozen weight
@@ -478,7 +492,8 @@ inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
     }
     for (std::int64_t r = r0; r < r1; ++r) b.make(r, r + 1, out + (r - r0) * ld);
   };
-  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, lda, rows, beta, c, ldc);
+  detail::gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, detail::Bf16Source{a, nullptr, lda},
+                         rows, beta, c, ldc);
 }
 
 namespace detail {
@@ -496,6 +511,40 @@ void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
     }
   }
   gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// An operand of gemm_in: its values, or a bfloat16 copy of them when the op saved one
+/// (Node::saved_copy; only float ops have copies, and only under Precision::bf16), with rows
+/// `ld` values apart in either.
+template <class T>
+struct GemmOperand {
+  const T* values;
+  std::int64_t ld;
+  const std::uint16_t* copy = nullptr;  ///< used when set
+
+  /// The operand `offset` values further on (a matrix of a batch).
+  GemmOperand at(std::int64_t offset) const noexcept {
+    return {values ? values + offset : nullptr, ld, copy ? copy + offset : nullptr};
+  }
+};
+
+/// gemm_in on operands that may come from bfloat16 copies: those are packed as they are, not
+/// widened and rounded again (the same bits).
+template <class T>
+void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+             T alpha, const GemmOperand<T>& a, const GemmOperand<T>& b, T beta, T* c,
+             std::int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 && (a.copy || b.copy)) {
+      const auto source = [](const GemmOperand<float>& x) {
+        return Bf16Source{x.values, x.copy, x.ld};
+      };
+      gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, source(a),
+                     source_rows(source(b), trans_b ? k : n), beta, c, ldc);
+      return;
+    }
+  }
+  gemm_in<T>(bf16, trans_a, trans_b, m, n, k, alpha, a.values, a.ld, b.values, b.ld, beta, c, ldc);
 }
 
 }  // namespace detail

@@ -28,6 +28,8 @@ class LinearNode final : public Node<T> {
   double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
     return 2.0 * static_cast<double>(rows_) * static_cast<double>(in_) * static_cast<double>(out_);
   }
+  // x's GEMMs read its bfloat16 copy (Note [BF16 saves])
+  bool reads_copy(int slot) const noexcept override { return slot == 0; }
 
   // x: (rows, in), W: (out, in), b: (out) -> (rows, out)
   Tensor<T> forward(typename Node<T>::Inputs in) override {
@@ -36,22 +38,21 @@ class LinearNode final : public Node<T> {
     Tensor<T> y(out_shape_);
     if (shape_only()) return y;  // allocated as in a real run, nothing to compute
     if (bias_) fill_rows(y, in[2], rows_, out_);
-    gemm_in<T>(this->bf16, false, true, rows_, out_, in_, T(1), in[0].data(), in_, in[1].data(),
-               in_, bias_ ? T(1) : T(0), y.data(), out_);
+    gemm_in<T>(this->bf16, false, true, rows_, out_, in_, T(1), x_operand(in[0]),
+               {in[1].data(), in_}, bias_ ? T(1) : T(0), y.data(), out_);
     return y;
   }
 
   // dx = dy W, dW = dy^T x, db = column sums of dy
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
-    const Tensor<T>& x = this->saved(0);
     const Tensor<T>& w = this->saved(1);
-    grads.add_with(0, x.shape(), [&](Tensor<T>& gx, bool overwrite) {
+    grads.add_with(0, this->saved_shape(0), [&](Tensor<T>& gx, bool overwrite) {
       gemm_in<T>(this->bf16, false, false, rows_, in_, out_, T(1), gy.data(), out_, w.data(), in_,
                  overwrite ? T(0) : T(1), gx.data(), in_);
     });
     grads.add_with(1, w.shape(), [&](Tensor<T>& gw, bool overwrite) {
-      gemm_in<T>(this->bf16, true, false, out_, in_, rows_, T(1), gy.data(), out_, x.data(), in_,
-                 overwrite ? T(0) : T(1), gw.data(), in_);
+      gemm_in<T>(this->bf16, true, false, out_, in_, rows_, T(1), {gy.data(), out_},
+                 x_operand(this->saved(0)), overwrite ? T(0) : T(1), gw.data(), in_);
     });
     if (bias_) {
       grads.add_with(2, Shape{out_}, [&](Tensor<T>& gb, bool overwrite) {
@@ -64,6 +65,11 @@ class LinearNode final : public Node<T> {
   }
 
  private:
+  /// x as a GEMM operand: `x`, or the bfloat16 copy saved of it (then `x` may be undefined).
+  GemmOperand<T> x_operand(const Tensor<T>& x) const noexcept {
+    return {x.data(), in_, this->saved_copy(0).data()};
+  }
+
   std::int64_t rows_, in_, out_;
   bool bias_;
   Shape out_shape_;

@@ -28,6 +28,8 @@ class MatmulNode final : public Node<T> {
     return 2.0 * static_cast<double>(batch_) * static_cast<double>(m_) * static_cast<double>(k_) *
            static_cast<double>(n_);
   }
+  // both operands' GEMMs read their bfloat16 copies (Note [BF16 saves])
+  bool reads_copy(int) const noexcept override { return true; }
 
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     this->save(0, in[0]);
@@ -35,41 +37,45 @@ class MatmulNode final : public Node<T> {
     Tensor<T> out(out_);
     // shape-only run: allocated as in a real run, nothing to compute
     if (shape_only()) return out;
+    const GemmOperand<T> a = operand(0, in[0], k_), b = operand(1, in[1], n_);
     if (shared_b_) {  // (batch*m, k) @ (k, n)
-      gemm_in<T>(this->bf16, false, false, batch_ * m_, n_, k_, T(1), in[0].data(), k_,
-                 in[1].data(), n_, T(0), out.data(), n_);
+      gemm_in<T>(this->bf16, false, false, batch_ * m_, n_, k_, T(1), a, b, T(0), out.data(), n_);
       return out;
     }
     for (std::int64_t i = 0; i < batch_; ++i) {
-      gemm_in<T>(this->bf16, false, false, m_, n_, k_, T(1), in[0].data() + i * m_ * k_, k_,
-                 in[1].data() + i * k_ * n_, n_, T(0), out.data() + i * m_ * n_, n_);
+      gemm_in<T>(this->bf16, false, false, m_, n_, k_, T(1), a.at(i * m_ * k_), b.at(i * k_ * n_),
+                 T(0), out.data() + i * m_ * n_, n_);
     }
     return out;
   }
 
   // dA = dC B^T, dB = A^T dC (summed over the batch when B is shared)
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
-    const Tensor<T>& a = this->saved(0);
-    const Tensor<T>& b = this->saved(1);
+    const GemmOperand<T> a = operand(0, this->saved(0), k_), b = operand(1, this->saved(1), n_);
+    const GemmOperand<T> g{gy.data(), n_};
     const std::int64_t rows = shared_b_ ? batch_ * m_ : m_;
     const std::int64_t products = shared_b_ ? 1 : batch_;
-    grads.add_with(0, a.shape(), [&](Tensor<T>& ga, bool overwrite) {
+    grads.add_with(0, this->saved_shape(0), [&](Tensor<T>& ga, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm_in<T>(this->bf16, false, true, rows, k_, n_, T(1), gy.data() + i * rows * n_, n_,
-                   b.data() + i * k_ * n_, n_, overwrite ? T(0) : T(1), ga.data() + i * rows * k_,
-                   k_);
+        gemm_in<T>(this->bf16, false, true, rows, k_, n_, T(1), g.at(i * rows * n_),
+                   b.at(i * k_ * n_), overwrite ? T(0) : T(1), ga.data() + i * rows * k_, k_);
       }
     });
-    grads.add_with(1, b.shape(), [&](Tensor<T>& gb, bool overwrite) {
+    grads.add_with(1, this->saved_shape(1), [&](Tensor<T>& gb, bool overwrite) {
       for (std::int64_t i = 0; i < products; ++i) {
-        gemm_in<T>(this->bf16, true, false, k_, n_, rows, T(1), a.data() + i * rows * k_, k_,
-                   gy.data() + i * rows * n_, n_, overwrite ? T(0) : T(1), gb.data() + i * k_ * n_,
-                   n_);
+        gemm_in<T>(this->bf16, true, false, k_, n_, rows, T(1), a.at(i * rows * k_),
+                   g.at(i * rows * n_), overwrite ? T(0) : T(1), gb.data() + i * k_ * n_, n_);
       }
     });
   }
 
  private:
+  /// Input `slot` as a GEMM operand with rows `ld` values apart: `t`, or the bfloat16 copy saved
+  /// of it (then `t` may be undefined).
+  GemmOperand<T> operand(int slot, const Tensor<T>& t, std::int64_t ld) const noexcept {
+    return {t.data(), ld, this->saved_copy(slot).data()};
+  }
+
   std::int64_t batch_, m_, k_, n_;
   bool shared_b_;
   Shape out_;

@@ -54,16 +54,17 @@ class QuantizedLinearNode final : public Node<T> {
         out_shape_(out_shape) {}
   const OpType& op_type() const noexcept override { return op::quantized_linear; }
   bool runs_shape_only() const noexcept override { return true; }
-  // Backward needs only x: a kept output can be resaved from the replay (Note [kept nodes]).
+  // The weight is frozen, so backward needs no value of x, only its shape: nothing is saved
+  // (its input was saved for its shape once, a whole activation when no other op kept it,
+  // such as down_proj's input without an adapter), and a kept output resaves nothing.
   bool can_resave() const noexcept override { return true; }
-  void resave(typename Node<T>::Inputs in, const Tensor<T>&) override { this->save(0, in[0]); }
+  void resave(typename Node<T>::Inputs, const Tensor<T>&) override {}
   double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
     return 2.0 * static_cast<double>(rows_) * static_cast<double>(in_) * static_cast<double>(out_);
   }
 
   // x: (rows, in), W: (out, in) quantized, b: (out) -> (rows, out); one GEMM per panel of W's rows
   Tensor<T> forward(typename Node<T>::Inputs in) override {
-    this->save(0, in[0]);
     Tensor<T> y(out_shape_);
     if (bias_) fill_rows(y, in[1], rows_, out_);
     if constexpr (std::is_same_v<T, float>) {
@@ -86,7 +87,7 @@ class QuantizedLinearNode final : public Node<T> {
   // dx = dy deq(W) = sum over panels of dy[:, o0:o1] W[o0:o1]; db = column sums of dy
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     if (grads.needs(0) && feeds_bf16_gemm()) {
-      grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+      grads.add_with(0, out_shape_.with_last(in_), [&](Tensor<T>& gx, bool overwrite) {
         if constexpr (std::is_same_v<T, float>) {
           gemm_bf16(false, false, rows_, in_, out_, 1.0f, gy.data(), out_, weight_rows(),
                     overwrite ? 0.0f : 1.0f, gx.data(), in_);
@@ -95,7 +96,7 @@ class QuantizedLinearNode final : public Node<T> {
     } else if (grads.needs(0)) {
       // made outside the write, which a shape-only run skips; live as long as in the write
       Tensor<T> panel = scratch();
-      grads.add_with(0, this->saved(0).shape(), [&](Tensor<T>& gx, bool overwrite) {
+      grads.add_with(0, out_shape_.with_last(in_), [&](Tensor<T>& gx, bool overwrite) {
         bool first = true;
         for_panels([&](std::int64_t o0, std::int64_t o1) {
           dequantize(o0, o1, panel);
