@@ -190,6 +190,77 @@ TEST_CASE(
   CHECK(worst < 0.05 * scale);
 }
 
+// Attention's output in BF16 against float64, per element, causal, packed q/k/v (B, T, 3C).
+// Bound: a score s_j = (q . k_j) / sqrt(D) has its operands rounded to bfloat16, so it is off by
+// at most delta_j = gemm_bound(D, sum |q| |k_j|) / sqrt(D); with every score off by at most
+// Delta = max_j delta_j, each probability is within a factor exp(+-2 Delta) of its own. The
+// probabilities and v are rounded again for p v (1 + u each), their products are exact in
+// float, and the softmax and the sum of T products add float rounding: (2T + 16) 2^-24 covers
+// exp's few ulps, the normalization and the sum. So
+//   |y_c - exact| <= (exp(2 Delta) (1 + u)^2 (1 + (2T + 16) 2^-24) - 1) sum_j p_j |v_jc|.
+// On the convert kernel the products stay float (u = 0 above and in Delta's bfloat16 terms);
+// on a tile kernel some element must be further than float alone allows.
+TEST_CASE("BF16 attention is within its bound of float64: bfloat16 products on a tile kernel",
+          "[precision][ops]") {
+  const Bf16Kernel best = supported_bf16_kernel();
+  Rng rng(37);
+  const std::int64_t B = 2, T = 21, H = 2, D = 16, C = H * D;
+  const auto x = rng.normal_tensor<float>({B, T, 3 * C});
+  const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t col) {
+    return double(x[(b * T + t) * 3 * C + col]);
+  };
+  for (Bf16Kernel kernel : {Bf16Kernel::convert, Bf16Kernel::avx512_bf16, Bf16Kernel::amx}) {
+    if (kernel > best) continue;
+    set_bf16_kernel(kernel);
+    const double u = kernel == Bf16Kernel::convert ? 0.0 : kBf16U;
+    for (const AttentionKernel kind : {AttentionKernel::fused, AttentionKernel::flash}) {
+      INFO("kernel " << to_string(kernel) << ", "
+                     << (kind == AttentionKernel::flash ? "flash" : "fused"));
+      const PrecisionGuard bf16(Precision::bf16);
+      Tape tape;
+      const Var<float> qkv = tape.input(x) + 0.0f;
+      const Tensor<float> y = attention(qkv, {.heads = H, .kernel = kind}).value();
+      std::size_t beyond_float = 0, outside = 0;
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t i = 0; i < T; ++i) {
+            std::vector<double> p(static_cast<std::size_t>(i + 1));
+            double top = -INFINITY, delta = 0;
+            for (std::int64_t j = 0; j <= i; ++j) {
+              double dot = 0, magnitude = 0;
+              for (std::int64_t d = 0; d < D; ++d) {
+                const double qd = at(b, i, h * D + d), kd = at(b, j, C + h * D + d);
+                dot += qd * kd;
+                magnitude += std::abs(qd * kd);
+              }
+              const double rounding = (2 * u + u * u + D * kFloatU * (1 + u) * (1 + u));
+              delta = std::max(delta, rounding * magnitude / std::sqrt(double(D)));
+              p[std::size_t(j)] = dot / std::sqrt(double(D));
+              top = std::max(top, p[std::size_t(j)]);
+            }
+            double total = 0;
+            for (double& w : p) total += (w = std::exp(w - top));
+            const double factor =
+                std::exp(2 * delta) * (1 + u) * (1 + u) * (1 + (2.0 * T + 16) * kFloatU) - 1;
+            for (std::int64_t c = 0; c < D; ++c) {
+              double exact = 0, magnitude = 0;
+              for (std::int64_t j = 0; j <= i; ++j) {
+                const double v = at(b, j, 2 * C + h * D + c);
+                exact += p[std::size_t(j)] / total * v;
+                magnitude += p[std::size_t(j)] / total * std::abs(v);
+              }
+              const double error = std::abs(y[(b * T + i) * C + h * D + c] - exact);
+              outside += error > factor * magnitude;
+              beyond_float += error > 8 * kFloatU * magnitude;
+            }
+          }
+      CHECK(outside == 0);
+      if (u > 0) CHECK(beyond_float > 0);  // the products were rounded: float would be closer
+    }
+  }
+  set_bf16_kernel(best);
+}
+
 TEST_CASE("BF16 gradients are bitwise equal under every checkpoint plan and policy",
           "[precision][checkpoint]") {
   const BlockModel model(3, 16, 0.1, 7);

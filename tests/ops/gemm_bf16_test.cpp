@@ -233,3 +233,36 @@ TEST_CASE("gemm_in packs an operand's saved bfloat16 copy to the bits its floats
     }
   }
 }
+
+TEST_CASE("gemm_in adds a bias row as beta = 1 on a C filled with it would, bit for bit",
+          "[ops][bf16]") {
+  // A linear's bias: the tile kernels add it as they write C (no fill of C, no read back); the
+  // convert kernel and the float GEMM fill C first. Every path must give the fill's bits.
+  const KernelScope restore;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal;
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    remat::set_bf16_kernel(kernel);
+    for (int trial = 0; trial < 16; ++trial) {
+      std::uniform_int_distribution<std::int64_t> size(1, 70);
+      const std::int64_t m = size(rng), n = size(rng), k = trial == 0 ? 0 : size(rng);
+      const bool bf16 = trial % 4 != 3, tb = trial & 1;
+      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)),
+          bias(static_cast<std::size_t>(n));
+      for (auto* v : {&a, &b, &bias})
+        for (float& x : *v) x = normal(rng);
+      const std::int64_t ldb = tb ? k : n;
+      std::vector<float> want(static_cast<std::size_t>(m * n));
+      for (std::int64_t i = 0; i < m; ++i)
+        std::copy(bias.begin(), bias.end(), want.begin() + i * n);
+      std::vector<float> got(want.size(), std::nanf(""));  // C is not read
+      remat::detail::gemm_in<float>(bf16, false, tb, m, n, k, 0.75f, a.data(), k, b.data(), ldb,
+                                    1.0f, want.data(), n);
+      remat::detail::gemm_in<float>(bf16, false, tb, m, n, k, 0.75f, {a.data(), k}, {b.data(), ldb},
+                                    0.0f, got.data(), n, bias.data());
+      INFO(remat::to_string(kernel) << (bf16 ? " bf16" : " float") << ": m " << m << ", n " << n
+                                    << ", k " << k << ", tb " << tb);
+      CHECK(got == want);
+    }
+  }
+}

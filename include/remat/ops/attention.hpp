@@ -31,12 +31,12 @@
 /// scores): change its values between forward and backward and the gradients are of neither.
 ///
 /// Under Precision::bf16 (core/precision.hpp) the operands it keeps and the fused kernel's
-/// probabilities are bfloat16 copies (the forward multiplies by the float ones, the backward by
-/// the copy widened: relative error 2^-9, as any saved activation); its GEMMs, the softmax and the
-/// log-sum-exps stay float.
-/// Its GEMMs are many small products per head, where gemm_bf16's packing costs more than the
-/// faster products save: a GPT step measured 1.2x slower with them in bfloat16
-/// (docs/benchmarks.md, "BF16 training").
+/// probabilities are bfloat16 copies, and its products (q k^T, p v and their gradients) run in
+/// gemm_bf16 on a CPU with a tile kernel (AMX or AVX512-BF16); the softmax and the log-sum-exps
+/// stay float. On the convert kernel (no BF16 instructions) the products stay float: rounding
+/// both operands of each small product there cost more than it saves. They were float on every
+/// CPU until rounding ran on wide vectors: packing per head made a GPT step 1.1x slower then; it
+/// is now 1.05x faster (docs/benchmarks.md).
 
 #include <algorithm>
 #include <array>
@@ -51,7 +51,7 @@
 #include "remat/core/record.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/ops/attention_rows.hpp"
-#include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/op_types.hpp"
 #include "remat/ops/rope.hpp"
 
@@ -67,9 +67,9 @@ inline constexpr std::int64_t kFlashBlockRows = 64;
 /// 2-thread GPT step's attention slower than one thread's. A unit writes only its own rows and
 /// columns (its heads' outputs, its group's dK and dV), so units need no locks, and its GEMMs run
 /// whole (inside a parallel loop), with the same bits on any thread count (a lone unit runs on
-/// the caller, and its GEMMs split as any other). Units run on
-/// kAttentionSlots slots at most, unit u on slot u mod slots, each slot with its own block
-/// buffers: the buffers the op counts depend on the shapes only, never on the thread count.
+/// the caller, and its GEMMs split as any other). Units run on kAttentionSlots slots at most,
+/// unit u on slot u mod slots, each slot with its own block buffers: the buffers the op counts
+/// depend on the shapes only, never on the thread count.
 inline constexpr std::int64_t kAttentionSlots = 8;
 
 /// What the attention op keeps for its backward pass. Both compute the same function, to rounding,
@@ -258,11 +258,12 @@ class AttentionNode final : public Node<T> {
         const T* dy = gy.data() + b * t_ * cq() + h * d_;
         for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-          const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
+          const std::int64_t k0 = first_block_key(keys, i0), k1 = keys.block_end(i1);
           const bool first_write = h % rep_ == 0 && i0 == last;
           if (flash_) {
-            gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
-                    kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), probs_at + k0, t_);
+            gemm_in<T>(bf16_gemms(), false, true, rows, k1 - k0, d_, scale,
+                       q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, kv_at(x.k, b, h) + k0 * x.k.ld,
+                       x.k.ld, T(0), probs_at + k0, t_);
             softmax_recompute_rows(probs_at, t_, stats.data() + (b * h_ + h) * t_, i0, i1, keys);
           }
           const T* p = flash_ ? probs_at : stats.data() + (b * h_ + h) * t_ * t_;
@@ -270,22 +271,23 @@ class AttentionNode final : public Node<T> {
           if (g.v) {
             const bool overwrite = g.overwrite_v && first_write;
             if (overwrite) zero_rows(g.dv, b, h, k0);
-            gemm<T>(true, false, k1 - k0, d_, rows, T(1), weights + k0, t_, dy + i0 * cq(), cq(),
-                    overwrite ? T(0) : T(1), kv_at(g.dv, b, h) + k0 * g.dv.ld, g.dv.ld);
+            gemm_in<T>(bf16_gemms(), true, false, k1 - k0, d_, rows, T(1), weights + k0, t_,
+                       dy + i0 * cq(), cq(), overwrite ? T(0) : T(1),
+                       kv_at(g.dv, b, h) + k0 * g.dv.ld, g.dv.ld);
           }
           if (!g.qk) continue;
-          gemm<T>(false, true, rows, k1 - k0, d_, T(1), dy + i0 * cq(), cq(),
-                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp_at + k0, t_);
+          gemm_in<T>(bf16_gemms(), false, true, rows, k1 - k0, d_, T(1), dy + i0 * cq(), cq(),
+                     kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0), dp_at + k0, t_);
           if (p_ > 0) apply_dropout(dp_at, dp_at, b, h, i0, i1);
           softmax_backward_rows(p, dp_at, t_, scale, i0, i1, keys);
-          gemm<T>(false, false, rows, d_, k1 - k0, T(1), dp_at + k0, t_,
-                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, g.overwrite_qk ? T(0) : T(1),
-                  q_at(g.dq, b, h) + i0 * g.dq.ld, g.dq.ld);
+          gemm_in<T>(bf16_gemms(), false, false, rows, d_, k1 - k0, T(1), dp_at + k0, t_,
+                     kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, g.overwrite_qk ? T(0) : T(1),
+                     q_at(g.dq, b, h) + i0 * g.dq.ld, g.dq.ld);
           const bool overwrite = g.overwrite_qk && first_write;
           if (overwrite) zero_rows(g.dk, b, h, k0);
-          gemm<T>(true, false, k1 - k0, d_, rows, T(1), dp_at + k0, t_,
-                  q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, overwrite ? T(0) : T(1),
-                  kv_at(g.dk, b, h) + k0 * g.dk.ld, g.dk.ld);
+          gemm_in<T>(bf16_gemms(), true, false, k1 - k0, d_, rows, T(1), dp_at + k0, t_,
+                     q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, overwrite ? T(0) : T(1),
+                     kv_at(g.dk, b, h) + k0 * g.dk.ld, g.dk.ld);
         }
       }
     });
@@ -297,6 +299,13 @@ class AttentionNode final : public Node<T> {
 
  private:
   static constexpr int kStats = 3;  ///< the saved probabilities (fused) or log-sum-exps (flash)
+
+  /// Whether the products run in bfloat16: under Precision::bf16 on a tile kernel. The convert
+  /// kernel (CPUs without BF16 instructions) would round both operands of every small product
+  /// into float copies first, which made a GPT step 10 % slower there.
+  bool bf16_gemms() const noexcept {
+    return std::is_same_v<T, float> && this->bf16 && bf16_kernel() != Bf16Kernel::convert;
+  }
 
   template <class P>
   struct Operands {
@@ -348,15 +357,16 @@ class AttentionNode final : public Node<T> {
         const KeyRange keys = keys_of(b, h);
         for (std::int64_t i0 = 0; i0 < t_; i0 += rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
-          const std::int64_t k0 = first_block_key(b, i0), k1 = keys.block_end(i1);
+          const std::int64_t k0 = first_block_key(keys, i0), k1 = keys.block_end(i1);
           T* s = flash_ ? slot_rows(scores, slot) : stats.data() + (b * h_ + h) * t_ * t_;
-          gemm<T>(false, true, rows, k1 - k0, d_, scale, q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld,
-                  kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld, T(0), s + k0, t_);
+          gemm_in<T>(bf16_gemms(), false, true, rows, k1 - k0, d_, scale,
+                     q_at(x.q, b, h) + i0 * x.q.ld, x.q.ld, kv_at(x.k, b, h) + k0 * x.k.ld, x.k.ld,
+                     T(0), s + k0, t_);
           softmax_rows(s, t_, flash_ ? stats.data() + (b * h_ + h) * t_ : nullptr, i0, i1, keys);
           const T* weights = dropped_out(s, dropped_at, b, h, i0, i1);
-          gemm<T>(false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
-                  kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
-                  y.data() + (b * t_ + i0) * cq() + h * d_, cq());
+          gemm_in<T>(bf16_gemms(), false, false, rows, d_, k1 - k0, T(1), weights + k0, t_,
+                     kv_at(x.v, b, h) + k0 * x.v.ld, x.v.ld, T(0),
+                     y.data() + (b * t_ + i0) * cq() + h * d_, cq());
         }
       }
     });
@@ -460,11 +470,12 @@ class AttentionNode final : public Node<T> {
                        at = (bias.dim(0) == 1 ? 0 : b) * heads + (heads == 1 ? 0 : h);
     return bias.data() + at * t_ * t_;
   }
-  /// The first key any row of the block from query row i0 of batch b sees: with packed rows its
-  /// first row's (the starts and the window's first keys only grow down a row), which the block
-  /// need not multiply by; 0 otherwise, where the products keep their whole-prefix shape.
-  std::int64_t first_block_key(std::int64_t b, std::int64_t i0) const {
-    return o_.starts.defined() ? keys_of(b, 0).first(i0) : 0;
+  /// The first key any row of the block from query row i0 sees (`keys`: its head's): with packed
+  /// rows its first row's (the starts and the window's first keys only grow down a row), which
+  /// the block need not multiply by; 0 otherwise, where the products keep their whole-prefix
+  /// shape.
+  std::int64_t first_block_key(const KeyRange& keys, std::int64_t i0) const {
+    return o_.starts.defined() ? keys.first(i0) : 0;
   }
 
   /// Sets rows [0, n) of head h's key/value head of batch b in a gradient to zero.

@@ -253,18 +253,31 @@ inline auto source_rows(const Bf16Source& b, std::int64_t cols) {
 }
 
 /// C's block [i0, i0 + rows) x [j0, j0 + cols) = alpha * block + beta * C (beta 0: C is not
-/// read, so it may hold anything).
+/// read, so it may hold anything), or alpha * block + bias (bias[j] for column j0 + j) when a
+/// bias row is given: the bits of beta = 1 on a C filled with the bias, without writing C twice
+/// and reading it back (a linear's bias).
 inline void write_block(const float* block, std::int64_t ld_block, std::int64_t rows,
-                        std::int64_t cols, float alpha, float beta, float* c, std::int64_t ldc) {
+                        std::int64_t cols, float alpha, float beta, const float* bias, float* c,
+                        std::int64_t ldc) {
   for (std::int64_t i = 0; i < rows; ++i) {
     const float* src = block + i * ld_block;
     float* dst = c + i * ldc;
-    if (beta == 0) {  // two loops, each one the compiler vectorizes
+    if (bias) {  // three loops, each one the compiler vectorizes
+      for (std::int64_t j = 0; j < cols; ++j) dst[j] = alpha * src[j] + bias[j];
+    } else if (beta == 0) {
       for (std::int64_t j = 0; j < cols; ++j) dst[j] = alpha * src[j];
     } else {
       for (std::int64_t j = 0; j < cols; ++j) dst[j] = alpha * src[j] + beta * dst[j];
     }
   }
+}
+
+/// C's m rows (n values, ldc apart) = the bias row.
+template <class T>
+void fill_bias_rows(std::int64_t m, std::int64_t n, const T* bias, T* c, std::int64_t ldc) {
+  for_rows(m, n, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * ldc);
+  });
 }
 
 #if REMAT_X86
@@ -345,11 +358,12 @@ struct AmxTiles {
 #endif
 
 /// gemm_bf16 by a tile kernel (amx or avx512_bf16) over 32 x 32 blocks of C, in parallel; B's
-/// rows made in bfloat16 by `b_rows` (pack_b_bf16_rows).
+/// rows made in bfloat16 by `b_rows` (pack_b_bf16_rows); a bias row added in place of beta C
+/// when given (write_block).
 template <class Rows>
 void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::int64_t n,
                       std::int64_t k, float alpha, const Bf16Source& a, Rows&& b_rows, float beta,
-                      float* c, std::int64_t ldc) {
+                      const float* bias, float* c, std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
   if (shape_only()) return;
   // not a structured binding: the lambdas below capture them (clang before 16 cannot)
@@ -367,7 +381,7 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
       const std::uint16_t* b0 = pb + (j0 / 16) * kp * 16;
       product(pa + i0 * kp, b0, b0 + kp * 16, kp, block);
       write_block(block, 32, std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
-                  alpha, beta, c + i0 * ldc + j0, ldc);
+                  alpha, beta, bias ? bias + j0 : nullptr, c + i0 * ldc + j0, ldc);
     }
   };
   parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t s, std::int64_t e) {
@@ -413,21 +427,28 @@ void gemm_bf16_convert(bool ta, bool tb, std::int64_t m, std::int64_t n, std::in
 }
 
 /// gemm_bf16 by the machine's kernel, B's rows made by `b_rows` (the public overloads' body).
+/// With a bias row (n values), C = alpha op(A) op(B) + bias on every row, and beta is not used:
+/// the same bits as beta = 1 on a C filled with the bias.
 template <class Rows>
 void gemm_bf16_rows(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                    const Bf16Source& a, Rows&& b_rows, float beta, float* c, std::int64_t ldc) {
-  if (m <= 0 || n <= 0 || (shape_only() && k <= 0)) return;
+                    const Bf16Source& a, Rows&& b_rows, float beta, float* c, std::int64_t ldc,
+                    const float* bias = nullptr) {
+  if (m <= 0 || n <= 0 || shape_only()) return;
+  const Bf16Kernel kernel = bf16_kernel_slot().load(std::memory_order_relaxed);
+  if (bias && (k <= 0 || kernel == Bf16Kernel::convert)) {
+    fill_bias_rows(m, n, bias, c, ldc);
+    beta = 1;
+  }
   if (k <= 0) {  // nothing to add: C = beta C
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
     return;
   }
-  const Bf16Kernel kernel = bf16_kernel_slot().load(std::memory_order_relaxed);
   if (kernel == Bf16Kernel::convert) {
     gemm_bf16_convert(ta, tb, m, n, k, alpha, a, b_rows, beta, c, ldc);
     return;
   }
-  gemm_bf16_blocks(kernel, ta, tb, m, n, k, alpha, a, b_rows, beta, c, ldc);
+  gemm_bf16_blocks(kernel, ta, tb, m, n, k, alpha, a, b_rows, beta, bias, c, ldc);
 }
 
 }  // namespace detail
@@ -529,22 +550,28 @@ struct GemmOperand {
 };
 
 /// gemm_in on operands that may come from bfloat16 copies: those are packed as they are, not
-/// widened and rounded again (the same bits).
+/// widened and rounded again (the same bits). With a bias row (n values), C = alpha op(A) op(B)
+/// + bias on every row and beta is not used: the bits of beta = 1 on a C filled with the bias,
+/// which a BF16 tile kernel adds as it writes C instead.
 template <class T>
 void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
              T alpha, const GemmOperand<T>& a, const GemmOperand<T>& b, T beta, T* c,
-             std::int64_t ldc) {
+             std::int64_t ldc, const T* bias = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16 && (a.copy || b.copy)) {
+    if (bf16) {
       const auto source = [](const GemmOperand<float>& x) {
         return Bf16Source{x.values, x.copy, x.ld};
       };
       gemm_bf16_rows(trans_a, trans_b, m, n, k, alpha, source(a),
-                     source_rows(source(b), trans_b ? k : n), beta, c, ldc);
+                     source_rows(source(b), trans_b ? k : n), beta, c, ldc, bias);
       return;
     }
   }
-  gemm_in<T>(bf16, trans_a, trans_b, m, n, k, alpha, a.values, a.ld, b.values, b.ld, beta, c, ldc);
+  if (bias && m > 0 && n > 0 && !shape_only()) {
+    fill_bias_rows(m, n, bias, c, ldc);
+    beta = T(1);
+  }
+  gemm<T>(trans_a, trans_b, m, n, k, alpha, a.values, a.ld, b.values, b.ld, beta, c, ldc);
 }
 
 }  // namespace detail

@@ -37,9 +37,8 @@ class LinearNode final : public Node<T> {
     this->save(1, in[1]);
     Tensor<T> y(out_shape_);
     if (shape_only()) return y;  // allocated as in a real run, nothing to compute
-    if (bias_) fill_rows(y, in[2], rows_, out_);
     gemm_in<T>(this->bf16, false, true, rows_, out_, in_, T(1), x_operand(in[0]),
-               {in[1].data(), in_}, bias_ ? T(1) : T(0), y.data(), out_);
+               {in[1].data(), in_}, T(0), y.data(), out_, bias_ ? in[2].data() : nullptr);
     return y;
   }
 
