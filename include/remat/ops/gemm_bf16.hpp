@@ -10,20 +10,20 @@
 ///   on every CPU. A product of two bfloat16 values is exact in float, so it computes the same
 ///   function; only the order of the float additions differs between kernels.
 ///
-/// Note [BF16 GEMM packing]: the inputs are rounded and packed once per call into scratch
-/// buffers: A into rows of K bfloat16 values (K padded with zeros to a
-/// multiple of 32: one AMX tile row), B into panels of 16 columns in the "VNNI" layout both
-/// instructions read, each 32-bit word holding rows 2p and 2p + 1 of one column. Every block of
-/// C is computed by one thread over all of K in one fixed order, so the result does not depend
-/// on the thread count: run to run and replay to first pass, it is bitwise the same. The scratch
-/// is outside the allocator's count, like the float GEMM's (OpenBLAS packs into buffers of its
-/// own): ops skip their GEMMs in a shape-only run, so a counted scratch would be a transient
-/// that predictions cannot see. Like OpenBLAS's, it is kept by the calling thread from one call
-/// to the next (fresh pages for every call cost more than the packing itself: a quarter of a
-/// 1024 x 1024 x 1024 product went to page faults on a Zen 5 under KVM, and the convert kernel
-/// ran at a fifth of the float GEMM's rate), so a thread that runs BF16 GEMMs holds its largest
-/// call's buffers, 2 bytes a value of op(A) and op(B), padded (4, unpadded, in the convert
-/// kernel), until memory::release_cache() or the thread's end.
+/// Note [BF16 GEMM packing]: the inputs are rounded (or, from a saved bfloat16 copy, copied:
+/// detail::Bf16Source) and packed once per call into scratch buffers: A into rows of K bfloat16
+/// values (K padded with zeros to a multiple of 32: one AMX tile row), B into panels of 16
+/// columns in the "VNNI" layout both instructions read, each 32-bit word holding rows 2p and
+/// 2p + 1 of one column. Every block of C is computed by one thread over all of K in one fixed
+/// order, so the result does not depend on the thread count: run to run and replay to first pass,
+/// it is bitwise the same. The scratch is outside the allocator's count, like the float GEMM's
+/// (OpenBLAS packs into buffers of its own): ops skip their GEMMs in a shape-only run, so a counted
+/// scratch would be a transient that predictions cannot see. Like OpenBLAS's, it is kept by the
+/// calling thread from one call to the next (fresh pages for every call cost more than the packing
+/// itself: a quarter of a 1024 x 1024 x 1024 product went to page faults on a Zen 5 under KVM, and
+/// the convert kernel ran at a fifth of the float GEMM's rate), so a thread that runs BF16 GEMMs
+/// holds its largest call's buffers, 2 bytes a value of op(A) and op(B), padded (4, unpadded, in
+/// the convert kernel), until memory::release_cache() or the thread's end.
 
 #include <algorithm>
 #include <atomic>
