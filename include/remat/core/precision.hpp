@@ -20,10 +20,11 @@
 /// copy: a cache per thread maps a float buffer to its copy while both live, holding neither.
 /// A GEMM's inputs are rounded to bfloat16 by gemm_bf16 anyway, so a GEMM's saved inputs lose
 /// nothing; an elementwise op's backward reads its input rounded (relative error 2^-9).
-/// A GEMM packs a copy as it is (Node::saved_copy, Node::reads_copy: `linear` forward, once its
-/// input is saved, and its weight gradient): no float tensor is made of it in backward and it is
-/// not rounded a second time, the same bits at half the bytes read (remat_bench's gpt step on
-/// an AMX Xeon, one thread: 0.59 to 0.54 s, docs/benchmarks.md).
+/// A GEMM packs a copy as it is (Node::saved_copy, Node::reads_copy: `linear`'s input in its
+/// forward, once saved, and in its weight gradient; `matmul`'s operands in backward): no float
+/// tensor is made of it in backward and it is not rounded a second time, the same bits at half the
+/// bytes read (remat_bench's gpt step on an AMX Xeon, one thread: 0.59 to 0.54 s,
+/// docs/benchmarks.md).
 ///
 /// Note [segment inputs stay float]: a segment replays from its captured input; kept float, the
 /// replay computes exactly what the first pass did, so checkpointed and plain gradients stay
