@@ -4,6 +4,7 @@
 /// loop over chunks. Ops write their math once, as Eigen array expressions, and these helpers
 /// run it over the whole tensor.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "remat/core/parallel.hpp"
@@ -39,12 +40,12 @@ void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
   parallel_for(rows, grain, std::forward<Fn>(fn));
 }
 
-/// Copies the vector b (cols) into every row of the row-major (rows x cols) tensor y: a bias a
-/// GEMM then accumulates onto (beta = 1).
+/// Copies the vector b (cols) into every row of the row-major matrix y (rows x cols, rows ld
+/// apart): a bias a GEMM then accumulates onto (beta = 1).
 template <class T>
-void fill_rows(Tensor<T>& y, const Tensor<T>& b, std::int64_t rows, std::int64_t cols) {
+void fill_rows(std::int64_t rows, std::int64_t cols, const T* b, T* y, std::int64_t ld) {
   for_rows(rows, cols, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) view(y, r * cols, (r + 1) * cols) = view(b, 0, cols);
+    for (std::int64_t r = r0; r < r1; ++r) std::copy(b, b + cols, y + r * ld);
   });
 }
 

@@ -272,14 +272,6 @@ inline void write_block(const float* block, std::int64_t ld_block, std::int64_t 
   }
 }
 
-/// C's m rows (n values, ldc apart) = the bias row.
-template <class T>
-void fill_bias_rows(std::int64_t m, std::int64_t n, const T* bias, T* c, std::int64_t ldc) {
-  for_rows(m, n, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * ldc);
-  });
-}
-
 #if REMAT_X86
 /// One 32 x 32 block of A B from the packed operands, by AVX512-BF16: 8 rows at a time, two
 /// panels of 16 columns, one VDPBF16PS per (row, panel) and row pair.
@@ -436,7 +428,7 @@ void gemm_bf16_rows(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64
   if (m <= 0 || n <= 0 || shape_only()) return;
   const Bf16Kernel kernel = bf16_kernel_slot().load(std::memory_order_relaxed);
   if (bias && (k <= 0 || kernel == Bf16Kernel::convert)) {
-    fill_bias_rows(m, n, bias, c, ldc);
+    fill_rows(m, n, bias, c, ldc);
     beta = 1;
   }
   if (k <= 0) {  // nothing to add: C = beta C
@@ -519,21 +511,6 @@ inline void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
 
 namespace detail {
 
-/// gemm<T>, or gemm_bf16 when `bf16` (an op recorded under Precision::bf16, core/precision.hpp;
-/// only float ops are).
-template <class T>
-void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-             T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
-             std::int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16) {
-      gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-      return;
-    }
-  }
-  gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 /// An operand of gemm_in: its values, or a bfloat16 copy of them when the op saved one
 /// (Node::saved_copy; only float ops have copies, and only under Precision::bf16), with rows
 /// `ld` values apart in either.
@@ -568,10 +545,20 @@ void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
     }
   }
   if (bias && m > 0 && n > 0 && !shape_only()) {
-    fill_bias_rows(m, n, bias, c, ldc);
+    fill_rows(m, n, bias, c, ldc);
     beta = T(1);
   }
   gemm<T>(trans_a, trans_b, m, n, k, alpha, a.values, a.ld, b.values, b.ld, beta, c, ldc);
+}
+
+/// gemm<T>, or gemm_bf16 when `bf16` (an op recorded under Precision::bf16, core/precision.hpp;
+/// only float ops are), on plain operands.
+template <class T>
+void gemm_in(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+             T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+             std::int64_t ldc) {
+  gemm_in<T>(bf16, trans_a, trans_b, m, n, k, alpha, GemmOperand<T>{a, lda}, GemmOperand<T>{b, ldb},
+             beta, c, ldc);
 }
 
 }  // namespace detail

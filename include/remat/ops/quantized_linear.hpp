@@ -66,7 +66,7 @@ class QuantizedLinearNode final : public Node<T> {
   // x: (rows, in), W: (out, in) quantized, b: (out) -> (rows, out); one GEMM per panel of W's rows
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     Tensor<T> y(out_shape_);
-    if (bias_) fill_rows(y, in[1], rows_, out_);
+    if (bias_ && !shape_only()) fill_rows(rows_, out_, in[1].data(), y.data(), out_);
     if constexpr (std::is_same_v<T, float>) {
       if (feeds_bf16_gemm()) {  // one GEMM, W's rows made in bfloat16 as it packs them
         gemm_bf16(false, true, rows_, out_, in_, 1.0f, in[0].data(), in_, weight_rows(),
