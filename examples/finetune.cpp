@@ -8,7 +8,8 @@
 //            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
 //            [--skip-bad] [--pack] [--prompt TEXT] [--auto [--memory GiB]]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
-//            [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
+//            [--checkpoint none|every|sqrt|budget:<MiB>] [--loss-chunk-rows N]
+//            [--eval-every N] [--eval-batches N]
 //            [--save-adapters DIR] [--save-every N] [--resume DIR] [--stop-after N] [--full]
 //            [--sample N] [--json] [--trace FILE.json]   (--help)
 //
@@ -25,10 +26,11 @@
 //    --max-tokens - 1 positions into which examples are packed, attention kept within each
 //    example. --prompt samples an answer before and after training (--sample tokens, 48 by
 //    default). --auto chooses --max-tokens from the data's token counts, then the checkpoint
-//    plan, --batch and --accumulate that fit --memory (GiB; default: the memory available now),
-//    --lr and --steps, by the rule written in auto_settings.hpp, and prints an "auto:" line for
-//    each choice; a flag given wins for its setting (--max-tokens is then the length's ceiling).
-//    `will_it_fit --base DIR --data FILE` prints the same decision without reading the weights.
+//    plan, --batch, --loss-chunk-rows and --accumulate that fit --memory (GiB; default: the memory
+//    available now), --lr and --steps, by the rule written in auto_settings.hpp, and prints an
+//    "auto:" line for each choice; a flag given wins for its setting (--max-tokens is then the
+//    length's ceiling). `will_it_fit --base DIR --data FILE` prints the same decision without
+//    reading the weights.
 //  - a train_llama --save-hf folder (with its remat_eval.json vocabulary) or a train_gpt --save
 //    file, fine-tuned on a text in the base corpus' characters (default
 //    examples/data/finetune.txt, original text shipped with remat; its last tenth for
@@ -108,6 +110,7 @@ struct Options {
   std::uint64_t seed = 1;
   int threads = 0;
   std::string checkpoint = "every";
+  std::int64_t loss_chunk_rows = 0;  // 0: linear_cross_entropy's default
   std::int64_t eval_every = 20, eval_batches = 4, sample = 0;
   std::string save_adapters, trace, resume;
   std::int64_t save_every = 0, stop_after = 0;
@@ -122,7 +125,7 @@ struct Options {
   bool context_given = false;
   // the settings --auto chooses, when the user gave them (they win)
   bool batch_given = false, accumulate_given = false, steps_given = false, lr_given = false,
-       checkpoint_given = false;
+       checkpoint_given = false, loss_chunk_rows_given = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -232,14 +235,19 @@ Options parse(int argc, char** argv) {
                       "a user message to answer before and after training (--sample tokens)"),
        "--prompt"},
       {app.add_flag("--auto", o.auto_settings,
-                    "choose --max-tokens, --checkpoint, --batch, --accumulate, --lr and --steps "
-                    "from the data and --memory (flags given win), and say why"),
+                    "choose --max-tokens, --checkpoint, --batch, --loss-chunk-rows, --accumulate, "
+                    "--lr and --steps from the data and --memory (flags given win), and say why"),
        "--auto"},
       {app.add_option("--memory", o.memory_gib,
                       "with --auto: the memory the run may take, GiB (default: the memory "
                       "available now, MemAvailable)")
            ->check(flags::positive),
        "--memory"}};
+  app.add_option("--loss-chunk-rows", o.loss_chunk_rows,
+                 "rows of logits the loss head computes at a time (0: 128 rows within 128 MiB, "
+                 "else 8 MiB); more rows re-read its weight less often, for their memory")
+      ->check(flags::non_negative)
+      ->capture_default_str();
   app.add_flag("--full", o.full,
                "full fine-tuning in float without checkpointing instead (the baseline)");
   app.add_option("--sample", o.sample,
@@ -261,6 +269,7 @@ Options parse(int argc, char** argv) {
   o.steps_given = app.count("--steps") > 0;
   o.lr_given = app.count("--lr") > 0;
   o.checkpoint_given = app.count("--checkpoint") > 0;
+  o.loss_chunk_rows_given = app.count("--loss-chunk-rows") > 0;
   if (o.memory_gib > 0 && !o.auto_settings)
     throw remat::ArgumentError("finetune: --memory is for --auto (the memory its choices fit in)");
   if (o.auto_settings && o.full)
@@ -518,13 +527,13 @@ struct Split {
 /// The counted peak of the loss head alone (logits, or the chunked loss's chunk, and their
 /// gradients) on a (rows, C) input, above that input.
 template <class Model>
-double head_peak(const Model& model, std::int64_t rows) {
+double head_peak(const Model& model, std::int64_t rows, std::int64_t chunk_rows) {
   const remat::Tensor<float> h = remat::Tensor<float>::zeros({rows, width_of(model)});
   const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
   remat::Tape tape;
   const remat::Var<float> x = tape.input(h, true);
   remat::memory::Probe probe;
-  tape.backward(remat::linear_cross_entropy(x, model.head_weight(), targets));
+  tape.backward(remat::linear_cross_entropy(x, model.head_weight(), targets, chunk_rows));
   return double(probe.peak_above_start());
 }
 
@@ -547,6 +556,7 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
   remat::train::StepShape shape{
       .batch = rows,
       .time = columns,
+      .loss_chunk_rows = o.loss_chunk_rows,
       .packed = o.pack,
       .accumulation = o.accumulate,
       .storage = o.full ? remat::WeightStorage::f32 : storage_of(o.storage),
@@ -606,23 +616,23 @@ double peak_resident_bytes() {
 
 /// The loss of batch `b` (a Llama takes packed rows' starts; a GPT never has them).
 remat::Var<float> batch_loss(const remat::nn::Llama<float>& model, const chat::Batch& b,
-                             const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, {.plan = plan, .starts = b.starts});
+                             std::int64_t chunk_rows, const remat::plan::Plan* plan = nullptr) {
+  return model.loss(b.ids, b.targets, {.plan = plan, .chunk_rows = chunk_rows, .starts = b.starts});
 }
 remat::Var<float> batch_loss(const remat::nn::GPT<float>& model, const chat::Batch& b,
-                             const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, {.plan = plan});
+                             std::int64_t chunk_rows, const remat::plan::Plan* plan = nullptr) {
+  return model.loss(b.ids, b.targets, {.plan = plan, .chunk_rows = chunk_rows});
 }
 
 /// The mean loss over `val` (weighted by the targets each batch counts), in evaluation mode and
 /// without a tape.
 template <class Model>
-double mean_loss(Model& model, const std::vector<chat::Batch>& val) {
+double mean_loss(Model& model, const std::vector<chat::Batch>& val, std::int64_t chunk_rows) {
   remat::NoGradGuard no_grad;
   model.eval();
   double total = 0, counted = 0;
   for (const chat::Batch& b : val) {
-    total += double(batch_loss(model, b).item()) * double(b.counted);
+    total += double(batch_loss(model, b, chunk_rows).item()) * double(b.counted);
     counted += double(b.counted);
   }
   model.train();
@@ -656,7 +666,8 @@ std::vector<std::pair<std::string, std::string>> course_settings(const Options& 
           {"--truncate", o.truncate},
           {"--train-on", o.train_on},
           {"--skip-bad", yes(o.skip_bad)},
-          {"--pack", yes(o.pack)}};
+          {"--pack", yes(o.pack)},
+          {"--loss-chunk-rows", std::to_string(o.loss_chunk_rows)}};
 }
 
 /// Saves the adapters (PEFT's files) and the training state after `steps_done` steps into
@@ -772,7 +783,8 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   }();
   const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
-  const double first_val = saved_first_val ? *saved_first_val : mean_loss(model, val);
+  const double first_val =
+      saved_first_val ? *saved_first_val : mean_loss(model, val, o.loss_chunk_rows);
   double last_val = first_val;
   std::string sample_before;
   if (source.samples_before() && !o.json && start == 0)
@@ -825,7 +837,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       remat::Tape tape(remat::TapeOptions{
           .seed = remat::detail::mix64(
               o.seed ^ remat::detail::mix64(std::uint64_t(step * o.accumulate) + k))});
-      const remat::Var<float> l = batch_loss(model, micro[k], &plan);
+      const remat::Var<float> l = batch_loss(model, micro[k], o.loss_chunk_rows, &plan);
       // the step's loss is the mean over its counted targets: each micro-batch's mean weighted
       // by its share of them
       const float share =
@@ -858,7 +870,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
       save_with_state(o, *adapters, optimizer, step + 1, first_val);
     const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == end;
     step_seconds.push_back(std::chrono::duration<double>(now() - step_start).count());
-    if (evaluate) last_val = mean_loss(model, val);
+    if (evaluate) last_val = mean_loss(model, val, o.loss_chunk_rows);
     if (!o.json && evaluate) {
       const double elapsed = std::chrono::duration<double>(now() - t0).count();
       std::printf(
@@ -880,7 +892,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   // The split: bytes live before the model was loaded and the validation batches are left out;
   // the estimate for the shape of the step that reached the peak.
   counted.total = step_peak;
-  counted.logits = head_peak(model, rows * peak_columns);
+  counted.logits = head_peak(model, rows * peak_columns, o.loss_chunk_rows);
   counted.activations = counted.total - counted.weights - counted.adapters - counted.gradients -
                         counted.optimizer - counted.logits;
   const Split estimated = estimated_split(model, o, targets, rows, peak_columns, plan);
@@ -956,6 +968,7 @@ auto_settings::Request auto_request(const Options& o) {
   if (o.steps_given) r.steps = o.steps;
   if (o.lr_given) r.lr = o.lr;
   if (o.checkpoint_given) r.checkpoint = o.checkpoint;
+  if (o.loss_chunk_rows_given) r.loss_chunk_rows = o.loss_chunk_rows;
   return r;
 }
 
@@ -988,6 +1001,7 @@ int run_hub(Options& o, std::size_t live0) {
     o.steps = chosen.decision.steps;
     o.lr = chosen.decision.lr;
     o.checkpoint = chosen.decision.checkpoint;
+    o.loss_chunk_rows = chosen.decision.loss_chunk_rows;
     remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
     HubSource source(tok, std::move(chosen.data), data.max_tokens, o);
     return run(model, source, o, live0);

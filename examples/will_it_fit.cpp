@@ -6,7 +6,8 @@
 //               [--heads H] [--kv-heads G] [--mlp F] [--context T] [--vocab V] [--tied]
 //               [--batch B] [--time T] [--accumulate K] [--dtype float|double|bf16]
 //               [--optimizer adamw|momentum|sgd] [--storage f32|bf16|int8|nf4] [--no-double-quant]
-//               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss] [--save-matmuls]
+//               [--lora-rank R] [--lora-targets a,b,...] [--plain-loss | --loss-chunk-rows N]
+//               [--save-matmuls]
 //               [--policy save_matmuls|save_ops:a,b,...|recompute_ops:a,b,...]...
 //               [--memory GiB] [--budget MiB] [--json]          (--help)
 //   will_it_fit --base DIR [--data FILE [--max-tokens N] [--truncate oldest|exclude]
@@ -80,7 +81,8 @@ struct Options {
   // --base DIR --data FILE: finetune --auto's decision
   std::string base, data, truncate = "oldest", train_on = "assistant";
   std::int64_t max_tokens = 0;
-  bool skip_bad = false, pack = false, batch_given = false, accumulate_given = false;
+  bool skip_bad = false, pack = false, batch_given = false, accumulate_given = false,
+       loss_chunk_rows_given = false;
   double lora_dropout = 0;
 };
 
@@ -179,6 +181,9 @@ Options parse(int argc, char** argv) {
   count("--mlp", mlp, "Llama: intermediate size of the SwiGLU MLP (0: 4 x --width)");
   count("--batch", o.step.batch, "sequences per micro-batch B");
   count("--time", o.step.time, "tokens per sequence T (0: the context length)");
+  count("--loss-chunk-rows", o.step.loss_chunk_rows,
+        "rows of logits the chunked loss computes at a time (0: 128 rows within 128 MiB, else 8 "
+        "MiB)");
   app.add_option("--accumulate", o.step.accumulation,
                  "micro-batches per optimizer step (memory does not depend on it)")
       ->check(flags::positive)
@@ -259,6 +264,7 @@ Options parse(int argc, char** argv) {
     if (app.count("--lora-rank") == 0) lora_rank = 8;
     o.batch_given = app.count("--batch") > 0;
     o.accumulate_given = app.count("--accumulate") > 0;
+    o.loss_chunk_rows_given = app.count("--loss-chunk-rows") > 0;
   }
   o.double_precision = dtype == "double";
   if (dtype == "bf16") o.step.precision = remat::Precision::bf16;
@@ -270,6 +276,10 @@ Options parse(int argc, char** argv) {
                      : optimizer == "momentum" ? remat::train::OptimizerKind::sgd_momentum
                                                : remat::train::OptimizerKind::sgd;
   o.step.chunked_loss = !plain_loss;
+  if (plain_loss && o.step.loss_chunk_rows > 0)
+    throw remat::ArgumentError(
+        "will_it_fit: --loss-chunk-rows is for the chunked loss; --plain-loss prices the whole "
+        "logits");
   if (save_matmuls) o.step.policies.push_back(remat::save_matmuls());
   for (const std::string& spec : policies) o.step.policies.push_back(policy_from(spec));
   o.step.storage = storage == "bf16"   ? remat::WeightStorage::bf16
@@ -483,13 +493,18 @@ void print_compare(const Options& given) {
                                 {"LoRA (bf16)", remat::WeightStorage::bf16, 16},
                                 {"QLoRA (nf4)", remat::WeightStorage::nf4, 16}};
   std::vector<MemoryEstimate> plain, chunked;
+  const std::int64_t chunk_rows = o.step.loss_chunk_rows;  // the chunked loss's alone
+  const auto set_loss = [&](bool chunked_loss) {
+    o.step.chunked_loss = chunked_loss;
+    o.step.loss_chunk_rows = chunked_loss ? chunk_rows : 0;
+  };
   for (const Scenario& s : scenarios) {
     o.step.storage = s.storage;
     o.step.lora = {.rank = s.rank ? rank : 0,
                    .targets = s.rank ? block_linears(o.is_llama) : std::vector<std::string>{}};
-    o.step.chunked_loss = false;
+    set_loss(false);
     plain.push_back(estimate(o, 2));
-    o.step.chunked_loss = true;
+    set_loss(true);
     chunked.push_back(estimate(o, 2));
   }
   if (o.is_llama) {
@@ -548,7 +563,7 @@ void print_compare(const Options& given) {
       o.step.storage = s.storage;
       o.step.lora = {.rank = s.rank ? rank : 0,
                      .targets = s.rank ? block_linears(o.is_llama) : std::vector<std::string>{}};
-      o.step.chunked_loss = loss;
+      set_loss(loss);
       std::printf(" %14lld", static_cast<long long>(largest_batch(o, p, memory)));
     }
     std::printf("\n");
@@ -600,6 +615,7 @@ int print_decision(const Options& o) {
         "will_it_fit: --data prices a LoRA fine-tune: --lora-rank must be > 0");
   if (o.batch_given) r.batch = o.step.batch;
   if (o.accumulate_given) r.accumulate = o.step.accumulation;
+  if (o.loss_chunk_rows_given) r.loss_chunk_rows = o.step.loss_chunk_rows;
   const chat::DataOptions data{
       .path = o.data,
       .truncate =

@@ -7,6 +7,7 @@
 #include <remat/core/vector_kernels.hpp>
 #include <remat/optim/adamw.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -250,5 +251,66 @@ TEST_CASE(
                                       (1e-3 + std::abs(base.grads[i][j])));
       CHECK(worst <= 1e-3);
     }
+  }
+}
+
+TEST_CASE("every instruction-set path computes exp to 2^-22 relative, and sums of exps",
+          "[core][isa]") {
+  namespace vec = remat::detail::vec;
+  const IsaTestScope scope;
+  const double u = std::ldexp(1.0, -24), smallest_normal = std::ldexp(1.0, -126);
+  remat::Rng rng(23);
+  for (remat::Isa isa : runnable_isas()) {
+    remat::set_isa(isa);
+    INFO("path " << remat::to_string(isa) << " on " << remat::cpu_name());
+    double relative = 0, subnormal = 0;
+    int wrong_specials = 0;
+    for (int round = 0; round < 60; ++round) {
+      const std::int64_t n = 1 + rng.uniform_int(300);
+      // the whole range, then the ends of it: where exp leaves float's normals, and overflows
+      auto x = random_array(rng, n, -110, 95);
+      if (round % 3 == 1) x = random_array(rng, n, -106, -85);
+      if (round % 3 == 2) x = random_array(rng, n, 88.5, 88.9);
+      std::vector<float> y(n);
+      vec::exp_shifted(x.data(), y.data(), n, 0.0f, 1.0f);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(double(x[i]));
+        if (want > std::numeric_limits<float>::max()) {
+          wrong_specials += !(std::isinf(y[i]) && y[i] > 0);
+        } else if (x[i] < -104) {
+          wrong_specials += y[i] != 0;
+        } else if (want < smallest_normal) {  // subnormal: within one step of them
+          subnormal = std::max(subnormal, std::abs(y[i] - want) / std::ldexp(1.0, -149));
+        } else {
+          relative = std::max(relative, std::abs(y[i] - want) / want);
+        }
+      }
+      // the sum of exp(x - shift), against the exps of the same float differences in double:
+      // each term within 2^-22, and recursive float summation adds at most n u of the total
+      // (shifted by the largest, as a log-sum-exp is, or by any element while the sum fits)
+      const float shift =
+          round % 2 == 0 ? *std::max_element(x.begin(), x.end()) : x[rng.uniform_int(n)];
+      double want = 0;
+      for (float xi : x) want += std::exp(double(xi - shift));
+      const double got = vec::exp_sum(x.data(), n, shift);
+      if (want < 1e37) CHECK(std::abs(got - want) <= (4 * u + double(n) * u) * want);
+    }
+    CHECK(relative <= 4 * u);
+    CHECK(subnormal <= 1);
+    CHECK(wrong_specials == 0);
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> specials{std::nanf(""), -inf, inf, 0.0f, -0.0f};
+    std::vector<float> y(specials.size());
+    vec::exp_shifted(specials.data(), y.data(), 5, 0.0f, 1.0f);
+    CHECK(std::isnan(y[0]));
+    CHECK(y[1] == 0);
+    CHECK((std::isinf(y[2]) && y[2] > 0));
+    CHECK(y[3] == 1);
+    CHECK(y[4] == 1);
+    // a scale, in place
+    std::vector<float> z{1.0f, -2.0f};
+    vec::exp_shifted(z.data(), z.data(), 2, 1.0f, 0.5f);
+    CHECK(std::abs(z[0] - 0.5) <= 0.5 * 4 * u);
+    CHECK(std::abs(z[1] - 0.5 * std::exp(-3.0)) <= 0.5 * std::exp(-3.0) * 8 * u);
   }
 }

@@ -224,6 +224,41 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
   CHECK(plain.activations() - chunked.activations() > chunked.logits);
 }
 
+TEST_CASE("estimate_memory prices the chunked loss at any chunk size to the byte",
+          "[nn][estimate]") {
+  const nn::GPTConfig config{
+      .vocab = 300, .context = 16, .layers = 2, .heads = 2, .width = 16, .seed = 3};
+  const std::int64_t batch = 2, time = 16;  // 32 rows of logits
+  const std::size_t base = memory::live_bytes();
+  nn::GPT<float> gpt(config);
+  const auto ids = remat::test::ids({batch, time}, 300, 5);
+  const auto targets = remat::test::ids({batch, time}, 300, 6);
+  optim::AdamW<float> adam(gpt.parameters());
+  for (const std::int64_t rows : {1, 5, 13, 32, 100}) {
+    const remat::train::StepShape shape{.batch = batch, .time = time, .loss_chunk_rows = rows};
+    const auto e = remat::train::estimate_memory<float>(config, shape);
+    CHECK(e.loss_chunk == double(std::min<std::int64_t>(rows, batch * time)) * 300 * 4);
+    for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain)}) {
+      for (int step = 0; step < 2; ++step) {
+        if (step == 1) memory::reset_peak();
+        Tape tape;
+        tape.backward(gpt.loss(ids, targets, {.plan = &p, .chunk_rows = rows}));
+        adam.step();
+        adam.zero_grad();
+      }
+      INFO("chunk rows " << rows << ", " << p.describe());
+      CHECK(e.total(p) == static_cast<double>(memory::peak_bytes() - base));
+      CHECK(remat::train::step_peak<float>(config, shape, p) == e.total(p));
+    }
+  }
+  CHECK_THROWS_WITH(
+      remat::train::estimate_memory<float>(config, {.batch = 1, .loss_chunk_rows = -1}),
+      Catch::Contains("loss_chunk_rows -1 is negative"));
+  CHECK_THROWS_WITH(remat::train::estimate_memory<float>(
+                        config, {.batch = 1, .chunked_loss = false, .loss_chunk_rows = 4}),
+                    Catch::Contains("loss_chunk_rows 4 is set but the loss is not chunked"));
+}
+
 TEST_CASE("estimate_memory rejects shapes that cannot run", "[nn][estimate][errors]") {
   const nn::GPTConfig config{.vocab = 10, .context = 8, .layers = 1, .heads = 2, .width = 4};
   CHECK_THROWS_WITH(remat::train::estimate_memory<float>(config, {.batch = 2, .time = 9}),

@@ -6,13 +6,14 @@
 /// Note [ISA dispatch]: remat is header-only, so users compile it with their own flags, usually
 /// without -march, and Eigen then uses SSE2 only (it picks its packet width from the compiler's
 /// macros at compile time). The hottest element-wise kernels (tanh and GELU forward and
-/// backward, the AdamW update, bfloat16 rounding and widening) are therefore written once with
-/// GCC/Clang vector extensions (core/detail/vector_kernels.inc) and compiled three times, inside
-/// target regions: baseline (16-byte vectors), AVX2 + FMA (32 bytes), AVX-512 (64 bytes). Each
-/// call goes to the set remat::active_isa() names: the CPU's widest by default, any narrower one
-/// after remat::set_isa (tests and benchmarks force each path). Paths differ by rounding only
-/// (FMA or not; the bfloat16 conversions are integer arithmetic, the same bits on every path); a
-/// given path is bitwise reproducible and independent of chunking.
+/// backward, the AdamW update, bfloat16 rounding and widening, the cross-entropies' exponentials)
+/// are therefore written once with GCC/Clang vector extensions (core/detail/vector_kernels.inc)
+/// and compiled three times, inside target regions: baseline (16-byte vectors), AVX2 + FMA (32
+/// bytes), AVX-512 (64 bytes). Each call goes to the set remat::active_isa() names: the CPU's
+/// widest by default, any narrower one after remat::set_isa (tests and benchmarks force each
+/// path). Paths differ by rounding only (FMA or not, the order of a sum's lanes; the bfloat16
+/// conversions are integer arithmetic, the same bits on every path); a given path is bitwise
+/// reproducible and independent of chunking.
 
 #include <cstddef>
 #include <cstdint>
@@ -136,6 +137,14 @@ inline void gelu_forward(const float* x, float* y, std::int64_t n) {
 }
 inline void gelu_backward(const float* gy, const float* x, float* gx, std::int64_t n) {
   REMAT_DISPATCH(gelu_backward, gy, x, gx, n);
+}
+/// y[0, n) = exp(x[0, n) - shift) * scale (y == x allowed); exp to about 1 ulp, 0 below -104.
+inline void exp_shifted(const float* x, float* y, std::int64_t n, float shift, float scale) {
+  REMAT_DISPATCH(exp_shifted, x, y, n, shift, scale);
+}
+/// The sum of exp(x[0, n) - shift), in an order fixed by the path (not by the caller's chunks).
+inline float exp_sum(const float* x, std::int64_t n, float shift) {
+  REMAT_DISPATCH(exp_sum, x, n, shift);
 }
 inline void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n,
                          const AdamWConstants& k) {

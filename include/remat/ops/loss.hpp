@@ -5,11 +5,14 @@
 /// of the loss: the mean is over the other rows, and the row's gradient is zero. That is how a
 /// loss mask is given (prompt tokens, padding, a packed sequence's boundaries).
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
-#include "remat/core/record.hpp"
 #include "remat/core/elementwise.hpp"
+#include "remat/core/record.hpp"
+#include "remat/core/vector_kernels.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gemm.hpp"
 #include "remat/ops/op_types.hpp"
@@ -48,6 +51,31 @@ T per_counted_row(T dloss, std::int64_t counted) {
   return counted > 0 ? dloss / T(counted) : T(0);
 }
 
+/// log(sum(exp(x))) of a row of n values, shifted by its largest so that no exp overflows. A
+/// float row's exponentials run on the dispatched kernels (Note [ISA dispatch] in
+/// core/vector_kernels.hpp: Eigen's are SSE2-wide under a user's usual flags, and a vocabulary's
+/// rows make them a tenth of a loss head); a double row's by Eigen.
+template <class T>
+T row_log_sum_exp(const T* x, std::int64_t n) {
+  const ConstArrayView<T> row(x, n);
+  const T m = row.maxCoeff();
+  if constexpr (std::is_same_v<T, float>)
+    return m + std::log(vec::exp_sum(x, n, m));
+  else
+    return m + std::log((row - m).exp().sum());
+}
+
+/// A counted row's logits gradient: out = (softmax(x) - onehot(target)) * g, softmax from the
+/// row's log-sum-exp `lse`, on row_log_sum_exp's kernels (out == x allowed).
+template <class T>
+void to_row_logits_grad(const T* x, T* out, std::int64_t n, T lse, std::int32_t target, T g) {
+  if constexpr (std::is_same_v<T, float>)
+    vec::exp_shifted(x, out, n, lse, g);
+  else
+    ArrayView<T>(out, n) = (ConstArrayView<T>(x, n) - lse).exp() * g;
+  out[target] -= g;
+}
+
 template <class T>
 class CrossEntropyNode final : public Node<T> {
  public:
@@ -67,9 +95,8 @@ class CrossEntropyNode final : public Node<T> {
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
         if (targets_[r] == kIgnoreTarget) continue;
-        const auto xr = view(x, r * c, (r + 1) * c);
-        const T m = xr.maxCoeff();
-        lse[r] = m + std::log((xr - m).exp().sum());
+        const T* xr = x.data() + r * c;
+        lse[r] = row_log_sum_exp(xr, c);
         losses[r] = static_cast<double>(lse[r]) - static_cast<double>(xr[targets_[r]]);
       }
     });
@@ -90,13 +117,11 @@ class CrossEntropyNode final : public Node<T> {
     Tensor<T> gx(x.shape());
     for_rows(rows, c, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
-        auto gr = view(gx, r * c, (r + 1) * c);
         if (targets_[r] == kIgnoreTarget) {
-          gr.setZero();
+          view(gx, r * c, (r + 1) * c).setZero();
           continue;
         }
-        gr = (view(x, r * c, (r + 1) * c) - lse[r]).exp() * g;
-        gr[targets_[r]] -= g;
+        to_row_logits_grad(x.data() + r * c, gx.data() + r * c, c, lse[r], targets_[r], g);
       }
     });
     grads.add(0, std::move(gx));
@@ -181,9 +206,8 @@ class LinearCrossEntropyNode final : public Node<T> {
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
           if (targets_[r0 + r] == kIgnoreTarget) continue;
-          const auto row = view(logits, r * v, (r + 1) * v);
-          const T m = row.maxCoeff();
-          lse[r0 + r] = m + std::log((row - m).exp().sum());
+          const T* row = logits.data() + r * v;
+          lse[r0 + r] = row_log_sum_exp(row, v);
           losses[r0 + r] =
               static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
         }
@@ -255,13 +279,12 @@ class LinearCrossEntropyNode final : public Node<T> {
     const std::int64_t v = chunk.shape().last();
     for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
       for (std::int64_t r = a; r < b; ++r) {
-        auto row = view(chunk, r * v, (r + 1) * v);
+        T* row = chunk.data() + r * v;
         if (targets_[r0 + r] == kIgnoreTarget) {
-          row.setZero();
+          std::fill(row, row + v, T(0));
           continue;
         }
-        row = (row - lse[r0 + r]).exp() * g;
-        row[targets_[r0 + r]] -= g;
+        to_row_logits_grad(row, row, v, lse[r0 + r], targets_[r0 + r], g);
       }
     });
   }

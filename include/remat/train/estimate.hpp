@@ -50,6 +50,9 @@ struct StepShape {
   std::int64_t time = 0;   ///< tokens per sequence (0: the config's context)
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool chunked_loss = true;  ///< GPT::loss's default; false: the full logits
+  /// Rows of logits the chunked loss computes at a time (nn::LossOptions::chunk_rows; 0: its
+  /// default, detail::default_chunk_rows). Only with `chunked_loss`.
+  std::int64_t loss_chunk_rows = 0;
   /// Packed rows: the step also holds their starts, (B, T) int32 like the ids, priced in `data`,
   /// and a Llama's attention reads them (Llama::loss's `starts`; a GPT takes none).
   bool packed = false;
@@ -125,11 +128,12 @@ struct MemoryEstimate {
 
 namespace remat::detail {
 
-/// Bytes of the logits chunk linear_cross_entropy holds for `tokens` rows of a `vocab`-wide head.
+/// Bytes of the logits chunk linear_cross_entropy holds for `tokens` rows of a `vocab`-wide head
+/// in chunks of `chunk_rows` (0: default_chunk_rows).
 template <class T>
-double loss_chunk_bytes(std::int64_t vocab, double tokens) {
-  return std::min(static_cast<double>(default_chunk_rows(vocab, sizeof(T))), tokens) *
-         static_cast<double>(vocab) * sizeof(T);
+double loss_chunk_bytes(std::int64_t vocab, double tokens, std::int64_t chunk_rows) {
+  const std::int64_t rows = chunk_rows > 0 ? chunk_rows : default_chunk_rows(vocab, sizeof(T));
+  return std::min(static_cast<double>(rows), tokens) * static_cast<double>(vocab) * sizeof(T);
 }
 
 /// Refuses a step shape no model can run: a batch or length out of range, tensors beyond what
@@ -154,6 +158,11 @@ inline void check_step_shape(const char* op, const train::StepShape& step, std::
   if (step.accumulation < 1 || step.lora.rank < 0) {
     throw ArgumentError(cat(op, ": need accumulation >= 1 and a LoRA rank >= 0; got accumulation ",
                             step.accumulation, ", rank ", step.lora.rank));
+  }
+  if (step.loss_chunk_rows < 0 || (step.loss_chunk_rows > 0 && !step.chunked_loss)) {
+    throw ArgumentError(
+        cat(op, ": loss_chunk_rows ", step.loss_chunk_rows,
+            step.loss_chunk_rows < 0 ? " is negative" : " is set but the loss is not chunked"));
   }
   if (step.lora.rank > 0 && step.lora.targets.empty())
     throw ArgumentError(cat(op, ": LoRA rank > 0 but no target names"));
@@ -285,6 +294,7 @@ void set_up_step(PricedStep<T, Model>& s, std::int64_t time, const train::StepSh
   }
   stage(&train::MemoryEstimate::data);
   s.loss = {.chunked = step.chunked_loss,
+            .chunk_rows = step.loss_chunk_rows,
             .starts = starts_reach_model ? s.starts : Tensor<std::int32_t>()};
   s.optimizer = make_optimizer<T>(step.optimizer, s.trainable);
 }
@@ -338,7 +348,7 @@ train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t t
   };
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.logits = tokens * static_cast<double>(vocab) * sizeof(T);
-  m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens);
+  m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens, step.loss_chunk_rows);
   return m;
 }
 
