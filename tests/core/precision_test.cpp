@@ -354,6 +354,124 @@ TEST_CASE("BF16 linear and matmul are within bfloat16's bound of float64, on eve
   set_bf16_kernel(best);
 }
 
+TEST_CASE("BF16 loss head: bfloat16 GEMMs on a tile kernel within their bound, float on convert",
+          "[precision][ops]") {
+  // Width 2048: the vocabulary goes through in blocks of 2048 rows of W (8 MiB of packed
+  // bfloat16), so 5,000 tokens take three; 6 rows in chunks of 4.
+  const Bf16Kernel best = supported_bf16_kernel();
+  Rng rng(41);
+  const std::int64_t n = 6, c = 2048, v = 5000, chunk = 4;
+  const auto h = rng.normal_tensor<float>({n, c});
+  const auto w = rng.normal_tensor<float>({v, c}, 0.0, 0.02);
+  Tensor<std::int32_t> targets({n});
+  for (std::int64_t i = 0; i < n; ++i) targets[i] = static_cast<std::int32_t>(i * 811 % v);
+  // float64: each logit, the bound on its error (gemm_bound), each row's softmax
+  std::vector<double> z(n * v), delta(n * v), p(n * v);
+  double loss = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    double top = -INFINITY, total = 0;
+    for (std::int64_t j = 0; j < v; ++j) {
+      const Dot e = dot(
+          c, [&](auto k) { return h[i * c + k]; }, [&](auto k) { return w[j * c + k]; });
+      z[i * v + j] = e.exact;
+      delta[i * v + j] = gemm_bound(c, e.magnitude);
+      top = std::max(top, e.exact);
+    }
+    for (std::int64_t j = 0; j < v; ++j) total += std::exp(z[i * v + j] - top);
+    for (std::int64_t j = 0; j < v; ++j) p[i * v + j] = std::exp(z[i * v + j] - top) / total;
+    loss += (top + std::log(total) - z[i * v + targets[i]]) / double(n);
+  }
+  // float's own error in a softmax over v terms (exp, sums), on top of the logits' errors
+  const double eps = (double(v) + 16) * kFloatU;
+  // the loss from the bfloat16-rounded inputs in float64: what the head computes but for
+  // float's accumulation, which moves a logit by at most c u |h| |w| (a far tighter check)
+  const auto rounded = [](float x) {
+    return double(detail::bf16_to_float(detail::float_to_bf16(x)));
+  };
+  double rounded_loss = 0, accumulation = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<double> zr(v);
+    double top = -INFINITY, total = 0;
+    for (std::int64_t j = 0; j < v; ++j) {
+      const Dot e = dot(
+          c, [&](auto k) { return rounded(h[i * c + k]); },
+          [&](auto k) { return rounded(w[j * c + k]); });
+      zr[j] = e.exact;
+      accumulation = std::max(accumulation, double(c) * kFloatU * e.magnitude);
+      top = std::max(top, e.exact);
+    }
+    for (std::int64_t j = 0; j < v; ++j) total += std::exp(zr[j] - top);
+    rounded_loss += (top + std::log(total) - zr[targets[i]]) / double(n);
+  }
+  const auto run = [&](bool trained, Precision precision) {
+    const PrecisionGuard guard(precision);
+    Parameter<float> weight(w);
+    if (!trained) weight.freeze();
+    Tape tape;
+    const Var<float> x = tape.input(h, true);
+    const Var<float> l = linear_cross_entropy(x + 0.0f, weight, targets, chunk);
+    tape.backward(l);
+    return std::tuple{l.value()[0], x.grad(), trained ? weight.grad() : Tensor<float>()};
+  };
+  for (Bf16Kernel kernel : {Bf16Kernel::convert, Bf16Kernel::avx512_bf16, Bf16Kernel::amx}) {
+    if (kernel > best) continue;
+    set_bf16_kernel(kernel);
+    for (const bool trained : {false, true}) {
+      INFO("kernel " << to_string(kernel) << (trained ? ", trained head" : ", frozen head"));
+      const auto [l16, gh16, gw16] = run(trained, Precision::bf16);
+      const auto [l32, gh32, gw32] = run(trained, Precision::f32);
+      if (kernel == Bf16Kernel::convert) {  // the head stays float there: the same bits
+        CHECK(l16 == l32);
+        CHECK(std::equal(gh16.data(), gh16.data() + gh16.numel(), gh32.data()));
+        continue;
+      }
+      CHECK(l16 != l32);  // its GEMMs ran in bfloat16
+      double largest = 0;
+      for (double d : delta) largest = std::max(largest, d);
+      CHECK(std::abs(l16 - loss) <= 2 * largest + eps * (1 + loss));
+      CHECK(std::abs(l16 - rounded_loss) <= 2 * accumulation + eps * (1 + loss));
+      // a probability from logits each within delta: within exp(2 Delta_i) (1 + eps) of it
+      std::vector<double> grown(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double d = 0;
+        for (std::int64_t j = 0; j < v; ++j) d = std::max(d, delta[i * v + j]);
+        grown[i] = std::exp(2 * d) * (1 + eps);
+      }
+      const double g = 1.0 / double(n);
+      std::size_t outside = 0;
+      for (std::int64_t i = 0; i < n; ++i) {  // dh = g (p - onehot) W
+        const double f = grown[i];
+        for (std::int64_t k = 0; k < c; ++k) {
+          double exact = 0, magnitude = 0, moved = 0;
+          for (std::int64_t j = 0; j < v; ++j) {
+            const double wa = std::abs(double(w[j * c + k])), hot = j == targets[i];
+            exact += (p[i * v + j] - hot) * w[j * c + k];
+            magnitude += (p[i * v + j] * f + hot) * wa;
+            moved += p[i * v + j] * wa;
+          }
+          const double bound = g * (gemm_bound(v, magnitude) + (f - 1) * moved);
+          outside += std::abs(gh16[i * c + k] - g * exact) > bound;
+        }
+      }
+      CHECK(outside == 0);
+      if (!trained) continue;
+      for (std::int64_t j = 0; j < v; j += 7)  // dW = g (p - onehot)^T h, every seventh row
+        for (std::int64_t k = 0; k < c; ++k) {
+          double exact = 0, magnitude = 0, moved = 0;
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double ha = std::abs(double(h[i * c + k])), hot = j == targets[i];
+            exact += (p[i * v + j] - hot) * h[i * c + k];
+            magnitude += (p[i * v + j] * grown[i] + hot) * ha;
+            moved += p[i * v + j] * (grown[i] - 1) * ha;
+          }
+          outside += std::abs(gw16[j * c + k] - g * exact) > g * (gemm_bound(n, magnitude) + moved);
+        }
+      CHECK(outside == 0);
+    }
+  }
+  set_bf16_kernel(best);
+}
+
 TEST_CASE("BF16 refuses an op on double, naming it", "[precision]") {
   const PrecisionGuard bf16(Precision::bf16);
   Tape tape;

@@ -15,6 +15,7 @@
 #include "remat/core/vector_kernels.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/gemm.hpp"
+#include "remat/ops/gemm_bf16.hpp"
 #include "remat/ops/op_types.hpp"
 
 namespace remat {
@@ -201,8 +202,7 @@ class LinearCrossEntropyNode final : public Node<T> {
     std::vector<double> losses(shape_only() ? 0 : static_cast<std::size_t>(n));
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0), logits.data(),
-              v);
+      chunk_logits(h.data() + r0 * c, rows, w.data(), v, c, logits.data());
       for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t r = a; r < b; ++r) {
           if (targets_[r0 + r] == kIgnoreTarget) continue;
@@ -214,8 +214,7 @@ class LinearCrossEntropyNode final : public Node<T> {
       });
       if (fused) {
         to_logits_grad(logits, r0, rows, lse, per_counted_row(T(1), counted_));
-        gemm<T>(false, false, rows, c, v, T(1), logits.data(), v, w.data(), c, T(0),
-                unit_gh.data() + r0 * c, c);
+        chunk_input_grad(logits.data(), rows, w.data(), v, c, T(0), unit_gh.data() + r0 * c);
       }
     }
     double total = 0;
@@ -256,22 +255,59 @@ class LinearCrossEntropyNode final : public Node<T> {
     Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      gemm<T>(false, true, rows, v, c, T(1), h.data() + r0 * c, c, w.data(), c, T(0),
-              dlogits.data(), v);
+      chunk_logits(h.data() + r0 * c, rows, w.data(), v, c, dlogits.data());
       to_logits_grad(dlogits, r0, rows, lse, per_counted_row(gy[0], counted_));
       if (gh.dst) {
-        gemm<T>(false, false, rows, c, v, T(1), dlogits.data(), v, w.data(), c,
-                gh.overwrite ? T(0) : T(1), gh.dst->data() + r0 * c, c);
+        chunk_input_grad(dlogits.data(), rows, w.data(), v, c, gh.overwrite ? T(0) : T(1),
+                         gh.dst->data() + r0 * c);
       }
       if (gw.dst) {
         const bool first = r0 == 0 && gw.overwrite;
-        gemm<T>(true, false, v, c, rows, T(1), dlogits.data(), v, h.data() + r0 * c, c,
-                first ? T(0) : T(1), gw.dst->data(), c);
+        for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
+          gemm_in<T>(bf16_gemms(), true, false, count, c, rows, T(1), dlogits.data() + v0, v,
+                     h.data() + r0 * c, c, first ? T(0) : T(1), gw.dst->data() + v0 * c, c);
+        });
       }
     }
   }
 
  private:
+  /// Whether the head's GEMMs run in bfloat16: under Precision::bf16 on a tile kernel, as
+  /// attention's products (AttentionNode::bf16_gemms: on the convert kernel the copies would
+  /// cost more than they save). Its softmax, the loss and their statistics stay float.
+  bool bf16_gemms() const noexcept {
+    return std::is_same_v<T, float> && this->bf16 && bf16_kernel() != Bf16Kernel::convert;
+  }
+
+  /// Calls f(v0, count) over the vocabulary in blocks of `count` rows of W: one block in float; in
+  /// bfloat16, blocks whose packed copy of W stays within 8 MiB, since gemm_bf16 packs its whole
+  /// B operand into per-thread scratch outside the allocator's count (Note [BF16 GEMM packing]):
+  /// a whole head would be 2 bytes a weight of it (272 MiB at Qwen2.5-0.5B's).
+  template <class F>
+  void for_vocab_blocks(std::int64_t v, std::int64_t c, F&& f) const {
+    const std::int64_t block =
+        bf16_gemms() ? std::max<std::int64_t>(32, (std::int64_t{4} << 20) / c / 32 * 32) : v;
+    for (std::int64_t v0 = 0; v0 < v; v0 += block) f(v0, std::min(block, v - v0));
+  }
+
+  /// A chunk's logits (rows x V, rows V apart) = h W^T, h's rows C apart.
+  void chunk_logits(const T* h, std::int64_t rows, const T* w, std::int64_t v, std::int64_t c,
+                    T* logits) const {
+    for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
+      gemm_in<T>(bf16_gemms(), false, true, rows, count, c, T(1), h, c, w + v0 * c, c, T(0),
+                 logits + v0, v);
+    });
+  }
+
+  /// dh = dlogits W + beta dh over a chunk's rows, summed block by block of the vocabulary.
+  void chunk_input_grad(const T* dlogits, std::int64_t rows, const T* w, std::int64_t v,
+                        std::int64_t c, T beta, T* dh) const {
+    for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
+      gemm_in<T>(bf16_gemms(), false, false, rows, c, count, T(1), dlogits + v0, v, w + v0 * c, c,
+                 v0 == 0 ? beta : T(1), dh, c);
+    });
+  }
+
   // Turns the chunk of logits of rows r0 .. r0 + rows into their gradient, in place:
   // (softmax - onehot(target)) * g on counted rows, 0 on ignored ones.
   void to_logits_grad(Tensor<T>& chunk, std::int64_t r0, std::int64_t rows, const Tensor<T>& lse,
