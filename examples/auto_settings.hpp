@@ -398,16 +398,19 @@ inline void choose_loss_chunk(const Request& r, const plan::Plan& p, Decision& d
   const std::int64_t fallback =
       std::min(positions, remat::detail::default_chunk_rows(r.model.vocab_size, sizeof(float)));
   d.loss_chunk_rows = r.loss_chunk_rows.value_or(0);
+  std::int64_t refused = 0;  // the last chunk priced that did not fit
   for (const std::int64_t rows : {kLossChunkRows, kLossChunkRows / 2}) {
     Request with = r;
     with.loss_chunk_rows = std::min(rows, positions);
     if (r.loss_chunk_rows || *with.loss_chunk_rows <= fallback) break;
     const double bytes = step_total(with, d.batch, d.columns, p);
-    if (bytes <= d.step_limit) {
-      d.loss_chunk_rows = *with.loss_chunk_rows;
-      d.step_bytes = bytes;
-      break;
+    if (bytes > d.step_limit) {
+      refused = *with.loss_chunk_rows;
+      continue;
     }
+    d.loss_chunk_rows = *with.loss_chunk_rows;
+    d.step_bytes = bytes;
+    break;
   }
   const std::string why =
       r.loss_chunk_rows   ? std::string("--loss-chunk-rows given")
@@ -415,10 +418,10 @@ inline void choose_loss_chunk(const Request& r, const plan::Plan& p, Decision& d
                                                kLossChunkRows / 2, " rows (at most the ", positions,
                                                " positions) that fits: fewer rows re-read the "
                                                "head's weight more often")
+      : refused > 0       ? remat::detail::cat("the default: ", refused, " rows do not fit")
       : fallback == positions
           ? remat::detail::cat("the default holds the ", positions, " positions in one chunk")
-          : remat::detail::cat("the default: ", std::min(kLossChunkRows / 2, positions),
-                               " rows do not fit");
+          : remat::detail::cat("the default, at least ", kLossChunkRows / 2, " rows already");
   d.lines.push_back(remat::detail::cat("auto: loss chunk ",
                                        d.loss_chunk_rows > 0 ? d.loss_chunk_rows : fallback,
                                        " rows (--loss-chunk-rows), a step estimated at ",

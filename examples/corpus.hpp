@@ -151,12 +151,13 @@ inline void check_checkpoint_mode(const std::string& mode, const char* program) 
                              mode);
 }
 
-/// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y;
-/// the profile's gradients are zeroed).
+/// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y
+/// with the step's loss options, its chunk and packed rows; the profile's gradients are zeroed).
 template <class Model>
 remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers,
                             const remat::Tensor<std::int32_t>& x,
-                            const remat::Tensor<std::int32_t>& y, const char* program) {
+                            const remat::Tensor<std::int32_t>& y, const char* program,
+                            const remat::nn::LossOptions& loss = {}) {
   namespace plan = remat::plan;
   const auto n = static_cast<std::size_t>(layers);
   if (mode == "none") return plan::none(n);
@@ -164,7 +165,7 @@ remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::in
   if (mode == "sqrt") return plan::sqrt(n);
   if (mode.rfind("budget:", 0) == 0) {
     const double mib = budget_mib(mode, program);
-    const plan::Chain chain = model.profile(x, y);
+    const plan::Chain chain = model.profile(x, y, loss);
     for (auto p : model.parameters()) p.zero_grad();
     return plan::budget(chain, mib * 1024 * 1024);
   }

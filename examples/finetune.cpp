@@ -79,6 +79,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -614,14 +615,23 @@ double peak_resident_bytes() {
   return double(u.ru_maxrss) * 1024.0;  // KiB on Linux
 }
 
-/// The loss of batch `b` (a Llama takes packed rows' starts; a GPT never has them).
-remat::Var<float> batch_loss(const remat::nn::Llama<float>& model, const chat::Batch& b,
-                             std::int64_t chunk_rows, const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, {.plan = plan, .chunk_rows = chunk_rows, .starts = b.starts});
+/// The loss options of batch `b` (a Llama takes packed rows' starts; a GPT never has them).
+remat::nn::LossOptions loss_options(const remat::nn::Llama<float>&, const chat::Batch& b,
+                                    std::int64_t chunk_rows,
+                                    const remat::plan::Plan* plan = nullptr) {
+  return {.plan = plan, .chunk_rows = chunk_rows, .starts = b.starts};
 }
-remat::Var<float> batch_loss(const remat::nn::GPT<float>& model, const chat::Batch& b,
-                             std::int64_t chunk_rows, const remat::plan::Plan* plan = nullptr) {
-  return model.loss(b.ids, b.targets, {.plan = plan, .chunk_rows = chunk_rows});
+remat::nn::LossOptions loss_options(const remat::nn::GPT<float>&, const chat::Batch&,
+                                    std::int64_t chunk_rows,
+                                    const remat::plan::Plan* plan = nullptr) {
+  return {.plan = plan, .chunk_rows = chunk_rows};
+}
+
+/// The loss of batch `b`.
+template <class Model>
+remat::Var<float> batch_loss(const Model& model, const chat::Batch& b, std::int64_t chunk_rows,
+                             const remat::plan::Plan* plan = nullptr) {
+  return model.loss(b.ids, b.targets, loss_options(model, b, chunk_rows, plan));
 }
 
 /// The mean loss over `val` (weighted by the targets each batch counts), in evaluation mode and
@@ -694,8 +704,12 @@ remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float
                                             kTrainingState, " (written by --save-every)"));
   }
   const remat::io::Metadata meta = remat::io::File::read(path).metadata();
+  // flags added after saves were made: such a save ran with their default
+  const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"}};
   for (const auto& [flag, value] : course_settings(o)) {
     const auto it = meta.find("finetune" + flag);
+    const auto later = added_later.find(flag);
+    if (it == meta.end() && later != added_later.end() && later->second == value) continue;
     if (it == meta.end() || it->second != value) {
       throw remat::ArgumentError(remat::detail::cat(
           kProgram, ": ", path, " was saved by a run with ", flag, " ",
@@ -779,7 +793,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     // the largest batch only shapes the plan: freed before the steps, whose count it would join
     const chat::Batch largest = source.largest();
     return corpus::make_plan(o.checkpoint, model, layers_of(model), largest.ids, largest.targets,
-                             kProgram);
+                             kProgram, loss_options(model, largest, o.loss_chunk_rows));
   }();
   const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
