@@ -163,9 +163,11 @@ namespace detail {
 /// 128 rows while they fit in 128 MiB, and at least one. Each chunk's GEMMs read the whole (V, C)
 /// weight: with few rows they are bound by reading it, not by arithmetic. Measured (ops_bench
 /// --loss-head 151936,896,512: V 151,936, C 896, 512 rows, forward and backward, 2 threads, Xeon
-/// with AVX-512), frozen head: 16-row chunks 5.7 s, 32 rows 3.6 s, 64 rows 2.5 s, 128 rows
-/// 1.95 s, 256 rows 1.79 s, 512 rows 1.76 s; trained head 9.3, 5.6, 4.4, 3.0, 2.6, 2.6 s. So 128
-/// rows reach 90 % of the GEMM's rate, for 74 MiB at that vocabulary, 121 MiB at 248,000.
+/// with AVX-512, 2026-12-03), frozen head: 16-row chunks 4.2 s, 32 rows 2.7 s, 64 rows 1.9 s,
+/// 128 rows 1.42 s, 256 rows 1.22 s, 512 rows 1.12 s; trained head 7.5, 4.7, 3.3, 2.7, 2.3,
+/// 2.1 s: about 0.1 s a chunk for reading the head against 2 ms a row. 128 rows cost 74 MiB at
+/// that vocabulary, 121 MiB at 248,000; larger chunks are the caller's choice of memory
+/// (nn::LossOptions::chunk_rows; finetune --auto grows them into the memory a step leaves).
 inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
   const auto rows_in = [&](std::int64_t mib) {
     return (mib << 20) / (vocab * static_cast<std::int64_t>(element_bytes));
