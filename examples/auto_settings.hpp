@@ -37,24 +37,16 @@
 //     with one per layer, docs/benchmarks.md), while a larger micro-batch gains little once the
 //     GEMMs have 512 rows. Not even one sequence fitting under the plan needing the least
 //     memory is an error with the figures.
-//  4. The loss head's chunk (--loss-chunk-rows): the largest of 512 and 256 rows (at most the
-//     micro-batch's positions) under which the step chosen still fits, else the chunked loss's
-//     default (128 rows within 128 MiB, else 8 MiB of logits). Why: each chunk's two GEMMs read
-//     the head's whole (vocabulary x hidden) weight, and on a vocabulary of 151,936 that reading
-//     cost about 0.1 s a chunk against 2 ms a row of arithmetic (Qwen2.5-0.5B's head, 512 rows,
-//     2 threads, docs/benchmarks.md): 128-row chunks spend 40 % over the arithmetic, 512-row
-//     ones 10 %, for 4 x the logits' memory. Chosen after the plan and the batch, so that it
-//     only takes memory they leave.
-//  5. Gradient accumulation (--accumulate): micro-batches per optimizer step so that a step
+//  4. Gradient accumulation (--accumulate): micro-batches per optimizer step so that a step
 //     trains on about 8,192 tokens (QLoRA's Guanaco recipe: 16 sequences of at most 512 target
 //     tokens, artidoro/qlora scripts/finetune_guanaco_7b.sh), or on an eighth of the training
 //     tokens when the data is smaller, so that an epoch has at least 8 optimizer steps.
-//  6. Learning rate (--lr): 2e-4 for a model of up to 13 B parameters, 1e-4 above (QLoRA's,
+//  5. Learning rate (--lr): 2e-4 for a model of up to 13 B parameters, 1e-4 above (QLoRA's,
 //     Dettmers et al. 2023: artidoro/qlora scripts/finetune_guanaco_7b.sh and _13b.sh use 2e-4,
 //     _33b.sh and _65b.sh 1e-4). Not scaled with the rank: 2e-4 is used with alpha / r from 0.25
 //     (QLoRA: r 64, alpha 16) to 2 (the common r 16, alpha 32), and AdamW's steps do not depend
 //     on the gradients' scale.
-//  7. Optimizer steps (--steps): 3 epochs below 1 M training tokens, 2 below 10 M, 1 from there
+//  6. Optimizer steps (--steps): 3 epochs below 1 M training tokens, 2 below 10 M, 1 from there
 //     (small data is seen more often, and a large set once is long enough on a CPU; QLoRA's
 //     OASST1 run is 1,875 steps of 16 sequences, a few epochs of that data set), each epoch the
 //     training tokens over the tokens of an optimizer step.
@@ -85,10 +77,9 @@ inline constexpr double kShareWhole = 0.95;      ///< of the examples the length
 inline constexpr std::size_t kLengthStep = 64;   ///< the length is a multiple of it
 inline constexpr double kEstimateMargin = 1.10;  ///< the process's memory over the estimate
 inline constexpr double kBaselineBytes = 128.0 * (1 << 20);  ///< the program, tokenizer, cache
-inline constexpr double kDataBytesPerToken = 5;      ///< a tokenized example: int32 id, uint8 flag
-inline constexpr double kUsefulPositions = 512;      ///< a micro-batch's positions worth the GEMMs
-inline constexpr std::int64_t kLossChunkRows = 512;  ///< the loss head's chunk, memory allowing
-inline constexpr double kTargetTokens = 8192;        ///< tokens an optimizer step trains on
+inline constexpr double kDataBytesPerToken = 5;  ///< a tokenized example: int32 id, uint8 flag
+inline constexpr double kUsefulPositions = 512;  ///< a micro-batch's positions worth the GEMMs
+inline constexpr double kTargetTokens = 8192;    ///< tokens an optimizer step trains on
 inline constexpr double kMinStepsPerEpoch = 8;
 inline constexpr double kLargeModel = 13e9;  ///< parameters above which the rate is halved
 
@@ -113,8 +104,8 @@ struct Request {
   std::string memory_source;   ///< how `memory` was found, for the printed line
   std::optional<std::int64_t> batch, accumulate, steps;
   std::optional<double> lr;
-  std::optional<std::string> checkpoint;  ///< none, every, sqrt or budget:<MiB>
-  std::optional<std::int64_t> loss_chunk_rows;
+  std::optional<std::string> checkpoint;        ///< none, every, sqrt or budget:<MiB>
+  std::optional<std::int64_t> loss_chunk_rows;  ///< priced as given: no rule chooses it
 };
 
 /// What the rule chose, the printed lines that say why, and the figures behind them.
@@ -122,7 +113,6 @@ struct Decision {
   std::size_t max_tokens = 0;
   std::int64_t batch = 0, columns = 0, accumulate = 1, steps = 0;
   std::int64_t batch_cap = 0, useful_batch = 0;
-  std::int64_t loss_chunk_rows = 0;  ///< 0: the chunked loss's default
   double lr = 0, epochs = 0;
   std::string checkpoint;
   double step_bytes = 0;  ///< the estimate of the chosen step
@@ -132,18 +122,16 @@ struct Decision {
 
   /// One JSON object with the choices and the figures (will_it_fit --json).
   std::string json() const {
-    char buf[640];
+    char buf[512];
     std::snprintf(buf, sizeof buf,
                   "{\"max_tokens\": %zu, \"batch\": %lld, \"columns\": %lld, \"checkpoint\": "
-                  "\"%s\", \"loss_chunk_rows\": %lld, \"accumulate\": %lld, \"steps\": %lld, "
-                  "\"lr\": %g, \"epochs\": %g, "
+                  "\"%s\", \"accumulate\": %lld, \"steps\": %lld, \"lr\": %g, \"epochs\": %g, "
                   "\"batch_cap\": %lld, \"useful_batch\": %lld, \"step_bytes\": %.0f, "
                   "\"step_limit\": %.0f, \"memory\": %.0f}",
                   max_tokens, static_cast<long long>(batch), static_cast<long long>(columns),
-                  checkpoint.c_str(), static_cast<long long>(loss_chunk_rows),
-                  static_cast<long long>(accumulate), static_cast<long long>(steps), lr, epochs,
-                  static_cast<long long>(batch_cap), static_cast<long long>(useful_batch),
-                  step_bytes, step_limit, memory);
+                  checkpoint.c_str(), static_cast<long long>(accumulate),
+                  static_cast<long long>(steps), lr, epochs, static_cast<long long>(batch_cap),
+                  static_cast<long long>(useful_batch), step_bytes, step_limit, memory);
     return buf;
   }
 };
@@ -392,42 +380,6 @@ inline Choice search(const Request& r, const std::vector<Candidate>& plans, cons
   return *best;
 }
 
-/// Step 4: the loss head's chunk for the plan `p` and the batch chosen, into `d`.
-inline void choose_loss_chunk(const Request& r, const plan::Plan& p, Decision& d) {
-  const std::int64_t positions = d.batch * d.columns;
-  const std::int64_t fallback =
-      std::min(positions, remat::detail::default_chunk_rows(r.model.vocab_size, sizeof(float)));
-  d.loss_chunk_rows = r.loss_chunk_rows.value_or(0);
-  std::int64_t refused = 0;  // the last chunk priced that did not fit
-  for (const std::int64_t rows : {kLossChunkRows, kLossChunkRows / 2}) {
-    Request with = r;
-    with.loss_chunk_rows = std::min(rows, positions);
-    if (r.loss_chunk_rows || *with.loss_chunk_rows <= fallback) break;
-    const double bytes = step_total(with, d.batch, d.columns, p);
-    if (bytes > d.step_limit) {
-      refused = *with.loss_chunk_rows;
-      continue;
-    }
-    d.loss_chunk_rows = *with.loss_chunk_rows;
-    d.step_bytes = bytes;
-    break;
-  }
-  const std::string why =
-      r.loss_chunk_rows   ? std::string("--loss-chunk-rows given")
-      : d.loss_chunk_rows ? remat::detail::cat("the larger of ", kLossChunkRows, " and ",
-                                               kLossChunkRows / 2, " rows (at most the ", positions,
-                                               " positions) that fits: fewer rows re-read the "
-                                               "head's weight more often")
-      : refused > 0       ? remat::detail::cat("the default: ", refused, " rows do not fit")
-      : fallback == positions
-          ? remat::detail::cat("the default holds the ", positions, " positions in one chunk")
-          : remat::detail::cat("the default, at least ", kLossChunkRows / 2, " rows already");
-  d.lines.push_back(remat::detail::cat("auto: loss chunk ",
-                                       d.loss_chunk_rows > 0 ? d.loss_chunk_rows : fallback,
-                                       " rows (--loss-chunk-rows), a step estimated at ",
-                                       flags::human_bytes(d.step_bytes), ": ", why));
-}
-
 /// Step 3: the plan and the micro-batch, into `d`.
 inline void choose_plan_and_batch(const Request& r, const DataFacts& f, double target_tokens,
                                   Decision& d) {
@@ -448,7 +400,6 @@ inline void choose_plan_and_batch(const Request& r, const DataFacts& f, double t
                                        " x ", f.columns,
                                        " tokens (--checkpoint, --batch), a step estimated at ",
                                        flags::human_bytes(d.step_bytes), ": ", c.why));
-  choose_loss_chunk(r, c.plan.plan, d);
 }
 
 /// Step 2: the room for a step's estimate in `r.memory`, into `d`.
@@ -464,7 +415,7 @@ inline void set_room(const Request& r, const DataFacts& f, Decision& d) {
   if (d.step_limit <= 0) too_small(r, allowed(candidates(r, f.columns), r), 1, f.columns, 0, f);
 }
 
-/// Step 5: micro-batches an optimizer step, into `d`.
+/// Step 4: micro-batches an optimizer step, into `d`.
 inline void set_accumulation(const Request& r, const DataFacts& f, double target_tokens,
                              Decision& d) {
   const double micro_tokens = double(d.batch) * f.row_tokens;
@@ -480,7 +431,7 @@ inline void set_accumulation(const Request& r, const DataFacts& f, double target
                                         std::llround(f.train_tokens), " training tokens)")));
 }
 
-/// Step 6: the learning rate, into `d`.
+/// Step 5: the learning rate, into `d`.
 inline void set_learning_rate(const Request& r, Decision& d) {
   const std::int64_t parameters =
       remat::train::estimate_memory<float>(r.model, {.batch = 1, .time = 1}).parameter_count;
@@ -492,7 +443,7 @@ inline void set_learning_rate(const Request& r, Decision& d) {
                                 " B parameters (2e-4 up to 13 B, 1e-4 above)")));
 }
 
-/// Step 7: the optimizer steps, into `d`.
+/// Step 6: the optimizer steps, into `d`.
 inline void set_steps(const Request& r, const DataFacts& f, Decision& d) {
   d.epochs = f.train_tokens < 1e6 ? 3 : f.train_tokens < 1e7 ? 2 : 1;
   const double step_tokens = double(d.batch) * f.row_tokens * double(d.accumulate);
@@ -505,7 +456,7 @@ inline void set_steps(const Request& r, const DataFacts& f, Decision& d) {
       " steps; 3 epochs below 1 M tokens, 2 below 10 M, 1 above)"));
 }
 
-/// Steps 2 to 7 for data read at `length` tokens an example, and the flags that would make the
+/// Steps 2 to 6 for data read at `length` tokens an example, and the flags that would make the
 /// same run without --auto.
 inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t length,
                            std::vector<std::string> lines) {
@@ -519,10 +470,9 @@ inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t
   set_accumulation(r, f, target_tokens, d);
   set_learning_rate(r, d);
   set_steps(r, f, d);
-  d.lines.push_back(remat::detail::cat("auto: as flags: --max-tokens ", d.max_tokens,
-                                       " --checkpoint ", d.checkpoint, " --batch ", d.batch,
-                                       " --loss-chunk-rows ", d.loss_chunk_rows, " --accumulate ",
-                                       d.accumulate, " --lr ", d.lr, " --steps ", d.steps));
+  d.lines.push_back(remat::detail::cat(
+      "auto: as flags: --max-tokens ", d.max_tokens, " --checkpoint ", d.checkpoint, " --batch ",
+      d.batch, " --accumulate ", d.accumulate, " --lr ", d.lr, " --steps ", d.steps));
   return d;
 }
 

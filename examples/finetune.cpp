@@ -26,10 +26,10 @@
 //    --max-tokens - 1 positions into which examples are packed, attention kept within each
 //    example. --prompt samples an answer before and after training (--sample tokens, 48 by
 //    default). --auto chooses --max-tokens from the data's token counts, then the checkpoint
-//    plan, --batch, --loss-chunk-rows and --accumulate that fit --memory (GiB; default: the memory
-//    available now), --lr and --steps, by the rule written in auto_settings.hpp, and prints an
-//    "auto:" line for each choice; a flag given wins for its setting (--max-tokens is then the
-//    length's ceiling). `will_it_fit --base DIR --data FILE` prints the same decision without
+//    plan, --batch and --accumulate that fit --memory (GiB; default: the memory available now),
+//    --lr and --steps, by the rule written in auto_settings.hpp, and prints an "auto:" line for
+//    each choice; a flag given wins for its setting (--max-tokens is then the length's
+//    ceiling). `will_it_fit --base DIR --data FILE` prints the same decision without
 //    reading the weights.
 //  - a train_llama --save-hf folder (with its remat_eval.json vocabulary) or a train_gpt --save
 //    file, fine-tuned on a text in the base corpus' characters (default
@@ -55,7 +55,7 @@
 //   adapters     LoRA's A and B (live bytes lora::apply added)
 //   gradients    the trainable parameters' gradient buffers
 //   optimizer    AdamW's moments (live bytes the first optimizer step added, or --resume loaded)
-//   logits       the loss head's peak alone: the chunked loss's logits chunk and its gradient
+//   logits       the loss head's peak alone: the chunked loss's tile of logits and its gradient
 //                (counted on the step's final hidden states)
 //   activations  the rest of a step's peak: what the blocks keep, the token ids
 //   total        the counted peak of a whole training step (a step after the first)
@@ -236,8 +236,8 @@ Options parse(int argc, char** argv) {
                       "a user message to answer before and after training (--sample tokens)"),
        "--prompt"},
       {app.add_flag("--auto", o.auto_settings,
-                    "choose --max-tokens, --checkpoint, --batch, --loss-chunk-rows, --accumulate, "
-                    "--lr and --steps from the data and --memory (flags given win), and say why"),
+                    "choose --max-tokens, --checkpoint, --batch, --accumulate, --lr and --steps "
+                    "from the data and --memory (flags given win), and say why"),
        "--auto"},
       {app.add_option("--memory", o.memory_gib,
                       "with --auto: the memory the run may take, GiB (default: the memory "
@@ -245,8 +245,9 @@ Options parse(int argc, char** argv) {
            ->check(flags::positive),
        "--memory"}};
   app.add_option("--loss-chunk-rows", o.loss_chunk_rows,
-                 "rows of logits the loss head computes at a time (0: 128 rows within 128 MiB, "
-                 "else 8 MiB); more rows re-read its weight less often, for their memory")
+                 "rows the loss head computes at a time, against 2,048 tokens of the vocabulary "
+                 "(0: a tile of 8 MiB, 1,024 rows of floats); each chunk reads the head's weight "
+                 "once")
       ->check(flags::non_negative)
       ->capture_default_str();
   app.add_flag("--full", o.full,
@@ -1015,7 +1016,6 @@ int run_hub(Options& o, std::size_t live0) {
     o.steps = chosen.decision.steps;
     o.lr = chosen.decision.lr;
     o.checkpoint = chosen.decision.checkpoint;
-    o.loss_chunk_rows = chosen.decision.loss_chunk_rows;
     remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
     HubSource source(tok, std::move(chosen.data), data.max_tokens, o);
     return run(model, source, o, live0);

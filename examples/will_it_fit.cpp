@@ -182,8 +182,8 @@ Options parse(int argc, char** argv) {
   count("--batch", o.step.batch, "sequences per micro-batch B");
   count("--time", o.step.time, "tokens per sequence T (0: the context length)");
   count("--loss-chunk-rows", o.step.loss_chunk_rows,
-        "rows of logits the chunked loss computes at a time (0: 128 rows within 128 MiB, else 8 "
-        "MiB)");
+        "rows the chunked loss computes at a time, against 2,048 tokens of the vocabulary (0: a "
+        "tile of 8 MiB, 1,024 rows of floats)");
   app.add_option("--accumulate", o.step.accumulation,
                  "micro-batches per optimizer step (memory does not depend on it)")
       ->check(flags::positive)

@@ -35,10 +35,6 @@ data=(--base model --data chats.jsonl)
   || { cat roomy.json; fail "with 4 GiB: not the context's length without checkpointing"; }
 [ "$(field roomy.json batch)" = "$(field roomy.json batch_cap)" ] \
   || { cat roomy.json; fail "with 4 GiB the batch is not its cap"; }
-# and the loss head's chunk grows to 512 rows (or the batch's positions, if fewer)
-positions=$(( $(field roomy.json batch) * $(field roomy.json columns) ))
-[ "$(field roomy.json loss_chunk_rows)" = $(( positions < 512 ? positions : 512 )) ] \
-  || { cat roomy.json; fail "with 4 GiB the loss chunk is not 512 rows or the $positions positions"; }
 
 # 2. A --memory between the step of a useful batch without checkpointing and with: the rule must
 # take a checkpointing plan. The fixed part of the room (baseline, data) and the figures come from
@@ -56,11 +52,10 @@ memory=$(awk -v n="$none" -v e="$every" -v f="$fixed" 'BEGIN { printf "%.6f", ((
 plan=$(field tight.json checkpoint)
 batch=$(field tight.json batch)
 limit=$(field tight.json step_limit)
-chunk=(--loss-chunk-rows "$(field tight.json loss_chunk_rows)")
 [ "$plan" != none ] || { cat tight.json; fail "--memory $memory: no checkpointing, yet none does not fit $useful rows"; }
 # will_it_fit's own pricing at the chosen shape, against the room the decision states
 limit_gib=$(awk -v l="$limit" 'BEGIN { printf "%.9f", l / 1073741824 }')
-"$will_it_fit" "${shape[@]}" --batch "$batch" "${chunk[@]}" --memory "$limit_gib" --json > chosen.json
+"$will_it_fit" "${shape[@]}" --batch "$batch" --memory "$limit_gib" --json > chosen.json
 total=$(plan_field chosen.json "$plan" total)
 awk -v t="$total" -v l="$limit" -v s="$(field tight.json step_bytes)" 'BEGIN { exit !(t <= l && t == s) }' \
   || { cat tight.json chosen.json; fail "the chosen step ($total) is not within its room ($limit) or not the decision's"; }
@@ -69,32 +64,19 @@ if [ "$batch" != "$(field tight.json batch_cap)" ]; then
   [ "$(plan_field chosen.json "$plan" max_batch)" = "$batch" ] \
     || { cat tight.json chosen.json; fail "batch $batch is not the largest that fits under $plan"; }
 fi
-# and the plan with less recompute (none) does not fit a useful batch, at the default chunk
-"$will_it_fit" "${shape[@]}" --batch "$batch" --memory "$limit_gib" --json > default_chunk.json
-(( $(plan_field default_chunk.json none max_batch) < useful )) \
-  || { cat default_chunk.json; fail "none fits $useful rows within $limit, yet $plan was chosen"; }
-# the next larger chunk the rule tries (512, then 256 rows, at most the positions; above the
-# default, 128 rows at this vocabulary) does not fit under the plan chosen
-rows=$(field tight.json loss_chunk_rows)
-positions=$((batch * columns))
-cap() { echo $(($1 < positions ? $1 : positions)); }
-larger=""
-if [ "$rows" = 0 ]; then larger=$(cap 256); elif ((rows < $(cap 512))); then larger=$(cap 512); fi
-if [ -n "$larger" ] && ((larger > 128)); then
-  "$will_it_fit" "${shape[@]}" --batch "$batch" --loss-chunk-rows "$larger" --json > larger.json
-  awk -v t="$(plan_field larger.json "$plan" total)" -v l="$limit" 'BEGIN { exit !(t > l) }' \
-    || { cat tight.json larger.json; fail "a chunk of $larger rows fits under $plan, yet $rows was chosen"; }
-fi
+# and the plan with less recompute (none) does not fit a useful batch
+(( $(plan_field chosen.json none max_batch) < useful )) \
+  || { cat chosen.json; fail "none fits $useful rows within $limit, yet $plan was chosen"; }
 
 # 3. finetune --auto prints the same decision (the steps line aside: --steps 1 is given) and runs it
 "$will_it_fit" "${data[@]}" --memory "$memory" > plan.txt
 "$finetune" "${data[@]}" --auto --memory "$memory" --steps 1 --eval-batches 1 --threads 2 > run.txt
 grep '^auto:' plan.txt | grep -v '^auto: \(steps\|as flags\)' > plan.auto
 grep '^auto:' run.txt | grep -v '^auto: \(steps\|as flags\)' > run.auto
-[ "$(wc -l < plan.auto)" = 6 ] || { cat plan.txt; fail "will_it_fit printed no decision"; }
+[ "$(wc -l < plan.auto)" = 5 ] || { cat plan.txt; fail "will_it_fit printed no decision"; }
 diff plan.auto run.auto > /dev/null || { diff plan.auto run.auto; fail "finetune --auto and will_it_fit decided differently"; }
 grep -q "^auto: steps 1 (--steps given; the rule: 3 epochs" run.txt || { cat run.txt; fail "--steps given not said"; }
-grep -q "^auto: as flags: --max-tokens $(field tight.json max_tokens) --checkpoint $plan --batch $batch --loss-chunk-rows $rows --accumulate $(field tight.json accumulate) --lr 0.0002 --steps 1$" run.txt \
+grep -q "^auto: as flags: --max-tokens $(field tight.json max_tokens) --checkpoint $plan --batch $batch --accumulate $(field tight.json accumulate) --lr 0.0002 --steps 1$" run.txt \
   || { cat run.txt; fail "no flags for the same run"; }
 grep -q "checkpoint $plan (" run.txt && grep -q "estimated memory of a step of $batch x $columns tokens" run.txt \
   && grep -q "^step     1  loss" run.txt || { cat run.txt; fail "finetune did not run the decision"; }
@@ -110,11 +92,10 @@ diff plan.auto noweights.auto > /dev/null || fail "without the safetensors will_
 
 # 5. flags given win, and say so; --max-tokens is the length's ceiling; without --memory, the
 # memory available now
-"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --loss-chunk-rows 64 --max-tokens 128 > given.txt
+"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --max-tokens 128 > given.txt
 for pattern in "^auto: sequence length 128 tokens (--max-tokens): --max-tokens given" \
                "^auto: memory [0-9.]* [MG]iB (the memory available now, MemAvailable)" \
                "^auto: checkpoint none, batch 2 x [0-9]* tokens.*: --batch given" \
-               "^auto: loss chunk 64 rows (--loss-chunk-rows), .*: --loss-chunk-rows given" \
                "^auto: accumulate 3 (--accumulate): .* (--accumulate given)"; do
   grep -q -- "$pattern" given.txt || { cat given.txt; fail "no '$pattern'"; }
 done

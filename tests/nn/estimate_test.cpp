@@ -219,7 +219,7 @@ TEST_CASE("estimate_memory: checkpointing shrinks the activations, the chunked l
   const auto plain =
       remat::train::estimate_memory<float>(config, {.batch = 2, .chunked_loss = false});
   CHECK(chunked.logits == 2.0 * 1024 * 32000 * 4);
-  CHECK(chunked.loss_chunk == 128 * 32000 * 4);  // 128 rows of 32,000 floats: 16 MiB
+  CHECK(chunked.loss_chunk == 1024 * 2048 * 4);  // a tile: 1,024 rows of a 2,048-token block
   CHECK(chunked.activations(plan::every(chunked.chain)) < chunked.activations() / 4);
   CHECK(plain.activations() - chunked.activations() > chunked.logits);
 }
@@ -237,7 +237,8 @@ TEST_CASE("estimate_memory prices the chunked loss at any chunk size to the byte
   for (const std::int64_t rows : {1, 5, 13, 32, 100}) {
     const remat::train::StepShape shape{.batch = batch, .time = time, .loss_chunk_rows = rows};
     const auto e = remat::train::estimate_memory<float>(config, shape);
-    CHECK(e.loss_chunk == double(std::min<std::int64_t>(rows, batch * time)) * 300 * 4);
+    CHECK(e.loss_chunk ==
+          double(std::min<std::int64_t>(rows, batch * time)) * 300 * 4);  // one block
     for (const plan::Plan& p : {plan::none(e.chain), plan::every(e.chain)}) {
       for (int step = 0; step < 2; ++step) {
         if (step == 1) memory::reset_peak();

@@ -154,6 +154,66 @@ TEST_CASE("linear_cross_entropy on a frozen weight: value and gradient under any
   }
 }
 
+// Note [online loss head]: past 2,048 tokens the vocabulary is folded block by block, each
+// row's sums rescaled when a later block raises its max. Generated heads whose rows grow with
+// the token (the max in the last block: a rescale every block), shrink (the max in the first:
+// none) or neither, frozen and trained, against the plain path within the bounds above (one
+// rounding more a block is far inside the v eps they allow).
+TEST_CASE("linear_cross_entropy over several vocabulary blocks equals the plain path",
+          "[ops][loss]") {
+  Rng rng(47);
+  for (int trial = 0; trial < 9; ++trial) {
+    const std::int64_t n = 1 + rng.uniform_int(12), v = 2049 + rng.uniform_int(4000),
+                       c = 1 + rng.uniform_int(6);
+    REQUIRE(remat::detail::loss_vocab_block(v, c) == 2048);
+    const auto h = rng.normal_tensor<double>({n, c});
+    auto w = rng.normal_tensor<double>({v, c});
+    const double growth = trial % 3 == 0 ? 4.0 : trial % 3 == 1 ? -4.0 : 0.0;
+    for (std::int64_t j = 0; j < v; ++j) {
+      const double along = static_cast<double>(j) / static_cast<double>(v - 1);
+      for (std::int64_t k = 0; k < c; ++k)
+        w[j * c + k] *= std::exp(growth * (growth > 0 ? along : along - 1));
+    }
+    auto t = remat::test::ids({n}, static_cast<std::int32_t>(v), trial + 70);
+    for (std::int64_t r = 0; r < n; ++r)
+      if (rng.uniform_int(4) == 0) t[r] = kIgnoreTarget;
+    const std::int64_t chunk = rng.uniform_int(n + 2);  // 0: the default
+    const bool trained = trial % 2 == 0;
+    const RoundingBounds bound = rounding_bounds(h, w);
+    Tape a, b;
+    auto ha = a.input(h.clone(), true), hb = b.input(h.clone(), true);
+    auto wa = a.input(w.clone(), trained), wb = b.input(w.clone(), trained);
+    const Var<double> tiled = linear_cross_entropy(ha, wa, t, chunk);
+    const Var<double> plain = cross_entropy(linear(hb, wb), t);
+    a.backward(tiled);
+    b.backward(plain);
+    INFO(n << " rows, vocabulary " << v << ", width " << c << ", growth " << growth << ", chunk "
+           << chunk << (trained ? ", trained" : ", frozen"));
+    CHECK(std::abs(tiled.item() - plain.item()) <= bound.loss);
+    for (std::int64_t i = 0; i < h.numel(); ++i) {
+      const double slack = bound.h_grad[static_cast<std::size_t>(i % c)] +
+                           std::numeric_limits<double>::epsilon() * std::abs(ha.grad()[i]);
+      CHECK(std::abs(ha.grad()[i] - hb.grad()[i]) <= slack);
+    }
+    if (!trained) continue;
+    for (std::int64_t i = 0; i < w.numel(); ++i)
+      CHECK(std::abs(wa.grad()[i] - wb.grad()[i]) <= bound.w_grad[static_cast<std::size_t>(i % c)]);
+  }
+}
+
+TEST_CASE("linear_cross_entropy over several vocabulary blocks: gradients",
+          "[ops][loss][gradcheck]") {
+  // 2,500 tokens: two blocks; the head grows with the token, so the second block raises the max
+  Tensor<double> w = randn({2500, 2}, 16);
+  for (std::int64_t i = 0; i < w.numel(); ++i)
+    w[i] *= 1.0 + 3.0 * static_cast<double>(i / 2) / 2500;
+  const auto t = Tensor<std::int32_t>::from({3}, {2400, kIgnoreTarget, 7});
+  gradcheck([t, w](const auto& v) { return linear_cross_entropy(v[0], Var<double>(w), t, 2); },
+            {randn({3, 2}, 17)});
+  gradcheck([t](const auto& v) { return linear_cross_entropy(v[0], v[1], t, 0); },
+            {randn({3, 2}, 18), w});
+}
+
 TEST_CASE("linear_cross_entropy on a frozen weight: gradients", "[ops][loss][gradcheck]") {
   const auto t = Tensor<std::int32_t>::from({5}, {0, kIgnoreTarget, 3, 1, 2});
   const Tensor<double> w = randn({4, 3}, 15);
@@ -321,27 +381,34 @@ TEST_CASE("linear_cross_entropy never holds the logits: 10x less memory than the
   CHECK(outside == 0);
 }
 
-TEST_CASE("linear_cross_entropy's default chunk: 8 MiB of logits, or 128 rows within 128 MiB",
+TEST_CASE("linear_cross_entropy's tiles: vocabulary blocks of 2,048, chunks of 8 MiB of them",
           "[ops][loss]") {
   using remat::detail::default_chunk_rows;
-  CHECK(default_chunk_rows(32000, 4) == 128);    // 16 MiB
-  CHECK(default_chunk_rows(151936, 4) == 128);   // 8 MiB hold 13 rows: 128 rows are 74 MiB
-  CHECK(default_chunk_rows(248000, 4) == 128);   // 121 MiB
-  CHECK(default_chunk_rows(1000000, 4) == 33);   // 128 rows would be 488 MiB: 128 MiB hold 33
-  CHECK(default_chunk_rows(151936, 8) == 110);   // doubles: 128 MiB hold 110 rows
-  CHECK(default_chunk_rows(4000, 4) == 524);     // 8 MiB hold more than 128 rows
-  CHECK(default_chunk_rows(1LL << 31, 4) == 1);  // not even one row in 8 MiB: one row
-  // and the op allocates what the rule says: one chunk of logits in forward
-  const std::int64_t vocab = 151936, rows = 200, width = 8;
-  remat::Tape tape;
-  const auto h = tape.input(remat::Tensor<float>::zeros({rows, width}), false);
-  const auto w = tape.input(remat::Tensor<float>::zeros({vocab, width}), false);
-  const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
-  remat::memory::Probe probe;
-  (void)remat::linear_cross_entropy(h, w, targets);
-  // the chunk, the log-sum-exps (a float a row) and the loss scalar, released or kept
-  CHECK(probe.peak_above_start() >= std::size_t(128 * vocab * 4));
-  CHECK(probe.peak_above_start() < std::size_t(129 * vocab * 4));
+  using remat::detail::loss_vocab_block;
+  CHECK(loss_vocab_block(151936, 896) == 2048);
+  CHECK(loss_vocab_block(300, 16) == 300);            // the whole vocabulary
+  CHECK(loss_vocab_block(248000, 2048) == 2048);      // its bfloat16 copy: 8 MiB
+  CHECK(loss_vocab_block(128256, 4096) == 1024);      // wider: 8 MiB of bfloat16 hold 1,024 rows
+  CHECK(loss_vocab_block(128256, 5000) == 832);       // rounded down to 32 rows
+  CHECK(loss_vocab_block(32000, 1 << 20) == 32);      // at least 32
+  CHECK(default_chunk_rows(151936, 896, 4) == 1024);  // 1,024 x 2,048 floats: 8 MiB
+  CHECK(default_chunk_rows(151936, 896, 8) == 512);   // doubles
+  CHECK(default_chunk_rows(128256, 4096, 4) == 2048);
+  CHECK(default_chunk_rows(300, 16, 4) == 6990);
+  // and the op allocates what the rule says: one tile in forward, whatever the vocabulary
+  for (const std::int64_t vocab : {151936, 5000}) {
+    const std::int64_t rows = 200, width = 8, block = std::min<std::int64_t>(vocab, 2048);
+    remat::Tape tape;
+    const auto h = tape.input(remat::Tensor<float>::zeros({rows, width}), false);
+    const auto w = tape.input(remat::Tensor<float>::zeros({vocab, width}), false);
+    const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
+    remat::memory::Probe probe;
+    (void)remat::linear_cross_entropy(h, w, targets);
+    // the tile, each row's log-sum-exp and running sum (a float each), the loss scalar
+    INFO("vocabulary " << vocab);
+    CHECK(probe.peak_above_start() >= std::size_t((rows * block + 2 * rows + 1) * 4));
+    CHECK(probe.peak_above_start() < std::size_t((rows * block + 2 * rows + 1) * 4 + 1024));
+  }
 }
 
 TEST_CASE("linear_cross_entropy rejects shapes and targets that do not fit",

@@ -21,8 +21,8 @@ struct LossOptions {
   /// The fused, chunked head (linear_cross_entropy): the (rows x vocab) logits and their
   /// gradient are never held whole. False: the logits, then cross_entropy.
   bool chunked = true;
-  /// Rows of logits the chunked head computes at a time; 0: default_chunk_rows() (a chunk
-  /// holds this many rows x vocab values). Only with `chunked`.
+  /// Rows the chunked head computes at a time; 0: default_chunk_rows() (a chunk holds this
+  /// many rows x loss_vocab_block() values, Note [online loss head]). Only with `chunked`.
   std::int64_t chunk_rows = 0;
   /// Packed rows: where each token's sequence starts (B, T), as Llama::hidden() takes them.
   /// Empty: one sequence a row. GPT does not pack.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -66,14 +67,21 @@ T row_log_sum_exp(const T* x, std::int64_t n) {
     return m + std::log((row - m).exp().sum());
 }
 
+/// out = exp(x - shift) * scale over a row of n values (out == x allowed), on row_log_sum_exp's
+/// kernels.
+template <class T>
+void exp_shifted_row(const T* x, T* out, std::int64_t n, T shift, T scale) {
+  if constexpr (std::is_same_v<T, float>)
+    vec::exp_shifted(x, out, n, shift, scale);
+  else
+    ArrayView<T>(out, n) = (ConstArrayView<T>(x, n) - shift).exp() * scale;
+}
+
 /// A counted row's logits gradient: out = (softmax(x) - onehot(target)) * g, softmax from the
-/// row's log-sum-exp `lse`, on row_log_sum_exp's kernels (out == x allowed).
+/// row's log-sum-exp `lse` (out == x allowed).
 template <class T>
 void to_row_logits_grad(const T* x, T* out, std::int64_t n, T lse, std::int32_t target, T g) {
-  if constexpr (std::is_same_v<T, float>)
-    vec::exp_shifted(x, out, n, lse, g);
-  else
-    ArrayView<T>(out, n) = (ConstArrayView<T>(x, n) - lse).exp() * g;
+  exp_shifted_row(x, out, n, lse, g);
   out[target] -= g;
 }
 
@@ -156,23 +164,48 @@ Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& targets) 
 
 namespace detail {
 
-/// Cross-entropy of linear(h, W) computed chunk by chunk: the (rows x vocabulary) logits and
-/// their gradient never exist whole, only one chunk of rows at a time (Note [fused loss head]
-/// says when backward recomputes them).
-/// linear_cross_entropy's default chunk: as many rows as fit in 8 MiB of logits, but at least
-/// 128 rows while they fit in 128 MiB, and at least one. Each chunk's GEMMs read the whole (V, C)
-/// weight: with few rows they are bound by reading it, not by arithmetic. Measured (ops_bench
-/// --loss-head 151936,896,512: V 151,936, C 896, 512 rows, forward and backward, 2 threads, Xeon
-/// with AVX-512, 2026-12-03), frozen head: 16-row chunks 4.2 s, 32 rows 2.7 s, 64 rows 1.9 s,
-/// 128 rows 1.42 s, 256 rows 1.22 s, 512 rows 1.12 s; trained head 7.5, 4.7, 3.3, 2.7, 2.3,
-/// 2.1 s: about 0.1 s a chunk for reading the head against 2 ms a row. 128 rows cost 74 MiB at
-/// that vocabulary, 121 MiB at 248,000; larger chunks are the caller's choice of memory
-/// (nn::LossOptions::chunk_rows; finetune --auto grows them into the memory a step leaves).
-inline std::int64_t default_chunk_rows(std::int64_t vocab, std::size_t element_bytes) {
-  const auto rows_in = [&](std::int64_t mib) {
-    return (mib << 20) / (vocab * static_cast<std::int64_t>(element_bytes));
-  };
-  return std::max<std::int64_t>({1, rows_in(8), std::min<std::int64_t>(128, rows_in(128))});
+// Note [online loss head]
+// linear_cross_entropy never holds a row's V logits: it computes them a tile at a time, a chunk
+// of rows against a block of the vocabulary, and folds each block into the row's running max m
+// and running sum s of exp(logit - m), rescaling s when a block raises m (the online softmax of
+// flash attention, over a vocabulary instead of keys). A frozen head's input gradient (Note
+// [fused loss head]) is folded the same way: u = sum over v of exp(logit_v - m) W_v, rescaled
+// with s, and made after the last block as (u / s - W_target) * g. So a chunk reads the whole
+// (V, C) weight once, for both of its GEMMs while the block is in cache, whatever its rows; and
+// the memory is the tile's, not rows x V, so one chunk can hold a step's rows. (Chunks that held
+// their rows' whole logits read the head twice each: docs/design.md has the figures.)
+
+/// The vocabulary block of linear_cross_entropy's tiles (Note [online loss head]): at most 2,048
+/// rows of W, fewer for heads wider than 2,048 so that gemm_bf16's packed copy of a block stays
+/// within 8 MiB (Note [BF16 GEMM packing]). It depends on the head's shape only, never on the
+/// chunk or the dtype, so a row's sums run in the same order whatever the chunk.
+inline std::int64_t loss_vocab_block(std::int64_t vocab, std::int64_t width) {
+  const std::int64_t packed = std::max<std::int64_t>(32, (std::int64_t{4} << 20) / width / 32 * 32);
+  return std::min<std::int64_t>({vocab, 2048, packed});
+}
+
+/// linear_cross_entropy's default chunk: the rows whose tile against a vocabulary block fills
+/// 8 MiB (1,024 rows against 2,048 tokens in float; a block row is at most 16 KiB).
+inline std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t width,
+                                       std::size_t element_bytes) {
+  const auto tile_row = static_cast<std::int64_t>(loss_vocab_block(vocab, width) * element_bytes);
+  return (std::int64_t{8} << 20) / tile_row;
+}
+
+/// Folds a block of a row's logits x (n values, overwritten by exp(x - m)) into the row's running
+/// max m and sum s of exp(logit - m) (Note [online loss head]). When the block raises m, s and the
+/// fused gradient's row u (c values; null when there is none) are rescaled to the new max first.
+template <class T>
+void fold_logits_block(T* x, std::int64_t n, T& m, T& s, T* u, std::int64_t c) {
+  const T block_max = ConstArrayView<T>(x, n).maxCoeff();
+  if (block_max > m) {
+    const T rescale = std::exp(m - block_max);  // 0 on a row's first block, where m = -inf
+    s *= rescale;
+    if (u) ArrayView<T>(u, c) *= rescale;
+    m = block_max;
+  }
+  exp_shifted_row(x, x, n, m, T(1));
+  s += ConstArrayView<T>(x, n).sum();
 }
 
 template <class T>
@@ -187,37 +220,48 @@ class LinearCrossEntropyNode final : public Node<T> {
   const OpType& op_type() const noexcept override { return op::linear_cross_entropy; }
   bool runs_shape_only() const noexcept override { return true; }
 
-  // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target].
+  // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target], a tile at a
+  // time (Note [online loss head]).
   // Note [fused loss head]: when W is not trained (LoRA, a frozen head), the gradient of h for a
-  // unit dloss is computed here, chunk by chunk from the logits just made, and saved in place of
-  // h, W and the log-sum-exps: two GEMMs over the (V, C) weight instead of three (the backward
-  // pass would recompute the logits), for the same (N, C) kept. A trained W needs each chunk's
-  // logits gradient again for dW, so it saves h, W and lse and recomputes them in backward.
+  // unit dloss is computed here, from the tiles just made, and saved in place of h, W and the
+  // log-sum-exps: two GEMMs over the (V, C) weight instead of three (the backward pass would
+  // recompute the logits), for the same (N, C) kept. A trained W needs each tile's logits
+  // gradient again for dW, so it saves h, W and lse and recomputes them in backward.
   Tensor<T> forward(typename Node<T>::Inputs in) override {
     const Tensor<T>& h = in[0];
     const Tensor<T>& w = in[1];
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
     const bool fused = this->saving && !weight_trained_;
-    Tensor<T> lse = Tensor<T>::zeros(Shape{n});
-    Tensor<T> unit_gh = fused ? Tensor<T>(h.shape()) : Tensor<T>();
-    Tensor<T> logits(Shape{std::min(chunk_, n), v});
+    Tensor<T> lse = Tensor<T>::zeros(Shape{n});  // each row's running max, then its log-sum-exp
+    Tensor<T> sums = Tensor<T>::zeros(Shape{n});
+    Tensor<T> unit_gh = fused ? Tensor<T>::zeros(h.shape()) : Tensor<T>();
+    Tensor<T> tile = new_tile(n, v, c);
+    // each counted row's loss: minus its target's logit, then plus its log-sum-exp
     std::vector<double> losses(shape_only() ? 0 : static_cast<std::size_t>(n));
+    if (!shape_only()) std::fill_n(lse.data(), n, -std::numeric_limits<T>::infinity());
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      chunk_logits(h.data() + r0 * c, rows, w.data(), v, c, logits.data());
-      for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t r = a; r < b; ++r) {
-          if (targets_[r0 + r] == kIgnoreTarget) continue;
-          const T* row = logits.data() + r * v;
-          lse[r0 + r] = row_log_sum_exp(row, v);
-          losses[r0 + r] =
-              static_cast<double>(lse[r0 + r]) - static_cast<double>(row[targets_[r0 + r]]);
+      T* u = fused ? unit_gh.data() + r0 * c : nullptr;
+      for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
+        tile_logits(h.data() + r0 * c, rows, w.data() + v0 * c, count, c, tile.data());
+        for_rows(rows, count, [&](std::int64_t a, std::int64_t b) {
+          for (std::int64_t r = a; r < b; ++r) {
+            T* x = tile.data() + r * count;
+            const std::int32_t t = targets_[r0 + r];
+            if (t == kIgnoreTarget) {
+              std::fill_n(x, count, T(0));  // adds nothing to the fused gradient
+              continue;
+            }
+            if (t >= v0 && t < v0 + count) losses[r0 + r] = -static_cast<double>(x[t - v0]);
+            fold_logits_block(x, count, lse[r0 + r], sums[r0 + r], u ? u + r * c : nullptr, c);
+          }
+        });
+        if (fused) {
+          gemm_in<T>(bf16_gemms(), false, false, rows, c, count, T(1), tile.data(), count,
+                     w.data() + v0 * c, c, T(1), u, c);
         }
       });
-      if (fused) {
-        to_logits_grad(logits, r0, rows, lse, per_counted_row(T(1), counted_));
-        chunk_input_grad(logits.data(), rows, w.data(), v, c, T(0), unit_gh.data() + r0 * c);
-      }
+      finish_rows(r0, rows, w, lse, sums, losses, u, c);
     }
     double total = 0;
     for (double l : losses) total += l;
@@ -232,9 +276,9 @@ class LinearCrossEntropyNode final : public Node<T> {
                                           : T(0));
   }
 
-  // fused: dh = dloss * the unit gradient forward saved. Otherwise per chunk:
-  // dlogits = (softmax - onehot) dloss / counted rows (0 on ignored rows); dh = dlogits W;
-  // dW += dlogits^T h
+  // fused: dh = dloss * the unit gradient forward saved. Otherwise per tile:
+  // dlogits = (softmax - onehot) dloss / counted rows (0 on ignored rows); dh += dlogits W_block;
+  // dW_block += dlogits^T h
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     if (!weight_trained_) {
       const Tensor<T>& unit_gh = this->saved(0);
@@ -254,22 +298,25 @@ class LinearCrossEntropyNode final : public Node<T> {
     const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
     const auto gh = grads.target(0, h.shape());
     const auto gw = grads.target(1, w.shape());
-    Tensor<T> dlogits(Shape{std::min(chunk_, n), v});
+    Tensor<T> tile = new_tile(n, v, c);
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      chunk_logits(h.data() + r0 * c, rows, w.data(), v, c, dlogits.data());
-      to_logits_grad(dlogits, r0, rows, lse, per_counted_row(gy[0], counted_));
-      if (gh.dst) {
-        chunk_input_grad(dlogits.data(), rows, w.data(), v, c, gh.overwrite ? T(0) : T(1),
-                         gh.dst->data() + r0 * c);
-      }
-      if (gw.dst) {
-        const bool first = r0 == 0 && gw.overwrite;
-        for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
-          gemm_in<T>(bf16_gemms(), true, false, count, c, rows, T(1), dlogits.data() + v0, v,
-                     h.data() + r0 * c, c, first ? T(0) : T(1), gw.dst->data() + v0 * c, c);
-        });
-      }
+      const T* hc = h.data() + r0 * c;
+      for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
+        const T* wb = w.data() + v0 * c;
+        tile_logits(hc, rows, wb, count, c, tile.data());
+        to_logits_grad(tile.data(), r0, rows, v0, count, lse, per_counted_row(gy[0], counted_));
+        if (gh.dst) {
+          const bool first = v0 == 0 && gh.overwrite;
+          gemm_in<T>(bf16_gemms(), false, false, rows, c, count, T(1), tile.data(), count, wb, c,
+                     first ? T(0) : T(1), gh.dst->data() + r0 * c, c);
+        }
+        if (gw.dst) {
+          const bool first = r0 == 0 && gw.overwrite;
+          gemm_in<T>(bf16_gemms(), true, false, count, c, rows, T(1), tile.data(), count, hc, c,
+                     first ? T(0) : T(1), gw.dst->data() + v0 * c, c);
+        }
+      });
     }
   }
 
@@ -281,48 +328,60 @@ class LinearCrossEntropyNode final : public Node<T> {
     return std::is_same_v<T, float> && this->bf16 && bf16_kernel() != Bf16Kernel::convert;
   }
 
-  /// Calls f(v0, count) over the vocabulary in blocks of `count` rows of W: one block in float; in
-  /// bfloat16, blocks whose packed copy of W stays within 8 MiB, since gemm_bf16 packs its whole
-  /// B operand into per-thread scratch outside the allocator's count (Note [BF16 GEMM packing]):
-  /// a whole head would be 2 bytes a weight of it (272 MiB at Qwen2.5-0.5B's).
+  /// The tile of logits a chunk of rows makes against a vocabulary block (counted as any tensor).
+  Tensor<T> new_tile(std::int64_t n, std::int64_t v, std::int64_t c) const {
+    return Tensor<T>(Shape{std::min(chunk_, n), loss_vocab_block(v, c)});
+  }
+
+  /// Calls f(v0, count) over the vocabulary in blocks of loss_vocab_block rows of W.
   template <class F>
-  void for_vocab_blocks(std::int64_t v, std::int64_t c, F&& f) const {
-    const std::int64_t block =
-        bf16_gemms() ? std::max<std::int64_t>(32, (std::int64_t{4} << 20) / c / 32 * 32) : v;
+  static void for_vocab_blocks(std::int64_t v, std::int64_t c, F&& f) {
+    const std::int64_t block = loss_vocab_block(v, c);
     for (std::int64_t v0 = 0; v0 < v; v0 += block) f(v0, std::min(block, v - v0));
   }
 
-  /// A chunk's logits (rows x V, rows V apart) = h W^T, h's rows C apart.
-  void chunk_logits(const T* h, std::int64_t rows, const T* w, std::int64_t v, std::int64_t c,
-                    T* logits) const {
-    for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
-      gemm_in<T>(bf16_gemms(), false, true, rows, count, c, T(1), h, c, w + v0 * c, c, T(0),
-                 logits + v0, v);
-    });
+  /// A tile of logits (rows x count, packed) = h W_block^T, h's rows C apart.
+  void tile_logits(const T* h, std::int64_t rows, const T* wb, std::int64_t count, std::int64_t c,
+                   T* tile) const {
+    gemm_in<T>(bf16_gemms(), false, true, rows, count, c, T(1), h, c, wb, c, T(0), tile, count);
   }
 
-  /// dh = dlogits W + beta dh over a chunk's rows, summed block by block of the vocabulary.
-  void chunk_input_grad(const T* dlogits, std::int64_t rows, const T* w, std::int64_t v,
-                        std::int64_t c, T beta, T* dh) const {
-    for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
-      gemm_in<T>(bf16_gemms(), false, false, rows, c, count, T(1), dlogits + v0, v, w + v0 * c, c,
-                 v0 == 0 ? beta : T(1), dh, c);
-    });
-  }
-
-  // Turns the chunk of logits of rows r0 .. r0 + rows into their gradient, in place:
-  // (softmax - onehot(target)) * g on counted rows, 0 on ignored ones.
-  void to_logits_grad(Tensor<T>& chunk, std::int64_t r0, std::int64_t rows, const Tensor<T>& lse,
-                      T g) const {
-    const std::int64_t v = chunk.shape().last();
-    for_rows(rows, v, [&](std::int64_t a, std::int64_t b) {
+  // After a chunk's last block: each counted row's log-sum-exp and loss, and its fused unit
+  // gradient (u / s - W_target) * g from the sum u folded over the blocks; 0 on ignored rows.
+  void finish_rows(std::int64_t r0, std::int64_t rows, const Tensor<T>& w, Tensor<T>& lse,
+                   const Tensor<T>& sums, std::vector<double>& losses, T* u, std::int64_t c) const {
+    const T g = per_counted_row(T(1), counted_);
+    for_rows(rows, c, [&](std::int64_t a, std::int64_t b) {
       for (std::int64_t r = a; r < b; ++r) {
-        T* row = chunk.data() + r * v;
-        if (targets_[r0 + r] == kIgnoreTarget) {
-          std::fill(row, row + v, T(0));
+        const std::int32_t t = targets_[r0 + r];
+        if (t == kIgnoreTarget) {
+          lse[r0 + r] = T(0);
+          continue;  // u's row stayed 0: its tiles were
+        }
+        lse[r0 + r] += std::log(sums[r0 + r]);
+        losses[r0 + r] += static_cast<double>(lse[r0 + r]);
+        if (u) {
+          ArrayView<T> ur(u + r * c, c);
+          ur = (ur / sums[r0 + r] - ConstArrayView<T>(w.data() + t * c, c)) * g;
+        }
+      }
+    });
+  }
+
+  // Turns a tile of logits (rows r0 .. r0 + rows, vocabulary v0 .. v0 + count) into their
+  // gradient in place: (softmax - onehot(target)) * g on counted rows, 0 on ignored ones.
+  void to_logits_grad(T* tile, std::int64_t r0, std::int64_t rows, std::int64_t v0,
+                      std::int64_t count, const Tensor<T>& lse, T g) const {
+    for_rows(rows, count, [&](std::int64_t a, std::int64_t b) {
+      for (std::int64_t r = a; r < b; ++r) {
+        T* x = tile + r * count;
+        const std::int32_t t = targets_[r0 + r];
+        if (t == kIgnoreTarget) {
+          std::fill_n(x, count, T(0));
           continue;
         }
-        to_row_logits_grad(row, row, v, lse[r0 + r], targets_[r0 + r], g);
+        exp_shifted_row(x, x, count, lse[r0 + r], g);
+        if (t >= v0 && t < v0 + count) x[t - v0] -= g;
       }
     });
   }
@@ -360,7 +419,7 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
         detail::cat("linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows));
   const std::int64_t counted = detail::counted_targets("linear_cross_entropy", targets, sw[0]);
   const std::int64_t chunk =
-      chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sizeof(T));
+      chunk_rows > 0 ? chunk_rows : detail::default_chunk_rows(sw[0], sw[1], sizeof(T));
   return detail::record_op<detail::LinearCrossEntropyNode<T>>(
       {&h, &weight}, targets, counted, std::min(chunk, sh.rows()), weight.requires_grad());
 }

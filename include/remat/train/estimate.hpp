@@ -94,7 +94,7 @@ struct MemoryEstimate {
       0;                  ///< SGD momentum's velocity, AdamW's two moments, of the trainable ones
   double data = 0;        ///< token ids and targets (and packed rows' starts), of every micro-batch
   double logits = 0;      ///< the (B T x V) logits of the plain loss (its gradient is as large)
-  double loss_chunk = 0;  ///< the logits chunk the chunked loss holds instead
+  double loss_chunk = 0;  ///< the tile of logits the chunked loss holds instead
   /// The blocks as a chain for the planners: plan::budget(estimate.chain, bytes) and friends.
   plan::Chain chain;
   /// Counts, shape-only, the peak of a training step whose blocks run under a plan (set by
@@ -128,12 +128,16 @@ struct MemoryEstimate {
 
 namespace remat::detail {
 
-/// Bytes of the logits chunk linear_cross_entropy holds for `tokens` rows of a `vocab`-wide head
-/// in chunks of `chunk_rows` (0: default_chunk_rows).
+/// Bytes of the tile of logits linear_cross_entropy holds for `tokens` rows of a (vocab, width)
+/// head in chunks of `chunk_rows` (0: default_chunk_rows): a chunk against a vocabulary block
+/// (Note [online loss head] in ops/loss.hpp).
 template <class T>
-double loss_chunk_bytes(std::int64_t vocab, double tokens, std::int64_t chunk_rows) {
-  const std::int64_t rows = chunk_rows > 0 ? chunk_rows : default_chunk_rows(vocab, sizeof(T));
-  return std::min(static_cast<double>(rows), tokens) * static_cast<double>(vocab) * sizeof(T);
+double loss_chunk_bytes(std::int64_t vocab, std::int64_t width, double tokens,
+                        std::int64_t chunk_rows) {
+  const std::int64_t rows =
+      chunk_rows > 0 ? chunk_rows : default_chunk_rows(vocab, width, sizeof(T));
+  return std::min(static_cast<double>(rows), tokens) *
+         static_cast<double>(loss_vocab_block(vocab, width)) * sizeof(T);
 }
 
 /// Refuses a step shape no model can run: a batch or length out of range, tensors beyond what
@@ -321,8 +325,9 @@ double count_step(const Make& make, std::int64_t time, const train::StepShape& s
 /// backward pass leaves, the optimizer's state its first step makes), then the layers' chain,
 /// profiled. The estimate counts a step under any plan with `make` again (count_step).
 template <class T, class Make>
-train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t time,
-                                   const train::StepShape& step, bool starts_reach_model) {
+train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t width,
+                                   std::int64_t time, const train::StepShape& step,
+                                   bool starts_reach_model) {
   using Model = decltype(make());
   train::MemoryEstimate m;
   {
@@ -348,7 +353,7 @@ train::MemoryEstimate measure_step(Make make, std::int64_t vocab, std::int64_t t
   };
   const double tokens = static_cast<double>(step.batch) * static_cast<double>(time);
   m.logits = tokens * static_cast<double>(vocab) * sizeof(T);
-  m.loss_chunk = loss_chunk_bytes<T>(vocab, tokens, step.loss_chunk_rows);
+  m.loss_chunk = loss_chunk_bytes<T>(vocab, width, tokens, step.loss_chunk_rows);
   return m;
 }
 
@@ -364,8 +369,8 @@ template <class T = float>
 MemoryEstimate estimate_memory(const nn::GPTConfig& config, const StepShape& step = {}) {
   const std::int64_t time =
       remat::detail::checked_step_time<T>("train::estimate_memory", config, step);
-  return remat::detail::measure_step<T>([config] { return nn::GPT<T>(config); }, config.vocab, time,
-                                        step, false);
+  return remat::detail::measure_step<T>([config] { return nn::GPT<T>(config); }, config.vocab,
+                                        config.width, time, step, false);
 }
 
 /// Predicts the memory of one training step of Llama<T>(config) on `step` (time 0: the config's
@@ -375,7 +380,7 @@ MemoryEstimate estimate_memory(const nn::LlamaConfig& config, const StepShape& s
   const std::int64_t time =
       remat::detail::checked_step_time<T>("train::estimate_memory", config, step);
   return remat::detail::measure_step<T>([config] { return nn::Llama<T>::uninitialized(config); },
-                                        config.vocab_size, time, step, true);
+                                        config.vocab_size, config.hidden_size, time, step, true);
 }
 
 /// The peak bytes of one training step of GPT<T>(config) on `step` with its blocks under `p`:
