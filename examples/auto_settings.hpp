@@ -470,9 +470,12 @@ inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t
   set_accumulation(r, f, target_tokens, d);
   set_learning_rate(r, d);
   set_steps(r, f, d);
+  // a --loss-chunk-rows given was priced, so the same run needs it too
+  const std::string chunk =
+      r.loss_chunk_rows ? remat::detail::cat(" --loss-chunk-rows ", *r.loss_chunk_rows) : "";
   d.lines.push_back(remat::detail::cat(
       "auto: as flags: --max-tokens ", d.max_tokens, " --checkpoint ", d.checkpoint, " --batch ",
-      d.batch, " --accumulate ", d.accumulate, " --lr ", d.lr, " --steps ", d.steps));
+      d.batch, chunk, " --accumulate ", d.accumulate, " --lr ", d.lr, " --steps ", d.steps));
   return d;
 }
 

@@ -574,8 +574,8 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
   s.gradients = e.gradients;
   s.optimizer = e.optimizer_state;
   // The head alone (Note [fused loss head] in ops/loss.hpp). Frozen: its input's unit gradient
-  // beside the chunk in forward, or beside the input's gradient in backward; trained (--full): a
-  // log-sum-exp a row beside the chunk and the input's gradient in backward.
+  // beside the tile in forward, or beside the input's gradient in backward; trained (--full): a
+  // log-sum-exp a row beside the tile and the input's gradient in backward.
   const double tokens = double(rows * columns), input = tokens * double(width_of(model)) * 4;
   s.logits = o.full ? tokens * sizeof(float) + e.chain.loss_backward_transient_bytes
                     : std::max(e.chain.loss_forward_transient_bytes,

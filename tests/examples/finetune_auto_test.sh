@@ -92,11 +92,12 @@ diff plan.auto noweights.auto > /dev/null || fail "without the safetensors will_
 
 # 5. flags given win, and say so; --max-tokens is the length's ceiling; without --memory, the
 # memory available now
-"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --max-tokens 128 > given.txt
+"$will_it_fit" "${data[@]}" --batch 2 --accumulate 3 --loss-chunk-rows 64 --max-tokens 128 > given.txt
 for pattern in "^auto: sequence length 128 tokens (--max-tokens): --max-tokens given" \
                "^auto: memory [0-9.]* [MG]iB (the memory available now, MemAvailable)" \
                "^auto: checkpoint none, batch 2 x [0-9]* tokens.*: --batch given" \
-               "^auto: accumulate 3 (--accumulate): .* (--accumulate given)"; do
+               "^auto: accumulate 3 (--accumulate): .* (--accumulate given)" \
+               "^auto: as flags: .* --batch 2 --loss-chunk-rows 64 --accumulate 3 "; do
   grep -q -- "$pattern" given.txt || { cat given.txt; fail "no '$pattern'"; }
 done
 

@@ -163,7 +163,7 @@ TEST_CASE("linear_cross_entropy over several vocabulary blocks equals the plain 
           "[ops][loss]") {
   Rng rng(47);
   for (int trial = 0; trial < 9; ++trial) {
-    const std::int64_t n = 1 + rng.uniform_int(12), v = 2049 + rng.uniform_int(4000),
+    const std::int64_t n = 3 + rng.uniform_int(10), v = 2049 + rng.uniform_int(4000),
                        c = 1 + rng.uniform_int(6);
     REQUIRE(remat::detail::loss_vocab_block(v, c) == 2048);
     const auto h = rng.normal_tensor<double>({n, c});
@@ -175,8 +175,14 @@ TEST_CASE("linear_cross_entropy over several vocabulary blocks equals the plain 
         w[j * c + k] *= std::exp(growth * (growth > 0 ? along : along - 1));
     }
     auto t = remat::test::ids({n}, static_cast<std::int32_t>(v), trial + 70);
-    for (std::int64_t r = 0; r < n; ++r)
-      if (rng.uniform_int(4) == 0) t[r] = kIgnoreTarget;
+    // targets at the blocks' edges, where a wrong bound would read the next block's logit
+    const std::int32_t edges[] = {0, 2047, 2048, static_cast<std::int32_t>(v - 1)};
+    for (std::int64_t r = 0; r < n; ++r) {
+      if (r % 2 == 0)
+        t[r] = edges[(r / 2 + trial) % 4];
+      else if (rng.uniform_int(3) == 0)
+        t[r] = kIgnoreTarget;
+    }
     const std::int64_t chunk = rng.uniform_int(n + 2);  // 0: the default
     const bool trained = trial % 2 == 0;
     const RoundingBounds bound = rounding_bounds(h, w);
@@ -386,28 +392,33 @@ TEST_CASE("linear_cross_entropy's tiles: vocabulary blocks of 2,048, chunks of 8
   using remat::detail::default_chunk_rows;
   using remat::detail::loss_vocab_block;
   CHECK(loss_vocab_block(151936, 896) == 2048);
-  CHECK(loss_vocab_block(300, 16) == 300);            // the whole vocabulary
-  CHECK(loss_vocab_block(248000, 2048) == 2048);      // its bfloat16 copy: 8 MiB
-  CHECK(loss_vocab_block(128256, 4096) == 1024);      // wider: 8 MiB of bfloat16 hold 1,024 rows
-  CHECK(loss_vocab_block(128256, 5000) == 832);       // rounded down to 32 rows
-  CHECK(loss_vocab_block(32000, 1 << 20) == 32);      // at least 32
-  CHECK(default_chunk_rows(151936, 896, 4) == 1024);  // 1,024 x 2,048 floats: 8 MiB
-  CHECK(default_chunk_rows(151936, 896, 8) == 512);   // doubles
-  CHECK(default_chunk_rows(128256, 4096, 4) == 2048);
+  CHECK(loss_vocab_block(300, 16) == 300);             // the whole vocabulary
+  CHECK(loss_vocab_block(248000, 2048) == 2048);       // its bfloat16 copy: 8 MiB
+  CHECK(loss_vocab_block(128256, 4096) == 1024);       // wider: 8 MiB of bfloat16 hold 1,024 rows
+  CHECK(loss_vocab_block(128256, 5000) == 832);        // rounded down to 32 rows
+  CHECK(loss_vocab_block(32000, 1 << 20) == 32);       // at least 32
+  CHECK(default_chunk_rows(151936, 896, 4) == 1024);   // 1,024 x 2,048 floats: 8 MiB
+  CHECK(default_chunk_rows(151936, 896, 8) == 512);    // doubles
+  CHECK(default_chunk_rows(128256, 4096, 4) == 1024);  // its rows' bfloat16 copy: 8 MiB
+  CHECK(default_chunk_rows(128256, 8192, 4) == 512);
   CHECK(default_chunk_rows(300, 16, 4) == 6990);
-  // and the op allocates what the rule says: one tile in forward, whatever the vocabulary
-  for (const std::int64_t vocab : {151936, 5000}) {
-    const std::int64_t rows = 200, width = 8, block = std::min<std::int64_t>(vocab, 2048);
-    remat::Tape tape;
-    const auto h = tape.input(remat::Tensor<float>::zeros({rows, width}), false);
-    const auto w = tape.input(remat::Tensor<float>::zeros({vocab, width}), false);
-    const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
-    remat::memory::Probe probe;
-    (void)remat::linear_cross_entropy(h, w, targets);
-    // the tile, each row's log-sum-exp and running sum (a float each), the loss scalar
-    INFO("vocabulary " << vocab);
-    CHECK(probe.peak_above_start() >= std::size_t((rows * block + 2 * rows + 1) * 4));
-    CHECK(probe.peak_above_start() < std::size_t((rows * block + 2 * rows + 1) * 4 + 1024));
+  // and the op allocates what the rule says: one tile in forward, whatever the vocabulary, and
+  // with a frozen head the input's unit gradient it keeps
+  for (const std::int64_t vocab : {151936, 5000, 1000}) {
+    for (const bool h_grad : {false, true}) {
+      const std::int64_t rows = 200, width = 8, block = std::min<std::int64_t>(vocab, 2048);
+      remat::Tape tape;
+      const auto h = tape.input(remat::Tensor<float>::zeros({rows, width}), h_grad);
+      const auto w = tape.input(remat::Tensor<float>::zeros({vocab, width}), false);
+      const remat::Tensor<std::int32_t> targets = remat::Tensor<std::int32_t>::zeros({rows});
+      remat::memory::Probe probe;
+      (void)remat::linear_cross_entropy(h, w, targets);
+      // the tile, each row's log-sum-exp and running sum (a float each), the loss scalar
+      const std::int64_t floats = rows * block + 2 * rows + 1 + (h_grad ? rows * width : 0);
+      INFO("vocabulary " << vocab << (h_grad ? ", h's gradient" : ""));
+      CHECK(probe.peak_above_start() >= std::size_t(floats * 4));
+      CHECK(probe.peak_above_start() < std::size_t(floats * 4 + 1024));
+    }
   }
 }
 
@@ -423,4 +434,10 @@ TEST_CASE("linear_cross_entropy rejects shapes and targets that do not fit",
   CHECK_THROWS_AS(linear_cross_entropy(h, w, Tensor<std::int32_t>::from({3}, {0, 5, 1})),
                   IndexError);
   CHECK_THROWS_AS(linear_cross_entropy(h, w, Tensor<std::int32_t>::zeros({2})), ShapeError);
+  CHECK_THAT(remat::test::error_message([&] {
+               linear_cross_entropy(Var<float>(Tensor<float>::zeros({3, 0})),
+                                    Var<float>(Tensor<float>::zeros({5, 0})),
+                                    Tensor<std::int32_t>::zeros({3}));
+             }),
+             Catch::Contains("(5, 0)") && Catch::Contains("C >= 1"));
 }

@@ -177,19 +177,23 @@ namespace detail {
 
 /// The vocabulary block of linear_cross_entropy's tiles (Note [online loss head]): at most 2,048
 /// rows of W, fewer for heads wider than 2,048 so that gemm_bf16's packed copy of a block stays
-/// within 8 MiB (Note [BF16 GEMM packing]). It depends on the head's shape only, never on the
-/// chunk or the dtype, so a row's sums run in the same order whatever the chunk.
+/// within 8 MiB (Note [BF16 GEMM packing]; default_chunk_rows bounds the rows' copy the same way).
+/// It depends on the head's shape only, never on the chunk or the dtype, so a row's sums run in the
+/// same order whatever the chunk.
 inline std::int64_t loss_vocab_block(std::int64_t vocab, std::int64_t width) {
   const std::int64_t packed = std::max<std::int64_t>(32, (std::int64_t{4} << 20) / width / 32 * 32);
   return std::min<std::int64_t>({vocab, 2048, packed});
 }
 
 /// linear_cross_entropy's default chunk: the rows whose tile against a vocabulary block fills
-/// 8 MiB (1,024 rows against 2,048 tokens in float; a block row is at most 16 KiB).
+/// 8 MiB (1,024 rows against 2,048 tokens in float), and at most the rows whose bfloat16 copy,
+/// which gemm_bf16 packs whole as the block does W's, stays within 8 MiB (4,681 at width 896),
+/// at least one.
 inline std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t width,
                                        std::size_t element_bytes) {
   const auto tile_row = static_cast<std::int64_t>(loss_vocab_block(vocab, width) * element_bytes);
-  return (std::int64_t{8} << 20) / tile_row;
+  return std::max<std::int64_t>(
+      1, std::min((std::int64_t{8} << 20) / tile_row, (std::int64_t{4} << 20) / width));
 }
 
 /// Folds a block of a row's logits x (n values, overwritten by exp(x - m)) into the row's running
@@ -203,6 +207,10 @@ void fold_logits_block(T* x, std::int64_t n, T& m, T& s, T* u, std::int64_t c) {
     s *= rescale;
     if (u) ArrayView<T>(u, c) *= rescale;
     m = block_max;
+  }
+  if (m == -std::numeric_limits<T>::infinity()) {  // every logit so far -inf: exp(-inf - m)
+    std::fill_n(x, n, T(0));                       // would be NaN, where the row's max is not
+    return;
   }
   exp_shifted_row(x, x, n, m, T(1));
   s += ConstArrayView<T>(x, n).sum();
@@ -395,12 +403,13 @@ class LinearCrossEntropyNode final : public Node<T> {
 }  // namespace detail
 
 /// cross_entropy(linear(h, weight), targets) without ever holding the (rows x vocabulary) logits
-/// or their gradient: rows go through in chunks of `chunk_rows` (default: detail::
-/// default_chunk_rows, 8 MiB of logits or 128 rows, whichever is more, within 128 MiB). With a
-/// weight that is not trained (a frozen head, LoRA), forward also computes h's gradient and the
-/// pass costs the plain path's two GEMMs; with a trained weight, backward recomputes each
-/// chunk's logits, one GEMM of the logits' size more (Note [fused loss head]). h is (..., C),
-/// weight (V, C), targets (...) in [0, V) or kIgnoreTarget.
+/// or their gradient: a tile at a time, `chunk_rows` rows against a block of the vocabulary
+/// (default: detail::default_chunk_rows, the rows of an 8 MiB tile against a
+/// detail::loss_vocab_block; Note [online loss head]). With a weight that is not trained (a
+/// frozen head, LoRA), forward also computes h's gradient and the pass costs the plain path's
+/// two GEMMs; with a trained weight, backward recomputes each tile, one GEMM of the logits' size
+/// more (Note [fused loss head]). h is (..., C), weight (V, C) with C >= 1, targets (...) in
+/// [0, V) or kIgnoreTarget.
 template <class T>
 Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>& weight,
                             const Tensor<std::int32_t>& targets, std::int64_t chunk_rows = 0) {
@@ -408,11 +417,12 @@ Var<T> linear_cross_entropy(const Var<T>& h, const std::type_identity_t<Var<T>>&
     throw ArgumentError("linear_cross_entropy: the targets tensor is undefined");
   const Shape& sh = h.shape();
   const Shape& sw = weight.shape();
-  if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 ||
+  if (sh.rank() < 1 || sw.rank() != 2 || sh[-1] != sw[1] || sw[0] < 1 || sw[1] < 1 ||
       targets.numel() != sh.rows() || sh.rows() == 0) {
     throw ShapeError(detail::cat(
         "linear_cross_entropy: hidden ", sh, ", weight ", sw, " and targets ", targets.shape(),
-        " do not fit; need hidden (..., C), weight (V, C) and one target per row of hidden"));
+        " do not fit; need hidden (..., C), weight (V, C), C >= 1, and one target per row of "
+        "hidden"));
   }
   if (chunk_rows < 0)
     throw ArgumentError(

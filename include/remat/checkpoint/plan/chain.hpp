@@ -137,7 +137,7 @@ struct Chain {
   double loss_bytes = 0;          ///< what the loss keeps from its forward to its backward
   double loss_output_bytes = 0;   ///< the loss value and its seed gradient, alive to the end
   double loss_forward_transient_bytes =
-      0;  ///< temporaries while the loss runs forward (a logits chunk)
+      0;  ///< temporaries while the loss runs forward (a tile of logits)
   double loss_backward_transient_bytes =
       0;  ///< temporaries while the loss runs backward, x_n's gradient included
   bool input_made_in_step = false;  ///< x_0 is computed during the step (it then counts)

@@ -23,7 +23,7 @@
 /// The chain's input x_0 exists before the step and is not counted (unless input_made_in_step,
 /// as for a GPT's blocks, whose input the embeddings make); the loss pins x_n and keeps
 /// loss_bytes until the backward pass starts, and its value (loss_output_bytes) to the end; its
-/// forward and backward temporaries (a chunked loss's logits chunk) sit on top of that while it
+/// forward and backward temporaries (a chunked loss's tile of logits) sit on top of that while it
 /// runs. Every planner optimizes this same model, so predictions and plans agree.
 ///
 /// Note [four ways a layer runs]: what a layer adds to memory while it runs forward depends on
