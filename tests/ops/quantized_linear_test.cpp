@@ -18,31 +18,48 @@ std::shared_ptr<const QuantizedWeight> random_quantized(std::int64_t out, std::i
       QuantizedWeight::quantize(rng.normal_tensor<float>({out, in}, 0.0, stddev), s, dq));
 }
 
+// The op with panels of `panel_rows` of W's rows: small weights then run several panels, as a
+// large one does with the default (detail::quantized_panel_rows, 2^21 values), and the panel's
+// last rows may fall short of a whole panel.
+template <class T>
+Var<T> linear_in_panels(const Var<T>& x, const std::shared_ptr<const QuantizedWeight>& w,
+                        const std::type_identity_t<Var<T>>* bias, std::int64_t panel_rows) {
+  using Node = remat::detail::QuantizedLinearNode<T>;
+  const remat::Shape y = x.shape().with_last(w->rows());
+  if (bias)
+    return remat::detail::record_op<Node>({&x, bias}, w, x.shape().rows(), true, y, panel_rows);
+  return remat::detail::record_op<Node>({&x}, w, x.shape().rows(), false, y, panel_rows);
+}
+
 }  // namespace
 
 TEST_CASE("quantized linear equals a float linear on the dequantized weight", "[ops][quantized]") {
   remat::Rng rng(21);
   for (int trial = 0; trial < 12; ++trial) {
-    // Some weights wider than a panel (kQuantizedPanel values), so several panels run.
     const std::int64_t rows = 1 + rng.uniform_int(20),
                        in = 1 + rng.uniform_int(trial % 3 == 0 ? 600 : 130);
     const std::int64_t out = 1 + (trial % 3 == 0 ? 250 : 0) + rng.uniform_int(90);
+    const std::int64_t panel = 1 + rng.uniform_int(trial % 2 ? out : 8);  // several panels
     const WeightStorage s = kQuantizedStorages[trial % 3];
     INFO(remat::to_string(s) << " x (" << rows << ", " << in << ") weight (" << out << ", " << in
-                             << ")");
+                             << ") panels of " << panel << " rows");
     const auto w = random_quantized(out, in, s, std::uint64_t(trial), trial % 2 == 0);
     const Tensor<float> x = rng.normal_tensor<float>({rows, in});
     const Tensor<float> b = rng.normal_tensor<float>({out});
-    const Tensor<float> got = remat::linear(Var<float>(x), w, Var<float>(b)).value();
+    const Var<float> bias(b);
     const Tensor<float> want =
-        remat::linear(Var<float>(x), Var<float>(w->dequantize()), Var<float>(b)).value();
-    float scale = 0, diff = 0;
-    for (std::int64_t i = 0; i < want.numel(); ++i) {
-      scale = std::max(scale, std::fabs(want[i]));
-      diff = std::max(diff, std::fabs(got[i] - want[i]));
+        remat::linear(Var<float>(x), Var<float>(w->dequantize()), bias).value();
+    for (const auto& got : {linear_in_panels(Var<float>(x), w, &bias, panel).value(),
+                            remat::linear(Var<float>(x), w, bias).value()}) {
+      float scale = 0, diff = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        scale = std::max(scale, std::fabs(want[i]));
+        diff = std::max(diff, std::fabs(got[i] - want[i]));
+      }
+      CHECK(diff <= 1e-5f * std::max(scale, 1.0f) * std::sqrt(float(in)));
     }
-    CHECK(diff <= 1e-5f * std::max(scale, 1.0f) * std::sqrt(float(in)));
-    const Tensor<float> nobias = remat::linear(Var<float>(x), w).value();
+    const Tensor<float> got = linear_in_panels(Var<float>(x), w, &bias, panel).value();
+    const Tensor<float> nobias = linear_in_panels(Var<float>(x), w, nullptr, panel).value();
     for (std::int64_t i = 0; i < nobias.numel(); ++i)
       CHECK(nobias[i] + b[i % out] == Approx(got[i]).margin(1e-4));
   }
@@ -51,11 +68,13 @@ TEST_CASE("quantized linear equals a float linear on the dequantized weight", "[
 TEST_CASE("quantized linear: input and bias gradients by finite differences",
           "[ops][quantized][gradcheck]") {
   for (WeightStorage s : kQuantizedStorages) {
-    // A weight of more than kQuantizedPanel values: two panels (655 and 45 rows). Small values,
-    // so that the 1,400 outputs' rounding stays below the differences' tolerance.
-    const auto w = random_quantized(700, 200, s, 3, true, 0.01);
-    remat::test::gradcheck([&](const auto& v) { return remat::linear(v[0], w, v[1]); },
-                           {remat::test::randn({2, 200}, 1), remat::test::randn({700}, 2)});
+    // Panels of 1, 3 (the last one short) and all 70 rows; small values, so that the outputs'
+    // rounding stays below the differences' tolerance.
+    const auto w = random_quantized(70, 20, s, 3, true, 0.01);
+    for (const std::int64_t panel : {1, 3, 70}) {
+      remat::test::gradcheck([&](const auto& v) { return linear_in_panels(v[0], w, &v[1], panel); },
+                             {remat::test::randn({2, 20}, 1), remat::test::randn({70}, 2)});
+    }
     const auto small = random_quantized(5, 9, s, 4, false);
     remat::test::gradcheck([&](const auto& v) { return remat::linear(v[0], small); },
                            {remat::test::randn({2, 3, 9}, 5)});
@@ -69,8 +88,9 @@ TEST_CASE("quantized linear: gradients are equal with and without checkpointing"
     const auto w1 = random_quantized(48, 33, s, 9), w2 = random_quantized(33, 48, s, 10);
     remat::Parameter<float> b1(rng.normal_tensor<float>({48})), b2(rng.normal_tensor<float>({33}));
     const Tensor<float> x = rng.normal_tensor<float>({6, 33});
-    const auto block = [&](const Var<float>& h) {
-      return remat::tanh(remat::linear(remat::tanh(remat::linear(h, w1, b1)), w2, b2));
+    const auto block = [&](const Var<float>& h) {  // w1 in panels of 5 rows, w2 whole
+      const Var<float> bias1 = b1;
+      return remat::tanh(remat::linear(remat::tanh(linear_in_panels(h, w1, &bias1, 5)), w2, b2));
     };
     std::vector<std::vector<float>> grads[2];
     for (int mode = 0; mode < 2; ++mode) {

@@ -1,15 +1,14 @@
 #pragma once
 /// @file
 /// linear with a frozen quantized weight: y = x deq(W)^T + b, W a QuantizedWeight (BF16, INT8 or
-/// NF4, core/quantized.hpp). The weight is never dequantized whole: the GEMMs run over panels
-/// of kQuantizedPanel weight values (a block of W's rows), each dequantized once into a small
-/// float scratch (counted by the allocator) and multiplied at once by detail::gemm. Under
-/// Precision::bf16 there is no float panel (but with the convert kernel, which multiplies float
-/// copies): gemm_bf16 makes W's rows in bfloat16 from their storage as it packs them (Bf16Rows),
-/// one GEMM for the whole weight. Backward
-/// gives the input's gradient (dx = dy deq(W), panel by panel again) and the bias's; the weight
-/// is frozen: no gradient, no optimizer state. Dequantization is deterministic, so a checkpoint
-/// replay reproduces the forward bit for bit.
+/// NF4, core/quantized.hpp). A large weight is never dequantized whole: the GEMMs run over panels
+/// of kQuantizedPanel weight values (a block of W's rows), each dequantized once into a float
+/// scratch of at most 8 MiB (counted by the allocator) and multiplied at once by detail::gemm.
+/// Under Precision::bf16 there is no float panel (but with the convert kernel, which multiplies
+/// float copies): gemm_bf16 makes W's rows in bfloat16 from their storage as it packs them
+/// (Bf16Rows), one GEMM for the whole weight. Backward gives the input's gradient (dx = dy deq(W),
+/// panel by panel again) and the bias's; the weight is frozen: no gradient, no optimizer state.
+/// Dequantization is deterministic, so a checkpoint replay reproduces the forward bit for bit.
 
 #include <algorithm>
 #include <memory>
@@ -23,14 +22,18 @@
 
 namespace remat {
 
-/// Weight values dequantized at once: 128 rows of a 1024-wide weight (512 KiB of float scratch),
-/// small enough to stay in L2 ...
-inline constexpr std::int64_t kQuantizedPanel = std::int64_t(1) << 17;
-/// ... but at least this many rows. A panel of a wide weight holds few rows: 26 of Qwen2.5-0.5B's
-/// down_proj (4,864 wide), whose forward GEMMs are then 26 outputs wide and whose backward adds
-/// rank-26 products into the whole input gradient, once per panel. 256 rows (4.75 MiB there)
-/// made its forward and backward 2.1 times faster at 512 rows, 2 threads (quantized_bench
-/// --in 4864 --out 896 --batch 512: 87 to 41 ms, the fastest of three runs each).
+/// Weight values dequantized at once: 2^21 (8 MiB of float scratch, the loss head's tile size),
+/// 2,340 rows of Qwen2.5-0.5B's gate_proj (896 wide). Smaller panels cost threads: a panel's
+/// backward adds dy[:, panel] W[panel] into the whole input gradient with k = the panel's rows.
+/// With 256-row panels (2^17 values) two threads ran that weight's forward and backward at 512
+/// rows in 34.0 ms against 27.8 ms with these, and the 0.5B QLoRA step took 6.14 s against 5.53 s
+/// (1.63x one thread's time, now 1.79x); one thread gains 3 %, weights 4,864 and 6,144 wide lose
+/// 0 to 3 % (quantized_bench --batch 512, medians of 3; docs/benchmarks.md). Weights of fewer
+/// values are dequantized whole ...
+inline constexpr std::int64_t kQuantizedPanel = std::int64_t(1) << 21;
+/// ... and a panel holds at least this many rows: a weight wider than 8,192 would otherwise have
+/// panels of a few rows (26 of a 2^17-value panel of a 4,864-wide weight made forward GEMMs 26
+/// outputs wide and a backward of rank-26 products, 2.1 times slower at 512 rows).
 inline constexpr std::int64_t kQuantizedPanelRows = 256;
 
 namespace detail {
@@ -44,12 +47,14 @@ inline std::int64_t quantized_panel_rows(std::int64_t in, std::int64_t out) {
 template <class T>
 class QuantizedLinearNode final : public Node<T> {
  public:
+  // panel_rows: W's rows dequantized at once (quantized_panel_rows; tests choose smaller ones)
   QuantizedLinearNode(std::shared_ptr<const QuantizedWeight> w, std::int64_t rows, bool bias,
-                      Shape out_shape)
+                      Shape out_shape, std::int64_t panel_rows)
       : w_(std::move(w)),
         rows_(rows),
         in_(w_->cols()),
         out_(w_->rows()),
+        panel_rows_(panel_rows),
         bias_(bias),
         out_shape_(out_shape) {}
   const OpType& op_type() const noexcept override { return op::quantized_linear; }
@@ -129,8 +134,7 @@ class QuantizedLinearNode final : public Node<T> {
               w->dequantize_rows_bf16(r0, r1, out);
             }};
   }
-  std::int64_t panel_rows() const noexcept { return quantized_panel_rows(in_, out_); }
-  Tensor<T> scratch() const { return Tensor<T>({panel_rows(), in_}); }
+  Tensor<T> scratch() const { return Tensor<T>({panel_rows_, in_}); }
   // W's rows [o0, o1) into the panel, split across remat's threads: decoded on one thread, they
   // would leave the others idle between GEMMs, a serial share of every quantized step.
   void dequantize(std::int64_t o0, std::int64_t o1, Tensor<T>& panel) const {
@@ -141,12 +145,12 @@ class QuantizedLinearNode final : public Node<T> {
   }
   template <class Fn>
   void for_panels(Fn&& fn) const {
-    for (std::int64_t o0 = 0; o0 < out_; o0 += panel_rows())
-      fn(o0, std::min(out_, o0 + panel_rows()));
+    for (std::int64_t o0 = 0; o0 < out_; o0 += panel_rows_)
+      fn(o0, std::min(out_, o0 + panel_rows_));
   }
 
   std::shared_ptr<const QuantizedWeight> w_;
-  std::int64_t rows_, in_, out_;
+  std::int64_t rows_, in_, out_, panel_rows_;
   bool bias_;
   Shape out_shape_;
 };
@@ -175,7 +179,8 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight,
   detail::check_quantized_linear(x.shape(), *weight, &sb);
   const std::int64_t out = weight->rows();
   return detail::record_op<detail::QuantizedLinearNode<T>>(
-      {&x, &bias}, std::move(weight), x.shape().rows(), true, x.shape().with_last(out));
+      {&x, &bias}, std::move(weight), x.shape().rows(), true, x.shape().with_last(out),
+      detail::quantized_panel_rows(x.shape()[-1], out));
 }
 
 /// x deq(W)^T without a bias.
@@ -185,7 +190,8 @@ Var<T> linear(const Var<T>& x, std::shared_ptr<const QuantizedWeight> weight) {
   detail::check_quantized_linear(x.shape(), *weight, nullptr);
   const std::int64_t out = weight->rows();
   return detail::record_op<detail::QuantizedLinearNode<T>>(
-      {&x}, std::move(weight), x.shape().rows(), false, x.shape().with_last(out));
+      {&x}, std::move(weight), x.shape().rows(), false, x.shape().with_last(out),
+      detail::quantized_panel_rows(x.shape()[-1], out));
 }
 
 }  // namespace remat
