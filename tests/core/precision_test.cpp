@@ -475,6 +475,129 @@ TEST_CASE("BF16 loss head: bfloat16 GEMMs on a tile kernel within their bound, f
   set_bf16_kernel(best);
 }
 
+// An element-wise op under BF16 saves a bfloat16 copy of its input (or output), and its backward
+// widens that copy 1,024 values at a time on the stack: the op's backward holds no more than
+// float32's (its gradient), and gives the bits float32 gives on the rounded values. 70,001 values:
+// three chunks of the pool and a short last piece.
+TEST_CASE("BF16 element-wise ops read their copy in pieces and hold no float tensor of it",
+          "[precision][ops]") {
+  Rng rng(53);
+  const std::int64_t n = 70001;
+  const auto x = rng.normal_tensor<float>({n});
+  const auto gy = rng.normal_tensor<float>({n});
+  Tensor<float> rounded_x(x.shape());
+  for (std::int64_t i = 0; i < n; ++i)
+    rounded_x[i] = detail::bf16_to_float(detail::float_to_bf16(x[i]));
+  // the most bytes live while the op's backward ran, above those live when backward began
+  const auto backward = [&](const auto& op, const Tensor<float>& input, Precision precision) {
+    const PrecisionGuard guard(precision);
+    Tape tape;
+    const Var<float> v = tape.input(input, true);
+    const Var<float> y = op(v + 0.0f);
+    const std::size_t start = memory::live_bytes();
+    Trace trace;
+    tape.backward(y, gy);
+    std::size_t peak = 0;
+    for (const TraceEvent& e : trace.events())
+      if (e.phase == TracePhase::backward && e.name != "add_scalar") peak = e.peak - start;
+    return std::pair{peak, v.grad().to_vector()};
+  };
+  const auto check = [&](const auto& op, bool saves_input) {
+    const auto [peak32, g32] = backward(op, saves_input ? rounded_x : x, Precision::f32);
+    const auto [peak16, g16] = backward(op, x, Precision::bf16);
+    CHECK(peak32 == std::size_t(n) * 4);  // the gradient
+    CHECK(peak16 == peak32);
+    if (saves_input) CHECK(g16 == g32);
+  };
+  check([](const Var<float>& v) { return gelu_tanh(v); }, true);
+  check([](const Var<float>& v) { return gelu(v); }, true);
+  check([](const Var<float>& v) { return tanh(v); }, false);
+}
+
+// Under BF16 the fused attention keeps its (B, H, T, T) probabilities as a bfloat16 copy, and its
+// backward widens them one head at a time into its slot's (T, T) buffer: the backward pass holds
+// what float32's does, plus the widened q, k, v (a copy each, as every activation) and the slots'
+// buffers, never the whole probabilities in float. 32 units on 8 slots, so the difference shows.
+TEST_CASE("BF16 attention widens its probabilities a head at a time in backward",
+          "[precision][ops]") {
+  const Bf16Kernel best = supported_bf16_kernel();
+  Rng rng(47);
+  const std::int64_t B = 4, T = 24, H = 8, D = 4, C = H * D;
+  const auto x = rng.normal_tensor<float>({B, T, 3 * C});
+  const auto gy = rng.normal_tensor<float>({B, T, C});
+  const auto backward_peak = [&](Precision precision) {
+    const PrecisionGuard guard(precision);
+    Tape tape;
+    const Var<float> qkv = tape.input(x, true);
+    const Var<float> y = attention(qkv, {.heads = H});
+    const memory::Probe probe;
+    tape.backward(y, gy);
+    return std::pair{probe.peak_above_start(), qkv.grad().to_vector()};
+  };
+  for (Bf16Kernel kernel : {Bf16Kernel::convert, Bf16Kernel::avx512_bf16, Bf16Kernel::amx}) {
+    if (kernel > best) continue;
+    set_bf16_kernel(kernel);
+    INFO("kernel " << to_string(kernel));
+    const auto [peak32, g32] = backward_peak(Precision::f32);
+    const auto [peak16, g16] = backward_peak(Precision::bf16);
+    const std::size_t widened_qkv = std::size_t(B * T * 3 * C) * 4;
+    const std::size_t slot_buffers = std::size_t(std::min<std::int64_t>(B * H, 8) * T * T) * 4;
+    CHECK(peak16 == peak32 + widened_qkv + slot_buffers);
+    CHECK(backward_peak(Precision::bf16).second == g16);  // deterministic
+  }
+  set_bf16_kernel(best);
+}
+
+// A trained head's GEMMs round h to bfloat16 as they pack it, so under BF16 on a tile kernel the
+// op keeps h as its bfloat16 copy (2 bytes a value, not float's 4) and packs that copy in both
+// passes: the same loss and gradients, to the bit, as from h rounded beforehand. On the convert
+// kernel the head's GEMMs are float and h stays float.
+TEST_CASE("BF16 loss head: a trained head keeps h as its bfloat16 copy", "[precision][ops]") {
+  const Bf16Kernel best = supported_bf16_kernel();
+  Rng rng(43);
+  const std::int64_t n = 13, c = 40, v = 2100, chunk = 5;  // two vocabulary blocks, 3 chunks
+  const auto h = rng.normal_tensor<float>({n, c});
+  Tensor<float> rounded_h(h.shape());
+  for (std::int64_t i = 0; i < h.numel(); ++i)
+    rounded_h[i] = detail::bf16_to_float(detail::float_to_bf16(h[i]));
+  const auto w = rng.normal_tensor<float>({v, c}, 0.0, 0.1);
+  Tensor<std::int32_t> targets({n});
+  for (std::int64_t i = 0; i < n; ++i) targets[i] = static_cast<std::int32_t>(i * 977 % v);
+  // the bytes the op keeps from forward to backward (h is an activation: x + 0), and the results
+  const auto run = [&](const Tensor<float>& input, Precision precision) {
+    const PrecisionGuard guard(precision);
+    Parameter<float> weight(w);
+    Tape tape;
+    const Var<float> x = tape.input(input, true);
+    const std::size_t before = memory::live_bytes();
+    const Var<float> l = linear_cross_entropy(x + 0.0f, weight, targets, chunk);
+    const std::size_t kept = memory::live_bytes() - before;
+    tape.backward(l);
+    return std::tuple{kept, l.value()[0], x.grad().to_vector(), weight.grad().to_vector()};
+  };
+  for (Bf16Kernel kernel : {Bf16Kernel::convert, Bf16Kernel::avx512_bf16, Bf16Kernel::amx}) {
+    if (kernel > best) continue;
+    set_bf16_kernel(kernel);
+    INFO("kernel " << to_string(kernel));
+    const bool tiles = kernel != Bf16Kernel::convert;
+    const auto [kept32, l32, gh32, gw32] = run(h, Precision::f32);
+    const auto [kept16, l16, gh16, gw16] = run(h, Precision::bf16);
+    CHECK(kept32 - kept16 == (tiles ? std::size_t(n * c) * 2 : 0));
+    if (!tiles) {  // float GEMMs: the same bits as float32
+      CHECK(l16 == l32);
+      CHECK(gh16 == gh32);
+      CHECK(gw16 == gw32);
+      continue;
+    }
+    const auto [kept_r, l_r, gh_r, gw_r] = run(rounded_h, Precision::bf16);
+    CHECK(kept_r == kept16);
+    CHECK(l16 == l_r);
+    CHECK(gh16 == gh_r);
+    CHECK(gw16 == gw_r);
+  }
+  set_bf16_kernel(best);
+}
+
 TEST_CASE("BF16 refuses an op on double, naming it", "[precision]") {
   const PrecisionGuard bf16(Precision::bf16);
   Tape tape;

@@ -220,14 +220,10 @@ class LlamaAttention : public Module<T> {
 
   /// x: (B, T, C) -> (B, T, C); `starts` (B, T): packed rows' (undefined: one example a row).
   Var<T> operator()(const Var<T>& x, const Tensor<std::int32_t>& starts = {}) const {
-    const Projected p = project(x);
-    return o_proj(attention(p.q, p.k, p.v,
-                            {.heads = heads_,
-                             .kv_heads = kv_heads_,
-                             .rope = rope_,
-                             .window = window_,
-                             .starts = starts,
-                             .kernel = kind_}));
+    // the projections die with this statement, not after o_proj: under BF16 the attention keeps
+    // bfloat16 copies of them, and their float values would stay beside while o_proj runs
+    const Var<T> y = attend(project(x), starts);
+    return o_proj(y);
   }
 
   /// Queries (B, T, H D), keys and values (B, T, G D), before RoPE.
@@ -237,6 +233,16 @@ class LlamaAttention : public Module<T> {
   /// The projections of x (B, T, C), with q_norm/k_norm applied to each head when present.
   Projected project(const Var<T>& x) const {
     return {head_norm(q_proj(x), q_norm), head_norm(k_proj(x), k_norm), v_proj(x)};
+  }
+  /// Attention over the projections: (B, T, H D).
+  Var<T> attend(const Projected& p, const Tensor<std::int32_t>& starts) const {
+    return attention(p.q, p.k, p.v,
+                     {.heads = heads_,
+                      .kv_heads = kv_heads_,
+                      .rope = rope_,
+                      .window = window_,
+                      .starts = starts,
+                      .kernel = kind_});
   }
 
   std::int64_t heads() const noexcept { return heads_; }
@@ -289,7 +295,13 @@ class LlamaMLP : public Module<T> {
     this->add_module("down_proj", down_proj);
   }
 
-  Var<T> operator()(const Var<T>& x) const { return down_proj(swiglu(gate_proj(x), up_proj(x))); }
+  // gate's and up's outputs die with the first statement, not after down_proj: under BF16
+  // swiglu keeps bfloat16 copies of them, and their float values would stay beside while
+  // down_proj runs (LlamaAttention::operator() does the same for its projections)
+  Var<T> operator()(const Var<T>& x) const {
+    const Var<T> hidden = swiglu(gate_proj(x), up_proj(x));
+    return down_proj(hidden);
+  }
 
   Linear<T> gate_proj, up_proj, down_proj;
 

@@ -208,6 +208,10 @@ class AttentionNode final : public Node<T> {
   double forward_flops(typename Node<T>::Inputs, const Tensor<T>&) const override {
     return attention_flops(b_, h_, t_, d_, rows_, o_.causal);
   }
+  // The fused kernel's probabilities under BF16: backward widens one head's at a time into its
+  // slot's buffer, never the whole (B, H, T, T) in float, which was the largest transient of a
+  // BF16 step's backward pass (Note [BF16 saves]).
+  bool reads_copy(int slot) const noexcept override { return slot == kStats; }
 
   // q: (B, T, H D), k, v: (B, T, G D) -> y: (B, T, H D). Per (b, h), with g = h / (H/G), and
   // block of query rows [i0, i1) seeing keys [k0, k1): S = Q[i0:i1] K_g[k0:k1]^T / sqrt(D) (Q and
@@ -240,22 +244,27 @@ class AttentionNode final : public Node<T> {
   // k0 set to zero: earlier blocks, whose k0 is smaller, add into them).
   void backward(const Tensor<T>& gy, Grads<T>& grads) override {
     const Operands<const T> x = operands(this->saved(0), this->saved(1), this->saved(2));
-    const Tensor<T>& stats = this->saved(kStats);
+    const Tensor<T>& stats = this->saved(kStats);  // undefined when it is a copy (reads_copy)
+    const Tensor<std::uint16_t>& probs_copy = this->saved_copy(kStats);
     Gradients g = gradients(grads);
     if (!g.qk && !g.v) return;
     // allocated in a shape-only run too (whose loop runs nothing), as in a real one
-    Tensor<T> probs = slot_buffers(flash_);
+    Tensor<T> probs = slot_buffers(flash_ || probs_copy.defined());
     Tensor<T> dp = slot_buffers(g.qk);
     Tensor<T> dropped = slot_buffers(p_ > 0);
     const T scale = T(1) / std::sqrt(T(d_));
     const std::int64_t last = (t_ - 1) / rows_ * rows_;
     for_units([&](std::int64_t b, std::int64_t group, std::int64_t slot) {
-      T* const probs_at = flash_ ? slot_rows(probs, slot) : nullptr;
+      T* const probs_at = probs.defined() ? slot_rows(probs, slot) : nullptr;
       T* const dp_at = g.qk ? slot_rows(dp, slot) : nullptr;
       T* const dropped_at = p_ > 0 ? slot_rows(dropped, slot) : nullptr;
       for (std::int64_t h = group * rep_; h < (group + 1) * rep_; ++h) {
         const KeyRange keys = keys_of(b, h);
         const T* dy = gy.data() + b * t_ * cq() + h * d_;
+        if constexpr (std::is_same_v<T, float>) {  // the head's (T, T) probabilities, widened
+          if (probs_copy.defined())
+            widen_bf16(probs_copy.data() + (b * h_ + h) * t_ * t_, t_ * t_, probs_at);
+        }
         for (std::int64_t i0 = last; i0 >= 0; i0 -= rows_) {
           const std::int64_t i1 = std::min(i0 + rows_, t_), rows = i1 - i0;
           const std::int64_t k0 = first_block_key(keys, i0), k1 = keys.block_end(i1);
@@ -266,7 +275,7 @@ class AttentionNode final : public Node<T> {
                        x.k.ld, T(0), probs_at + k0, t_);
             softmax_recompute_rows(probs_at, t_, stats.data() + (b * h_ + h) * t_, i0, i1, keys);
           }
-          const T* p = flash_ ? probs_at : stats.data() + (b * h_ + h) * t_ * t_;
+          const T* p = probs_at ? probs_at : stats.data() + (b * h_ + h) * t_ * t_;
           const T* weights = dropped_out(p, dropped_at, b, h, i0, i1);
           if (g.v) {
             const bool overwrite = g.overwrite_v && first_write;

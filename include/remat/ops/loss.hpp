@@ -227,6 +227,11 @@ class LinearCrossEntropyNode final : public Node<T> {
         weight_trained_(weight_trained) {}
   const OpType& op_type() const noexcept override { return op::linear_cross_entropy; }
   bool runs_shape_only() const noexcept override { return true; }
+  // a trained head's BF16 GEMMs read h's bfloat16 copy (Note [BF16 saves]): they round h to
+  // bfloat16 anyway, so a float h kept for them would hold twice the bytes for the same products
+  bool reads_copy(int slot) const noexcept override {
+    return weight_trained_ && slot == 0 && bf16_gemms();
+  }
 
   // h: (N, C), W: (V, C) -> mean over counted rows of lse(h W^T) - (h W^T)[target], a tile at a
   // time (Note [online loss head]).
@@ -247,11 +252,18 @@ class LinearCrossEntropyNode final : public Node<T> {
     // each counted row's loss: minus its target's logit, then plus its log-sum-exp
     std::vector<double> losses(shape_only() ? 0 : static_cast<std::size_t>(n));
     if (!shape_only()) std::fill_n(lse.data(), n, -std::numeric_limits<T>::infinity());
+    if (weight_trained_) {  // first, so that the tiles are made from h's copy, as backward's are
+      if (bf16_gemms())
+        this->save(0, h);
+      else
+        this->save_exact(0, h);  // float GEMMs (the convert kernel) read h as it is
+      this->save_exact(1, w);
+    }
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
       T* u = fused ? unit_gh.data() + r0 * c : nullptr;
       for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
-        tile_logits(h.data() + r0 * c, rows, w.data() + v0 * c, count, c, tile.data());
+        tile_logits(h_rows(h, r0, c), rows, w.data() + v0 * c, count, c, tile.data());
         for_rows(rows, count, [&](std::int64_t a, std::int64_t b) {
           for (std::int64_t r = a; r < b; ++r) {
             T* x = tile.data() + r * count;
@@ -273,13 +285,8 @@ class LinearCrossEntropyNode final : public Node<T> {
     }
     double total = 0;
     for (double l : losses) total += l;
-    if (fused) {
-      this->save_exact(0, unit_gh);
-    } else {
-      this->save_exact(0, h);
-      this->save_exact(1, w);
-      this->save_exact(2, lse);
-    }
+    if (fused) this->save_exact(0, unit_gh);
+    if (weight_trained_) this->save_exact(2, lse);
     return Tensor<T>::scalar(counted_ > 0 ? static_cast<T>(total / static_cast<double>(counted_))
                                           : T(0));
   }
@@ -300,16 +307,17 @@ class LinearCrossEntropyNode final : public Node<T> {
       });
       return;
     }
-    const Tensor<T>& h = this->saved(0);
+    const Tensor<T>& h = this->saved(0);  // undefined when backward reads its copy
     const Tensor<T>& w = this->saved(1);
     const Tensor<T>& lse = this->saved(2);
-    const std::int64_t n = h.shape().rows(), c = h.shape().last(), v = w.dim(0);
-    const auto gh = grads.target(0, h.shape());
+    const Shape sh = this->saved_shape(0);
+    const std::int64_t n = sh.rows(), c = sh.last(), v = w.dim(0);
+    const auto gh = grads.target(0, sh);
     const auto gw = grads.target(1, w.shape());
     Tensor<T> tile = new_tile(n, v, c);
     for (std::int64_t r0 = 0; r0 < n && !shape_only(); r0 += chunk_) {
       const std::int64_t rows = std::min(chunk_, n - r0);
-      const T* hc = h.data() + r0 * c;
+      const GemmOperand<T> hc = h_rows(h, r0, c);
       for_vocab_blocks(v, c, [&](std::int64_t v0, std::int64_t count) {
         const T* wb = w.data() + v0 * c;
         tile_logits(hc, rows, wb, count, c, tile.data());
@@ -321,7 +329,7 @@ class LinearCrossEntropyNode final : public Node<T> {
         }
         if (gw.dst) {
           const bool first = r0 == 0 && gw.overwrite;
-          gemm_in<T>(bf16_gemms(), true, false, count, c, rows, T(1), tile.data(), count, hc, c,
+          gemm_in<T>(bf16_gemms(), true, false, count, c, rows, T(1), {tile.data(), count}, hc,
                      first ? T(0) : T(1), gw.dst->data() + v0 * c, c);
         }
       });
@@ -348,10 +356,16 @@ class LinearCrossEntropyNode final : public Node<T> {
     for (std::int64_t v0 = 0; v0 < v; v0 += block) f(v0, std::min(block, v - v0));
   }
 
+  /// h's rows from r0 on as a GEMM operand: `h`, or the bfloat16 copy a trained head saved of it
+  /// (then `h` may be undefined).
+  GemmOperand<T> h_rows(const Tensor<T>& h, std::int64_t r0, std::int64_t c) const noexcept {
+    return GemmOperand<T>{h.data(), c, this->saved_copy(0).data()}.at(r0 * c);
+  }
+
   /// A tile of logits (rows x count, packed) = h W_block^T, h's rows C apart.
-  void tile_logits(const T* h, std::int64_t rows, const T* wb, std::int64_t count, std::int64_t c,
-                   T* tile) const {
-    gemm_in<T>(bf16_gemms(), false, true, rows, count, c, T(1), h, c, wb, c, T(0), tile, count);
+  void tile_logits(const GemmOperand<T>& h, std::int64_t rows, const T* wb, std::int64_t count,
+                   std::int64_t c, T* tile) const {
+    gemm_in<T>(bf16_gemms(), false, true, rows, count, c, T(1), h, {wb, c}, T(0), tile, count);
   }
 
   // After a chunk's last block: each counted row's log-sum-exp and loss, and its fused unit
