@@ -478,7 +478,7 @@ TEST_CASE("BF16 loss head: bfloat16 GEMMs on a tile kernel within their bound, f
 // An element-wise op under BF16 saves a bfloat16 copy of its input (or output), and its backward
 // widens that copy 1,024 values at a time on the stack: the op's backward holds no more than
 // float32's (its gradient), and gives the bits float32 gives on the rounded values. 70,001 values:
-// three chunks of the pool and a short last piece.
+// two chunks of the pool (35,000 and 35,001), each ending in a short piece.
 TEST_CASE("BF16 element-wise ops read their copy in pieces and hold no float tensor of it",
           "[precision][ops]") {
   Rng rng(53);

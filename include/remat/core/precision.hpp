@@ -25,9 +25,10 @@
 /// tensor is made of it in backward and it is not rounded a second time, the same bits at half the
 /// bytes read (remat_bench's gpt step on an AMX Xeon, one thread: 0.59 to 0.54 s,
 /// docs/benchmarks.md). A trained chunked loss head packs its input h's copy the same way. Ops
-/// that read a copy value by value widen it a piece at a time instead of whole: an element-wise
-/// op 1,024 values on the stack, the fused attention one head's probabilities into its slot's
-/// buffer; a float tensor of the whole copy was the largest transient of their backward.
+/// that read a copy value by value widen it a piece at a time instead of whole: a unary
+/// element-wise op (exp ... gelu_tanh) 1,024 values on the stack, the fused attention one head's
+/// probabilities into its slot's buffer; a float tensor of the whole copy was the largest transient
+/// of their backward.
 ///
 /// Note [segment inputs stay float]: a segment replays from its captured input; kept float, the
 /// replay computes exactly what the first pass did, so checkpointed and plain gradients stay

@@ -3,12 +3,13 @@
 /// linear with a frozen quantized weight: y = x deq(W)^T + b, W a QuantizedWeight (BF16, INT8 or
 /// NF4, core/quantized.hpp). A large weight is never dequantized whole: the GEMMs run over panels
 /// of kQuantizedPanel weight values (a block of W's rows), each dequantized once into a float
-/// scratch of at most 8 MiB (counted by the allocator) and multiplied at once by detail::gemm.
-/// Under Precision::bf16 there is no float panel (but with the convert kernel, which multiplies
-/// float copies): gemm_bf16 makes W's rows in bfloat16 from their storage as it packs them
-/// (Bf16Rows), one GEMM for the whole weight. Backward gives the input's gradient (dx = dy deq(W),
-/// panel by panel again) and the bias's; the weight is frozen: no gradient, no optimizer state.
-/// Dequantization is deterministic, so a checkpoint replay reproduces the forward bit for bit.
+/// scratch of about 8 MiB (counted by the allocator; more for weights wider than 8,192, whose
+/// panels keep 256 rows) and multiplied at once by detail::gemm. Under Precision::bf16 there is no
+/// float panel (but with the convert kernel, which multiplies float copies): gemm_bf16 makes W's
+/// rows in bfloat16 from their storage as it packs them (Bf16Rows), one GEMM for the whole weight.
+/// Backward gives the input's gradient (dx = dy deq(W), panel by panel again) and the bias's; the
+/// weight is frozen: no gradient, no optimizer state. Dequantization is deterministic, so a
+/// checkpoint replay reproduces the forward bit for bit.
 
 #include <algorithm>
 #include <memory>
@@ -56,7 +57,9 @@ class QuantizedLinearNode final : public Node<T> {
         out_(w_->rows()),
         panel_rows_(panel_rows),
         bias_(bias),
-        out_shape_(out_shape) {}
+        out_shape_(out_shape) {
+    REMAT_ASSERT(panel_rows_ >= 1, "quantized_linear: panels of ", panel_rows_, " rows");
+  }
   const OpType& op_type() const noexcept override { return op::quantized_linear; }
   bool runs_shape_only() const noexcept override { return true; }
   // The weight is frozen, so backward needs no value of x, only its shape: nothing is saved
