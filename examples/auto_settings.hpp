@@ -22,15 +22,17 @@
 //     MiB (the program, the tokenizer's tables, the cache of freed buffers), so 10 % and 128 MiB
 //     leave room to spare.
 //  3. Checkpoint plan and micro-batch (--checkpoint, --batch): the plans finetune runs without
-//     profiling, none, sqrt and every, taken in the order of the recompute they cost (least
-//     first: none recomputes nothing, sqrt replays all but its last segment, every all but its
-//     last layer). The first plan under which a useful micro-batch fits is chosen, at the largest
-//     batch that fits under it, up to a cap; when none reaches a useful batch, the plan that
-//     fits the largest one. Useful: 512 token positions (enough rows for the GEMMs to run at
-//     speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024 at 39,
-//     issue 23), or the cap if less. Cap: the training examples (a padded batch holds distinct
-//     examples) and the rows of the effective batch below (a larger micro-batch would only mean
-//     fewer accumulated ones). A budget:<MiB> plan is not chosen: finetune profiles it on the
+//     profiling, none, policy:save_matmuls (every layer in a segment of its own that keeps its
+//     GEMMs' outputs and replays the rest: norms, rotary embeddings, attention, activations),
+//     sqrt and every, taken in the order of the recompute they cost on a shape-only step (least
+//     first: none recomputes nothing, save_matmuls what is not a GEMM, sqrt all but its last
+//     segment, every all but its last layer). The first plan under which a useful micro-batch fits
+//     is chosen, at the largest batch that fits under it, up to a cap; when none reaches a useful
+//     batch, the plan that fits the largest one. Useful: 512 token positions (enough rows for the
+//     GEMMs to run at speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024
+//     at 39, issue 23), or the cap if less. Cap: the training examples (a padded batch holds
+//     distinct examples) and the rows of the effective batch below (a larger micro-batch would only
+//     mean fewer accumulated ones). A budget:<MiB> plan is not chosen: finetune profiles it on the
 //     model (measured times), so will_it_fit could not print the same plan without the weights.
 //     Why recompute first: a plan that replays the layers costs about a forward pass more per
 //     step whatever the batch (the 0.5B step at 1 x 512: 37 tokens/s without checkpoints, 27.5
@@ -66,6 +68,7 @@
 #include <vector>
 
 #include "chat_data.hpp"
+#include "corpus.hpp"
 #include "flags.hpp"
 
 namespace auto_settings {
@@ -104,7 +107,7 @@ struct Request {
   std::string memory_source;   ///< how `memory` was found, for the printed line
   std::optional<std::int64_t> batch, accumulate, steps;
   std::optional<double> lr;
-  std::optional<std::string> checkpoint;        ///< none, every, sqrt or budget:<MiB>
+  std::optional<std::string> checkpoint;  ///< none, every, sqrt, budget:<MiB> or policy:<policy>
   std::optional<std::int64_t> loss_chunk_rows;  ///< priced as given: no rule chooses it
 };
 
@@ -245,19 +248,29 @@ struct Candidate {
   plan::Plan plan;
 };
 
-/// none, sqrt and every in the order of the recompute they cost, least first (a stable sort:
-/// ties keep that order).
+/// none, every layer in a segment of its own under a save policy (--checkpoint policy:<policy>'s
+/// when given, else save_matmuls), sqrt and every, in the order of the recompute they cost, least
+/// first (a stable sort: ties keep that order). Priced on a shape-only step, as finetune prices
+/// them.
 inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns) {
+  const std::optional<remat::SavePolicy> given =
+      r.checkpoint ? corpus::checkpoint_policy(*r.checkpoint) : std::nullopt;
+  const remat::SavePolicy policy = given.value_or(remat::save_matmuls());
   remat::train::StepShape shape{.batch = 1,
                                 .time = columns,
                                 .packed = r.pack,
                                 .storage = r.storage,
                                 .double_quant = r.double_quant,
-                                .precision = r.precision};
+                                .precision = r.precision,
+                                .policies = {policy}};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
   const plan::Chain chain = remat::train::estimate_memory<float>(r.model, shape).chain;
   std::vector<Candidate> out = {
-      {"none", plan::none(chain)}, {"sqrt", plan::sqrt(chain)}, {"every", plan::every(chain)}};
+      {"none", plan::none(chain)},
+      {given ? *r.checkpoint : "policy:save_matmuls",
+       plan::custom(chain, corpus::policy_plan(policy, r.model.num_hidden_layers).segments)},
+      {"sqrt", plan::sqrt(chain)},
+      {"every", plan::every(chain)}};
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.plan.recompute_fraction < b.plan.recompute_fraction;
   });
@@ -323,8 +336,9 @@ inline std::int64_t largest_batch(const Request& r, const plan::Plan& p, std::in
 /// plan priced at its least, every layer, which is what finetune checks before it profiles one).
 inline std::vector<Candidate> allowed(const std::vector<Candidate>& plans, const Request& r) {
   if (!r.checkpoint) return plans;
-  const std::string name =
-      *r.checkpoint == "none" || *r.checkpoint == "sqrt" ? *r.checkpoint : "every";
+  const bool as_named = *r.checkpoint == "none" || *r.checkpoint == "sqrt" ||
+                        corpus::checkpoint_policy(*r.checkpoint);
+  const std::string name = as_named ? *r.checkpoint : "every";
   for (const Candidate& c : plans)
     if (c.name == name) return {c};
   return {plans.back()};

@@ -55,8 +55,9 @@ inline hub::ChatTemplate chat_template_of(const hub::Tokenizer& tok, const std::
   if (!c.chat_template) {
     throw hub::ChatTemplateError(
         remat::detail::cat("finetune: ", base,
-                           "/tokenizer_config.json has no chat_template, so conversations cannot "
-                           "be rendered; train on a .txt file instead"));
+                           "/tokenizer_config.json has no chat_template (and there is no "
+                           "chat_template.jinja beside it), so conversations cannot be rendered; "
+                           "train on a .txt file instead"));
   }
   return hub::recognise_chat_template(*c.chat_template, c.bos_token.value_or(""),
                                       c.eos_token.value_or(""));

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,20 +140,39 @@ inline double budget_mib(const std::string& mode, const char* program) {
   return mib;
 }
 
-/// Checks --checkpoint names a plan (none, every, sqrt or budget:<MiB>), at start-up.
+/// The policy of a --checkpoint policy:<policy> (flags::save_policy's text), or none.
+inline std::optional<remat::SavePolicy> checkpoint_policy(const std::string& mode) {
+  if (mode.rfind("policy:", 0) != 0) return std::nullopt;
+  return flags::save_policy(mode.substr(7), "--checkpoint " + mode);
+}
+
+/// Every one of `layers` layers in a segment of its own under `policy`: the plan --checkpoint
+/// policy:<policy> names, made from the layer count (a shape-only estimate prices it exactly).
+inline remat::plan::Plan policy_plan(const remat::SavePolicy& policy, std::int64_t layers) {
+  remat::plan::Plan p;
+  p.layers = static_cast<std::size_t>(layers);
+  p.predicted = false;
+  for (std::size_t l = 0; l < p.layers; ++l) p.segments.push_back({l, l + 1, {}, policy});
+  return p;
+}
+
+inline constexpr const char* kCheckpointModes =
+    "none, every, sqrt, budget:<MiB> or policy:<save_matmuls|save_ops:a,b|recompute_ops:a,b>";
+
+/// Checks --checkpoint names a plan (kCheckpointModes), at start-up.
 inline void check_checkpoint_mode(const std::string& mode, const char* program) {
-  if (mode == "none" || mode == "every" || mode == "sqrt") return;
+  if (mode == "none" || mode == "every" || mode == "sqrt" || checkpoint_policy(mode)) return;
   if (mode.rfind("budget:", 0) == 0) {
     budget_mib(mode, program);
     return;
   }
-  throw remat::ArgumentError(std::string(program) +
-                             ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " +
-                             mode);
+  throw remat::ArgumentError(std::string(program) + ": --checkpoint must be " + kCheckpointModes +
+                             ", got " + mode);
 }
 
-/// The plan --checkpoint names: none, every, sqrt or budget:<MiB> (profiled on the batch x, y
-/// with the step's loss options, its chunk and packed rows; the profile's gradients are zeroed).
+/// The plan --checkpoint names: none, every, sqrt, budget:<MiB> or policy:<policy> (budget and
+/// policy profiled on the batch x, y with the step's loss options, its chunk and packed rows, so
+/// that the plan prints its predicted peak and recompute; the profile's gradients are zeroed).
 template <class Model>
 remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers,
                             const remat::Tensor<std::int32_t>& x,
@@ -163,25 +183,32 @@ remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::in
   if (mode == "none") return plan::none(n);
   if (mode == "every") return plan::every(n);
   if (mode == "sqrt") return plan::sqrt(n);
+  if (const std::optional<remat::SavePolicy> policy = checkpoint_policy(mode)) {
+    const plan::Chain chain = model.profile(x, y, loss, {.policies = {*policy}});
+    for (auto p : model.parameters()) p.zero_grad();
+    return plan::custom(chain, policy_plan(*policy, layers).segments);
+  }
   if (mode.rfind("budget:", 0) == 0) {
     const double mib = budget_mib(mode, program);
     const plan::Chain chain = model.profile(x, y, loss);
     for (auto p : model.parameters()) p.zero_grad();
     return plan::budget(chain, mib * 1024 * 1024);
   }
-  throw remat::ArgumentError(std::string(program) +
-                             ": --checkpoint must be none, every, sqrt or budget:<MiB>, got " +
-                             mode);
+  throw remat::ArgumentError(std::string(program) + ": --checkpoint must be " + kCheckpointModes +
+                             ", got " + mode);
 }
 
-/// The plan --checkpoint names before any profile: none, every and sqrt as they are, every for
-/// budget:<MiB> (the least memory any plan needs), to check a run fits before allocating it.
+/// The plan --checkpoint names before any profile: none, every, sqrt and policy:<policy> as they
+/// are, every for budget:<MiB> (the least memory any plan needs), to check a run fits before
+/// allocating it.
 inline remat::plan::Plan smallest_plan(const std::string& mode, std::int64_t layers,
                                        const char* program) {
   namespace plan = remat::plan;
   const auto n = static_cast<std::size_t>(layers);
   if (mode == "none") return plan::none(n);
   if (mode == "sqrt") return plan::sqrt(n);
+  if (const std::optional<remat::SavePolicy> policy = checkpoint_policy(mode))
+    return policy_plan(*policy, layers);
   check_checkpoint_mode(mode, program);
   return plan::every(n);  // every, or a budget
 }

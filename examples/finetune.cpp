@@ -8,7 +8,7 @@
 //            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
 //            [--skip-bad] [--pack] [--prompt TEXT] [--auto [--memory GiB]]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
-//            [--checkpoint none|every|sqrt|budget:<MiB>] [--loss-chunk-rows N]
+//            [--checkpoint none|every|sqrt|budget:<MiB>|policy:<policy>] [--loss-chunk-rows N]
 //            [--eval-every N] [--eval-batches N]
 //            [--save-adapters DIR] [--save-every N] [--resume DIR] [--stop-after N] [--full]
 //            [--sample N] [--json] [--trace FILE.json]   (--help)
@@ -64,7 +64,8 @@
 // gives the process's peak resident memory (getrusage) beside the allocator's peak of live bytes
 // and the freed buffers its cache keeps. With --json the last line is one JSON object:
 // first_val_loss, final_val_loss, seconds, tokens_per_second, peak_resident_mb, peak_live_mb,
-// cached_mb, and counted_mb / estimated_mb objects with those keys (MiB).
+// peak_held_mb (live plus the cache's freed buffers), cached_mb, and counted_mb / estimated_mb
+// objects with those keys (MiB).
 #include <remat/train/estimate.hpp>
 #include <remat/nn/generate.hpp>
 #include <remat/hub/llama_load.hpp>
@@ -190,7 +191,9 @@ Options parse(int argc, char** argv) {
       ->check(flags::thread_count(true))
       ->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint,
-                 "checkpoint plan: none, every, sqrt or budget:<MiB> (--full: none)")
+                 "checkpoint plan: none, every, sqrt, budget:<MiB> or policy:<policy> (every layer "
+                 "in a segment of its own under save_matmuls, save_ops:a,b,... or "
+                 "recompute_ops:a,b,...; --full: none)")
       ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")
       ->check(flags::positive)
@@ -552,9 +555,9 @@ std::string split_json(const Split& s) {
 }
 
 /// The estimate's split for a step of `rows` x `columns` tokens under `plan`.
-template <class Model>
-Split estimated_split(const Model& model, const Options& o, const std::vector<std::string>& targets,
-                      std::int64_t rows, std::int64_t columns, const remat::plan::Plan& plan) {
+/// The step of `rows` x `columns` tokens the flags describe, as the estimate takes it.
+remat::train::StepShape step_shape(const Options& o, const std::vector<std::string>& targets,
+                                   std::int64_t rows, std::int64_t columns) {
   remat::train::StepShape shape{
       .batch = rows,
       .time = columns,
@@ -565,8 +568,28 @@ Split estimated_split(const Model& model, const Options& o, const std::vector<st
       .double_quant = !o.no_double_quant,
       .precision = remat::parse_precision(o.dtype, "--dtype")};
   if (!o.full) shape.lora = {.rank = o.rank, .targets = targets, .dropout = o.lora_dropout};
+  return shape;
+}
+
+/// --checkpoint policy:<policy>'s plan, priced from a shape-only step of the largest batch (as
+/// will_it_fit and --auto price it) rather than profiled on the weights: its segments do not
+/// depend on measured times, and the figures it prints are the estimate's.
+template <class Model>
+remat::plan::Plan priced_policy_plan(const Model& model, const Options& o,
+                                     const std::vector<std::string>& targets, std::int64_t rows,
+                                     std::int64_t columns, const remat::SavePolicy& policy) {
+  remat::train::StepShape shape = step_shape(o, targets, rows, columns);
+  shape.policies = {policy};
+  const remat::plan::Chain chain =
+      remat::train::estimate_memory<float>(config_of(model), shape).chain;
+  return remat::plan::custom(chain, corpus::policy_plan(policy, layers_of(model)).segments);
+}
+
+template <class Model>
+Split estimated_split(const Model& model, const Options& o, const std::vector<std::string>& targets,
+                      std::int64_t rows, std::int64_t columns, const remat::plan::Plan& plan) {
   const remat::train::MemoryEstimate e =
-      remat::train::estimate_memory<float>(config_of(model), shape);
+      remat::train::estimate_memory<float>(config_of(model), step_shape(o, targets, rows, columns));
   Split s;
   s.parameter_count = e.parameter_count;
   s.weights = e.parameters;
@@ -678,7 +701,8 @@ std::vector<std::pair<std::string, std::string>> course_settings(const Options& 
           {"--train-on", o.train_on},
           {"--skip-bad", yes(o.skip_bad)},
           {"--pack", yes(o.pack)},
-          {"--loss-chunk-rows", std::to_string(o.loss_chunk_rows)}};
+          {"--loss-chunk-rows", std::to_string(o.loss_chunk_rows)},
+          {"--dtype", o.dtype}};
 }
 
 /// Saves the adapters (PEFT's files) and the training state after `steps_done` steps into
@@ -706,7 +730,8 @@ remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float
   }
   const remat::io::Metadata meta = remat::io::File::read(path).metadata();
   // flags added after saves were made: such a save ran with their default
-  const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"}};
+  const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"},
+                                                       {"--dtype", "f32"}};
   for (const auto& [flag, value] : course_settings(o)) {
     const auto it = meta.find("finetune" + flag);
     const auto later = added_later.find(flag);
@@ -791,6 +816,8 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     if (b.starts.defined()) val_bytes += double(b.starts.bytes());
   }
   const remat::plan::Plan plan = [&] {
+    if (const std::optional<remat::SavePolicy> policy = corpus::checkpoint_policy(o.checkpoint))
+      return priced_policy_plan(model, o, targets, rows, longest, *policy);
     // the largest batch only shapes the plan: freed before the steps, whose count it would join
     const chat::Batch largest = source.largest();
     return corpus::make_plan(o.checkpoint, model, layers_of(model), largest.ids, largest.targets,
@@ -828,6 +855,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   // the allocator's peak of live bytes through loading, the set-up and the steps (each step
   // resets the peak to measure itself)
   double live_peak = double(remat::memory::peak_bytes());
+  double held_peak = double(remat::memory::peak_held_bytes());  // live + the cache's
   double step_peak = 0;           // the largest counted peak of a whole step after the first
   std::int64_t peak_columns = 0;  // the longest micro-batch of that step
   double tokens = 0;              // positions trained on, padding left out
@@ -872,6 +900,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     if (step == 0) counted.optimizer = double(remat::memory::live_bytes()) - before_step;
     optimizer.zero_grad();
     live_peak = std::max(live_peak, double(remat::memory::peak_bytes()));
+    held_peak = std::max(held_peak, double(remat::memory::peak_held_bytes()));
     const double peak = double(remat::memory::peak_bytes() - live0) - val_bytes;
     if ((step > start || end - start == 1) && peak > step_peak) {
       step_peak = peak;
@@ -921,18 +950,19 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                 source.samples_before() ? "after: " : "", sample_after.c_str());
   }
   // the process: its peak resident memory, the allocator's peak of live tensor bytes (all of
-  // them, the validation batches and what was live before loading included) and the freed
-  // buffers it keeps for reuse (memory::set_cache_limit bounds them)
+  // them, the validation batches and what was live before loading included), its peak of live
+  // bytes plus the freed buffers it kept for reuse (memory::set_cache_limit bounds them), and
+  // what the cache holds at the end
   const double rss = peak_resident_bytes(), live = live_peak,
                cached = double(remat::memory::cached_bytes());
   if (o.json) {
     std::printf(
         "{\"first_val_loss\": %.17g, \"final_val_loss\": %.17g, \"seconds\": %.2f, "
         "\"tokens_per_second\": %.1f, \"median_step_seconds\": %.3f, \"peak_resident_mb\": "
-        "%.1f, \"peak_live_mb\": %.1f, \"cached_mb\": %.1f, \"counted_mb\": %s, "
-        "\"estimated_mb\": %s}\n",
+        "%.1f, \"peak_live_mb\": %.1f, \"peak_held_mb\": %.1f, \"cached_mb\": %.1f, "
+        "\"counted_mb\": %s, \"estimated_mb\": %s}\n",
         first_val, last_val, seconds, tokens / train_seconds, median_step, mib(rss), mib(live),
-        mib(cached), split_json(counted).c_str(), split_json(estimated).c_str());
+        mib(held_peak), mib(cached), split_json(counted).c_str(), split_json(estimated).c_str());
     return 0;
   }
   std::printf(
@@ -943,9 +973,9 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   for (const auto& [name, field] : kSplitRows)
     std::printf("  %-20s %10.3f %11.3f\n", name, mib(counted.*field), mib(estimated.*field));
   std::printf(
-      "process: peak resident %.1f MiB; allocator: peak live %.1f MiB, cache of freed buffers "
-      "%.1f MiB at the end\n",
-      mib(rss), mib(live), mib(cached));
+      "process: peak resident %.1f MiB; allocator: peak live %.1f MiB, peak live + cached "
+      "%.1f MiB, cache of freed buffers %.1f MiB at the end\n",
+      mib(rss), mib(live), mib(held_peak), mib(cached));
   if (!o.save_adapters.empty() && adapters)
     std::printf("adapters saved in %s\n", o.save_adapters.c_str());
   return 0;

@@ -7,11 +7,14 @@
 //   regular file (a FIFO would block the program forever), an output must not be a directory or
 //   a FIFO and its folder must exist;
 // - the machine's memory and `fits()`, to refuse a run that cannot fit before allocating it;
+// - a save policy from its text (`--policy`, `--checkpoint policy:...`);
 // - `run_main()`, every program's error boundary: any exception ends the program with one line
 //   on stderr and exit status 1, never a signal.
 #include <CLI/CLI.hpp>
 #include <remat/core/error.hpp>
 #include <remat/core/precision.hpp>
+#include <remat/core/save_policy.hpp>
+#include <remat/ops/op_types.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -210,6 +213,27 @@ inline std::string human_bytes(double bytes) {
   else
     std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
   return out;
+}
+
+/// A save policy from its text: "save_matmuls", "save_ops:a,b,..." or "recompute_ops:a,b,..."
+/// (op names as op_type_named() knows them). An unknown op name is op_type_named()'s PlanError
+/// (it lists the built-in ops); any other text, an ArgumentError naming `flag`.
+inline remat::SavePolicy save_policy(const std::string& spec, const std::string& flag) {
+  if (spec == "save_matmuls") return remat::save_matmuls();
+  const std::size_t colon = spec.find(':');
+  remat::OpTypes ops;
+  if (colon != std::string::npos) {
+    std::stringstream in(spec.substr(colon + 1));
+    for (std::string n; std::getline(in, n, ',');) {
+      if (!n.empty()) ops.push_back(remat::op_type_named(n, flag));
+    }
+  }
+  const std::string kind = spec.substr(0, colon);
+  if (!ops.empty() && kind == "save_ops") return remat::save_ops(ops);
+  if (!ops.empty() && kind == "recompute_ops") return remat::recompute_ops(ops);
+  throw remat::ArgumentError(remat::detail::cat(
+      flag, ": '", spec,
+      "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));
 }
 
 /// The memory this process may use: the machine's (MemTotal, or sysconf's physical pages), or

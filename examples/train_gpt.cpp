@@ -2,7 +2,8 @@
 //
 //   train_gpt [--data PATH] [--layers N] [--width C] [--heads H] [--context T] [--batch B]
 //             [--steps S] [--lr LR] [--seed N] [--dropout P] [--threads N] [--dtype f32|bf16]
-//             [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
+//             [--checkpoint none|every|sqrt|budget:<MiB>|policy:<policy>] [--eval-every N]
+//             [--eval-batches N]
 //             [--log FILE.csv] [--save FILE] [--resume FILE] [--stop-after N] [--sample N] [--json]
 //             [--trace FILE.json]     (train_gpt --help lists them with their defaults)
 //

@@ -4,7 +4,8 @@
 //   train_llama [--data PATH] [--layers N] [--width C] [--heads H] [--kv-heads G] [--mlp F]
 //               [--context T] [--batch B] [--steps S] [--lr LR] [--seed N] [--threads N]
 //               [--dtype f32|bf16]
-//               [--checkpoint none|every|sqrt|budget:<MiB>] [--eval-every N] [--eval-batches N]
+//               [--checkpoint none|every|sqrt|budget:<MiB>|policy:<policy>] [--eval-every N]
+//               [--eval-batches N]
 //               [--log FILE.csv] [--save-hf DIR] [--init-from DIR] [--save FILE]
 //               [--resume FILE] [--stop-after N] [--sample N] [--json] [--zero]    (--help)
 //

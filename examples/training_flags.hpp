@@ -69,7 +69,10 @@ inline void add_training_flags(CLI::App& app, Training& o, const char* layers, c
                  "weights, losses and the optimizer in float32)")
       ->check(precision_name)
       ->capture_default_str();
-  app.add_option("--checkpoint", o.checkpoint, "checkpoint plan: none, every, sqrt or budget:<MiB>")
+  app.add_option("--checkpoint", o.checkpoint,
+                 "checkpoint plan: none, every, sqrt, budget:<MiB> or policy:<policy> (every layer "
+                 "in a segment of its own under save_matmuls, save_ops:a,b,... or "
+                 "recompute_ops:a,b,...)")
       ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")
       ->check(positive)

@@ -103,27 +103,6 @@ double physical_memory_gib() {
          (1 << 30);
 }
 
-/// A policy from --policy's text: "save_matmuls", "save_ops:a,b" or "recompute_ops:a,b". An
-/// unknown op name is op_type_named()'s PlanError (it lists the built-in ops); an unknown form,
-/// an ArgumentError.
-remat::SavePolicy policy_from(const std::string& spec) {
-  if (spec == "save_matmuls") return remat::save_matmuls();
-  const std::size_t colon = spec.find(':');
-  remat::OpTypes ops;
-  if (colon != std::string::npos) {
-    std::stringstream in(spec.substr(colon + 1));
-    for (std::string n; std::getline(in, n, ',');) {
-      if (!n.empty()) ops.push_back(remat::op_type_named(n, "--policy"));
-    }
-  }
-  const std::string kind = spec.substr(0, colon);
-  if (!ops.empty() && kind == "save_ops") return remat::save_ops(ops);
-  if (!ops.empty() && kind == "recompute_ops") return remat::recompute_ops(ops);
-  throw remat::ArgumentError(remat::detail::cat(
-      "--policy: '", spec,
-      "' is not save_matmuls, save_ops:a,b,... or recompute_ops:a,b,... (with op names)"));
-}
-
 /// Refuses the flags that do not go together: --base with --config, --data without --base, the
 /// data's flags without --data, and with --data the flags finetune has no equivalent of.
 template <std::size_t N>
@@ -281,7 +260,8 @@ Options parse(int argc, char** argv) {
         "will_it_fit: --loss-chunk-rows is for the chunked loss; --plain-loss prices the whole "
         "logits");
   if (save_matmuls) o.step.policies.push_back(remat::save_matmuls());
-  for (const std::string& spec : policies) o.step.policies.push_back(policy_from(spec));
+  for (const std::string& spec : policies)
+    o.step.policies.push_back(flags::save_policy(spec, "--policy"));
   o.step.storage = storage == "bf16"   ? remat::WeightStorage::bf16
                    : storage == "int8" ? remat::WeightStorage::int8
                    : storage == "nf4"  ? remat::WeightStorage::nf4

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <remat/remat.hpp>
 
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -85,5 +86,42 @@ TEST_CASE("freed buffers are cached for reuse without changing the counts", "[co
   memory::set_cache_limit(0);
   { Tensor<float> c({10000}); }
   CHECK(memory::cached_bytes() == 0);
+  memory::set_cache_limit(remat::detail::BlockCache::kDefaultLimit);
+}
+
+TEST_CASE("the held peak counts the cache beside the live bytes", "[core][memory]") {
+  // generated sequences of allocations and frees of whole pages (the cache's rounding is then
+  // exact): after each, the held peak is at least live + cached now and at least the live peak,
+  // and it is reached: a step-by-step maximum of live + cached equals it
+  memory::set_cache_limit(std::size_t{1} << 30);
+  std::mt19937 rng(7);
+  for (int sequence = 0; sequence < 10; ++sequence) {
+    memory::release_cache();
+    memory::reset_peak();
+    std::size_t most = memory::live_bytes() + memory::cached_bytes();
+    std::vector<Tensor<float>> held;
+    for (int op = 0; op < 200; ++op) {
+      if (held.empty() || rng() % 5 < 3) {
+        held.emplace_back(Shape{static_cast<std::int64_t>(1 + rng() % 16) * 1024});
+      } else {
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(rng() % held.size()));
+      }
+      const std::size_t now = memory::live_bytes() + memory::cached_bytes();
+      most = std::max(most, now);
+      INFO("sequence " << sequence << ", op " << op);
+      REQUIRE(memory::peak_held_bytes() >= now);
+      REQUIRE(memory::peak_held_bytes() >= memory::peak_bytes());
+    }
+    CHECK(memory::peak_held_bytes() == most);
+  }
+  // a buffer freed into the cache, then one of another size: held beyond the live peak
+  memory::release_cache();
+  memory::reset_peak();
+  const std::size_t live0 = memory::live_bytes();
+  CHECK(memory::peak_held_bytes() == live0);
+  { Tensor<float> a({10 * 1024}); }
+  { Tensor<float> b({20 * 1024}); }
+  CHECK(memory::peak_bytes() == live0 + 20 * 4096);
+  CHECK(memory::peak_held_bytes() == live0 + 30 * 4096);
   memory::set_cache_limit(remat::detail::BlockCache::kDefaultLimit);
 }

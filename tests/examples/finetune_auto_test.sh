@@ -53,20 +53,31 @@ plan=$(field tight.json checkpoint)
 batch=$(field tight.json batch)
 limit=$(field tight.json step_limit)
 [ "$plan" != none ] || { cat tight.json; fail "--memory $memory: no checkpointing, yet none does not fit $useful rows"; }
-# will_it_fit's own pricing at the chosen shape, against the room the decision states
+# will_it_fit's own pricing at the chosen shape, against the room the decision states (a policy
+# plan, policy:<name>, is will_it_fit's row <name> under --policy <name>)
 limit_gib=$(awk -v l="$limit" 'BEGIN { printf "%.9f", l / 1073741824 }')
-"$will_it_fit" "${shape[@]}" --batch "$batch" --memory "$limit_gib" --json > chosen.json
-total=$(plan_field chosen.json "$plan" total)
+priced=(--policy save_matmuls)
+row=$plan
+[[ $plan != policy:* ]] || { row=${plan#policy:}; priced=(--policy "$row"); }
+"$will_it_fit" "${shape[@]}" "${priced[@]}" --batch "$batch" --memory "$limit_gib" --json > chosen.json
+total=$(plan_field chosen.json "$row" total)
 awk -v t="$total" -v l="$limit" -v s="$(field tight.json step_bytes)" 'BEGIN { exit !(t <= l && t == s) }' \
   || { cat tight.json chosen.json; fail "the chosen step ($total) is not within its room ($limit) or not the decision's"; }
 # the largest batch: batch + 1 does not fit under the plan chosen (unless the batch is its cap)
 if [ "$batch" != "$(field tight.json batch_cap)" ]; then
-  [ "$(plan_field chosen.json "$plan" max_batch)" = "$batch" ] \
+  [ "$(plan_field chosen.json "$row" max_batch)" = "$batch" ] \
     || { cat tight.json chosen.json; fail "batch $batch is not the largest that fits under $plan"; }
 fi
-# and the plan with less recompute (none) does not fit a useful batch
-(( $(plan_field chosen.json none max_batch) < useful )) \
-  || { cat chosen.json; fail "none fits $useful rows within $limit, yet $plan was chosen"; }
+# and no plan the rule may choose (none, save_matmuls, sqrt, every) with less recompute than the
+# one chosen fits a useful batch
+python3 -c 'import json, sys
+plans = {p["plan"]: p for p in json.load(open(sys.argv[1]))["plans"]}
+chosen, useful = plans[sys.argv[2]], int(sys.argv[3])
+for name in ("none", "save_matmuls", "sqrt", "every"):
+    p = plans[name]
+    if p["recompute"] < chosen["recompute"] and p["max_batch"] >= useful:
+        sys.exit(name + " fits " + str(useful) + " rows with less recompute than " + sys.argv[2])' \
+  chosen.json "$row" "$useful" || { cat chosen.json; fail "a plan with less recompute fits"; }
 
 # 3. finetune --auto prints the same decision (the steps line aside: --steps 1 is given) and runs it
 "$will_it_fit" "${data[@]}" --memory "$memory" > plan.txt

@@ -64,12 +64,14 @@ check_split() {
 }
 "$finetune" "${run[@]}" --json --checkpoint every > every.json
 "$finetune" "${run[@]}" --json --checkpoint none > none.json
+"$finetune" "${run[@]}" --json --checkpoint policy:save_matmuls > policy.json
+"$finetune" "${run[@]}" --json --checkpoint policy:recompute_ops:rms_norm,swiglu > recompute.json
 "$finetune" "${run[@]}" --json --checkpoint every --lora-dropout 0.1 --storage int8 --accumulate 2 > dropout.json
 "$finetune" "${run[@]}" --json --checkpoint sqrt --storage bf16 --rank 4 --targets q_proj,v_proj > bf16.json
 "$finetune" "${run[@]}" --json --train-on all > all.json
 "$finetune" "${run[@]}" --json --pack --checkpoint every > packed.json
 "$finetune" "${run[@]}" --json --pack --checkpoint none > packed_none.json
-for f in every.json none.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
+for f in every.json none.json policy.json recompute.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
 check_split dropout.json padded
 # packed rows keep examples apart: the validation loss before training is the padded one, to
 # float rounding (the sums run over other shapes); checkpointing changes no packed loss
@@ -78,8 +80,14 @@ awk -v a="$(field every.json first_val_loss)" -v b="$(field packed.json first_va
   || { cat every.json packed.json; fail "packed validation loss differs from the padded one"; }
 [ "$(field packed.json final_val_loss)" = "$(field packed_none.json final_val_loss)" ] \
   || { cat packed.json packed_none.json; fail "checkpointing changed the packed loss"; }
-[ "$(field every.json final_val_loss)" = "$(field none.json final_val_loss)" ] \
-  || { cat every.json none.json; fail "checkpointing changed the loss"; }
+for f in none.json policy.json recompute.json; do
+  [ "$(field every.json final_val_loss)" = "$(field "$f" final_val_loss)" ] \
+    || { cat every.json "$f"; fail "checkpointing changed the loss ($f)"; }
+done
+# a policy keeps some of what every replays, and less than no checkpoint at all
+awk -v e="$(part every.json counted_mb activations)" -v p="$(part policy.json counted_mb activations)" \
+    -v n="$(part none.json counted_mb activations)" 'BEGIN { exit !(e < p && p < n) }' \
+  || { cat every.json policy.json none.json; fail "save_matmuls' activations not between every's and none's"; }
 awk -v a="$(field every.json first_val_loss)" -v b="$(field every.json final_val_loss)" 'BEGIN { exit !(b < a) }' \
   || { cat every.json; fail "the validation loss did not fall"; }
 [ "$(field every.json first_val_loss)" != "$(field all.json first_val_loss)" ] \
@@ -128,8 +136,12 @@ expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.js
 expect_error "context is for a train_llama" "${run[@]}" --context 16
 expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
 expect_error "needs --data" --base model
+expect_error "checkpoint policy:save_all: 'save_all' is not save_matmuls" "${run[@]}" --checkpoint policy:save_all
+expect_error "no_such_op" "${run[@]}" --checkpoint policy:save_ops:no_such_op
 expect_error "saved by a run with --seed '1'; resume it with the same (this run has '5')" \
   "${resumable[@]}" --seed 5 --resume part --save-adapters part3
+expect_error "saved by a run with --dtype 'f32'; resume it with the same (this run has 'bf16')" \
+  "${resumable[@]}" --dtype bf16 --resume part --save-adapters part3
 expect_error "saved after step 4, the last this run has" "${resumable[@]}" --resume part --save-adapters part3
 expect_error "holds no training_state.safetensors" "${run[@]}" --resume model
 expect_error "docs.md: with a Hugging Face folder" --base model --data "$(touch docs.md; echo docs.md)"

@@ -13,6 +13,8 @@
 #include <remat/hub/token_limits.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -139,6 +141,26 @@ Conversation random_chat(std::mt19937& rng, int exchanges, int words = 6) {
   return c;
 }
 
+/// strftime's "%d %b %Y" of `when` in local time, in the C locale (Python's default for dates).
+std::string strftime_date(std::time_t when) {
+  std::tm local{};
+  localtime_r(&when, &local);
+  char out[32];
+  REQUIRE(std::strftime(out, sizeof out, "%d %b %Y", &local) > 0);
+  return out;
+}
+
+/// Noon, local time, of an ISO date "YYYY-MM-DD".
+std::time_t day_of(const std::string& iso) {
+  std::tm t{};
+  REQUIRE(std::sscanf(iso.c_str(), "%d-%d-%d", &t.tm_year, &t.tm_mon, &t.tm_mday) == 3);
+  t.tm_year -= 1900;
+  t.tm_mon -= 1;
+  t.tm_hour = 12;
+  t.tm_isdst = -1;
+  return std::mktime(&t);
+}
+
 }  // namespace chat_test
 
 using namespace chat_test;
@@ -148,12 +170,18 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
   const std::string dir = REMAT_HUB_CHAT_DIR;
   std::map<std::string, ChatTemplate> templates;
   for (const auto& t : read_json(dir + "/templates.json")) {
-    const ChatTemplate recognised =
+    ChatTemplate recognised =
         recognise_chat_template(t["template"].get<std::string>(), t["bos"], t["eos"]);
     INFO(t["name"].get<std::string>());
     CHECK(recognised.family == family_of(t["family"]));
+    if (t.contains("strftime_now")) {  // today's date, as transformers renders it; then the cases'
+      CHECK(recognised.date_string == strftime_date(std::time(nullptr)));
+      recognised.date_string = strftime_date(day_of(t["strftime_now"]));
+    }
     templates[t["name"]] = recognised;
   }
+  CHECK(templates.at("llama3.1-date").date_string == "26 Jul 2024");
+  CHECK(templates.at("llama3").date_string.empty());
   CHECK(templates.at("qwen2.5").default_system ==
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
   CHECK(templates.at("qwen3").default_system.empty());
@@ -202,7 +230,7 @@ TEST_CASE("Chat templates: unknown ones are refused with an excerpt", "[hub][cha
       error_of<ChatTemplateError>([&] { recognise_chat_template(unknown, "", ""); });
   CHECK(msg.find("unknown chat template") != std::string::npos);
   CHECK(msg.find("<start_of_turn>") != std::string::npos);
-  // A Llama 3.1 template with its date preamble, and an [INST] variant: refused, not guessed.
+  // A date preamble outside Meta's layout, and an [INST] variant: refused, not guessed.
   CHECK_THROWS_AS(recognise_chat_template("<|start_header_id|><|end_header_id|><|eot_id|> "
                                           "Cutting Knowledge Date: December 2023",
                                           "", ""),
@@ -210,6 +238,30 @@ TEST_CASE("Chat templates: unknown ones are refused with an excerpt", "[hub][cha
   CHECK(error_of<ChatTemplateError>([&] {
           recognise_chat_template("{{ '[INST] ' + message['content'] }}", "<s>", "</s>");
         }).find("[INST]") != std::string::npos);
+  // ChatML look-alikes whose bytes the ChatML renderer would not write: refused, naming why
+  const std::string turn = "{{ '<|im_start|>' + m['role'] + '\\n' + CONTENT + '<|im_end|>\\n' }}";
+  const auto chatml = [&](const std::string& before, const std::string& content) {
+    std::string t = turn;
+    t.replace(t.find("CONTENT"), 7, content);
+    return before + "{% for m in messages %}" + t + "{% endfor %}";
+  };
+  const std::pair<std::string, std::string> refused[] = {
+      {chatml("{{ bos_token }}", "m['content']"), "it writes bos_token"},
+      {chatml("", "m['content'] + eos_token"), "it writes eos_token"},
+      {chatml("", "m['content'] | trim"), "the filter 'trim'"},
+      {chatml("", "m['content']|upper"), "the filter 'upper'"},
+      {chatml("", "m['content'].strip()"), "strip()"}};
+  for (const auto& [jinja, why] : refused) {
+    const std::string message =
+        error_of<ChatTemplateError>([&] { recognise_chat_template(jinja, "<s>", "<|im_end|>"); });
+    CHECK(message.find("ChatML renderer does not reproduce (") != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
+  }
+  CHECK(recognise_chat_template(chatml("", "m['content']"), "", "<|im_end|>").family ==
+        ChatFamily::chatml);
+  CHECK(
+      recognise_chat_template(chatml("", "m['content']") + "{{ tools | tojson }}", "", "<|im_end|>")
+          .family == ChatFamily::chatml);
 }
 
 TEST_CASE("JSONL conversations: every malformed line is named, or skipped and counted",

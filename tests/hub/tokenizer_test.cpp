@@ -261,6 +261,12 @@ TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]"
   CHECK(tok.config().chat_template == "{{ x }}");
   CHECK(tok.config().chat_templates.at("tool_use") == "T");
 
+  // transformers 4.47 on saves the template as chat_template.jinja and reads it first
+  const std::string jinja = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}";
+  write_file(dir + "/chat_template.jinja", jinja);
+  CHECK(Tokenizer::from_folder(dir).config().chat_template == jinja);
+  std::filesystem::remove(dir + "/chat_template.jinja");
+
   write_file(dir + "/tokenizer_config.json", json{{"eos_token", "<|nope|>"}}.dump());
   const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_folder(dir); });
   CHECK(message.find("tokenizer_config.json: eos_token '<|nope|>' is not a token") !=

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct MemoryCounters {
   std::atomic<std::size_t> live{0};
   std::atomic<std::size_t> peak{0};
   std::atomic<std::size_t> allocations{0};
+  /// The most bytes held at once: live, plus freed buffers the cache keeps for reuse (the
+  /// process's counters only; a shape-only run has no cache).
+  std::atomic<std::size_t> held_peak{0};
 };
 
 /// The counters of this thread's shape-only run (core/shape_only.hpp), null outside one. A
@@ -43,12 +47,21 @@ inline MemoryCounters& memory_counters() noexcept {
 /// Adds an allocation of `bytes` to `c`, raising the peak to the live count it produced: the
 /// peak stays exact when threads allocate concurrently, as the maximum over the order the
 /// fetch_adds happened in.
-inline void count_allocation(MemoryCounters& c, std::size_t bytes) noexcept {
+/// Raises `peak` to `now` if it is below: the maximum over the order the updates happened in.
+inline void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
+  std::size_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+/// Adds an allocation of `bytes` to `c`, raising the peak to the live count it produced (which
+/// it returns): the peak stays exact when threads allocate concurrently, as the maximum over the
+/// order the fetch_adds happened in.
+inline std::size_t count_allocation(MemoryCounters& c, std::size_t bytes) noexcept {
   c.allocations.fetch_add(1, std::memory_order_relaxed);
   const std::size_t now = c.live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::size_t peak = c.peak.load(std::memory_order_relaxed);
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  raise_to(c.peak, now);
+  return now;
 }
 
 /// Alignment of every tensor buffer: a cache line, and enough for any SIMD load.
@@ -78,7 +91,9 @@ class BlockCache {
     return (bytes + grain - 1) / grain * grain;
   }
 
-  void* take(std::size_t size) {
+  /// A buffer of `size` bytes, cached or new, and the bytes the cache holds after it.
+  std::pair<void*, std::size_t> take(std::size_t size) {
+    std::size_t cached = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(size);
@@ -86,10 +101,11 @@ class BlockCache {
         void* p = it->second.back();
         it->second.pop_back();
         cached_ -= size;
-        return p;
+        return {p, cached_};
       }
+      cached = cached_;
     }
-    return ::operator new (size, std::align_val_t{kTensorAlignment});
+    return {::operator new (size, std::align_val_t{kTensorAlignment}), cached};
   }
 
   void give(void* p, std::size_t size) noexcept {
@@ -157,8 +173,10 @@ inline BlockCache& block_cache() noexcept {
 
 inline void* allocate_bytes(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = block_cache().take(BlockCache::rounded(bytes));
-  count_allocation(memory_counters(), bytes);
+  const auto [p, cached] = block_cache().take(BlockCache::rounded(bytes));
+  MemoryCounters& c = memory_counters();
+  // live + cached grows only here (give() moves bytes from live to cached or to the system)
+  raise_to(c.held_peak, count_allocation(c, bytes) + cached);
   return p;
 }
 
@@ -196,6 +214,13 @@ inline std::size_t peak_bytes() noexcept {
   return detail::memory_counters().peak.load(std::memory_order_relaxed);
 }
 
+/// The most bytes held at once since the start or the last reset_peak(): live bytes plus the
+/// freed buffers the cache kept for reuse at that moment (at most its limit, set_cache_limit).
+/// What the process holds of tensor memory; peak_bytes() is what tensors needed.
+inline std::size_t peak_held_bytes() noexcept {
+  return detail::memory_counters().held_peak.load(std::memory_order_relaxed);
+}
+
 /// Number of tensor buffers allocated since the program started.
 inline std::size_t allocation_count() noexcept {
   return detail::memory_counters().allocations.load(std::memory_order_relaxed);
@@ -218,7 +243,9 @@ inline void set_cache_limit(std::size_t bytes) noexcept { detail::block_cache().
 /// Starts a new peak measurement from the current live count.
 inline void reset_peak() noexcept {
   detail::MemoryCounters& c = detail::memory_counters();
-  c.peak.store(c.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  const std::size_t live = c.live.load(std::memory_order_relaxed);
+  c.peak.store(live, std::memory_order_relaxed);
+  c.held_peak.store(detail::shape_only() ? 0 : live + cached_bytes(), std::memory_order_relaxed);
 }
 
 /// Measures the peak of a region above what was live when it began:

@@ -9,17 +9,24 @@
 ///    itself) and Qwen3 (its `<think>` handling: an assistant turn after the last user turn is
 ///    rendered with its reasoning block, an empty one for the last turn).
 ///  - Llama 3 headers (`<|start_header_id|>role<|end_header_id|>\n\n` + trimmed content +
-///    `<|eot_id|>`, bos first). A template with the Llama 3.1 date preamble ("Cutting Knowledge
-///    Date") is not supported yet: it is refused as unknown.
+///    `<|eot_id|>`, bos first), and Meta's Llama 3.1/3.2/3.3 templates, which open with a system
+///    block holding a date preamble ("Cutting Knowledge Date: December 2023", "Today Date: ...")
+///    and the first system message's text: the date is the template's default ("26 Jul 2024"),
+///    or today's, as transformers gives it, when the template calls strftime_now (Llama 3.2; a
+///    caller may set ChatTemplate::date_string). Tools are not rendered (conversations have
+///    none). Other templates with the preamble are refused.
 ///  - `[INST]`: Llama 2 chat (`<<SYS>>` folded into the first user turn) and Mistral Instruct
-///    v0.1/v0.2, recognised by their exact text (their variants differ in details that change
-///    the bytes).
+///    v0.1, recognised by their exact text (their variants differ in details that change the
+///    bytes).
 ///
 /// An assistant span covers the turn's content and the end marker that follows it
 /// (`<|im_end|>`, `<|eot_id|>`, eos), so the model learns to stop; for Qwen3 it includes the
 /// reasoning block the template writes. Role headers and prompts are never in a span.
 
+#include <cctype>
 #include <cstddef>
+#include <cstdio>
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +71,8 @@ struct ChatTemplate {
   std::string default_system;
   /// Llama 3: whether contents go through Jinja's `trim`.
   bool trim = true;
+  /// Llama 3.1+: the date of the system block's preamble ("04 Dec 2026"); empty: no preamble.
+  std::string date_string;
   /// Tokens the template writes itself.
   std::string bos, eos;
 };
@@ -128,6 +137,71 @@ inline std::string chatml_default_system(std::string_view t) {
       }
     }
     return out;
+  }
+  return {};
+}
+
+/// Today's date as strftime's "%d %b %Y" writes it in the C locale ("04 Dec 2026"), in local
+/// time: what transformers' strftime_now gives a template (datetime.now().strftime).
+inline std::string today_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  static const char* const kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char out[16];
+  std::snprintf(out, sizeof out, "%02d %s %04d", local.tm_mday, kMonths[local.tm_mon],
+                local.tm_year + 1900);
+  return out;
+}
+
+/// The date of a Meta Llama 3.1+ template's preamble: today's when it calls strftime_now (Llama
+/// 3.2), else its `set date_string = "..."` default (3.1, 3.3); empty when the template is not
+/// Meta's layout (each piece the renderer writes must be there as Meta's templates write it).
+inline std::string meta_template_date(std::string_view t) {
+  for (std::string_view piece :
+       {"{{- bos_token }}", "{%- set system_message = messages[0]['content']|trim %}",
+        "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}",
+        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}",
+        "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}", "{{- system_message }}",
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+        "message['content'] | trim + '<|eot_id|>' }}"})
+    if (t.find(piece) == std::string_view::npos) return {};
+  if (t.find("strftime_now(\"%d %b %Y\")") != std::string_view::npos) return today_date();
+  constexpr std::string_view set = "{%- set date_string = \"";
+  const std::size_t at = t.find(set);
+  if (at == std::string_view::npos) return {};
+  const std::size_t end = t.find('"', at + set.size());
+  return end == std::string_view::npos
+             ? std::string()
+             : std::string(t.substr(at + set.size(), end - at - set.size()));
+}
+
+/// What a ChatML template holds that the ChatML renderer would not reproduce, or empty: the bos
+/// or eos token written, a filter other than tojson (Qwen2.5 applies it to tools only), or a
+/// string method such as .strip(). Such variants (a bos first, trimmed contents) exist on the
+/// hub; recognised by their markers alone they would be rendered without those bytes, silently.
+inline std::string chatml_unsupported(std::string_view t) {
+  for (std::string_view token : {"bos_token", "eos_token"})
+    if (t.find(token) != std::string_view::npos) return remat::detail::cat("it writes ", token);
+  for (std::string_view method : {".strip(", ".lstrip(", ".rstrip(", ".split(", ".replace(",
+                                  ".upper(", ".lower(", ".title(", ".capitalize("})
+    if (t.find(method) != std::string_view::npos)
+      return remat::detail::cat("it calls ", method.substr(1), ")");
+  // filters: a '|' outside the markers <|im_start|> and <|im_end|>, then a name
+  for (std::size_t at = t.find('|'); at != std::string_view::npos; at = t.find('|', at + 1)) {
+    if (at > 0 && t[at - 1] == '<') {  // a marker's opening: skip to its closing "|>"
+      at = t.find("|>", at + 1);
+      if (at == std::string_view::npos) break;
+      continue;
+    }
+    std::size_t name = at + 1;
+    while (name < t.size() && (t[name] == ' ' || t[name] == '\t')) ++name;
+    std::size_t end = name;
+    while (end < t.size() && (std::isalnum(static_cast<unsigned char>(t[end])) || t[end] == '_'))
+      ++end;
+    const std::string_view filter = t.substr(name, end - name);
+    if (filter != "tojson") return remat::detail::cat("it applies the filter '", filter, "'");
   }
   return {};
 }
@@ -238,11 +312,21 @@ inline void render_qwen3(const Conversation& c, ChatWriter& w) {
 }
 
 inline void render_llama3(const ChatTemplate& t, const Conversation& c, ChatWriter& w) {
-  for (std::size_t i = 0; i < c.messages.size(); ++i) {
+  std::size_t first = 0;
+  w.prompt(t.bos);
+  // Meta's 3.1+: the system block always, with the first system message's text
+  if (!t.date_string.empty()) {
+    const bool system = !c.messages.empty() && c.messages[0].role == Role::system;
+    first = system ? 1 : 0;
+    w.prompt(remat::detail::cat(
+        "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+        "Today Date: ",
+        t.date_string, "\n\n", system ? python_strip(c.messages[0].content) : "", "<|eot_id|>"));
+  }
+  for (std::size_t i = first; i < c.messages.size(); ++i) {
     const Message& m = c.messages[i];
     const std::string_view content = t.trim ? python_strip(m.content) : m.content;
-    w.prompt(remat::detail::cat(i == 0 ? t.bos : "", "<|start_header_id|>", role_name(m.role),
-                                "<|end_header_id|>\n\n"));
+    w.prompt(remat::detail::cat("<|start_header_id|>", role_name(m.role), "<|end_header_id|>\n\n"));
     if (m.role == Role::assistant)
       w.assistant(remat::detail::cat(content, "<|eot_id|>"));
     else
@@ -314,12 +398,25 @@ inline ChatTemplate recognise_chat_template(std::string_view jinja, std::string 
   };
   if (has("<|im_start|>") && has("<|im_end|>")) {
     t.family = has("reasoning_content") && has("<think>") ? ChatFamily::qwen3 : ChatFamily::chatml;
-    if (t.family == ChatFamily::chatml) t.default_system = detail::chatml_default_system(jinja);
+    if (t.family == ChatFamily::qwen3 && has("bos_token"))
+      refuse("a Qwen3-like template that writes bos_token is not supported");
+    if (t.family == ChatFamily::chatml) {
+      if (const std::string why = detail::chatml_unsupported(jinja); !why.empty())
+        refuse("a ChatML template the ChatML renderer does not reproduce (" + why + ")");
+      t.default_system = detail::chatml_default_system(jinja);
+    }
     return t;
   }
   if (has("<|start_header_id|>") && has("<|end_header_id|>") && has("<|eot_id|>")) {
-    if (has("Cutting Knowledge Date") || has("tools"))
-      refuse("a Llama 3.1+ template (date preamble, tools) is not supported yet");
+    if (has("Cutting Knowledge Date")) {
+      t.date_string = detail::meta_template_date(jinja);
+      if (t.date_string.empty())
+        refuse(
+            "a Llama 3.1+ template other than Meta's (its date preamble, system block and "
+            "trimmed turns, as Llama 3.1/3.2/3.3 write them)");
+    } else if (has("tools")) {
+      refuse("a Llama 3 template with tools but no date preamble is not one of Meta's");
+    }
     t.family = ChatFamily::llama3;
     t.trim = has("| trim");
     if (!has("bos_token")) t.bos.clear();

@@ -38,6 +38,7 @@
 #include "remat/hub/pre_tokenizers.hpp"
 #include "remat/hub/tokenizer_config.hpp"
 #include "remat/hub/utf8.hpp"
+#include "remat/io/json.hpp"
 
 namespace remat::hub {
 
@@ -50,12 +51,17 @@ class Tokenizer {
     return Tokenizer(JsonField(json, file + ":"));
   }
 
-  /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json`.
+  /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json` and
+  /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
+  /// template, and it reads that file in preference to the config's chat_template: so does this.
   static Tokenizer from_folder(const std::string& dir) {
     const std::filesystem::path folder(dir);
     Tokenizer t = from_file((folder / "tokenizer.json").string());
     const auto config = folder / "tokenizer_config.json";
     if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config.string());
+    const auto jinja = folder / "chat_template.jinja";
+    if (std::filesystem::exists(jinja))
+      t.config_.chat_template = io::read_text_file(jinja.string(), "hub::Tokenizer::from_folder");
     t.check_config((folder / "tokenizer_config.json").string());
     return t;
   }

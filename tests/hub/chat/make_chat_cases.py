@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Renders generated conversations with real chat templates through Jinja2, as Hugging Face
 transformers' apply_chat_template does (sandboxed environment, trim_blocks, lstrip_blocks,
-loopcontrols, raise_exception), to test remat's hub/chat_template.hpp byte for byte.
+loopcontrols, raise_exception, and strftime_now where a template names a day for it), to test
+remat's hub/chat_template.hpp byte for byte.
 
 Reads templates.json (each template's text and where it comes from) and writes cases.json:
 one case per conversation, with the rendered text, or "error": true when the template itself
 raises. Run: python3 make_chat_cases.py  (Debian 12: python3-jinja2).
 """
+import datetime
 import json
 import os
 import random
@@ -86,6 +88,13 @@ def main():
     templates = json.load(open(os.path.join(HERE, "templates.json"), encoding="utf-8"))
     cases = []
     for t in templates:
+        if "strftime_now" in t:
+            # transformers gives templates strftime_now = datetime.now().strftime; a fixed day
+            # here, which the test gives remat's template as its date_string
+            day = datetime.date.fromisoformat(t["strftime_now"])
+            env.globals["strftime_now"] = day.strftime
+        else:
+            env.globals.pop("strftime_now", None)
         compiled = env.from_string(t["template"])
         generated = [conversation(rng, t["family"]) for _ in range(CASES_PER_TEMPLATE)]
         if t["family"] in ("llama2", "mistral"):
