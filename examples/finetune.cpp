@@ -83,6 +83,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -702,7 +703,7 @@ std::vector<std::pair<std::string, std::string>> course_settings(const Options& 
           {"--skip-bad", yes(o.skip_bad)},
           {"--pack", yes(o.pack)},
           {"--loss-chunk-rows", std::to_string(o.loss_chunk_rows)},
-          {"--dtype", o.dtype}};
+          {"--dtype", remat::to_string(remat::parse_precision(o.dtype, "--dtype"))}};
 }
 
 /// Saves the adapters (PEFT's files) and the training state after `steps_done` steps into
@@ -729,13 +730,15 @@ remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float
                                             kTrainingState, " (written by --save-every)"));
   }
   const remat::io::Metadata meta = remat::io::File::read(path).metadata();
-  // flags added after saves were made: such a save ran with their default
-  const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"},
-                                                       {"--dtype", "f32"}};
+  // flags added after saves were made: such a save ran with their default (--dtype was a flag
+  // before it was recorded, so a save without it may have run with either: not checked)
+  const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"}};
+  const std::set<std::string> recorded_later{"--dtype"};
   for (const auto& [flag, value] : course_settings(o)) {
     const auto it = meta.find("finetune" + flag);
     const auto later = added_later.find(flag);
     if (it == meta.end() && later != added_later.end() && later->second == value) continue;
+    if (it == meta.end() && recorded_later.count(flag)) continue;
     if (it == meta.end() || it->second != value) {
       throw remat::ArgumentError(remat::detail::cat(
           kProgram, ": ", path, " was saved by a run with ", flag, " ",

@@ -181,6 +181,18 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
     templates[t["name"]] = recognised;
   }
   CHECK(templates.at("llama3.1-date").date_string == "26 Jul 2024");
+  // Meta's layout with another date format, or without dropping the system message it read:
+  // refused, not rendered with the wrong date or the system text once instead of twice
+  for (const auto& t : read_json(dir + "/templates.json")) {
+    if (t["name"] != "llama3.2") continue;
+    std::string other = t["template"];
+    other.replace(other.find("%d %b %Y"), 8, "%d %B %Y");
+    CHECK_THROWS_AS(recognise_chat_template(other, t["bos"], t["eos"]), ChatTemplateError);
+    std::string kept = t["template"];
+    for (std::size_t at; (at = kept.find("{%- set messages = messages[1:] %}")) != kept.npos;)
+      kept.erase(at, 34);
+    CHECK_THROWS_AS(recognise_chat_template(kept, t["bos"], t["eos"]), ChatTemplateError);
+  }
   CHECK(templates.at("llama3").date_string.empty());
   CHECK(templates.at("qwen2.5").default_system ==
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");

@@ -164,10 +164,14 @@ inline std::string meta_template_date(std::string_view t) {
         "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}",
         "{{- \"Cutting Knowledge Date: December 2023\\n\" }}",
         "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}", "{{- system_message }}",
+        "{%- set messages = messages[1:] %}", "{%- set system_message = \"\" %}",
         "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
         "message['content'] | trim + '<|eot_id|>' }}"})
     if (t.find(piece) == std::string_view::npos) return {};
-  if (t.find("strftime_now(\"%d %b %Y\")") != std::string_view::npos) return today_date();
+  // strftime_now in another format than Meta's would write another date: not Meta's layout
+  const std::size_t strftime = t.find("strftime_now(");
+  if (strftime != std::string_view::npos)
+    return t.find("strftime_now(\"%d %b %Y\")") == strftime ? today_date() : std::string();
   constexpr std::string_view set = "{%- set date_string = \"";
   const std::size_t at = t.find(set);
   if (at == std::string_view::npos) return {};
