@@ -44,9 +44,6 @@ inline MemoryCounters& memory_counters() noexcept {
   return counters;
 }
 
-/// Adds an allocation of `bytes` to `c`, raising the peak to the live count it produced: the
-/// peak stays exact when threads allocate concurrently, as the maximum over the order the
-/// fetch_adds happened in.
 /// Raises `peak` to `now` if it is below: the maximum over the order the updates happened in.
 inline void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
   std::size_t seen = peak.load(std::memory_order_relaxed);
@@ -70,7 +67,9 @@ inline constexpr std::size_t kTensorAlignment = 64;
 /// Freed buffers kept for reuse, by rounded size. A training loop allocates the same sizes every
 /// step; handing them back to the system and faulting fresh pages in again cost a quarter of a
 /// step's time in measurements (docs/benchmarks.md). The counters above count the bytes tensors
-/// asked for, so caching changes no figure; memory::cached_bytes() tells what the cache holds.
+/// asked for, so caching changes none of the live figures; memory::cached_bytes() tells what the
+/// cache holds, memory::peak_held_bytes() the peak of live plus cached bytes (approximate: cached
+/// bytes are counted rounded, and a concurrent hit may be seen on both sides for a moment).
 class BlockCache {
  public:
 #if defined(__SANITIZE_ADDRESS__)
@@ -175,7 +174,8 @@ inline void* allocate_bytes(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   const auto [p, cached] = block_cache().take(BlockCache::rounded(bytes));
   MemoryCounters& c = memory_counters();
-  // live + cached grows only here (give() moves bytes from live to cached or to the system)
+  // live + cached grows here (give() moves bytes from live to cached or to the system, but for
+  // the cache's rounding of a buffer's size, which this peak leaves out)
   raise_to(c.held_peak, count_allocation(c, bytes) + cached);
   return p;
 }
