@@ -4,8 +4,10 @@
 /// byte counts are exact: they are what benchmarks report and what tests assert. In a shape-only
 /// run (core/shape_only.hpp) the same counting happens with no memory behind it.
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -14,6 +16,10 @@
 #include <vector>
 
 #include "remat/core/kernel_scratch.hpp"
+
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
 
 namespace remat {
 namespace detail {
@@ -25,6 +31,9 @@ struct MemoryCounters {
   /// The most bytes held at once: live, plus freed buffers the cache keeps for reuse (the
   /// process's counters only; a shape-only run has no cache).
   std::atomic<std::size_t> held_peak{0};
+  /// The most bytes live at once since the process started (reset_peak leaves it): what the
+  /// cache may hold (the process's counters only).
+  std::atomic<std::size_t> high_water{0};
 };
 
 /// The counters of this thread's shape-only run (core/shape_only.hpp), null outside one. A
@@ -37,11 +46,16 @@ inline std::shared_ptr<MemoryCounters>& shape_only_counters() noexcept {
 /// True while this thread runs shape-only: tensors get a shape and no data, ops skip arithmetic.
 inline bool shape_only() noexcept { return shape_only_counters() != nullptr; }
 
+/// The counters of the process's real buffers.
+inline MemoryCounters& process_counters() noexcept {
+  static MemoryCounters counters;
+  return counters;
+}
+
 /// The counters this thread's allocations go to: the process's, or its shape-only run's.
 inline MemoryCounters& memory_counters() noexcept {
   if (const std::shared_ptr<MemoryCounters>& run = shape_only_counters()) return *run;
-  static MemoryCounters counters;
-  return counters;
+  return process_counters();
 }
 
 /// Raises `peak` to `now` if it is below: the maximum over the order the updates happened in.
@@ -64,34 +78,77 @@ inline std::size_t count_allocation(MemoryCounters& c, std::size_t bytes) noexce
 /// Alignment of every tensor buffer: a cache line, and enough for any SIMD load.
 inline constexpr std::size_t kTensorAlignment = 64;
 
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
+/// Buffers of at least this many bytes get pages of their own from the system, returned when
+/// freed. From the C++ heap, glibc serves sizes below its mmap threshold, which rises to 32 MiB
+/// as large buffers are freed, out of heaps that keep freed memory and reuse it piecemeal: a
+/// 2B-class step without checkpoints, its activations of 8 to 48 MiB, ended resident 800 MiB
+/// above the bytes the allocator held (docs/benchmarks.md). Under AddressSanitizer every buffer
+/// comes from the heap, where it watches them.
+inline constexpr std::size_t kOwnPagesBytes = std::size_t{1} << 20;
+
+/// A buffer of `bytes` (a multiple of kTensorAlignment) from the system.
+inline void* system_allocate(std::size_t bytes) {
+#if __has_include(<sys/mman.h>)
+  if (!kAddressSanitizer && bytes >= kOwnPagesBytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
+  }
+#endif
+  return ::operator new (bytes, std::align_val_t{kTensorAlignment});
+}
+
+/// Returns a buffer system_allocate(bytes) gave.
+inline void system_free(void* p, std::size_t bytes) noexcept {
+#if __has_include(<sys/mman.h>)
+  if (!kAddressSanitizer && bytes >= kOwnPagesBytes) {
+    ::munmap(p, bytes);
+    return;
+  }
+#endif
+  ::operator delete (p, std::align_val_t{kTensorAlignment});
+}
+
 /// Freed buffers kept for reuse, by rounded size. A training loop allocates the same sizes every
 /// step; handing them back to the system and faulting fresh pages in again cost a quarter of a
 /// step's time in measurements (docs/benchmarks.md). The counters above count the bytes tensors
 /// asked for, so caching changes none of the live figures; memory::cached_bytes() tells what the
 /// cache holds, memory::peak_held_bytes() the peak of live plus cached bytes (approximate: cached
 /// bytes are counted rounded, and a concurrent hit may be seen on both sides for a moment).
+///
+/// The cache holds at most the most bytes ever live at once (the high-water mark), or 1 GiB
+/// if that is more: a step that frees its activations in the backward pass finds them all
+/// again in the next forward pass, however many gigabytes they are, and what the cache holds
+/// stays within what the program once needed. A limit (memory::set_cache_limit) caps it
+/// further; there is none by default.
 class BlockCache {
  public:
-#if defined(__SANITIZE_ADDRESS__)
   // Under AddressSanitizer nothing is cached: a reused buffer would hide a use after free.
-  static constexpr std::size_t kDefaultLimit = 0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  static constexpr std::size_t kDefaultLimit = 0;
-#else
-  static constexpr std::size_t kDefaultLimit = std::size_t{1} << 30;
-#endif
-#else
-  static constexpr std::size_t kDefaultLimit = std::size_t{1} << 30;
-#endif
+  static constexpr std::size_t kDefaultLimit =
+      kAddressSanitizer ? 0 : std::numeric_limits<std::size_t>::max();
+  /// What the cache may hold however little was ever live.
+  static constexpr std::size_t kFloor = std::size_t{1} << 30;
 
   static std::size_t rounded(std::size_t bytes) noexcept {
     const std::size_t grain = bytes >= 4096 ? 4096 : kTensorAlignment;
     return (bytes + grain - 1) / grain * grain;
   }
 
-  /// A buffer of `size` bytes, cached or new, and the bytes the cache holds after it.
-  std::pair<void*, std::size_t> take(std::size_t size) {
+  /// A buffer for `bytes`, cached or new, and the bytes the cache holds after it.
+  std::pair<void*, std::size_t> take(std::size_t bytes) {
+    const std::size_t size = rounded(bytes);
     std::size_t cached = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -104,13 +161,15 @@ class BlockCache {
       }
       cached = cached_;
     }
-    return {::operator new (size, std::align_val_t{kTensorAlignment}), cached};
+    return {system_allocate(size), cached};
   }
 
-  void give(void* p, std::size_t size) noexcept {
+  /// Takes back a freed buffer for `bytes`; `high_water`: the process's live high-water mark.
+  void give(void* p, std::size_t bytes, std::size_t high_water) noexcept {
+    const std::size_t size = rounded(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!closed_ && cached_ + size <= limit_) {
+      if (!closed_ && cached_ + size <= std::min(limit_, std::max(kFloor, high_water))) {
         try {
           free_[size].push_back(p);
           cached_ += size;
@@ -119,14 +178,14 @@ class BlockCache {
         }
       }
     }
-    ::operator delete (p, std::align_val_t{kTensorAlignment});
+    system_free(p, size);
   }
 
   /// Frees every cached buffer.
   void release() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [size, blocks] : free_) {
-      for (void* p : blocks) ::operator delete (p, std::align_val_t{kTensorAlignment});
+      for (void* p : blocks) system_free(p, size);
     }
     free_.clear();
     cached_ = 0;
@@ -170,20 +229,25 @@ inline BlockCache& block_cache() noexcept {
   return *cache;
 }
 
+/// A real buffer of `bytes`, counted in the process's counters (also inside a shape-only run,
+/// where a real tensor may still be made or die: one that lived before it began).
 inline void* allocate_bytes(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  const auto [p, cached] = block_cache().take(BlockCache::rounded(bytes));
-  MemoryCounters& c = memory_counters();
+  MemoryCounters& c = process_counters();
+  const auto [p, cached] = block_cache().take(bytes);
+  const std::size_t live = count_allocation(c, bytes);
+  raise_to(c.high_water, live);
   // live + cached grows here (give() moves bytes from live to cached or to the system, but for
   // the cache's rounding of a buffer's size, which this peak leaves out)
-  raise_to(c.held_peak, count_allocation(c, bytes) + cached);
+  raise_to(c.held_peak, live + cached);
   return p;
 }
 
 inline void deallocate_bytes(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
-  memory_counters().live.fetch_sub(bytes, std::memory_order_relaxed);
-  block_cache().give(p, BlockCache::rounded(bytes));
+  MemoryCounters& c = process_counters();
+  c.live.fetch_sub(bytes, std::memory_order_relaxed);
+  block_cache().give(p, bytes, c.high_water.load(std::memory_order_relaxed));
 }
 
 /// A tensor's buffer of `bytes`, owned: freeing the owner returns the buffer and uncounts it. In
@@ -215,7 +279,7 @@ inline std::size_t peak_bytes() noexcept {
 }
 
 /// The most bytes held at once since the start or the last reset_peak(): live bytes plus the
-/// freed buffers the cache kept for reuse at that moment (at most its limit, set_cache_limit).
+/// freed buffers the cache kept for reuse at that moment (see set_cache_limit).
 /// What the process holds of tensor memory; peak_bytes() is what tensors needed.
 inline std::size_t peak_held_bytes() noexcept {
   return detail::memory_counters().held_peak.load(std::memory_order_relaxed);
@@ -236,8 +300,9 @@ inline void release_cache() noexcept {
   detail::kernel_scratch().release();
 }
 
-/// Caps the bytes the reuse cache may hold (default 1 GiB, 0 under AddressSanitizer; 0 turns
-/// caching off).
+/// Caps the bytes the reuse cache may hold. By default there is no cap but its rule: at most the
+/// most bytes ever live at once, or 1 GiB (detail::BlockCache); 0 turns caching off, and is the
+/// default under AddressSanitizer.
 inline void set_cache_limit(std::size_t bytes) noexcept { detail::block_cache().set_limit(bytes); }
 
 /// Starts a new peak measurement from the current live count.
