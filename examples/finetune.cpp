@@ -954,7 +954,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   }
   // the process: its peak resident memory, the allocator's peak of live tensor bytes (all of
   // them, the validation batches and what was live before loading included), its peak of live
-  // bytes plus the freed buffers it kept for reuse (within the live peak, core/memory.hpp), and
+  // bytes plus the freed buffers it kept for reuse (core/memory.hpp bounds them), and
   // what the cache holds at the end
   const double rss = peak_resident_bytes(), live = live_peak,
                cached = double(remat::memory::cached_bytes());
