@@ -11,6 +11,20 @@
 
 using namespace remat;
 
+namespace {
+
+/// One operation of a generated sequence: three times in five (or when nothing is held), a new
+/// tensor of 1 to `max_pages` whole 4 KiB pages, never written; otherwise one held tensor freed.
+void allocate_or_free(std::mt19937& rng, std::vector<Tensor<float>>& held, unsigned max_pages) {
+  if (held.empty() || rng() % 5 < 3) {
+    held.emplace_back(Shape{static_cast<std::int64_t>(1 + rng() % max_pages) * 1024});
+  } else {
+    held.erase(held.begin() + static_cast<std::ptrdiff_t>(rng() % held.size()));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("the counting allocator counts tensor bytes exactly", "[core][memory]") {
   const std::size_t live0 = memory::live_bytes();
   const std::size_t count0 = memory::allocation_count();
@@ -105,11 +119,7 @@ TEST_CASE("the held peak counts the cache beside the live bytes", "[core][memory
     std::size_t most = memory::live_bytes() + memory::cached_bytes();
     std::vector<Tensor<float>> held;
     for (int op = 0; op < 200; ++op) {
-      if (held.empty() || rng() % 5 < 3) {
-        held.emplace_back(Shape{static_cast<std::int64_t>(1 + rng() % 16) * 1024});
-      } else {
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(rng() % held.size()));
-      }
+      allocate_or_free(rng, held, 16);
       const std::size_t now = memory::live_bytes() + memory::cached_bytes();
       most = std::max(most, now);
       INFO("sequence " << sequence << ", op " << op);
@@ -197,12 +207,7 @@ TEST_CASE("the cache holds up to the most bytes ever live, or 1 GiB", "[core][me
   for (int sequence = 0; sequence < 10; ++sequence) {
     std::vector<Tensor<float>> held;
     for (int op = 0; op < 300; ++op) {
-      if (held.empty() || rng() % 5 < 3) {
-        // up to 16 MiB, most pages of their own (system_allocate), never written
-        held.emplace_back(Shape{static_cast<std::int64_t>(1 + rng() % 4096) * 1024});
-      } else {
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(rng() % held.size()));
-      }
+      allocate_or_free(rng, held, 4096);  // up to 16 MiB: most pages of their own (mapped)
       INFO("sequence " << sequence << ", op " << op);
       REQUIRE(memory::cached_bytes() <= std::max(cap_floor, high_water()));
     }
