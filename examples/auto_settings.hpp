@@ -32,8 +32,10 @@
 //     GEMMs to run at speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024
 //     at 39, issue 23), or the cap if less. Cap: the training examples (a padded batch holds
 //     distinct examples) and the rows of the effective batch below (a larger micro-batch would only
-//     mean fewer accumulated ones). A budget:<MiB> plan is not chosen: finetune profiles it on the
-//     model (measured times), so will_it_fit could not print the same plan without the weights.
+//     mean fewer accumulated ones). A budget:<MiB> plan is not chosen (the rule has no budget to
+//     give it); given (--checkpoint budget:<MiB>), it is planned for each batch tried on that
+//     step's shape-only chain, as finetune plans it for the batch chosen, and the batch is the
+//     largest whose plan exists within the budget and fits the room.
 //     Why recompute first: a plan that replays the layers costs about a forward pass more per
 //     step whatever the batch (the 0.5B step at 1 x 512: 37 tokens/s without checkpoints, 27.5
 //     with one per layer, docs/benchmarks.md), while a larger micro-batch gains little once the
@@ -197,6 +199,11 @@ inline std::string digits(double v, int significant = 3) {
   return buf;
 }
 
+/// A fraction as a percentage of 2 significant digits ("3.6", "79"), whole from 99.5 ("100").
+inline std::string percent(double fraction) {
+  return fraction * 100 >= 99.5 ? digits(fraction * 100, 3) : digits(fraction * 100, 2);
+}
+
 /// Step 1: the sequence length for these token counts (sorted), context and ceiling (0: none),
 /// and the line that says why. `chat`: the examples are conversations (text documents are cut
 /// into windows instead of truncated).
@@ -228,9 +235,9 @@ inline std::size_t choose_length(const hub::TokenReport& r, std::size_t context,
   return length;
 }
 
-/// The estimate of a step of `rows` x `columns` positions of this fine-tune under `p`.
-inline double step_total(const Request& r, std::int64_t rows, std::int64_t columns,
-                         const plan::Plan& p) {
+/// A step of `rows` x `columns` positions of this fine-tune, as finetune shapes it.
+inline remat::train::StepShape step_shape(const Request& r, std::int64_t rows,
+                                          std::int64_t columns) {
   remat::train::StepShape shape{.batch = rows,
                                 .time = columns,
                                 .loss_chunk_rows = r.loss_chunk_rows.value_or(0),
@@ -239,19 +246,48 @@ inline double step_total(const Request& r, std::int64_t rows, std::int64_t colum
                                 .double_quant = r.double_quant,
                                 .precision = r.precision};
   shape.lora = {.rank = r.rank, .targets = r.targets, .dropout = r.dropout};
-  return remat::train::step_peak<float>(r.model, shape, p);
+  return shape;
+}
+
+/// The estimate of a step of `rows` x `columns` positions of this fine-tune under `p`.
+inline double step_total(const Request& r, std::int64_t rows, std::int64_t columns,
+                         const plan::Plan& p) {
+  return remat::train::step_peak<float>(r.model, step_shape(r, rows, columns), p);
 }
 
 /// A plan finetune can run, by its --checkpoint name.
 struct Candidate {
   std::string name;
-  plan::Plan plan;
+  plan::Plan plan;  ///< a budget's: planned for one row (its recompute orders the candidates)
+  std::optional<double> budget_bytes;  ///< budget:<MiB>: planned again for every batch
 };
 
+/// `c`'s plan for a step of rows x columns: a budget plan is made on that step's shape-only
+/// chain, as finetune makes it (a larger batch needs other segments); none when nothing fits the
+/// budget there.
+inline std::optional<plan::Plan> plan_at(const Request& r, const Candidate& c, std::int64_t rows,
+                                         std::int64_t columns) {
+  if (!c.budget_bytes) return c.plan;
+  try {
+    return plan::budget(
+        remat::train::estimate_memory<float>(r.model, step_shape(r, rows, columns)).chain,
+        *c.budget_bytes);
+  } catch (const remat::PlanError&) {
+    return std::nullopt;  // the budget is too small for this batch
+  }
+}
+
+/// The estimate of a step of rows x columns under `c` (infinite when its budget has no plan).
+inline double candidate_total(const Request& r, const Candidate& c, std::int64_t rows,
+                              std::int64_t columns) {
+  const std::optional<plan::Plan> p = plan_at(r, c, rows, columns);
+  return p ? step_total(r, rows, columns, *p) : std::numeric_limits<double>::infinity();
+}
+
 /// none, every layer in a segment of its own under a save policy (--checkpoint policy:<policy>'s
-/// when given, else save_matmuls), sqrt and every, in the order of the recompute they cost, least
-/// first (a stable sort: ties keep that order). Priced on a shape-only step, as finetune prices
-/// them.
+/// when given, else save_matmuls), sqrt and every, and --checkpoint budget:<MiB>'s plan when
+/// given, in the order of the recompute they cost, least first (a stable sort: ties keep that
+/// order). Priced on a shape-only step, as finetune prices them.
 inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns) {
   const std::optional<remat::SavePolicy> given =
       r.checkpoint ? corpus::checkpoint_policy(*r.checkpoint) : std::nullopt;
@@ -271,6 +307,13 @@ inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns)
        plan::custom(chain, corpus::policy_plan(policy, r.model.num_hidden_layers).segments)},
       {"sqrt", plan::sqrt(chain)},
       {"every", plan::every(chain)}};
+  if (r.checkpoint && r.checkpoint->rfind("budget:", 0) == 0) {
+    const double bytes = corpus::budget_mib(*r.checkpoint, "finetune") * (1 << 20);
+    const remat::train::StepShape one_row = step_shape(r, 1, columns);
+    out.push_back(
+        {*r.checkpoint,
+         plan::budget(remat::train::estimate_memory<float>(r.model, one_row).chain, bytes), bytes});
+  }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.plan.recompute_fraction < b.plan.recompute_fraction;
   });
@@ -305,7 +348,7 @@ inline DataFacts facts_of(const chat::Data& d, std::size_t length, bool pack) {
   std::string smallest;
   double need = std::numeric_limits<double>::infinity();
   for (const Candidate& c : plans) {
-    const double t = step_total(r, rows, columns, c.plan);
+    const double t = candidate_total(r, c, rows, columns);
     if (t < need) need = t, smallest = c.name;
   }
   throw remat::ArgumentError(remat::detail::cat(
@@ -319,10 +362,10 @@ inline DataFacts facts_of(const chat::Data& d, std::size_t length, bool pack) {
                 : std::string(", no room for a step at all")));
 }
 
-/// The largest batch in [1, cap] whose step's estimate under `p` is within `limit` (0: none).
-inline std::int64_t largest_batch(const Request& r, const plan::Plan& p, std::int64_t columns,
+/// The largest batch in [1, cap] whose step's estimate under `c` is within `limit` (0: none).
+inline std::int64_t largest_batch(const Request& r, const Candidate& c, std::int64_t columns,
                                   std::int64_t cap, double limit) {
-  const auto fits = [&](std::int64_t b) { return step_total(r, b, columns, p) <= limit; };
+  const auto fits = [&](std::int64_t b) { return candidate_total(r, c, b, columns) <= limit; };
   if (cap < 1 || !fits(1)) return 0;
   std::int64_t lo = 1, hi = cap + 1;  // fits(lo), and hi is past the last that may
   while (hi - lo > 1) {
@@ -332,16 +375,12 @@ inline std::int64_t largest_batch(const Request& r, const plan::Plan& p, std::in
   return lo;
 }
 
-/// The plans the rule may choose from: all of them, or the one --checkpoint names (a budget
-/// plan priced at its least, every layer, which is what finetune checks before it profiles one).
+/// The plans the rule may choose from: all of them but a budget's, or the one --checkpoint names.
 inline std::vector<Candidate> allowed(const std::vector<Candidate>& plans, const Request& r) {
-  if (!r.checkpoint) return plans;
-  const bool as_named = *r.checkpoint == "none" || *r.checkpoint == "sqrt" ||
-                        corpus::checkpoint_policy(*r.checkpoint);
-  const std::string name = as_named ? *r.checkpoint : "every";
+  std::vector<Candidate> out;
   for (const Candidate& c : plans)
-    if (c.name == name) return {c};
-  return {plans.back()};
+    if (r.checkpoint ? c.name == *r.checkpoint : !c.budget_bytes) out.push_back(c);
+  return out;
 }
 
 /// A plan and a batch, and why.
@@ -355,7 +394,7 @@ struct Choice {
 inline Choice plan_for_batch(const Request& r, const std::vector<Candidate>& plans,
                              const DataFacts& f, double limit) {
   for (const Candidate& c : plans) {
-    if (step_total(r, *r.batch, f.columns, c.plan) <= limit) {
+    if (candidate_total(r, c, *r.batch, f.columns) <= limit) {
       return {c, *r.batch,
               r.checkpoint ? "--batch and --checkpoint given; they fit"
                            : "--batch given; the plan with the least recompute it fits under"};
@@ -372,10 +411,13 @@ inline Choice search(const Request& r, const std::vector<Candidate>& plans, cons
   std::string tried;  // "none (0 % recompute) fits 2 rows, sqrt (79 % recompute) fits 5 rows"
   std::optional<Choice> best;
   for (const Candidate& c : plans) {
-    const std::int64_t b = largest_batch(r, c.plan, f.columns, cap, limit);
-    tried += remat::detail::cat(tried.empty() ? "" : ", ", c.name, " (",
-                                digits(c.plan.recompute_fraction * 100, 2), " % recompute) fits ",
-                                b, b == 1 ? " row" : " rows");
+    const std::int64_t b = largest_batch(r, c, f.columns, cap, limit);
+    // a budget's recompute is its plan's at that batch
+    const double recompute = b > 1 && c.budget_bytes
+                                 ? plan_at(r, c, b, f.columns)->recompute_fraction
+                                 : c.plan.recompute_fraction;
+    tried += remat::detail::cat(tried.empty() ? "" : ", ", c.name, " (", percent(recompute),
+                                " % recompute) fits ", b, b == 1 ? " row" : " rows");
     if (b > 0 && (!best || b > best->batch)) best = Choice{c, b, ""};
     if (b >= useful) break;
   }
@@ -409,7 +451,7 @@ inline void choose_plan_and_batch(const Request& r, const DataFacts& f, double t
   d.batch = c.batch;
   d.checkpoint = r.checkpoint ? *r.checkpoint : c.plan.name;
   d.columns = f.columns;
-  d.step_bytes = step_total(r, d.batch, f.columns, c.plan.plan);
+  d.step_bytes = candidate_total(r, c.plan, d.batch, f.columns);
   d.lines.push_back(remat::detail::cat("auto: checkpoint ", d.checkpoint, ", batch ", d.batch,
                                        " x ", f.columns,
                                        " tokens (--checkpoint, --batch), a step estimated at ",

@@ -28,6 +28,8 @@ struct DataOptions {
   hub::Truncate truncate = hub::Truncate::oldest;
   hub::TrainOn train_on = hub::TrainOn::assistant;
   bool skip_bad = false;
+  /// The date a Llama 3.1+ template writes in its system block (empty: the template's own).
+  std::string chat_date;
 };
 
 /// One micro-batch: the model's ids and targets (kIgnoreTarget where the loss is not), the
@@ -61,6 +63,17 @@ inline hub::ChatTemplate chat_template_of(const hub::Tokenizer& tok, const std::
   }
   return hub::recognise_chat_template(*c.chat_template, c.bos_token.value_or(""),
                                       c.eos_token.value_or(""));
+}
+
+/// Sets the date `t` writes in its system block (what transformers' apply_chat_template does with
+/// a `date_string` argument); only Meta's Llama 3.1+ templates write one.
+inline void set_date(hub::ChatTemplate& t, const std::string& date, const std::string& base) {
+  if (t.date_string.empty()) {
+    throw remat::ArgumentError(remat::detail::cat(
+        "finetune: --chat-date ", date, ": the chat template of ", base, " (",
+        hub::family_name(t.family), ") writes no date; only Llama 3.1+ templates do"));
+  }
+  t.date_string = date;
 }
 
 /// Plain text documents as examples of at most `max_tokens` tokens: a longer document is cut
@@ -114,6 +127,7 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
   std::string skipped;
   if (ext == ".jsonl") {
     d.chat = chat_template_of(tok, base);
+    if (!o.chat_date.empty()) set_date(*d.chat, o.chat_date, base);
     const hub::ConversationFile file = hub::read_conversations(o.path, {.skip_bad = o.skip_bad});
     if (file.skipped > 0)
       skipped = remat::detail::cat(
@@ -124,6 +138,10 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
                                        .truncate = o.truncate,
                                        .train_on = o.train_on});
   } else {
+    if (!o.chat_date.empty())
+      throw remat::ArgumentError(remat::detail::cat("finetune: --chat-date ", o.chat_date,
+                                                    " is for conversations (.jsonl); ", o.path,
+                                                    " is plain text"));
     examples = text_examples(tok, o.path, o.max_tokens);
   }
   if (examples.examples.size() < 2) {

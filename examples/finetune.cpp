@@ -6,7 +6,7 @@
 //   finetune --base DIR|FILE [--data PATH] [--storage nf4|bf16|int8|f32] [--no-double-quant]
 //            [--rank R] [--alpha A] [--lora-dropout P] [--targets a,b,...] [--context T]
 //            [--max-tokens N] [--truncate oldest|exclude] [--train-on assistant|all]
-//            [--skip-bad] [--pack] [--prompt TEXT] [--auto [--memory GiB]]
+//            [--skip-bad] [--pack] [--chat-date DATE] [--prompt TEXT] [--auto [--memory GiB]]
 //            [--batch B] [--accumulate K] [--steps S] [--lr LR] [--seed N] [--threads N]
 //            [--checkpoint none|every|sqrt|budget:<MiB>|policy:<policy>] [--loss-chunk-rows N]
 //            [--eval-every N] [--eval-batches N]
@@ -24,9 +24,11 @@
 //    document is cut into windows. Every tenth example is kept for validation. A batch holds
 //    --batch examples, one a row, padded to the longest, or (--pack) --batch rows of
 //    --max-tokens - 1 positions into which examples are packed, attention kept within each
-//    example. --prompt samples an answer before and after training (--sample tokens, 48 by
-//    default). --auto chooses --max-tokens from the data's token counts, then the checkpoint
-//    plan, --batch and --accumulate that fit --memory (GiB; default: the memory available now),
+//    example. --chat-date sets the date a Llama 3.1+ template writes ("04 Dec 2026"; default:
+//    the template's, today's for Llama 3.2). --prompt samples an answer before and after
+//    training (--sample tokens, 48 by default). --auto chooses --max-tokens from the data's token
+//    counts, then the checkpoint plan, --batch and --accumulate that fit --memory (GiB; default:
+//    the memory available now),
 //    --lr and --steps, by the rule written in auto_settings.hpp, and prints an "auto:" line for
 //    each choice; a flag given wins for its setting (--max-tokens is then the length's
 //    ceiling). `will_it_fit --base DIR --data FILE` prints the same decision without
@@ -45,8 +47,10 @@
 // --save-adapters DIR writes PEFT's adapter files at the end; with --save-every N also every N
 // steps, beside training_state.safetensors (the adapters, AdamW's moments and step counts, the
 // step, and the flags the run's course depends on). --resume DIR continues such a run exactly:
-// the same losses and adapters, bit for bit, as if it had not stopped; every flag it records
-// must be given the same (a difference is an error naming the flag). --stop-after N stops after
+// the same losses and adapters, bit for bit, as if it had not stopped, on the same number of
+// threads (on another, a note says the last bits may differ); every flag it records must be
+// given the same (a difference is an error naming the flag), and the date the template wrote is
+// written again unless --chat-date is given. --stop-after N stops after
 // step N of the --steps planned, as a kill would (the schedule still spans --steps).
 //
 // The loss of a step is the mean over the targets it counts (micro-batches weighted by their
@@ -121,6 +125,7 @@ struct Options {
   // a Hugging Face folder's data
   std::int64_t max_tokens = 0;
   std::string truncate = "oldest", train_on = "assistant", prompt;
+  std::string chat_date;  // --chat-date; once the data is read, the date its template wrote
   bool skip_bad = false, pack = false;
   bool auto_settings = false;                // --auto
   double memory_gib = 0;                     // --memory (0: the memory available)
@@ -236,6 +241,12 @@ Options parse(int argc, char** argv) {
                     "pack examples into rows of --max-tokens - 1 positions, attention kept within "
                     "each example (default: one example a row, padded)"),
        "--pack"},
+      {app.add_option("--chat-date", o.chat_date,
+                      "the date a Llama 3.1+ chat template writes in its system block, as \"04 "
+                      "Dec 2026\" (default: the template's own, today's for Llama 3.2; a "
+                      "resumed run: the date it was saved with)")
+           ->check(flags::chat_date),
+       "--chat-date"},
       {app.add_option("--prompt", o.prompt,
                       "a user message to answer before and after training (--sample tokens)"),
        "--prompt"},
@@ -407,11 +418,6 @@ class CharSource {
   /// The most columns a batch has (every batch has them here).
   std::int64_t max_columns() const { return columns_; }
   chat::Batch next() { return window_batch(corpus_.train, data_rng_); }
-  /// A batch to profile plans on.
-  chat::Batch largest() {
-    remat::Rng plan_rng(seed_);
-    return window_batch(corpus_.train, plan_rng);
-  }
   std::vector<chat::Batch> validation(std::int64_t count) const {
     remat::Rng val_rng(seed_ * 104729 + 3);
     std::vector<chat::Batch> val;
@@ -478,21 +484,6 @@ class HubSource {
     if (!packed_columns_) return chat::make_batch(data_.train, sampler_.next(rows_), data_.pad);
     return chat::pack_batch(data_.train, rows_, packed_columns_, data_.pad, pending_,
                             [&] { return sampler_.next(1)[0]; });
-  }
-  /// The batch that needs the most memory: the longest training examples, or full packed rows.
-  chat::Batch largest() const {
-    std::vector<std::size_t> order(data_.train.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    if (packed_columns_) {
-      std::optional<std::size_t> pending;
-      std::size_t at = 0;
-      return chat::pack_batch(data_.train, rows_, packed_columns_, data_.pad, pending,
-                              [&] { return order[at++ % order.size()]; });
-    }
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return data_.train[a].ids.size() > data_.train[b].ids.size();
-    });
-    return chat::make_batch(data_.train, std::span(order).first(rows_), data_.pad);
   }
   /// The first `count` batches of validation examples.
   std::vector<chat::Batch> validation(std::int64_t count) const {
@@ -572,18 +563,25 @@ remat::train::StepShape step_shape(const Options& o, const std::vector<std::stri
   return shape;
 }
 
-/// --checkpoint policy:<policy>'s plan, priced from a shape-only step of the largest batch (as
-/// will_it_fit and --auto price it) rather than profiled on the weights: its segments do not
-/// depend on measured times, and the figures it prints are the estimate's.
+/// The plan --checkpoint names for a step of rows x columns. policy:<policy> and budget:<MiB> are
+/// made on the chain of a shape-only step of that shape (the estimate's) rather than profiled on
+/// the weights: a budget plan's planner then weighs replays by their FLOPs, not measured times,
+/// so that --auto and will_it_fit, which never read the weights, price the very plan this run
+/// makes (auto_settings.hpp), and the figures it prints are the estimate's.
 template <class Model>
-remat::plan::Plan priced_policy_plan(const Model& model, const Options& o,
-                                     const std::vector<std::string>& targets, std::int64_t rows,
-                                     std::int64_t columns, const remat::SavePolicy& policy) {
+remat::plan::Plan priced_plan(const Model& model, const Options& o,
+                              const std::vector<std::string>& targets, std::int64_t rows,
+                              std::int64_t columns) {
+  const std::optional<remat::SavePolicy> policy = corpus::checkpoint_policy(o.checkpoint);
+  if (!policy && o.checkpoint.rfind("budget:", 0) != 0)
+    return corpus::smallest_plan(o.checkpoint, layers_of(model), kProgram);  // none, every, sqrt
   remat::train::StepShape shape = step_shape(o, targets, rows, columns);
-  shape.policies = {policy};
+  if (policy) shape.policies = {*policy};
   const remat::plan::Chain chain =
       remat::train::estimate_memory<float>(config_of(model), shape).chain;
-  return remat::plan::custom(chain, corpus::policy_plan(policy, layers_of(model)).segments);
+  if (policy)
+    return remat::plan::custom(chain, corpus::policy_plan(*policy, layers_of(model)).segments);
+  return remat::plan::budget(chain, corpus::budget_mib(o.checkpoint, kProgram) * (1 << 20));
 }
 
 template <class Model>
@@ -703,7 +701,8 @@ std::vector<std::pair<std::string, std::string>> course_settings(const Options& 
           {"--skip-bad", yes(o.skip_bad)},
           {"--pack", yes(o.pack)},
           {"--loss-chunk-rows", std::to_string(o.loss_chunk_rows)},
-          {"--dtype", remat::to_string(remat::parse_precision(o.dtype, "--dtype"))}};
+          {"--dtype", remat::to_string(remat::parse_precision(o.dtype, "--dtype"))},
+          {"--chat-date", o.chat_date}};
 }
 
 /// Saves the adapters (PEFT's files) and the training state after `steps_done` steps into
@@ -712,7 +711,8 @@ void save_with_state(const Options& o, const remat::nn::lora::Adapters<float>& a
                      const remat::optim::AdamW<float>& optimizer, std::int64_t steps_done,
                      double first_val) {
   remat::io::Metadata meta{{"finetune.step", std::to_string(steps_done)},
-                           {"finetune.first_val_loss", flags::exact_text(first_val)}};
+                           {"finetune.first_val_loss", flags::exact_text(first_val)},
+                           {"finetune.threads", std::to_string(remat::num_threads())}};
   for (const auto& [flag, value] : course_settings(o)) meta.emplace("finetune" + flag, value);
   remat::io::save_folder(o.save_adapters, [&](const std::string& staging) {
     remat::hub::write_adapters(adapters, staging);
@@ -720,20 +720,45 @@ void save_with_state(const Options& o, const remat::nn::lora::Adapters<float>& a
   });
 }
 
-/// The state --resume names, checked against this run's settings, loaded into the adapters and
-/// the optimizer; returns the file's metadata.
-remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float>& adapters,
-                               remat::optim::AdamW<float>& optimizer) {
+/// The training state's file in the folder --resume names.
+std::string state_path(const Options& o) {
   const std::string path = (std::filesystem::path(o.resume) / kTrainingState).string();
   if (!std::filesystem::exists(path)) {
     throw remat::IoError(remat::detail::cat(kProgram, ": --resume ", o.resume, " holds no ",
                                             kTrainingState, " (written by --save-every)"));
   }
-  const remat::io::Metadata meta = remat::io::File::read(path).metadata();
-  // flags added after saves were made: such a save ran with their default (--dtype was a flag
-  // before it was recorded, so a save without it may have run with either: not checked)
+  return path;
+}
+
+/// The metadata of the training state --resume names.
+remat::io::Metadata saved_metadata(const Options& o) {
+  return remat::io::File::read(state_path(o)).metadata();
+}
+
+/// Says so when the saved run ran on another number of threads: a float GEMM's sums may be
+/// grouped otherwise, so the continuation can differ in the last bits from the run that was
+/// stopped. Not an error: a run may well be resumed on another machine.
+void note_thread_change(const remat::io::Metadata& meta, const std::string& path) {
+  const auto it = meta.find("finetune.threads");
+  const std::string now = std::to_string(remat::num_threads());
+  if (it == meta.end() || it->second == now) return;
+  std::fprintf(stderr,
+               "%s: note: %s was saved by a run on %s threads and this one runs on %s: the "
+               "continuation may differ from an uninterrupted run in its last bits\n",
+               kProgram, path.c_str(), it->second.c_str(), now.c_str());
+}
+
+/// The state --resume names, checked against this run's settings, loaded into the adapters and
+/// the optimizer; returns the file's metadata.
+remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float>& adapters,
+                               remat::optim::AdamW<float>& optimizer) {
+  const std::string path = state_path(o);
+  const remat::io::Metadata meta = saved_metadata(o);
+  // flags added after saves were made: such a save ran with their default (--dtype and
+  // --chat-date were flags or defaults before they were recorded, so a save without them may
+  // have run with either: not checked)
   const std::map<std::string, std::string> added_later{{"--loss-chunk-rows", "0"}};
-  const std::set<std::string> recorded_later{"--dtype"};
+  const std::set<std::string> recorded_later{"--dtype", "--chat-date"};
   for (const auto& [flag, value] : course_settings(o)) {
     const auto it = meta.find("finetune" + flag);
     const auto later = added_later.find(flag);
@@ -746,6 +771,7 @@ remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float
           "; resume it with the same (this run has '", value, "')"));
     }
   }
+  note_thread_change(meta, path);
   remat::train::load_training_state(path, adapters, optimizer);
   return meta;
 }
@@ -818,14 +844,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
     val_bytes += double(b.ids.bytes() + b.targets.bytes());
     if (b.starts.defined()) val_bytes += double(b.starts.bytes());
   }
-  const remat::plan::Plan plan = [&] {
-    if (const std::optional<remat::SavePolicy> policy = corpus::checkpoint_policy(o.checkpoint))
-      return priced_policy_plan(model, o, targets, rows, longest, *policy);
-    // the largest batch only shapes the plan: freed before the steps, whose count it would join
-    const chat::Batch largest = source.largest();
-    return corpus::make_plan(o.checkpoint, model, layers_of(model), largest.ids, largest.targets,
-                             kProgram, loss_options(model, largest, o.loss_chunk_rows));
-  }();
+  const remat::plan::Plan plan = priced_plan(model, o, targets, rows, longest);
   const Split planned = estimated_split(model, o, targets, rows, longest, plan);
 
   const double first_val =
@@ -1020,6 +1039,17 @@ auto_settings::Request auto_request(const Options& o) {
   return r;
 }
 
+/// The date a resumed run's template wrote (empty: none, or a save from before it was recorded):
+/// a Llama 3.2 run resumed on another day renders its conversations as it did.
+std::string saved_chat_date(const Options& o) {
+  const remat::io::Metadata meta = saved_metadata(o);
+  const auto it = meta.find("finetune--chat-date");
+  return it == meta.end() ? std::string() : it->second;
+}
+
+/// The date the data's template wrote in its system blocks (empty: none).
+std::string date_written(const chat::Data& d) { return d.chat ? d.chat->date_string : ""; }
+
 /// A Hugging Face folder: its tokenizer, the model read into --storage, the data; with --auto,
 /// the data and the settings first (auto_settings.hpp), the weights read after.
 int run_hub(Options& o, std::size_t live0) {
@@ -1037,7 +1067,8 @@ int run_hub(Options& o, std::size_t live0) {
       .truncate =
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
-      .skip_bad = o.skip_bad};
+      .skip_bad = o.skip_bad,
+      .chat_date = o.chat_date.empty() && !o.resume.empty() ? saved_chat_date(o) : o.chat_date};
   if (o.auto_settings) {
     auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, auto_request(o));
     for (const std::string& line : chosen.decision.lines) std::printf("%s\n", line.c_str());
@@ -1049,12 +1080,15 @@ int run_hub(Options& o, std::size_t live0) {
     o.steps = chosen.decision.steps;
     o.lr = chosen.decision.lr;
     o.checkpoint = chosen.decision.checkpoint;
+    o.chat_date = date_written(chosen.data);
     remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
     HubSource source(tok, std::move(chosen.data), data.max_tokens, o);
     return run(model, source, o, live0);
   }
+  chat::Data examples = chat::load(tok, o.base, data, context);
+  o.chat_date = date_written(examples);
   remat::nn::Llama<float> model = remat::hub::load_llama<float>(o.base, load_options(o));
-  HubSource source(tok, chat::load(tok, o.base, data, context), data.max_tokens, o);
+  HubSource source(tok, std::move(examples), data.max_tokens, o);
   return run(model, source, o, live0);
 }
 

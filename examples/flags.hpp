@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -126,6 +128,25 @@ inline const CLI::Validator probability(
       return "'" + text + "' is not a number in [0, 1)";
     },
     "[0,1)");
+
+/// A date as a Llama 3.1+ chat template writes it, strftime's "%d %b %Y": "04 Dec 2026" (two
+/// digits, an English month's three letters, four digits). Another form would render text the
+/// model never saw in training.
+inline const CLI::Validator chat_date(
+    [](std::string& text) -> std::string {
+      static constexpr std::string_view kMonths = "JanFebMarAprMayJunJulAugSepOctNovDec";
+      const auto digits = [&](std::size_t at, std::size_t n) {
+        return std::all_of(text.begin() + std::ptrdiff_t(at), text.begin() + std::ptrdiff_t(at + n),
+                           [](unsigned char c) { return std::isdigit(c) != 0; });
+      };
+      if (text.size() == 11 && digits(0, 2) && text[2] == ' ' && text[6] == ' ' && digits(7, 4)) {
+        const std::size_t month = kMonths.find(std::string_view(text).substr(3, 3));
+        const int day = std::stoi(text.substr(0, 2));
+        if (month != std::string_view::npos && month % 3 == 0 && day >= 1 && day <= 31) return {};
+      }
+      return "'" + text + "' is not a date as \"04 Dec 2026\" (day, English month, year)";
+    },
+    "DATE");
 
 /// A precision a step computes in: f32 or bf16 (remat::parse_precision's names).
 inline const CLI::Validator precision_name(

