@@ -73,3 +73,15 @@ TEST_CASE("quantize_blocks gives the freed float weights back to the system, not
   remat::nn::quantize_blocks(model, WeightStorage::nf4);
   CHECK(remat::memory::cached_bytes() == 0);
 }
+
+TEST_CASE("Linear::quantize called alone gives its freed float weight back to the system",
+          "[nn][quantized][memory]") {
+  if (remat::detail::BlockCache::kDefaultLimit == 0) return;  // sanitized: nothing is cached
+  remat::Rng rng(3);
+  remat::nn::Linear<float> big(1024, 512, rng, false);  // 2 MiB: pages of its own when freed
+  remat::memory::release_cache();
+  const std::size_t live = remat::memory::live_bytes();
+  big.quantize(WeightStorage::int8);
+  CHECK(remat::memory::live_bytes() < live);  // the float matrix was freed...
+  CHECK(remat::memory::cached_bytes() == 0);  // ...and not kept for reuse
+}

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "remat/core/memory.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/nn/module.hpp"
 #include "remat/ops/dropout.hpp"
@@ -62,8 +63,9 @@ class Linear : public Module<T> {
 
   /// Freezes the weight and stores it as `storage` (core/quantized.hpp): f32 only freezes it;
   /// bf16, int8 and nf4 replace the float weight, which leaves parameters() and is freed once
-  /// no other handle holds it. The bias stays float and trainable. Once only: a quantized weight
-  /// is not quantized again.
+  /// no other handle holds it; the allocator's cache is emptied then (memory::release_cache), so
+  /// that its bytes leave the process. The bias stays float and trainable. Once only: a
+  /// quantized weight is not quantized again.
   void quantize(WeightStorage storage, bool double_quant = true) {
     if (qweight_) {
       throw UsageError(detail::cat("nn::Linear::quantize: the weight is already stored as ",
@@ -75,6 +77,9 @@ class Linear : public Module<T> {
         QuantizedWeight::quantize(weight.value(), storage, double_quant));
     this->remove_parameter("weight");
     weight = Parameter<T>();
+    // The float matrix freed goes back to the system, not to the allocator's cache: a model is
+    // quantized once, and its float weights would stay resident for the whole run.
+    memory::release_cache();
   }
 
   /// How the weight is stored.

@@ -4,9 +4,9 @@
 /// storage (nn::Linear::quantize), as QLoRA does: the embeddings, the norms, the biases and the
 /// head stay float (the head's weight feeds the chunked loss, which reads a float Parameter).
 /// The float matrices freed go back to the system, not to the allocator's cache
-/// (memory::release_cache): a run that quantizes once would otherwise keep them resident.
+/// (Linear::quantize releases the cache): a run that quantizes once would otherwise keep them
+/// resident.
 
-#include "remat/core/memory.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/llama.hpp"
 
@@ -19,7 +19,6 @@ void quantize_blocks(GPT<T>& model, WeightStorage storage, bool double_quant = t
     for (Linear<T>* l : {&b.attn.qkv, &b.attn.proj, &b.mlp.fc, &b.mlp.proj})
       l->quantize(storage, double_quant);
   }
-  memory::release_cache();
 }
 
 /// Quantizes the seven projections of every decoder layer.
@@ -31,7 +30,6 @@ void quantize_blocks(Llama<T>& model, WeightStorage storage, bool double_quant =
       l->quantize(storage, double_quant);
     }
   }
-  memory::release_cache();
 }
 
 }  // namespace remat::nn
