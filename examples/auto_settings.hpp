@@ -262,16 +262,21 @@ struct Candidate {
   std::optional<double> budget_bytes;  ///< budget:<MiB>: planned again for every batch
 };
 
-/// `c`'s plan for a step of rows x columns: a budget plan is made on that step's shape-only
-/// chain, as finetune makes it (a larger batch needs other segments); none when nothing fits the
-/// budget there.
+/// The budget plan of `bytes` for a step of rows x columns, made on that step's shape-only chain
+/// as finetune makes it; a PlanError when nothing fits the budget there.
+inline plan::Plan budget_plan(const Request& r, double bytes, std::int64_t rows,
+                              std::int64_t columns) {
+  return plan::budget(
+      remat::train::estimate_memory<float>(r.model, step_shape(r, rows, columns)).chain, bytes);
+}
+
+/// `c`'s plan for a step of rows x columns (a budget's is made for it: a larger batch needs
+/// other segments); none when nothing fits the budget there.
 inline std::optional<plan::Plan> plan_at(const Request& r, const Candidate& c, std::int64_t rows,
                                          std::int64_t columns) {
   if (!c.budget_bytes) return c.plan;
   try {
-    return plan::budget(
-        remat::train::estimate_memory<float>(r.model, step_shape(r, rows, columns)).chain,
-        *c.budget_bytes);
+    return budget_plan(r, *c.budget_bytes, rows, columns);
   } catch (const remat::PlanError&) {
     return std::nullopt;  // the budget is too small for this batch
   }
@@ -309,10 +314,7 @@ inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns)
       {"every", plan::every(chain)}};
   if (r.checkpoint && r.checkpoint->rfind("budget:", 0) == 0) {
     const double bytes = corpus::budget_mib(*r.checkpoint, "finetune") * (1 << 20);
-    const remat::train::StepShape one_row = step_shape(r, 1, columns);
-    out.push_back(
-        {*r.checkpoint,
-         plan::budget(remat::train::estimate_memory<float>(r.model, one_row).chain, bytes), bytes});
+    out.push_back({*r.checkpoint, budget_plan(r, bytes, 1, columns), bytes});
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.plan.recompute_fraction < b.plan.recompute_fraction;

@@ -171,26 +171,26 @@ inline void check_checkpoint_mode(const std::string& mode, const char* program) 
 }
 
 /// The plan --checkpoint names: none, every, sqrt, budget:<MiB> or policy:<policy> (budget and
-/// policy profiled on the batch x, y with the step's loss options, its chunk and packed rows, so
-/// that the plan prints its predicted peak and recompute; the profile's gradients are zeroed).
+/// policy profiled on the batch x, y, so that the plan prints its predicted peak and recompute;
+/// the profile's gradients are zeroed). train_gpt and train_llama's; finetune makes its plans
+/// shape-only (priced_plan in finetune.cpp).
 template <class Model>
 remat::plan::Plan make_plan(const std::string& mode, const Model& model, std::int64_t layers,
                             const remat::Tensor<std::int32_t>& x,
-                            const remat::Tensor<std::int32_t>& y, const char* program,
-                            const remat::nn::LossOptions& loss = {}) {
+                            const remat::Tensor<std::int32_t>& y, const char* program) {
   namespace plan = remat::plan;
   const auto n = static_cast<std::size_t>(layers);
   if (mode == "none") return plan::none(n);
   if (mode == "every") return plan::every(n);
   if (mode == "sqrt") return plan::sqrt(n);
   if (const std::optional<remat::SavePolicy> policy = checkpoint_policy(mode)) {
-    const plan::Chain chain = model.profile(x, y, loss, {.policies = {*policy}});
+    const plan::Chain chain = model.profile(x, y, {}, {.policies = {*policy}});
     for (auto p : model.parameters()) p.zero_grad();
     return plan::custom(chain, policy_plan(*policy, layers).segments);
   }
   if (mode.rfind("budget:", 0) == 0) {
     const double mib = budget_mib(mode, program);
-    const plan::Chain chain = model.profile(x, y, loss);
+    const plan::Chain chain = model.profile(x, y);
     for (auto p : model.parameters()) p.zero_grad();
     return plan::budget(chain, mib * 1024 * 1024);
   }

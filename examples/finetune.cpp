@@ -730,11 +730,6 @@ std::string state_path(const Options& o) {
   return path;
 }
 
-/// The metadata of the training state --resume names.
-remat::io::Metadata saved_metadata(const Options& o) {
-  return remat::io::File::read(state_path(o)).metadata();
-}
-
 /// Says so when the saved run ran on another number of threads: a float GEMM's sums may be
 /// grouped otherwise, so the continuation can differ in the last bits from the run that was
 /// stopped. Not an error: a run may well be resumed on another machine.
@@ -753,7 +748,7 @@ void note_thread_change(const remat::io::Metadata& meta, const std::string& path
 remat::io::Metadata load_state(const Options& o, remat::nn::lora::Adapters<float>& adapters,
                                remat::optim::AdamW<float>& optimizer) {
   const std::string path = state_path(o);
-  const remat::io::Metadata meta = saved_metadata(o);
+  const remat::io::Metadata meta = remat::io::File::read(path).metadata();
   // flags added after saves were made: such a save ran with their default (--dtype and
   // --chat-date were flags or defaults before they were recorded, so a save without them may
   // have run with either: not checked)
@@ -1042,7 +1037,7 @@ auto_settings::Request auto_request(const Options& o) {
 /// The date a resumed run's template wrote (empty: none, or a save from before it was recorded):
 /// a Llama 3.2 run resumed on another day renders its conversations as it did.
 std::string saved_chat_date(const Options& o) {
-  const remat::io::Metadata meta = saved_metadata(o);
+  const remat::io::Metadata meta = remat::io::File::read(state_path(o)).metadata();
   const auto it = meta.find("finetune--chat-date");
   return it == meta.end() ? std::string() : it->second;
 }
