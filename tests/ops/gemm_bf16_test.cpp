@@ -156,6 +156,38 @@ TEST_CASE("gemm_bf16 gives the same bits on any thread count and run to run", "[
   }
 }
 
+TEST_CASE("gemm_bf16's tile kernels give the same bits for A^T as for A transposed in memory",
+          "[ops][bf16]") {
+  // A transposed A is packed otherwise than a plain one (Note [BF16 GEMM packing]: in panels for
+  // avx512_bf16, by a transpose for amx), but each element of C must still be the same products
+  // summed in the same order.
+  const KernelScope restore;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal;
+  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+    if (kernel == remat::Bf16Kernel::convert) continue;  // the float GEMM orders its own sums
+    remat::set_bf16_kernel(kernel);
+    for (int trial = 0; trial < 12; ++trial) {
+      std::uniform_int_distribution<std::int64_t> size(1, 100);
+      const std::int64_t m = size(rng), n = size(rng), k = size(rng);
+      const bool tb = trial & 1;
+      std::vector<float> a(static_cast<std::size_t>(m * k)), at(a.size()),
+          b(static_cast<std::size_t>(k * n));
+      for (float& x : a) x = normal(rng);  // a: m x k; at: k x m, its transpose
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t l = 0; l < k; ++l) at[l * m + i] = a[i * k + l];
+      for (float& x : b) x = normal(rng);
+      std::vector<float> plain(static_cast<std::size_t>(m * n), 0.25f), transposed = plain;
+      remat::gemm_bf16(false, tb, m, n, k, 0.5f, a.data(), k, b.data(), tb ? k : n, 1.0f,
+                       plain.data(), n);
+      remat::gemm_bf16(true, tb, m, n, k, 0.5f, at.data(), m, b.data(), tb ? k : n, 1.0f,
+                       transposed.data(), n);
+      INFO(remat::to_string(kernel) << ": m " << m << ", n " << n << ", k " << k << ", tb " << tb);
+      CHECK(transposed == plain);
+    }
+  }
+}
+
 TEST_CASE("gemm_bf16's kernels: the machine's best by default, a missing one refused by name",
           "[ops][bf16][errors]") {
   const KernelScope restore;
@@ -207,9 +239,12 @@ TEST_CASE("gemm_in packs an operand's saved bfloat16 copy to the bits its floats
   std::normal_distribution<float> normal;
   for (const remat::Bf16Kernel kernel : runnable_kernels()) {
     remat::set_bf16_kernel(kernel);
-    for (int trial = 0; trial < 24; ++trial) {
-      std::uniform_int_distribution<std::int64_t> size(1, 70);
-      const std::int64_t m = size(rng), n = size(rng), k = size(rng);
+    for (int trial = 0; trial < 36; ++trial) {
+      // from trial 24, M and K multiples of 32: a copy of A is then read in place, not packed
+      std::uniform_int_distribution<std::int64_t> size(1, 70), blocks(1, 3);
+      const bool aligned = trial >= 24;
+      const std::int64_t m = aligned ? 32 * blocks(rng) : size(rng), n = size(rng),
+                         k = aligned ? 32 * blocks(rng) : size(rng);
       const bool ta = trial & 1, tb = trial & 2;
       const int copies = 1 + trial / 4 % 3;  // 1: A, 2: B, 3: both
       std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));

@@ -14,7 +14,12 @@
 /// detail::Bf16Source) and packed once per call into scratch buffers: A into rows of K bfloat16
 /// values (K padded with zeros to a multiple of 32: one AMX tile row), B into panels of 16
 /// columns in the "VNNI" layout both instructions read, each 32-bit word holding rows 2p and
-/// 2p + 1 of one column. Every block of C is computed by one thread over all of K in one fixed
+/// 2p + 1 of one column. Two cases skip work. A bfloat16 copy of A already laid out as the
+/// packed rows (M and K multiples of 32; a linear's saved input in a transformer) is read where
+/// it is. And a transposed A (a linear's weight gradient, dy^T x) is packed for the
+/// avx512_bf16 kernel in panels of 16 rows of op(A), as B is, since A's rows 2p and 2p + 1 are
+/// then what a word holds: no transpose, which had made that GEMM's packing cost as much as
+/// its products on a Zen 5. Every block of C is computed by one thread over all of K in one fixed
 /// order, so the result does not depend on the thread count: run to run and replay to first pass,
 /// it is bitwise the same. The scratch is outside the allocator's count, like the float GEMM's
 /// (OpenBLAS packs into buffers of its own): ops skip their GEMMs in a shape-only run, so a counted
@@ -272,15 +277,39 @@ inline void write_block(const float* block, std::int64_t ld_block, std::int64_t 
   }
 }
 
+/// Where a 32 x 32 block of A B goes: C's corner of `rows` x `cols` (at most 32 each) at `c`,
+/// rows `ldc` apart, written as write_block writes it.
+struct BlockOut {
+  std::int64_t rows, cols;
+  float alpha, beta;
+  const float* bias;  ///< the block's first column of the bias row, or null
+  float* c;
+  std::int64_t ldc;
+};
+
 #if REMAT_X86
-/// One 32 x 32 block of A B from the packed operands, by AVX512-BF16: 8 rows at a time, two
-/// panels of 16 columns, one VDPBF16PS per (row, panel) and row pair.
+/// One 32 x 32 block of A B from the packed operands, by AVX512-BF16, written into C: 8 rows at
+/// a time, two panels of 16 columns, one VDPBF16PS per (row, panel) and row pair. A's block is
+/// packed in rows (pack_a_bf16), or, with `APanels`, in panels as B is (Note [BF16 GEMM
+/// packing]); either way the same pairs meet the same panels in the same order. The
+/// accumulators go to C as write_block would write them (the same products and sums, so the
+/// same bits), masked to the block's corner: without a float block in between, C is written
+/// once, 64 bytes at a time, and rows past the corner are not computed.
+template <bool APanels>
 __attribute__((target("avx512f,avx512bf16"))) inline void block_avx512_bf16(const std::uint16_t* a,
                                                                             const std::uint16_t* b0,
                                                                             const std::uint16_t* b1,
                                                                             std::int64_t kp,
-                                                                            float* out) {
-  for (int r0 = 0; r0 < 32; r0 += 8) {
+                                                                            const BlockOut& out) {
+  // where row r0 + r's pair p of values is: rows of kp values, or panels of 16 rows by pairs
+  const std::int64_t row_step = APanels ? 2 : kp, pair_step = APanels ? 32 : 2;
+  const auto lanes = [](std::int64_t n) {
+    return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+  };
+  const __mmask16 mask[2] = {lanes(out.cols), lanes(out.cols - 16)};
+  const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
+  for (int r0 = 0; r0 < out.rows; r0 += 8) {
+    const std::uint16_t* rows = APanels ? a + r0 / 16 * kp * 16 + r0 % 16 * 2 : a + r0 * kp;
     __m512 acc[8][2];
     for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < kp / 2; ++p) {
@@ -288,15 +317,24 @@ __attribute__((target("avx512f,avx512bf16"))) inline void block_avx512_bf16(cons
       const __m512bh v1 = (__m512bh)_mm512_loadu_si512(b1 + p * 32);
       for (int r = 0; r < 8; ++r) {
         std::uint32_t pair;
-        std::memcpy(&pair, a + (r0 + r) * kp + 2 * p, sizeof pair);
+        std::memcpy(&pair, rows + r * row_step + p * pair_step, sizeof pair);
         const __m512bh u = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
         acc[r][0] = _mm512_dpbf16_ps(acc[r][0], u, v0);
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], u, v1);
       }
     }
-    for (int r = 0; r < 8; ++r) {
-      _mm512_storeu_ps(out + (r0 + r) * 32, acc[r][0]);
-      _mm512_storeu_ps(out + (r0 + r) * 32 + 16, acc[r][1]);
+    for (int r = 0; r < 8 && r0 + r < out.rows; ++r) {
+      float* dst = out.c + (r0 + r) * out.ldc;
+      for (int h = 0; h < 2; ++h) {
+        if (mask[h] == 0) continue;
+        __m512 v = _mm512_mul_ps(alpha, acc[r][h]);
+        if (out.bias) {
+          v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[h], out.bias + 16 * h));
+        } else if (out.beta != 0) {
+          v = _mm512_add_ps(v, _mm512_mul_ps(beta, _mm512_maskz_loadu_ps(mask[h], dst + 16 * h)));
+        }
+        _mm512_mask_storeu_ps(dst + 16 * h, mask[h], v);
+      }
     }
   }
 }
@@ -358,31 +396,49 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
                       const float* bias, float* c, std::int64_t ldc) {
   const std::int64_t kp = padded_k(k), mp = padded_block(m), np = padded_block(n);
   if (shape_only()) return;
+  // A bfloat16 copy whose rows are already the packed rows (K and M multiples of 32, the rows
+  // contiguous: a linear's saved input, in a transformer) is read where it is, not copied.
+  const bool a_packed = !ta && a.bf16 && a.ld == k && k == kp && m == mp;
+  // A^T in panels, made as B's are, without a transpose (Note [BF16 GEMM packing]); AMX loads
+  // tiles of rows
+  const bool a_panels = ta && kernel == Bf16Kernel::avx512_bf16;
   // not a structured binding: the lambdas below capture them (clang before 16 cannot)
   const std::pair<std::uint16_t*, std::uint16_t*> packed =
-      kernel_scratch().reserve<std::uint16_t>(mp * kp, np * kp);
-  std::uint16_t* const pa = packed.first;
+      kernel_scratch().reserve<std::uint16_t>(a_packed ? 0 : mp * kp, np * kp);
+  const std::uint16_t* const pa = a_packed ? a.bf16 : packed.first;
   std::uint16_t* const pb = packed.second;
-  pack_a_bf16(ta, m, k, a, pa);
+  if (a_panels) {
+    pack_b_bf16_rows(false, k, m, mp / 16, source_rows(a, m), packed.first);
+  } else if (!a_packed) {
+    pack_a_bf16(ta, m, k, a, packed.first);
+  }
   pack_b_bf16_rows(tb, k, n, np / 16, b_rows, pb);
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
   const auto blocks = [&](std::int64_t s, std::int64_t e, auto&& product) {
-    alignas(64) float block[32 * 32];
     for (std::int64_t t = s; t < e; ++t) {  // down a column of blocks: its B panels stay in cache
       const std::int64_t i0 = t % row_blocks * 32, j0 = t / row_blocks * 32;
       const std::uint16_t* b0 = pb + (j0 / 16) * kp * 16;
-      product(pa + i0 * kp, b0, b0 + kp * 16, kp, block);
-      write_block(block, 32, std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
-                  alpha, beta, bias ? bias + j0 : nullptr, c + i0 * ldc + j0, ldc);
+      product(pa + i0 * kp, b0, b0 + kp * 16, kp,
+              BlockOut{std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
+                       alpha, beta, bias ? bias + j0 : nullptr, c + i0 * ldc + j0, ldc});
     }
   };
   parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t s, std::int64_t e) {
 #if REMAT_X86
     if (kernel == Bf16Kernel::amx) {
       const AmxTiles tiles;
-      blocks(s, e, block_amx);
+      alignas(64) float block[32 * 32];  // AMX stores whole tiles: C's corner is written after
+      blocks(s, e,
+             [&](const std::uint16_t* a0, const std::uint16_t* b0, const std::uint16_t* b1,
+                 std::int64_t kp0, const BlockOut& out) {
+               block_amx(a0, b0, b1, kp0, block);
+               write_block(block, 32, out.rows, out.cols, out.alpha, out.beta, out.bias, out.c,
+                           out.ldc);
+             });
+    } else if (a_panels) {
+      blocks(s, e, block_avx512_bf16<true>);
     } else {
-      blocks(s, e, block_avx512_bf16);
+      blocks(s, e, block_avx512_bf16<false>);
     }
 #else
     (void)kernel, (void)s, (void)e, (void)blocks;
