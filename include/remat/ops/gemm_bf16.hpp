@@ -292,9 +292,9 @@ struct BlockOut {
 /// a time, two panels of 16 columns, one VDPBF16PS per (row, panel) and row pair. A's block is
 /// packed in rows (pack_a_bf16), or, with `APanels`, in panels as B is (Note [BF16 GEMM
 /// packing]); either way the same pairs meet the same panels in the same order. The
-/// accumulators go to C as write_block would write them (the same products and sums, so the
-/// same bits), masked to the block's corner: without a float block in between, C is written
-/// once, 64 bytes at a time, and rows past the corner are not computed.
+/// accumulators go to C by write_block's arithmetic (alpha times the sum, plus the bias or beta
+/// C), masked to the block's corner: without a float block in between, C is written once, 64
+/// bytes at a time, and rows past the corner are not computed.
 template <bool APanels>
 __attribute__((target("avx512f,avx512bf16"))) inline void block_avx512_bf16(const std::uint16_t* a,
                                                                             const std::uint16_t* b0,
