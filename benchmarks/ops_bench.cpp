@@ -6,7 +6,8 @@
 // Prints one JSON object per line: {"bench": "gemm", ...} with the GEMM rate, {"bench":
 // "gemm_bf16", "kernel": ..., "vs_float": ...} for each BF16 GEMM kernel the machine runs (ratio
 // to the float rate measured just before), then one
-// {"bench": "op", "op": ..., "forward_ms": ..., "backward_ms": ...} per op (medians of N runs).
+// {"bench": "op", "op": ..., "forward_ms": ..., "backward_ms": ...} per op (medians of N runs;
+// linear_bf16: a linear under Precision::bf16).
 // --loss-head instead times linear_cross_entropy on N rows of width C against a (V, C) head, for
 // chunks of 16 to 512 rows, the head frozen (the fused path, Note [fused loss head]) and
 // trained: {"bench": "loss_head", "chunk_rows": ..., "head": "frozen" | "trained",
@@ -102,6 +103,15 @@ int run(int threads, int repeat) {
   bench_op(
       "linear", {{256, 1024}, {1024, 1024}, {1024}},
       [](const V& v) { return remat::linear(v[0], v[1], v[2]); }, repeat);
+  // in BF16 at two of the gpt's shapes (remat_bench): the backward's weight gradient is the
+  // GEMM whose A is transposed (dy^T x, Note [BF16 GEMM packing])
+  for (const std::int64_t in : {256, 1024}) {
+    const remat::PrecisionGuard bf16(remat::Precision::bf16);
+    const std::int64_t out = in == 256 ? 768 : 256;
+    bench_op(
+        "linear_bf16", {{2048, in}, {out, in}, {out}},
+        [](const V& v) { return remat::linear(v[0], v[1], v[2]); }, repeat);
+  }
   bench_op(
       "matmul", {{32, 256, 64}, {32, 64, 256}},
       [](const V& v) { return remat::matmul(v[0], v[1]); }, repeat);
