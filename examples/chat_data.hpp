@@ -27,6 +27,7 @@ struct DataOptions {
   std::size_t max_tokens = 1024;
   hub::Truncate truncate = hub::Truncate::oldest;
   hub::TrainOn train_on = hub::TrainOn::assistant;
+  /// Skip malformed lines and the conversations the chat template refuses (counted).
   bool skip_bad = false;
   /// The date a Llama 3.1+ template writes in its system block (empty: the template's own).
   std::string chat_date;
@@ -136,7 +137,8 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
                                       {.max_tokens = o.max_tokens,
                                        .context = context,
                                        .truncate = o.truncate,
-                                       .train_on = o.train_on});
+                                       .train_on = o.train_on,
+                                       .skip_refused = o.skip_bad});
   } else {
     if (!o.chat_date.empty())
       throw remat::ArgumentError(remat::detail::cat("finetune: --chat-date ", o.chat_date,

@@ -235,7 +235,9 @@ Options parse(int argc, char** argv) {
                       "the tokens the loss is on: the assistant's, or all of a conversation's")
            ->check(CLI::IsMember({"assistant", "all"})),
        "--train-on"},
-      {app.add_flag("--skip-bad", o.skip_bad, "skip and count malformed JSONL lines"),
+      {app.add_flag(
+           "--skip-bad", o.skip_bad,
+           "skip and count malformed JSONL lines and the conversations the chat template refuses"),
        "--skip-bad"},
       {app.add_flag("--pack", o.pack,
                     "pack examples into rows of --max-tokens - 1 positions, attention kept within "

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -415,6 +416,54 @@ TEST_CASE("Token limits: oldest exchanges dropped, system kept, or the example e
   CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 4096, .context = 2048}),
                   remat::ArgumentError);
   CHECK_THROWS_AS(prepare_chat_data(tok, t, chats, {.max_tokens = 3}), EmptyDataError);
+}
+
+TEST_CASE("Conversations the template refuses: an error, or skipped and counted on request",
+          "[hub][chat][errors]") {
+  // Mistral's template raises on a system message: random_chat gives one to about half.
+  const Tokenizer tok = chatml_tokenizer();
+  const std::string dir = REMAT_HUB_CHAT_DIR;
+  std::optional<ChatTemplate> mistral;
+  for (const auto& t : read_json(dir + "/templates.json"))
+    if (t["name"] == "mistral")
+      mistral = recognise_chat_template(t["template"].get<std::string>(), t["bos"], t["eos"]);
+  REQUIRE(mistral);
+  std::mt19937 rng(13);
+  std::vector<Conversation> chats;
+  std::vector<std::size_t> accepted_lengths;
+  std::size_t refused = 0;
+  std::string first;
+  for (int i = 0; i < 30; ++i) {
+    chats.push_back(random_chat(rng, 3));
+    chats.back().source = "chats.jsonl:" + std::to_string(i + 1);
+    if (chats.back().messages[0].role == Role::system) {
+      if (refused++ == 0) first = chats.back().source;
+    } else {
+      accepted_lengths.push_back(
+          tokenize_chat(tok, render_chat(*mistral, chats.back())).ids.size());
+    }
+  }
+  REQUIRE(refused > 0);
+  REQUIRE(accepted_lengths.size() > 1);
+  CHECK_THROWS_AS(prepare_chat_data(tok, *mistral, chats, {.max_tokens = 4096}), UnknownRoleError);
+  const ChatData kept =
+      prepare_chat_data(tok, *mistral, chats, {.max_tokens = 4096, .skip_refused = true});
+  CHECK(kept.report.refused == refused);
+  CHECK(kept.report.examples == accepted_lengths.size());
+  REQUIRE(kept.examples.size() == accepted_lengths.size());
+  for (std::size_t i = 0; i < kept.examples.size(); ++i)
+    CHECK(kept.examples[i].ids.size() == accepted_lengths[i]);
+  CHECK(kept.report.first_refused.rfind(first + ":", 0) == 0);  // the first refused, by source
+  CHECK(describe(kept.report)
+            .find(std::to_string(refused) + " conversations the chat template "
+                                            "refuses skipped") != std::string::npos);
+  // every conversation refused: nothing to train on, said so
+  std::vector<Conversation> all_system;
+  for (const Conversation& c : chats)
+    if (c.messages[0].role == Role::system) all_system.push_back(c);
+  CHECK_THROWS_AS(
+      prepare_chat_data(tok, *mistral, all_system, {.max_tokens = 4096, .skip_refused = true}),
+      EmptyDataError);
 }
 
 TEST_CASE("Batch layout: padded and packed rows, positions and segments per example",

@@ -33,11 +33,19 @@ struct ChatDataOptions {
   std::size_t context = 0;
   Truncate truncate = Truncate::oldest;
   TrainOn train_on = TrainOn::assistant;
+  /// Skip (and count) the conversations the template refuses (Mistral's: a system message, or
+  /// roles that do not alternate) instead of throwing their UnknownRoleError: the data's other
+  /// rule, like ReadOptions::skip_bad for malformed lines.
+  bool skip_refused = false;
 };
 
 /// What limits did to the data, and its token-count distribution.
 struct TokenReport {
   std::size_t examples = 0, truncated = 0, excluded = 0;
+  /// Conversations the template refused, skipped (ChatDataOptions::skip_refused; not among the
+  /// examples), and the first one's error.
+  std::size_t refused = 0;
+  std::string first_refused;
   /// Token counts of the examples as written (before truncation).
   std::size_t min = 0, median = 0, p95 = 0, max = 0;
   /// Tokens kept, and those of them the loss is on.
@@ -102,8 +110,9 @@ inline void set_distribution(TokenReport& r, std::vector<std::size_t> counts) {
 
 /// Renders, tokenizes and limits `conversations` with template `t` and tokenizer `tok`. An
 /// example that no truncation brings under the limit (its last exchange alone is too long) is
-/// excluded and counted so. A ArgumentError when `max_tokens` is 0 or above the model's context;
-/// an EmptyDataError when nothing is left.
+/// excluded and counted so; a conversation the template refuses is its UnknownRoleError, or
+/// skipped and counted with `skip_refused`. A ArgumentError when `max_tokens` is 0 or above the
+/// model's context; an EmptyDataError when nothing is left.
 inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
                                   const std::vector<Conversation>& conversations,
                                   const ChatDataOptions& o) {
@@ -115,8 +124,16 @@ inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
   ChatData out;
   std::vector<std::size_t> counts;
   for (const Conversation& c : conversations) {
+    RenderedChat rendered;
+    try {
+      rendered = render_chat(t, c);
+    } catch (const UnknownRoleError& e) {
+      if (!o.skip_refused) throw;
+      if (out.report.refused++ == 0) out.report.first_refused = e.what();
+      continue;
+    }
     ++out.report.examples;
-    TokenizedExample ex = tokenize_chat(tok, render_chat(t, c), o.train_on);
+    TokenizedExample ex = tokenize_chat(tok, rendered, o.train_on);
     counts.push_back(ex.ids.size());
     if (ex.ids.size() > o.max_tokens) {
       bool fits = false;
@@ -141,20 +158,34 @@ inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
     out.examples.push_back(std::move(ex));
   }
   set_distribution(out.report, std::move(counts));
+  if (out.examples.empty() && out.report.examples == 0)
+    throw EmptyDataError(remat::detail::cat(
+        "hub::prepare_chat_data: no example left: the template "
+        "refused all ",
+        out.report.refused, " conversations (the first: ", out.report.first_refused, ")"));
   if (out.examples.empty())
     throw EmptyDataError(remat::detail::cat(
         "hub::prepare_chat_data: no example left: all ", out.report.examples,
         " are longer than max_tokens ", o.max_tokens, " (shortest ", out.report.min, " tokens)",
-        o.truncate == Truncate::exclude ? "" : " even truncated"));
+        o.truncate == Truncate::exclude ? "" : " even truncated",
+        out.report.refused > 0
+            ? remat::detail::cat(", and the template refused ", out.report.refused, " more")
+            : std::string()));
   return out;
 }
 
-/// One line for the user: "N examples, T truncated, E excluded; tokens min/median/p95/max".
+/// One line for the user: "N examples, T truncated, E excluded; tokens min/median/p95/max", and
+/// the conversations the template refused when some were skipped.
 inline std::string describe(const TokenReport& r) {
-  return remat::detail::cat(r.examples, " examples: ", r.truncated, " truncated, ", r.excluded,
-                            " excluded; tokens per example min ", r.min, ", median ", r.median,
-                            ", p95 ", r.p95, ", max ", r.max, "; ", r.tokens, " tokens kept, ",
-                            r.loss_tokens, " in the loss");
+  return remat::detail::cat(
+      r.examples, " examples: ", r.truncated, " truncated, ", r.excluded,
+      " excluded; tokens per example min ", r.min, ", median ", r.median, ", p95 ", r.p95, ", max ",
+      r.max, "; ", r.tokens, " tokens kept, ", r.loss_tokens, " in the loss",
+      r.refused > 0 ? remat::detail::cat("; ", r.refused,
+                                         " conversations the chat template refuses skipped (the "
+                                         "first: ",
+                                         r.first_refused, ")")
+                    : std::string());
 }
 
 }  // namespace remat::hub
