@@ -11,7 +11,8 @@
 //               [--policy save_matmuls|save_ops:a,b,...|recompute_ops:a,b,...]...
 //               [--memory GiB] [--budget MiB] [--json]          (--help)
 //   will_it_fit --base DIR [--data FILE [--max-tokens N] [--truncate oldest|exclude]
-//               [--train-on assistant|all] [--skip-bad] [--pack] [--lora-dropout P]] [...]
+//               [--train-on assistant|all] [--skip-bad] [--pack] [--chat-date DATE]
+//               [--lora-dropout P]] [...]
 //
 // The defaults are GPT-2 small (12 layers, width 768, 12 heads, context 1024, vocabulary 50257)
 // with a batch of 8. --model llama prices a Llama (--kv-heads, --mlp; --width is the hidden
@@ -79,7 +80,7 @@ struct Options {
   bool double_precision = false, json = false, compare = false;
   double memory_gib = 0, budget_mib = 0;
   // --base DIR --data FILE: finetune --auto's decision
-  std::string base, data, truncate = "oldest", train_on = "assistant";
+  std::string base, data, truncate = "oldest", train_on = "assistant", chat_date;
   std::int64_t max_tokens = 0;
   bool skip_bad = false, pack = false, batch_given = false, accumulate_given = false,
        loss_chunk_rows_given = false;
@@ -226,6 +227,11 @@ Options parse(int argc, char** argv) {
        "--train-on"},
       {app.add_flag("--skip-bad", o.skip_bad, "finetune's --skip-bad"), "--skip-bad"},
       {app.add_flag("--pack", o.pack, "finetune's --pack"), "--pack"},
+      {app.add_option("--chat-date", o.chat_date,
+                      "finetune's --chat-date (the date a Llama 3.1+ template writes changes the "
+                      "token counts)")
+           ->check(flags::chat_date),
+       "--chat-date"},
       {app.add_option("--lora-dropout", o.lora_dropout, "finetune's --lora-dropout")
            ->check(flags::probability),
        "--lora-dropout"}};
@@ -601,7 +607,8 @@ int print_decision(const Options& o) {
       .truncate =
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
-      .skip_bad = o.skip_bad};
+      .skip_bad = o.skip_bad,
+      .chat_date = o.chat_date};
   const auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, r);
   if (o.json) {
     std::printf("%s\n", chosen.decision.json().c_str());

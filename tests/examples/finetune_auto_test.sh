@@ -145,5 +145,9 @@ expect_error "finetune: --memory is for --auto" "$finetune" "${data[@]}" --memor
 expect_error "finetune: --auto chooses a LoRA fine-tune's settings; --full" "$finetune" "${data[@]}" --auto --full
 expect_error "will_it_fit: --data needs --base" "$will_it_fit" --data chats.jsonl
 expect_error "will_it_fit: --pack is for --data" "$will_it_fit" --base model --pack
+# --chat-date reaches the template as finetune's does (this folder's Qwen3 template writes no date)
+expect_error "will_it_fit: --chat-date is for --data" "$will_it_fit" --base model --chat-date "01 Jan 2020"
+expect_error "--chat-date 01 Jan 2020: the chat template of model (ChatML (Qwen3)) writes no date" \
+  "$will_it_fit" "${data[@]}" --chat-date "01 Jan 2020"
 expect_error "will_it_fit: --compare does not apply with --data" "$will_it_fit" "${data[@]}" --compare
 echo "finetune --auto and will_it_fit --data: one decision, fitting, explained"
