@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "remat/core/parallel.hpp"
 #include "remat/core/tensor.hpp"
+#include "remat/core/vector_kernels.hpp"
 
 namespace remat::detail {
 
@@ -58,6 +60,18 @@ void sum_rows_into(T* out, std::int64_t rows, std::int64_t cols, bool overwrite,
     if (overwrite) acc.setZero();
     for (std::int64_t r = 0; r < rows; ++r) acc += row(r, c0, c1);
   });
+}
+
+/// out = exp(x - shift) * scale over a row of n values (out == x allowed). A float row's
+/// exponentials run on the dispatched kernels (Note [ISA dispatch] in core/vector_kernels.hpp):
+/// Eigen's are SSE2-wide under a user's usual flags, and a vocabulary's rows made them a tenth of
+/// a loss head, an attention's probabilities most of its softmax; a double row's by Eigen.
+template <class T>
+void exp_shifted_row(const T* x, T* out, std::int64_t n, T shift, T scale) {
+  if constexpr (std::is_same_v<T, float>)
+    vec::exp_shifted(x, out, n, shift, scale);
+  else
+    ArrayView<T>(out, n) = (ConstArrayView<T>(x, n) - shift).exp() * scale;
 }
 
 }  // namespace remat::detail

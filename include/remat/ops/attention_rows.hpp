@@ -97,7 +97,7 @@ void softmax_rows(T* s, std::int64_t ld, T* lse, std::int64_t i0, std::int64_t i
         seen.setZero();
         if (lse) lse[i] = m;
       } else {
-        seen = (seen - m).exp();
+        exp_shifted_row(seen.data(), seen.data(), j1 - j0, m, T(1));
         const T sum = seen.sum();
         seen *= T(1) / sum;
         if (lse) lse[i] = m + std::log(sum);
@@ -122,7 +122,7 @@ void softmax_recompute_rows(T* s, std::int64_t ld, const T* lse, std::int64_t i0
       if (keys.hides_all(lse[i])) {
         seen.setZero();
       } else {
-        seen = (seen - lse[i]).exp();
+        exp_shifted_row(seen.data(), seen.data(), j1 - j0, lse[i], T(1));
       }
       ArrayView<T>(s + r * ld + j1, width - j1).setZero();
     }

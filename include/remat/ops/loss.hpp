@@ -67,16 +67,6 @@ T row_log_sum_exp(const T* x, std::int64_t n) {
     return m + std::log((row - m).exp().sum());
 }
 
-/// out = exp(x - shift) * scale over a row of n values (out == x allowed), on row_log_sum_exp's
-/// kernels.
-template <class T>
-void exp_shifted_row(const T* x, T* out, std::int64_t n, T shift, T scale) {
-  if constexpr (std::is_same_v<T, float>)
-    vec::exp_shifted(x, out, n, shift, scale);
-  else
-    ArrayView<T>(out, n) = (ConstArrayView<T>(x, n) - shift).exp() * scale;
-}
-
 /// A counted row's logits gradient: out = (softmax(x) - onehot(target)) * g, softmax from the
 /// row's log-sum-exp `lse` (out == x allowed).
 template <class T>

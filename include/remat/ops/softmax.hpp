@@ -30,11 +30,13 @@ class SoftmaxNode final : public Node<T> {
         const auto xr = view(x, r * c, (r + 1) * c);
         auto yr = view(y, r * c, (r + 1) * c);
         const T m = xr.maxCoeff();
-        // Eigen's vectorized exp clamps its argument from below, so exp(lowest - m) would come
-        // out as the smallest value it can reach (about 5e-309 in double) instead of 0: entries
-        // whose exact exp is below the normal range are set to 0, which makes masked scores
-        // (ops/mask.hpp) weigh exactly nothing and changes no other weight (the row sum is >= 1).
-        yr = (xr - m < kLogMinNormal).select(T(0), (xr - m).exp());
+        // Eigen's vectorized exp (a double row's) clamps its argument from below, so exp(lowest
+        // - m) would come out as the smallest value it can reach (about 5e-309) instead of 0, and
+        // a float row's kernel gives subnormals down to e^-104: entries whose exact exp is below
+        // the normal range are set to 0, which makes masked scores (ops/mask.hpp) weigh exactly
+        // nothing and changes no other weight (the row sum is >= 1).
+        exp_shifted_row(xr.data(), yr.data(), c, m, T(1));
+        yr = (xr - m < kLogMinNormal).select(T(0), yr);
         const T s = yr.sum();
         if constexpr (Log) {
           yr = xr - (m + std::log(s));
