@@ -158,11 +158,10 @@ inline ChatData prepare_chat_data(const Tokenizer& tok, const ChatTemplate& t,
     out.examples.push_back(std::move(ex));
   }
   set_distribution(out.report, std::move(counts));
-  if (out.examples.empty() && out.report.examples == 0)
+  if (out.report.examples == 0 && out.report.refused > 0)
     throw EmptyDataError(remat::detail::cat(
-        "hub::prepare_chat_data: no example left: the template "
-        "refused all ",
-        out.report.refused, " conversations (the first: ", out.report.first_refused, ")"));
+        "hub::prepare_chat_data: no example left: the template refused all ", out.report.refused,
+        " conversations (the first: ", out.report.first_refused, ")"));
   if (out.examples.empty())
     throw EmptyDataError(remat::detail::cat(
         "hub::prepare_chat_data: no example left: all ", out.report.examples,
@@ -181,11 +180,11 @@ inline std::string describe(const TokenReport& r) {
       r.examples, " examples: ", r.truncated, " truncated, ", r.excluded,
       " excluded; tokens per example min ", r.min, ", median ", r.median, ", p95 ", r.p95, ", max ",
       r.max, "; ", r.tokens, " tokens kept, ", r.loss_tokens, " in the loss",
-      r.refused > 0 ? remat::detail::cat("; ", r.refused,
-                                         " conversations the chat template refuses skipped (the "
-                                         "first: ",
-                                         r.first_refused, ")")
-                    : std::string());
+      r.refused > 0
+          ? remat::detail::cat("; ", r.refused,
+                               " conversations the chat template refuses skipped (the first: ",
+                               r.first_refused, ")")
+          : std::string());
 }
 
 }  // namespace remat::hub
