@@ -1,6 +1,7 @@
 // The float kernels dispatched by instruction set (core/vector_kernels.hpp, Note [ISA dispatch]):
 // every path this CPU offers, forced in turn with remat::set_isa.
 #include "support/gradcheck.hpp"
+#include "support/isa_scope.hpp"
 #include "support/models.hpp"
 
 #include <remat/core/bfloat16.hpp>
@@ -21,12 +22,6 @@ std::vector<remat::Isa> runnable_isas() {
   }
   return out;
 }
-
-/// Restores the active instruction set when a test ends.
-struct IsaTestScope {
-  remat::Isa isa = remat::active_isa();
-  ~IsaTestScope() { remat::set_isa(isa); }
-};
 
 double gelu_reference(double x) {
   return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -159,7 +154,7 @@ std::vector<float> rounding_cases(remat::Rng& rng, std::int64_t n) {
 TEST_CASE("every instruction-set path rounds to bfloat16 by IEEE's rule and widens exactly",
           "[core][isa][bf16]") {
   namespace vec = remat::detail::vec;
-  const IsaTestScope scope;
+  const remat::test::IsaScope scope;
   for (remat::Isa isa : runnable_isas()) {
     remat::set_isa(isa);
     INFO("path " << remat::to_string(isa));
@@ -188,7 +183,7 @@ TEST_CASE("every instruction-set path rounds to bfloat16 by IEEE's rule and wide
 
 TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rounding",
           "[core][isa]") {
-  const IsaTestScope scope;
+  const remat::test::IsaScope scope;
   for (remat::Isa isa : runnable_isas()) {
     remat::set_isa(isa);
     INFO("path " << remat::to_string(isa) << " on " << remat::cpu_name());
@@ -205,7 +200,7 @@ TEST_CASE("every instruction-set path computes tanh, GELU and AdamW to float rou
 
 TEST_CASE("set_isa refuses what the CPU lacks and active_isa defaults to the CPU's widest",
           "[core][isa]") {
-  const IsaTestScope scope;
+  const remat::test::IsaScope scope;
   CHECK(scope.isa == remat::cpu_isa());
   if (remat::cpu_isa() != remat::Isa::avx512)
     CHECK_THROWS_AS(remat::set_isa(remat::Isa::avx512), remat::ArgumentError);
@@ -216,7 +211,7 @@ TEST_CASE("set_isa refuses what the CPU lacks and active_isa defaults to the CPU
 TEST_CASE(
     "on every path, a model trains to the baseline's figures within rounding, and replays bitwise",
     "[core][isa]") {
-  const IsaTestScope scope;
+  const remat::test::IsaScope scope;
   remat::test::ChainModel model(6, 40, "gelu", 3);
   remat::test::ChainModel tanh_model(6, 40, "tanh", 4);
   remat::Rng rng(5);
@@ -257,7 +252,7 @@ TEST_CASE(
 TEST_CASE("every instruction-set path computes exp to 2^-22 relative, and sums of exps",
           "[core][isa]") {
   namespace vec = remat::detail::vec;
-  const IsaTestScope scope;
+  const remat::test::IsaScope scope;
   const double u = std::ldexp(1.0, -24), smallest_normal = std::ldexp(1.0, -126);
   remat::Rng rng(23);
   for (remat::Isa isa : runnable_isas()) {

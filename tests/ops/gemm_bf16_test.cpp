@@ -12,6 +12,7 @@
 // meets it too, so the test also checks that the inputs were rounded: on values chosen to be
 // exact in float but not in bfloat16, every kernel must give the bfloat16 answer exactly.
 #include "support/gradcheck.hpp"
+#include "support/isa_scope.hpp"
 
 #include <remat/core/memory.hpp>
 #include <remat/ops/gemm_bf16.hpp>
@@ -36,12 +37,6 @@ std::vector<remat::Bf16Kernel> runnable_kernels() {
 /// Restores the machine's kernel when a test ends.
 struct KernelScope {
   ~KernelScope() { remat::set_bf16_kernel(remat::supported_bf16_kernel()); }
-};
-
-/// Restores the active instruction set when a test ends.
-struct IsaScope {
-  remat::Isa isa = remat::active_isa();
-  ~IsaScope() { remat::set_isa(isa); }
 };
 
 struct Case {
@@ -202,7 +197,7 @@ TEST_CASE("gemm_bf16 packs B to the same bits with AVX-512 shuffles as with the 
     WARN("this CPU has no AVX-512: only the scalar packing runs, nothing to compare it with");
     return;
   }
-  const IsaScope restore;
+  const remat::test::IsaScope restore;
   std::mt19937 rng(37);
   std::normal_distribution<float> normal;
   for (int trial = 0; trial < 24; ++trial) {
