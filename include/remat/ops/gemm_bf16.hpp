@@ -235,22 +235,21 @@ __attribute__((target("avx512f"))) inline void transpose_words_avx512(const std:
   }
 }
 
-/// The words of `panels` panels of 16 columns from two rows of bfloat16 values (`even` in the
-/// low halves, `odd` in the high), panel p's 16 words at out + p * stride.
-__attribute__((target("avx512f"))) inline void interleave_rows_avx512(const std::uint16_t* even,
-                                                                      const std::uint16_t* odd,
-                                                                      std::int64_t panels,
-                                                                      std::int64_t stride,
-                                                                      std::uint16_t* out) {
+/// One panel's words for `pairs` row pairs: pair i from rows 2i (low halves) and 2i + 1 (high) of
+/// `rows`, 16 bfloat16 values each, `ld` values apart; its 16 words at out + 32 i.
+__attribute__((target("avx512f"))) inline void interleave_pairs_avx512(const std::uint16_t* rows,
+                                                                       std::int64_t ld,
+                                                                       std::int64_t pairs,
+                                                                       std::uint16_t* out) {
   const __mmask16 all = 0xffff;  // masked forms: see transpose_words_avx512
-  for (std::int64_t p = 0; p < panels; ++p) {
+  for (std::int64_t i = 0; i < pairs; ++i) {
+    const std::uint16_t* even = rows + 2 * i * ld;
     // unaligned 32-byte loads, which may alias the bfloat16 values
     const __m512i low = _mm512_maskz_cvtepu16_epi32(
-        all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + p * 16)));
+        all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even)));
     const __m512i high = _mm512_maskz_cvtepu16_epi32(
-        all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(odd + p * 16)));
-    _mm512_storeu_si512(out + p * stride,
-                        _mm512_or_si512(low, _mm512_maskz_slli_epi32(all, high, 16)));
+        all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + ld)));
+    _mm512_storeu_si512(out + i * 32, _mm512_or_si512(low, _mm512_maskz_slli_epi32(all, high, 16)));
   }
 }
 #endif
@@ -263,6 +262,23 @@ inline bool pack_with_avx512() noexcept {
 #else
   return false;
 #endif
+}
+
+/// One panel's 16 row pairs (interleave_pairs_avx512), by AVX-512 shuffles or by a scalar loop
+/// that writes the same bits.
+inline void interleave_pairs(const std::uint16_t* rows, std::int64_t ld, std::uint16_t* out) {
+#if REMAT_X86
+  if (pack_with_avx512()) {
+    interleave_pairs_avx512(rows, ld, 16, out);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < 16; ++i) {
+    std::uint32_t row_pair[16];
+    for (std::int64_t j = 0; j < 16; ++j)
+      row_pair[j] = vnni_word(rows[2 * i * ld + j], rows[(2 * i + 1) * ld + j]);
+    std::memcpy(out + i * 32, row_pair, sizeof row_pair);
+  }
 }
 
 /// op(B) = B^T packed, B's rows made in bfloat16 by `rows(r0, r1, out)`: column c of op(B) is
@@ -301,7 +317,10 @@ void pack_b_bf16_transposed(std::int64_t k, std::int64_t n, std::int64_t panels,
 /// op(B) (k x n) as `panels` panels of 16 columns, one after the other, zeros past the ends;
 /// within a panel, row pair p's 16 words, each holding rows 2p (low half) and 2p + 1 (high half)
 /// of one column. B's rows are made in bfloat16 by `rows(r0, r1, out, ld)` (rows [r0, r1) of B,
-/// ld values apart: op(B) = B^T when `trans`), two rows of op(B) at a time, then interleaved.
+/// ld values apart: op(B) = B^T when `trans`), 32 rows of op(B) at a time, then written panel by
+/// panel: 16 pairs, 1 KiB in a row. A pair at a time wrote 64 bytes to every panel, panels
+/// 32 kp bytes apart, all in one set of the L1 cache when kp is a multiple of 128: packing a
+/// 1024 x 1024 weight's rows took 0.37 ms on a Zen 5, 0.20 ms a block at a time.
 template <class Rows>
 void pack_b_bf16_rows(bool trans, std::int64_t k, std::int64_t n, std::int64_t panels, Rows&& rows,
                       std::uint16_t* out) {
@@ -310,28 +329,17 @@ void pack_b_bf16_rows(bool trans, std::int64_t k, std::int64_t n, std::int64_t p
     return;
   }
   const std::int64_t kp = padded_k(k), width = panels * 16;
-  for_rows(kp / 2, 2 * width, [&](std::int64_t q0, std::int64_t q1) {
-    // two rows of op(B): 4 bytes a column, outside the allocator's count like the scratch
-    std::vector<std::uint16_t> pair(static_cast<std::size_t>(2 * width), 0);
-    std::uint16_t* even = pair.data();
-    std::uint16_t* odd = pair.data() + width;
-    for (std::int64_t q = q0; q < q1; ++q) {  // op(B)'s rows 2q and 2q + 1, zeros past k
-      const std::int64_t made = std::clamp<std::int64_t>(k - 2 * q, 0, 2);
-      if (made > 0) rows(2 * q, 2 * q + made, even, width);
-      std::fill(even + (made > 0 ? n : 0), even + width, std::uint16_t{0});
-      std::fill(odd + (made > 1 ? n : 0), odd + width, std::uint16_t{0});
-#if REMAT_X86
-      if (pack_with_avx512()) {
-        interleave_rows_avx512(even, odd, panels, kp * 16, out + q * 32);
-        continue;
-      }
-#endif
-      for (std::int64_t p = 0; p < panels; ++p) {
-        std::uint32_t row_pair[16];
-        for (std::int64_t j = 0; j < 16; ++j)
-          row_pair[j] = vnni_word(even[p * 16 + j], odd[p * 16 + j]);
-        std::memcpy(out + p * kp * 16 + q * 32, row_pair, sizeof row_pair);
-      }
+  for_rows(kp / 32, 32 * width, [&](std::int64_t b0, std::int64_t b1) {
+    // 32 rows of op(B): 64 bytes a column, outside the allocator's count like the scratch
+    std::vector<std::uint16_t> block(static_cast<std::size_t>(32 * width));
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t r0 = 32 * b, made = std::clamp<std::int64_t>(k - r0, 0, 32);
+      if (made > 0) rows(r0, r0 + made, block.data(), width);
+      for (std::int64_t r = 0; r < 32; ++r)
+        std::fill(block.data() + r * width + (r < made ? n : 0), block.data() + (r + 1) * width,
+                  std::uint16_t{0});
+      for (std::int64_t p = 0; p < panels; ++p)
+        interleave_pairs(block.data() + p * 16, width, out + p * kp * 16 + r0 * 16);
     }
   });
 }
