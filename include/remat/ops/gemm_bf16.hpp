@@ -235,14 +235,13 @@ __attribute__((target("avx512f"))) inline void transpose_words_avx512(const std:
   }
 }
 
-/// One panel's words for `pairs` row pairs: pair i from rows 2i (low halves) and 2i + 1 (high) of
-/// `rows`, 16 bfloat16 values each, `ld` values apart; its 16 words at out + 32 i.
+/// A panel's 16 row pairs: pair i from rows 2i (low halves) and 2i + 1 (high) of `rows`, 16
+/// bfloat16 values each, `ld` values apart; its 16 words at out + 32 i.
 __attribute__((target("avx512f"))) inline void interleave_pairs_avx512(const std::uint16_t* rows,
                                                                        std::int64_t ld,
-                                                                       std::int64_t pairs,
                                                                        std::uint16_t* out) {
   const __mmask16 all = 0xffff;  // masked forms: see transpose_words_avx512
-  for (std::int64_t i = 0; i < pairs; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     const std::uint16_t* even = rows + 2 * i * ld;
     // unaligned 32-byte loads, which may alias the bfloat16 values
     const __m512i low = _mm512_maskz_cvtepu16_epi32(
@@ -264,12 +263,12 @@ inline bool pack_with_avx512() noexcept {
 #endif
 }
 
-/// One panel's 16 row pairs (interleave_pairs_avx512), by AVX-512 shuffles or by a scalar loop
+/// A panel's 16 row pairs (interleave_pairs_avx512), by AVX-512 shuffles or by a scalar loop
 /// that writes the same bits.
 inline void interleave_pairs(const std::uint16_t* rows, std::int64_t ld, std::uint16_t* out) {
 #if REMAT_X86
   if (pack_with_avx512()) {
-    interleave_pairs_avx512(rows, ld, 16, out);
+    interleave_pairs_avx512(rows, ld, out);
     return;
   }
 #endif
