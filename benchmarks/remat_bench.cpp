@@ -50,8 +50,9 @@
 //   act_peak_mb       counted peak during forward + backward minus live bytes before it (MiB)
 //   predicted_peak_mb the plan's predicted peak (MiB); null when a policy keeps ops in segments
 //                     the simulator does not model (over several layers, or a policy the
-//                     profile did not measure), or when layers share a saved bfloat16 copy
-//                     (Chain::shares_copies: deep in BF16; stderr says so)
+//                     profile did not measure, or any policy on a chain whose layers share a
+//                     saved bfloat16 copy: deep in BF16, Note [shared copies]), or when the
+//                     profile could not price such a copy (Chain::unpriced_copies; stderr says so)
 //   recompute         the plan's extra forward work, as a fraction of one forward pass
 //   recompute_s       measured time spent replaying segments during one step's backward pass
 //                     (median; the tape's replay clock, TapeState::stats().replay_seconds)
@@ -299,10 +300,14 @@ class Bench {
     optimizer_.zero_grad();
     for (const remat::plan::PolicyCosts& q : chain_.policies)
       std::fprintf(stderr, "remat_bench: profiled policy %s\n", q.policy.name().c_str());
-    if (chain_.shares_copies)
+    if (chain_.with_input_copy)
       std::fprintf(stderr,
-                   "remat_bench: a layer saves the bfloat16 copy the next one saves too "
-                   "(Chain::shares_copies): peaks are counted, not predicted\n");
+                   "remat_bench: layers share the bfloat16 copy of their outputs with the next "
+                   "layer (Note [shared copies]): no policy layers are priced\n");
+    if (chain_.unpriced_copies)
+      std::fprintf(stderr,
+                   "remat_bench: layers share a bfloat16 copy the profile cannot price "
+                   "(Chain::unpriced_copies): peaks are counted, not predicted\n");
     // what each derived policy's last class adds (all layers), next to replaying whole layers
     const double mib = 1024.0 * 1024.0;
     double freed = 0, seconds = 0;

@@ -87,6 +87,43 @@ TEST_CASE("predicted peaks equal counted peaks to the byte on chains of 64 and 2
   }
 }
 
+TEST_CASE("BF16 linear + tanh layers share each tanh's copy with the next linear, priced exactly",
+          "[checkpoint][memory][profile][precision]") {
+  // Note [shared copies]: each tanh keeps a bfloat16 copy of its output, which the next linear
+  // saves as its input. A layer run while the layer before is kept keeps that copy less,
+  // 16 x 32 bfloat16 values; every planner's prediction must hold both cases to the byte.
+  const PrecisionGuard bf16(Precision::bf16);
+  const int n = 24;
+  ChainModel model(n, kWidth, "tanh", 11);
+  Rng rng(12);
+  const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+  counted_peak(model, x, plan::none(std::size_t(n)));  // warm-up
+  const plan::Chain chain =
+      plan::profile(model.layers, x, [](const Var<float>& y) { return sum(y); });
+  for (auto q : model.parameters()) q.zero_grad();
+  REQUIRE(chain.with_input_copy);
+  CHECK_FALSE(chain.unpriced_copies);
+  CHECK(chain.policies.empty());  // not priced for such a chain
+  const double copy = kBatch * kWidth * 2.0;
+  for (std::size_t l = 0; l < std::size_t(n); ++l) {
+    CHECK(chain.keeps_output_copy(l));
+    if (l > 0) CHECK(chain.activation(l) - chain.with_input_copy->activation(l) == copy);
+  }
+  const double none_peak = plan::none(chain).peak_bytes;
+  for (const plan::Plan& p :
+       {plan::none(chain), plan::every(chain), plan::sqrt(chain), plan::optimal(chain, 1),
+        plan::optimal(chain, 4), plan::budget(chain, none_peak / 2),
+        plan::budget(chain, none_peak / 3),
+        plan::custom(chain, {plan::Segment{3, 9, {plan::Segment{5, 7, {}}}}})}) {
+    INFO(p.describe());
+    CHECK(p.predicted);
+    CHECK(p.peak_bytes == static_cast<double>(counted_peak(model, x, p)));
+  }
+  // a policy layer is not priced here, and the error says why
+  CHECK_THROWS_WITH(plan::custom(chain, {plan::Segment{2, 3, {}, save_matmuls()}}),
+                    Catch::Contains("share bfloat16 copies"));
+}
+
 TEST_CASE("a budget plan's counted peak stays within its budget", "[checkpoint][memory][profile]") {
   const int n = 64;
   ChainModel model(n, kWidth, "gelu", 5);

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
 /// The profiler's own ops (plan::profile, plan::derive_policies): identity ops that read the
-/// allocator or the tape's replay clock as a pass reaches them, a copy of a layer's input, and a
-/// separator that keeps neighbouring segments from chaining.
+/// allocator or the tape's replay clock as a pass reaches them, a copy of a layer's input, an op
+/// that saves a layer's input, and a separator that keeps neighbouring segments from chaining.
 
 #include <chrono>
 #include <memory>
@@ -30,9 +30,10 @@ inline double first_pass_clock(const Tape& tape) noexcept {
 }
 
 // the profiler's own ops: markers read the allocator as a sweep passes them; a copy stands for
-// a layer input held in a buffer of its own
+// a layer input held in a buffer of its own; a saver keeps a layer input's bfloat16 copy
 inline constexpr OpType kMarker{"profile_marker"};
 inline constexpr OpType kCopy{"profile_copy"};
+inline constexpr OpType kCopySaver{"profile_copy_saver"};
 
 /// Identity op that reads the allocator when the backward sweep passes it: live bytes, and the
 /// peak since the previous marker, which it then resets; given a tape and `replay`, also the
@@ -88,6 +89,20 @@ class CopyNode final : public Node<T> {
   const OpType& op_type() const noexcept override { return kCopy; }
   bool runs_shape_only() const noexcept override { return true; }
   Tensor<T> forward(typename Node<T>::Inputs in) override { return in[0].clone(); }
+  void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
+};
+
+/// Identity op that saves its input, as a layer that keeps its output's bfloat16 copy does: the
+/// next layer's saves of that tensor share the copy (Note [shared copies] in plan/simulator.hpp).
+template <class T>
+class CopySaver final : public Node<T> {
+ public:
+  const OpType& op_type() const noexcept override { return kCopySaver; }
+  bool runs_shape_only() const noexcept override { return true; }
+  Tensor<T> forward(typename Node<T>::Inputs in) override {
+    this->save(0, in[0]);
+    return in[0];
+  }
   void backward(const Tensor<T>& gy, remat::Grads<T>& grads) override { grads.add(0, gy); }
 };
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -25,6 +26,30 @@
 namespace remat::plan {
 namespace detail {
 
+/// What a profile pass sets before layer j (j = n: the loss) where layer j-1 keeps its output's
+/// bfloat16 copy (Chain::saves_output_copy; Note [shared copies] in plan/simulator.hpp).
+enum class InputCopy {
+  as_run,       ///< nothing: the layers as they run
+  own,          ///< x_j in a buffer of its own: no copy of it exists when layer j runs
+  made_before,  ///< an op that saves x_j: its copy exists when layer j runs
+};
+
+/// x, or what `how` sets before a layer whose input's copy the layer before keeps (`shared`).
+/// `faithful` turns false when x_j's floats would outlive the buffer taking their place, so
+/// that the pass would count them twice.
+template <class T>
+Var<T> before_layer(const Var<T>& x, InputCopy how, bool shared, bool& faithful) {
+  if (!shared || how == InputCopy::as_run) return x;
+  if (how == InputCopy::made_before) return apply<T>(std::make_unique<CopySaver<T>>(), {x});
+  faithful = faithful && x.value().is_unique();
+  return apply<T>(std::make_unique<CopyNode<T>>(), {x});
+}
+
+/// Whether layer j's input copy is kept by the layer before it (j = n: the loss's input).
+inline bool copy_kept_before(const Chain& c, std::size_t j) noexcept {
+  return j > 0 && c.keeps_output_copy(j - 1);
+}
+
 /// How profile_replays() wraps each layer (Note [four ways a layer runs]).
 enum class ReplayShape {
   own_segment,  ///< [start, layer, end] as one segment: first pass inside a segment, then a replay
@@ -38,21 +63,34 @@ enum class ReplayShape {
 
 /// Runs `layers` once forward and backward with every layer wrapped as `shape` says, with
 /// forward markers around it; starts[l] and ends[l] receive the markers' readings.
+/// With `copies` (a Chain's saves_output_copy), a layer whose input copy the layer before keeps
+/// runs with that copy made before it (InputCopy::made_before), in the first two shapes; in
+/// own_segment_copied the readings then start after the copy of x_l and its bfloat16 copy were
+/// made, so that they exclude both.
 template <class Layers, class T, class Loss>
 void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayShape shape,
-                     std::vector<std::vector<double>>& starts,
+                     const Chain* copies, std::vector<std::vector<double>>& starts,
                      std::vector<std::vector<double>>& ends) {
   Tape tape;
   Var<T> x = tape.input(input);
   std::size_t l = 0;
+  bool faithful = true;
   for (auto&& layer : layers) {
+    const bool made = copies && copy_kept_before(*copies, l);
+    if (made && shape != ReplayShape::own_segment_copied)
+      x = before_layer(x, InputCopy::made_before, true, faithful);
     CheckpointScope outer(x);
-    const Var<T> a = apply<T>(std::make_unique<ForwardMarker<T>>(&starts[l], true), {x});
+    Var<T> in = x;
+    if (made && shape == ReplayShape::own_segment_copied) {
+      in = before_layer(apply<T>(std::make_unique<CopyNode<T>>(), {x}), InputCopy::made_before,
+                        true, faithful);
+    }
+    const Var<T> a = apply<T>(std::make_unique<ForwardMarker<T>>(&starts[l], true), {in});
     Var<T> y;
     if (shape == ReplayShape::own_segment) {
       y = layer(a);
     } else if (shape == ReplayShape::own_segment_copied) {
-      y = layer(apply<T>(std::make_unique<CopyNode<T>>(), {a}));
+      y = layer(made ? a : apply<T>(std::make_unique<CopyNode<T>>(), {a}));
     } else if (shape == ReplayShape::inner_segment) {
       CheckpointScope inner(a);
       y = layer(a);
@@ -411,15 +449,210 @@ struct ProfileOptions {
   std::size_t derived_policies = 0;
 };
 
+namespace detail {
+
+/// One step of the chain without segments (Note [memory model]), `how` saying what stands before
+/// a layer whose input's copy the layer before keeps (c.saves_output_copy, from as_run steps):
+/// layer l's first-pass time goes to times[l] when given; with measure_memory, the sizes go to c
+/// (boundaries, a_l, tau_l, beta_l, which layers keep their output, the loss's figures, and in
+/// an as_run step the output copies) and x_{n-1} to last_input. Returns whether the step was
+/// faithful (before_layer()).
+template <class Layers, class T, class Loss>
+bool plain_step(Layers& layers, const Tensor<T>& input, Loss& loss, InputCopy how,
+                bool measure_memory, Chain& c, std::vector<std::vector<double>>* times,
+                Tensor<T>& last_input) {
+  const std::size_t n = c.layers();
+  std::vector<double> live(n + 1, 0), peak(n + 1, 0);
+  bool faithful = true;
+  Tape tape;
+  Var<T> x = tape.input(input);
+  std::size_t l = 0;
+  for (auto&& layer : layers) {
+    x = before_layer(x, how, copy_kept_before(c, l), faithful);
+    if (measure_memory) x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[l], &peak[l]), {x});
+    const Var<T> held = x;  // keeps x_l alive while layer l is measured
+    const double before = static_cast<double>(memory::live_bytes());
+    memory::reset_peak();
+    const double t0 = first_pass_clock(tape);
+    x = layer(x);
+    if (times) (*times)[l].push_back(first_pass_clock(tape) - t0);
+    if (measure_memory) {
+      const double after = static_cast<double>(memory::live_bytes());
+      c.boundary_bytes[l] = static_cast<double>(held.value().bytes());
+      c.activation_bytes[l] =
+          std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
+      c.forward_transient_bytes[l] =
+          std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
+      c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
+      if constexpr (std::is_same_v<T, float>) {
+        if (how == InputCopy::as_run && remat::detail::bf16_save_cache().holds(x.value())) {
+          c.saves_output_copy[l] = true;  // a copy the next layer (or the loss) would share
+          // ... which is this layer's only if its output is a buffer of its own
+          if (x.value().shares_storage_with(held.value())) c.unpriced_copies = true;
+        }
+      }
+      if (l + 1 == n) last_input = held.value().clone();  // (a constant offset from here on)
+    }
+    ++l;
+  }
+  if (!measure_memory) return faithful;
+  c.boundary_bytes[n] = static_cast<double>(x.value().bytes());
+  x = before_layer(x, how, copy_kept_before(c, n), faithful);
+  x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[n], &peak[n]), {x});
+  const double before_loss = static_cast<double>(memory::live_bytes());
+  memory::reset_peak();
+  const Var<T> value = loss(x);
+  const double after_loss = static_cast<double>(memory::live_bytes());
+  // what the loss keeps; then its value and the gradient of ones backward() seeds it with
+  c.loss_output_bytes = 2.0 * static_cast<double>(value.value().bytes());
+  c.loss_bytes = after_loss - before_loss - c.loss_output_bytes / 2;
+  c.loss_forward_transient_bytes =
+      std::max(0.0, static_cast<double>(memory::peak_bytes()) - after_loss);
+  const Tensor<T> seed = Tensor<T>::ones(value.shape());
+  const double before_backward = static_cast<double>(memory::live_bytes());
+  memory::reset_peak();
+  tape.backward(value, seed);
+  c.loss_backward_transient_bytes = std::max(0.0, peak[n] - before_backward);
+  // The marker before layer 0 sits on the input, which needs no gradient, so it never runs:
+  // layer 0's backward peak is the peak since the marker before layer 1.
+  peak[0] = static_cast<double>(memory::peak_bytes());
+  for (std::size_t i = 0; i < n; ++i)
+    c.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+  return faithful;
+}
+
+/// The last layer's backward when nothing else holds the output it keeps: as a replay's copy
+/// is, or x_n when the caller lets it go (Chain::last_unheld_backward_transient_bytes). Its
+/// input is last_input, with its copy made before it when `copy_made` (Note [shared copies]).
+template <class Layers, class T, class Loss>
+double last_unheld_backward(Layers& layers, const Tensor<T>& last_input, Loss& loss, std::size_t n,
+                            bool copy_made) {
+  Tape tape;
+  const Var<T> in = tape.input(last_input, n > 1);  // x_0 needs no gradient, later inputs do
+  double marker_live = 0, marker_peak = 0;
+  bool faithful = true;
+  Var<T> value;
+  {
+    auto last = std::begin(layers);
+    std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
+    value =
+        loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak),
+                      {(*last)(before_layer(in, InputCopy::made_before, copy_made, faithful))}));
+  }
+  tape.backward(value, Tensor<T>::ones(value.shape()));
+  return std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+}
+
+/// Note [four ways a layer runs]: c's replay figures, from the readings relative to the live
+/// bytes (x_l included) just before each layer; with `copies` (Note [shared copies]), those of a
+/// layer whose input's copy the layer before keeps, with that copy made before it, and only the
+/// two ways that keep a_l.
+template <class Layers, class T, class Loss>
+void replay_figures(Layers& layers, const Tensor<T>& input, Loss& loss, const Chain* copies,
+                    Chain& c) {
+  const std::size_t n = c.layers();
+  std::vector<std::vector<double>> starts(n), ends(n);
+  const auto measure = [&](ReplayShape shape) {
+    for (auto& r : starts) r.clear();
+    for (auto& r : ends) r.clear();
+    profile_replays(layers, input, loss, shape, copies, starts, ends);
+  };
+  const auto reading = [&](std::size_t i, bool last) {
+    REMAT_ASSERT(!starts[i].empty() && !ends[i].empty(),
+                 "plan::profile's replay markers did not run for layer ", i);
+    return last ? ends[i].back() - starts[i].back() : ends[i].front() - starts[i].front();
+  };
+  c.segment_transient_bytes.assign(n, 0);
+  c.replay_transient_bytes.assign(n, 0);
+  c.replay_free_peak_bytes.assign(n, 0);
+  measure(ReplayShape::own_segment);
+  for (std::size_t i = 0; i < n; ++i) {
+    c.segment_transient_bytes[i] = std::max(0.0, reading(i, false) - c.boundary_bytes[i + 1]);
+    c.replay_transient_bytes[i] =
+        std::max(0.0, reading(i, true) - c.activation_bytes[i] - c.boundary_bytes[i + 1]);
+  }
+  measure(ReplayShape::own_segment_copied);
+  for (std::size_t i = 0; i < n; ++i) {
+    // the copy plays x_l; made before the start marker, as with the input's copy, it is added back
+    const bool made = copies && copy_kept_before(*copies, i);
+    c.replay_free_peak_bytes[i] = reading(i, true) + (made ? c.boundary_bytes[i] : 0.0);
+  }
+  if (copies) return;
+  c.dropped_transient_bytes.assign(n, 0);
+  c.dropped_free_peak_bytes.assign(n, 0);
+  measure(ReplayShape::inner_segment);
+  for (std::size_t i = 0; i < n; ++i)
+    c.dropped_transient_bytes[i] = std::max(0.0, reading(i, true) - c.boundary_bytes[i + 1]);
+  measure(ReplayShape::copied_input);
+  for (std::size_t i = 0; i < n; ++i) c.dropped_free_peak_bytes[i] = reading(i, true);
+}
+
+/// Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
+/// outlive the layer's return? (one forward pass)
+template <class Layers, class T>
+std::vector<bool> input_kept(Layers& layers, const Tensor<T>& input, const Chain& c) {
+  std::vector<bool> keeps(c.layers(), true);
+  Tape tape;
+  Var<T> x = tape.input(input);
+  std::size_t l = 0;
+  for (auto&& layer : layers) {
+    Var<T> y;
+    double with_copy = 0;
+    {
+      const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
+      y = layer(copy);
+      with_copy = static_cast<double>(memory::live_bytes());
+    }
+    keeps[l] = with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
+    x = y;
+    ++l;
+  }
+  return keeps;
+}
+
+/// Returns `c`'s figures as they ran (as_run), those of a layer whose input's copy the layer
+/// before keeps, as a chain of their own, and replaces c's by those measured with no such copy
+/// (Note [shared copies]); a step that could not be measured faithfully marks c unpriced.
+template <class Layers, class T, class Loss>
+std::shared_ptr<Chain> split_copy_figures(Layers& layers, const Tensor<T>& input, Loss& loss,
+                                          Chain& c) {
+  auto with_copy = std::make_shared<Chain>(c);
+  with_copy->saves_output_copy.clear();
+  Chain own = c;
+  Tensor<T> unused;
+  if (!plain_step(layers, input, loss, InputCopy::own, true, own, nullptr, unused))
+    c.unpriced_copies = true;
+  // only those layers' own figures: the others ran alike, but the copy op before a layer sits in
+  // the backward window of the layer before it
+  const std::size_t n = c.layers();
+  for (std::size_t l = 0; l < n; ++l) {
+    if (!copy_kept_before(c, l)) continue;
+    c.activation_bytes[l] = own.activation_bytes[l];
+    c.forward_transient_bytes[l] = own.forward_transient_bytes[l];
+    c.backward_transient_bytes[l] = own.backward_transient_bytes[l];
+  }
+  if (copy_kept_before(c, n)) {
+    c.loss_bytes = own.loss_bytes;
+    c.loss_forward_transient_bytes = own.loss_forward_transient_bytes;
+    c.loss_backward_transient_bytes = own.loss_backward_transient_bytes;
+  }
+  return with_copy;
+}
+
+}  // namespace detail
+
 /// Measures each layer's boundary, kept activation and transient bytes, whether it keeps its
 /// input and its output, and its forward time, by running `layers` on `input` and then `loss`
 /// on the result, on tapes of its own: `repeats` steps (the last measures memory), one forward
 /// pass (which layers keep their input), four steps with the layers in segments
 /// (options.replays), and the last layer's backward once more when it keeps its output (so that
-/// predictions are exact: Note [four ways a layer runs]). Parameters used by the layers receive
-/// gradients: call zero_grad() afterwards. Profile after one training step: the first backward
-/// pass also allocates the parameters' gradient buffers, which later steps reuse, and would
-/// count them as transients.
+/// predictions are exact: Note [four ways a layer runs]). Under Precision::bf16, when a layer
+/// keeps its output's copy for the next one to share (Note [shared copies]), one more step, two
+/// more with segments and one more last backward measure the figures with and without that copy,
+/// and no policies are measured (options.policies and derived_policies are not priced for such a
+/// chain). Parameters used by the layers receive gradients: call zero_grad() afterwards. Profile
+/// after one training step: the first backward pass also allocates the parameters' gradient
+/// buffers, which later steps reuse, and would count them as transients.
 template <class Layers, class T, class Loss>
 Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptions options = {}) {
   const auto n = static_cast<std::size_t>(std::distance(std::begin(layers), std::end(layers)));
@@ -433,135 +666,35 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   c.forward_transient_bytes.assign(n, 0);
   c.backward_transient_bytes.assign(n, 0);
   c.saves_output.assign(n, true);
+  c.saves_output_copy.assign(n, false);
   std::vector<std::vector<double>> times(n);
-  std::vector<double> live(n + 1, 0), peak(n + 1, 0);
   Tensor<T> last_input;
   for (int run = 0; run < options.repeats; ++run) {
-    const bool measure_memory = run == options.repeats - 1;
-    Tape tape;
-    Var<T> x = tape.input(input);
-    std::size_t l = 0;
-    for (auto&& layer : layers) {
-      if (measure_memory)
-        x = apply<T>(std::make_unique<detail::MemoryMarker<T>>(&live[l], &peak[l]), {x});
-      const Var<T> held = x;  // keeps x_l alive while layer l is measured
-      const double before = static_cast<double>(memory::live_bytes());
-      memory::reset_peak();
-      const double t0 = detail::first_pass_clock(tape);
-      x = layer(x);
-      times[l].push_back(detail::first_pass_clock(tape) - t0);
-      const double after = static_cast<double>(memory::live_bytes());
-      c.boundary_bytes[l] = static_cast<double>(held.value().bytes());
-      c.activation_bytes[l] =
-          std::max(0.0, after - before - static_cast<double>(x.value().bytes()));
-      c.forward_transient_bytes[l] =
-          std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
-      c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
-      if constexpr (std::is_same_v<T, float>)  // a copy the next layer (or the loss) would share
-        c.shares_copies = c.shares_copies || remat::detail::bf16_save_cache().holds(x.value());
-      if (measure_memory && l + 1 == n)
-        last_input = held.value().clone();  // (a constant offset from here on)
-      ++l;
-    }
-    c.boundary_bytes[n] = static_cast<double>(x.value().bytes());
-    if (!measure_memory) continue;
-    x = apply<T>(std::make_unique<detail::MemoryMarker<T>>(&live[n], &peak[n]), {x});
-    const double before_loss = static_cast<double>(memory::live_bytes());
-    memory::reset_peak();
-    const Var<T> value = loss(x);
-    const double after_loss = static_cast<double>(memory::live_bytes());
-    // what the loss keeps; then its value and the gradient of ones backward() seeds it with
-    c.loss_output_bytes = 2.0 * static_cast<double>(value.value().bytes());
-    c.loss_bytes = after_loss - before_loss - c.loss_output_bytes / 2;
-    c.loss_forward_transient_bytes =
-        std::max(0.0, static_cast<double>(memory::peak_bytes()) - after_loss);
-    const Tensor<T> seed = Tensor<T>::ones(value.shape());
-    const double before_backward = static_cast<double>(memory::live_bytes());
-    memory::reset_peak();
-    tape.backward(value, seed);
-    c.loss_backward_transient_bytes = std::max(0.0, peak[n] - before_backward);
-    // The marker before layer 0 sits on the input, which needs no gradient, so it never runs:
-    // layer 0's backward peak is the peak since the marker before layer 1.
-    peak[0] = static_cast<double>(memory::peak_bytes());
-    for (std::size_t i = 0; i < n; ++i)
-      c.backward_transient_bytes[i] = std::max(0.0, peak[i] - live[i + 1]);
+    detail::plain_step(layers, input, loss, detail::InputCopy::as_run, run == options.repeats - 1,
+                       c, &times, last_input);
   }
+  c.saves_input = detail::input_kept(layers, input, c);
+  const bool copies = std::find(c.saves_output_copy.begin(), c.saves_output_copy.end(), true) !=
+                      c.saves_output_copy.end();
+  const std::shared_ptr<Chain> with_copy =
+      copies ? detail::split_copy_figures(layers, input, loss, c) : nullptr;
+  if (!copies) c.saves_output_copy.clear();
   if (c.saves_output[n - 1]) {
-    // The last layer's backward when nothing else holds the output it keeps: as a replay's
-    // copy is, or x_n when the caller lets it go (Chain::last_unheld_backward_transient_bytes)
-    Tape tape;
-    const Var<T> in = tape.input(last_input, n > 1);  // x_0 needs no gradient, later inputs do
-    double marker_live = 0, marker_peak = 0;
-    Var<T> value;
-    {
-      auto last = std::begin(layers);
-      std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
-      value = loss(apply<T>(std::make_unique<detail::MemoryMarker<T>>(&marker_live, &marker_peak),
-                            {(*last)(in)}));
-    }
-    tape.backward(value, Tensor<T>::ones(value.shape()));
     c.last_unheld_backward_transient_bytes =
-        std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
+        detail::last_unheld_backward(layers, last_input, loss, n, false);
   }
-  {
-    // Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
-    // outlive the layer's return? (one forward pass)
-    c.saves_input.assign(n, true);
-    Tape tape;
-    Var<T> x = tape.input(input);
-    std::size_t l = 0;
-    for (auto&& layer : layers) {
-      Var<T> y;
-      double with_copy = 0;
-      {
-        const Var<T> copy = apply<T>(std::make_unique<detail::CopyNode<T>>(), {x});
-        y = layer(copy);
-        with_copy = static_cast<double>(memory::live_bytes());
-      }
-      c.saves_input[l] =
-          with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
-      x = y;
-      ++l;
+  if (options.replays) detail::replay_figures(layers, input, loss, nullptr, c);
+  if (copies) {
+    if (c.saves_output[n - 1]) {
+      with_copy->last_unheld_backward_transient_bytes = detail::last_unheld_backward(
+          layers, last_input, loss, n, detail::copy_kept_before(c, n - 1));
     }
-  }
-  if (options.replays) {
-    // Note [four ways a layer runs]: the readings, relative to the live bytes (x_l included)
-    // just before the layer
-    std::vector<std::vector<double>> starts(n), ends(n);
-    const auto reading = [&](std::size_t i, bool last) {
-      REMAT_ASSERT(!starts[i].empty() && !ends[i].empty(),
-                   "plan::profile's replay markers did not run for layer ", i);
-      return last ? ends[i].back() - starts[i].back() : ends[i].front() - starts[i].front();
-    };
-    c.segment_transient_bytes.assign(n, 0);
-    c.replay_transient_bytes.assign(n, 0);
-    c.replay_free_peak_bytes.assign(n, 0);
-    c.dropped_transient_bytes.assign(n, 0);
-    c.dropped_free_peak_bytes.assign(n, 0);
-    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment, starts, ends);
-    for (std::size_t i = 0; i < n; ++i) {
-      c.segment_transient_bytes[i] = std::max(0.0, reading(i, false) - c.boundary_bytes[i + 1]);
-      c.replay_transient_bytes[i] =
-          std::max(0.0, reading(i, true) - c.activation_bytes[i] - c.boundary_bytes[i + 1]);
+    if (options.replays) {
+      with_copy->dropped_transient_bytes = c.dropped_transient_bytes;
+      with_copy->dropped_free_peak_bytes = c.dropped_free_peak_bytes;
+      detail::replay_figures(layers, input, loss, &c, *with_copy);
     }
-    for (auto& r : starts) r.clear();
-    for (auto& r : ends) r.clear();
-    detail::profile_replays(layers, input, loss, detail::ReplayShape::own_segment_copied, starts,
-                            ends);
-    for (std::size_t i = 0; i < n; ++i) {
-      c.replay_free_peak_bytes[i] = reading(i, true);  // the copy plays x_l
-    }
-    for (auto& r : starts) r.clear();
-    for (auto& r : ends) r.clear();
-    detail::profile_replays(layers, input, loss, detail::ReplayShape::inner_segment, starts, ends);
-    for (std::size_t i = 0; i < n; ++i)
-      c.dropped_transient_bytes[i] = std::max(0.0, reading(i, true) - c.boundary_bytes[i + 1]);
-    for (auto& r : starts) r.clear();
-    for (auto& r : ends) r.clear();
-    detail::profile_replays(layers, input, loss, detail::ReplayShape::copied_input, starts, ends);
-    for (std::size_t i = 0; i < n; ++i) {
-      c.dropped_free_peak_bytes[i] = reading(i, true);
-    }
+    c.with_input_copy = with_copy;
   }
   c.forward_cost.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -570,6 +703,7 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   }
   if (options.price_replays)
     c.forward_cost = detail::replay_times(layers, input, loss, options.repeats, n);
+  if (copies) return c;  // Note [shared copies]: policy layers are not priced
   if (options.derived_policies > 0) {
     c.derived = derive_policies(layers, input, options.derived_policies, options.repeats);
     for (const DerivedPolicy& d : c.derived) options.policies.push_back(d.policy);

@@ -31,6 +31,12 @@ namespace detail {
 /// at a cut also says what the layer before it promised (a tag): nothing (0), that the next
 /// layer does not run under policy p (1 + 2p), or that it does (2 + 2p). Each choice's figures
 /// are then known when it is made, and the program stays exact.
+///
+/// A layer kept while the layer before it keeps its output's bfloat16 copy runs with other
+/// figures (Note [shared copies]): the state at a cut also says whether the block before it
+/// ends with such a layer, a plain one (a segment's layers are not kept when the next block
+/// runs, nor when it is swept); inside a segment's replay every layer but the first runs after
+/// the layer before it was kept.
 class OneLevelPlanner {
  public:
   explicit OneLevelPlanner(const Chain& c)
@@ -76,8 +82,9 @@ class OneLevelPlanner {
   }
 
   /// Local peaks of every segment [s, e), e = s+1 .. n, in one pass over e, without its input
-  /// x_s (the caller adds b_s unless the block before pins it).
-  std::vector<double> segment_peaks(std::size_t s) const {
+  /// x_s (the caller adds b_s unless the block before pins it); `shared`: the block before keeps
+  /// x_s's copy (Note [shared copies]).
+  std::vector<double> segment_peaks(std::size_t s, bool shared) const {
     std::vector<double> peak(n_ + 1, 0);
     double first_pass = 0;  // max over l of [l > s] b_l + b_{l+1} + tau_segment_l
     double replay_without_grad =
@@ -87,22 +94,27 @@ class OneLevelPlanner {
     for (std::size_t l = s; l < n_; ++l) {
       const double in = l > s ? c_.boundary(l) : 0.0;
       const double out = c_.boundary(l + 1);
+      const Chain& f = replayed_figures(s, l, shared);
       // Note [four ways a layer runs]: x_l is held during its replay if the segment captured it
       // (l = s) or layer l-1 pinned it as its output
       const bool held = l == s || c_.keeps_output(l - 1);
       first_pass = std::max(first_pass, in + out + c_.tau_segment(l));
       // (x_s is counted by the caller: the peak's share of it comes off)
-      replay_without_grad = std::max(replay_without_grad, kept + c_.replay_peak(l, true, held) -
+      replay_without_grad = std::max(replay_without_grad, kept + f.replay_peak(l, true, held) -
                                                               (l == s ? c_.boundary(l) : 0.0));
-      kept +=
-          c_.activation(l) + (l > s && (c_.keeps_input(l) || c_.keeps_output(l - 1)) ? in : 0.0);
+      kept += f.activation(l) + (l > s && (c_.keeps_input(l) || c_.keeps_output(l - 1)) ? in : 0.0);
       backward = std::max(backward, kept + (c_.keeps_output(l) ? out : 0.0) + out +
-                                        c_.beta(l, true));  // a replay's copy
+                                        f.beta(l, true));  // a replay's copy
       const std::size_t e = l + 1;
       peak[e] = std::max(first_pass,
                          std::max(replay_without_grad + c_.boundary(e), backward) + after_loss());
     }
     return peak;
+  }
+
+  /// The figures layer l runs with in the replay of a segment from s (Note [shared copies]).
+  const Chain& replayed_figures(std::size_t s, std::size_t l, bool shared) const noexcept {
+    return c_.figures(l, l > s || shared);
   }
 
   struct Choice {
@@ -113,11 +125,12 @@ class OneLevelPlanner {
 
   /// The one-level plan with the least recompute whose peak fits `budget` (ties: lower peak).
   Choice best(double budget) const {
-    // frontier[key(s, f, tag)]: the states at cut s whose blocks pin x_s (f = 1) or not (f = 0),
-    // after a layer that promised `tag` (see the class comment)
-    const std::size_t keys = 2 * tags_;
-    const auto key = [&](std::size_t at, bool pinned, std::size_t tag) {
-      return keys * at + 2 * tag + (pinned ? 1 : 0);
+    // frontier[key(s, f, tag, shared)]: the states at cut s whose blocks pin x_s (f = 1) or not
+    // (f = 0), after a layer that promised `tag`, and that keeps x_s's copy or not (see the
+    // class comment)
+    const std::size_t keys = 4 * tags_;
+    const auto key = [&](std::size_t at, bool pinned, std::size_t tag, bool shared) {
+      return keys * at + 4 * tag + (shared ? 2 : 0) + (pinned ? 1 : 0);
     };
     std::vector<std::vector<State>> frontier(keys * (n_ + 1));
     std::vector<std::size_t> pruned_size(frontier.size(), 0);
@@ -130,14 +143,15 @@ class OneLevelPlanner {
       }
     };
     for (std::size_t s = 0; s < n_; ++s) {
-      const std::vector<double> seg = segment_peaks(s);
+      const std::vector<double> seg_peaks[2] = {segment_peaks(s, false), segment_peaks(s, true)};
       for (std::size_t tag = 0; tag < tags_; ++tag) {
         // tag 2 + 2p: this layer must run under policy p; tag 1 + 2p: it must not
         const int must = tag > 0 && tag % 2 == 0 ? static_cast<int>(tag / 2 - 1) : -1;
         const int must_not = tag % 2 == 1 ? static_cast<int>(tag / 2) : -1;
-        for (int f = 0; f < 2; ++f) {
-          const bool pinned = f == 1;
-          const std::size_t k = key(s, pinned, tag);
+        for (int fs = 0; fs < 4; ++fs) {
+          const bool pinned = (fs & 1) != 0, shared = (fs & 2) != 0;
+          const std::vector<double>& seg = seg_peaks[shared ? 1 : 0];
+          const std::size_t k = key(s, pinned, tag, shared);
           prune(frontier[k]);
           const std::vector<State>& from = frontier[k];
           if (from.empty()) continue;
@@ -149,14 +163,15 @@ class OneLevelPlanner {
             if (out && (s + 1 == n_ || c_.policies[static_cast<std::size_t>(p)].chained.empty()))
               continue;
             const int variant = (out ? 1 : 0) | (must >= 0 ? 2 : 0);
-            const Chain& c = p < 0 ? c_ : variants_[static_cast<std::size_t>(4 * p + variant)];
+            const Chain& c = p < 0 ? c_.figures(s, shared)
+                                   : variants_[static_cast<std::size_t>(4 * p + variant)];
             const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
             const double replay = p < 0 ? 0.0 : policy_replay(p, variant, s);
             const std::size_t next =
                 p < 0 ? 0 : static_cast<std::size_t>(out ? 2 + 2 * p : 1 + 2 * p);
             for (std::size_t i = 0; i < from.size(); ++i) {
               if (from[i].pre + plain <= budget) {
-                push(key(s + 1, c.keeps_output(s), next),
+                push(key(s + 1, c.keeps_output(s), next, p < 0 && c_.keeps_output_copy(s)),
                      State{from[i].cost + replay, from[i].pre + pins,
                            std::max(from[i].peak, from[i].pre + plain), k, i, false, p});
               }
@@ -170,13 +185,13 @@ class OneLevelPlanner {
           for (std::size_t e = s + 1; e <= n_; ++e) {
             // A segment's replay keeps at least its input and its layers' activations; that
             // only grows with e, so once it cannot fit, no longer segment can.
-            kept += c_.activation(e - 1);
+            kept += replayed_figures(s, e - 1, shared).activation(e - 1);
             if (least_pre + kept > budget) break;
             seg_cost += c_.cost(e - 1);
             // from is sorted by recompute up, pinned bytes down: the states that fit are a
             // suffix
             for (std::size_t i = from.size(); i-- > 0 && from[i].pre + in + seg[e] <= budget;) {
-              push(key(e, false, 0),
+              push(key(e, false, 0, false),
                    State{from[i].cost + seg_cost, from[i].pre + in,
                          std::max(from[i].peak, from[i].pre + in + seg[e]), k, i, true, -1});
             }
@@ -189,17 +204,18 @@ class OneLevelPlanner {
     std::size_t pick = 0, pick_k = 0;
     for (std::size_t tag = 0; tag < tags_; ++tag) {
       if (tag > 0 && tag % 2 == 0) continue;  // a promise no layer is left to keep
-      for (int f = 0; f < 2; ++f) {
-        const std::size_t k = key(n_, f == 1, tag);
+      for (int fs = 0; fs < 4; ++fs) {
+        const bool pinned = (fs & 1) != 0, shared = (fs & 2) != 0;
+        const std::size_t k = key(n_, pinned, tag, shared);
         prune(frontier[k]);
+        const Chain& loss = c_.figures(n_, shared);
         for (std::size_t i = 0; i < frontier[k].size(); ++i) {
           const State& st = frontier[k][i];
-          // the loss runs while it holds x_n (pinned already when f = 1), then x_n's gradient
-          // exists
-          const double loss_extra =
-              std::max({out, c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes});
-          const double peak = std::max(st.peak, st.pre + (f == 1 ? 0.0 : out) + c_.loss_bytes +
-                                                    c_.loss_output_bytes + loss_extra);
+          // the loss runs while it holds x_n (pinned already), then x_n's gradient exists
+          const double loss_extra = std::max(
+              {out, loss.loss_forward_transient_bytes, loss.loss_backward_transient_bytes});
+          const double peak = std::max(st.peak, st.pre + (pinned ? 0.0 : out) + loss.loss_bytes +
+                                                    loss.loss_output_bytes + loss_extra);
           if (peak > budget) continue;
           if (st.cost < best.recompute || (st.cost == best.recompute && peak < best.peak)) {
             best.recompute = st.cost;

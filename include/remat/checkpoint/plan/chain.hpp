@@ -3,9 +3,11 @@
 /// plan::Chain (what the planners know about a chain of layers), plan::Segment and plan::Plan
 /// (what they return). See checkpoint/plan.hpp for the planners.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <iomanip>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -146,21 +148,40 @@ struct Chain {
   /// loss's backward pass is done, as when the loss saves its input and the caller keeps no Var
   /// of it (GPT::loss: ln_f saves it); an upper bound when the loss does not save it.
   bool output_held = true;
-  /// Profiled under Precision::bf16, some layer saves a bfloat16 copy of its output, which the
-  /// next layer's saves share (Note [BF16 saves] in core/precision.hpp). This layer-level model
-  /// does not price a copy two layers share, so no plan of this chain is predicted
+  /// Per layer (n, or empty: none): layer l keeps a bfloat16 copy of its output x_{l+1}, which
+  /// the next layer's saves (or the loss's) share while it lives (Note [shared copies] in
+  /// plan/simulator.hpp). Set by plan::profile under Precision::bf16.
+  std::vector<bool> saves_output_copy;
+  /// The figures of a layer (and of the loss) that runs while the layer before it is kept with
+  /// its output's copy (saves_output_copy): measured with that copy made before the layer ran,
+  /// so a_l, tau_l, beta_l and the replay peaks exclude it. Set with saves_output_copy; only its
+  /// per-layer and loss figures are read (Note [shared copies]).
+  std::shared_ptr<const Chain> with_input_copy;
+  /// Profiled under Precision::bf16, layers share a bfloat16 copy in a way plan::profile could
+  /// not price (Note [shared copies]: a layer whose output is a view of its input, or whose
+  /// output float outlives its copy's owner). No plan of this chain is predicted
   /// (Plan::predicted is false) and the planners that need predictions refuse it
   /// (require_predictable). train::estimate_memory and step_peak count such a step exactly.
-  bool shares_copies = false;
+  bool unpriced_copies = false;
   /// Throws a PlanError when `who` would plan from predictions this chain cannot make.
   void require_predictable(const char* who) const {
-    if (!shares_copies) return;
+    if (!unpriced_copies) return;
     throw PlanError(std::string(who) +
-                    ": the chain was profiled under Precision::bf16 and a layer keeps a bfloat16 "
-                    "copy of its output that the next layer shares; its predictions would be "
-                    "low by up to half of those outputs. Plan it from a float32 profile, choose "
-                    "none, every or sqrt, or end the layers with an op that does not save its "
-                    "output; train::estimate_memory and step_peak price the step exactly");
+                    ": the chain was profiled under Precision::bf16 and its layers share a "
+                    "bfloat16 copy in a way the profile cannot price (a layer whose output is a "
+                    "view of its input, or that keeps its output both as a copy and as floats); "
+                    "plan it from a float32 profile, or choose none, every or sqrt; "
+                    "train::estimate_memory and step_peak price the step exactly");
+  }
+  /// Whether layer l keeps its output's bfloat16 copy, which the next layer shares.
+  bool keeps_output_copy(std::size_t l) const noexcept {
+    return !saves_output_copy.empty() && saves_output_copy[l];
+  }
+  /// The figures layer l (l = n: the loss) runs with: with_input_copy's when the layer before it
+  /// is kept at that time and keeps its output's copy.
+  const Chain& figures(std::size_t l, bool previous_kept) const noexcept {
+    return l > 0 && previous_kept && keeps_output_copy(l - 1) && with_input_copy ? *with_input_copy
+                                                                                 : *this;
   }
   /// Each layer under each of these save policies in a segment of its own (plan::profile
   /// measures them); empty: the planners choose among plain layers and save_nothing segments.
@@ -260,6 +281,24 @@ struct Chain {
                               " saves_output flags"));
     if (!saves_input.empty() && saves_input.size() != n)
       fail(remat::detail::cat("has ", n, " layers but ", saves_input.size(), " saves_input flags"));
+    if (!saves_output_copy.empty() && saves_output_copy.size() != n) {
+      fail(remat::detail::cat("has ", n, " layers but ", saves_output_copy.size(),
+                              " saves_output_copy flags"));
+    }
+    const bool copies = std::find(saves_output_copy.begin(), saves_output_copy.end(), true) !=
+                        saves_output_copy.end();
+    if (copies != static_cast<bool>(with_input_copy))
+      fail(copies ? "has layers that keep their output's copy but no with_input_copy figures"
+                  : "has with_input_copy figures but no layer keeps its output's copy");
+    if (with_input_copy) {
+      const Chain& w = *with_input_copy;
+      if (w.layers() != n || w.boundary_bytes != boundary_bytes || w.with_input_copy ||
+          !w.policies.empty())
+        fail("has with_input_copy figures for another chain (layers, boundaries) or nested");
+      w.validate(who);
+    }
+    if (copies && !policies.empty())
+      fail("has policy costs and layers that share their output's copy (Note [shared copies])");
     for (double v :
          {loss_bytes, loss_output_bytes, loss_forward_transient_bytes,
           loss_backward_transient_bytes, last_unheld_backward_transient_bytes.value_or(0)}) {

@@ -62,6 +62,22 @@
 /// the three chained variants of every layer (PolicyCosts::chained) as it measures the plain
 /// one, and predict() gives each policy layer the variant its neighbours make: a layer-level
 /// simulation still, exact as before.
+///
+/// Note [shared copies]: under Precision::bf16 an op saves a bfloat16 copy of what it saves,
+/// one copy per buffer for every op that saves it while it lives (Note [BF16 saves] in
+/// core/precision.hpp). When layer l-1 ends by saving its output (a tanh) and layer l saves its
+/// input, the two share the copy of x_l exactly when both are kept at the same time: a layer kept
+/// at level L reads the x_l that layer l-1's kept run made (in the first pass, in the same replay,
+/// or captured by its segment from that run), and a replay of layer l-1 only comes after layer
+/// l's backward has released what it kept. So the copy is layer l-1's, and layer l runs with
+/// other figures when layer l-1 is kept as it runs: a_l without the copy, and transients and
+/// peaks measured with the copy made before it (Chain::with_input_copy, chosen by
+/// Chain::figures()); likewise the loss after a last layer kept with its output's copy.
+/// plan::profile measures those figures with an op before the layer that saves its input
+/// (detail::CopySaver), and the plain figures with a copy of x_l in a buffer of its own, so that
+/// no copy exists before the layer (detail::CopyNode). A layer-level simulation still: which
+/// figures a kept layer has follows from which layers are kept, which the simulation knows.
+/// Policy layers are not priced in such a chain (plan::profile measures no policies for it).
 
 #include <algorithm>
 #include <cmath>
@@ -122,6 +138,7 @@ class Simulator {
         pins_(n_ + 2, 0),
         captures_(n_ + 1, 0),
         kept_(n_, 0),
+        shared_input_(n_, 0),
         out_slot_(n_, 0),
         innermost_(n_, -1),
         starting_(n_) {
@@ -130,18 +147,20 @@ class Simulator {
 
   Prediction run() {
     forward(0, n_, 0);
-    pin(n_);  // the loss holds the output
-    live_ += c_.loss_bytes + c_.loss_output_bytes;
-    touch(std::max(c_.loss_forward_transient_bytes, c_.loss_backward_transient_bytes));
+    pin(n_);                                            // the loss holds the output
+    const Chain& loss = c_.figures(n_, kept_[n_ - 1]);  // Note [shared copies]
+    live_ += loss.loss_bytes + loss.loss_output_bytes;
+    touch(std::max(loss.loss_forward_transient_bytes, loss.loss_backward_transient_bytes));
     grad_ = c_.boundary(n_);
     touch(0);
     if (!c_.output_held) unpin(n_);
-    live_ -= c_.loss_bytes;
+    live_ -= loss.loss_bytes;
     for (std::size_t l = n_; l-- > 0;) {
       materialize(l);
       // the last layer's kept output is held by nothing else if it is a replay's copy, or if the
       // caller let x_n go
-      touch(c_.beta(l, l + 1 == n_ && kept_[l] && (out_slot_[l] == n_ + 1 || !c_.output_held)));
+      touch(kept_figures(l).beta(
+          l, l + 1 == n_ && kept_[l] && (out_slot_[l] == n_ + 1 || !c_.output_held)));
       if (kept_[l]) release_layer(l);
       grad_ = c_.boundary(l);
       for (int s : starting_[l]) {
@@ -186,10 +205,14 @@ class Simulator {
     result_.max_checkpoints = std::max(result_.max_checkpoints, checkpoints_);
     result_.max_materialized = std::max(result_.max_materialized, materialized_);
   }
+  /// The figures layer l was kept with (Note [shared copies]).
+  const Chain& kept_figures(std::size_t l) const noexcept {
+    return c_.figures(l, l > 0 && shared_input_[l]);
+  }
   void release_layer(std::size_t l) {
+    live_ -= kept_figures(l).activation(l);
     kept_[l] = 0;
     --materialized_;
-    live_ -= c_.activation(l);
     if (c_.keeps_input(l)) unpin(l);
     if (c_.keeps_output(l)) unpin(out_slot_[l]);
   }
@@ -215,17 +238,20 @@ class Simulator {
       }
       const double current = pins_[l] ? 0.0 : c_.boundary(l);
       const bool keeps = depth_of_layer(l) == level;
+      // Note [shared copies]: a kept layer shares the copy of x_l the layer before it keeps
+      shared_input_[l] = keeps && l > 0 && kept_[l - 1];
+      const Chain& f = c_.figures(l, shared_input_[l]);
       // Note [four ways a layer runs]
       if (level == 0) {  // the caller's Var holds x_l while the layer runs
         touch(current + c_.boundary(l + 1) +
-              (keeps ? c_.activation(l) + c_.tau(l) : c_.tau_segment(l)));
+              (keeps ? f.activation(l) + f.tau(l) : c_.tau_segment(l)));
       } else {  // a replay drops x_l after its last use unless something pins it
-        touch(c_.replay_peak(l, keeps, pins_[l] > 0) - (pins_[l] > 0 ? c_.boundary(l) : 0.0));
+        touch(f.replay_peak(l, keeps, pins_[l] > 0) - (pins_[l] > 0 ? c_.boundary(l) : 0.0));
       }
       if (keeps) {
         kept_[l] = 1;
         ++materialized_;
-        live_ += c_.activation(l);
+        live_ += f.activation(l);
         if (c_.keeps_input(l)) pin(l);
         // a replay computes its outputs anew; only x_n's first copy may still be alive then
         out_slot_[l] = level > 0 && l + 1 == n_ ? n_ + 1 : l + 1;
@@ -258,6 +284,7 @@ class Simulator {
   std::vector<int> pins_;
   std::vector<int> captures_;
   std::vector<char> kept_;
+  std::vector<char> shared_input_;     // a kept layer ran while the layer before it was kept
   std::vector<std::size_t> out_slot_;  // the boundary slot a kept layer pins as its output
   std::vector<int> innermost_;
   std::vector<std::vector<int>> starting_;
@@ -298,6 +325,13 @@ inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segm
             std::string known;
             for (const PolicyCosts& q : chain.policies)
               known += (known.empty() ? "" : ", ") + q.policy.name();
+            if (chain.with_input_copy) {
+              throw PlanError(remat::detail::cat(
+                  who, ": segment [", s.begin, ", ", s.end, ") carries the policy '",
+                  s.policy.name(),
+                  "'; the chain's layers share bfloat16 copies of their outputs, and policy "
+                  "layers are not priced in such a chain (Note [shared copies])"));
+            }
             throw PlanError(remat::detail::cat(
                 who, ": segment [", s.begin, ", ", s.end, ") carries the policy '", s.policy.name(),
                 "', which the chain has no costs for (it has: ", known.empty() ? "none" : known,
@@ -460,7 +494,7 @@ inline Plan custom(const Chain& chain, std::vector<Segment> segments, Kind kind 
   plan.peak_bytes = p.peak_bytes;
   plan.recompute = p.recompute;
   plan.recompute_fraction = p.recompute / chain.total_cost();
-  plan.predicted = !chain.shares_copies;
+  plan.predicted = !chain.unpriced_copies;
   return plan;
 }
 
