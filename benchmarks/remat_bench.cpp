@@ -50,9 +50,8 @@
 //   act_peak_mb       counted peak during forward + backward minus live bytes before it (MiB)
 //   predicted_peak_mb the plan's predicted peak (MiB); null when a policy keeps ops in segments
 //                     the simulator does not model (over several layers, or a policy the
-//                     profile did not measure, or any policy on a chain whose layers share a
-//                     saved bfloat16 copy: deep in BF16, Note [shared copies]), or when the
-//                     profile could not price such a copy (Chain::unpriced_copies; stderr says so)
+//                     profile did not measure), or when layers share a saved bfloat16 copy the
+//                     profile could not price (Chain::unpriced_copies; stderr says so)
 //   recompute         the plan's extra forward work, as a fraction of one forward pass
 //   recompute_s       measured time spent replaying segments during one step's backward pass
 //                     (median; the tape's replay clock, TapeState::stats().replay_seconds)
@@ -300,10 +299,6 @@ class Bench {
     optimizer_.zero_grad();
     for (const remat::plan::PolicyCosts& q : chain_.policies)
       std::fprintf(stderr, "remat_bench: profiled policy %s\n", q.policy.name().c_str());
-    if (chain_.with_input_copy)
-      std::fprintf(stderr,
-                   "remat_bench: layers share the bfloat16 copy of their outputs with the next "
-                   "layer (Note [shared copies]): no policy layers are priced\n");
     if (chain_.unpriced_copies)
       std::fprintf(stderr,
                    "remat_bench: layers share a bfloat16 copy the profile cannot price "

@@ -71,10 +71,8 @@ SharedCopies check_random_blocks(std::uint64_t base, int cases, remat::Precision
         remat::plan::profile(chain.layers, x, loss, remat::plan::ProfileOptions{.repeats = 1});
     // costs from the seed, not the clock, so that the plans (and a failure) reproduce
     for (double& cost : profiled.forward_cost) cost = static_cast<double>(1 + rng.uniform_int(9));
-    if (profiled.with_input_copy || profiled.unpriced_copies) {
+    if (profiled.with_input_copy || profiled.unpriced_copies)
       CHECK(precision == remat::Precision::bf16);
-      CHECK(profiled.policies.empty());  // not priced for such a chain
-    }
     if (profiled.unpriced_copies) {
       // a copy the profile could not price: no prediction, and no planner that would need one
       ++shared.unpriced;

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -48,6 +49,62 @@ Var<T> before_layer(const Var<T>& x, InputCopy how, bool shared, bool& faithful)
 /// Whether layer j's input copy is kept by the layer before it (j = n: the loss's input).
 inline bool copy_kept_before(const Chain& c, std::size_t j) noexcept {
   return j > 0 && c.keeps_output_copy(j - 1);
+}
+
+/// Whether a layer that read `in` and returned `out` keeps its output's bfloat16 copy for the
+/// next layer: the copy outlives the layer's return. `faithful` turns false when the output is
+/// a view of the input, whose copy may be a layer's before it.
+template <class T>
+bool output_copy_kept(const Var<T>& in, const Var<T>& out, bool& faithful) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!remat::detail::bf16_save_cache().holds(out.value())) return false;
+    faithful = faithful && !out.value().shares_storage_with(in.value());
+    return true;
+  } else {
+    return false;
+  }
+}
+
+/// For a policy's second run (Note [shared copies]): at each layer j whose input's copy the
+/// layer before keeps, plain (`plain`) or in the policy's first run (`run`), the other way
+/// than that run had it: own where the run's layer j-1 kept the copy, made_before elsewhere.
+inline std::vector<InputCopy> flipped(const std::vector<bool>& plain,
+                                      const std::vector<bool>& run) {
+  std::vector<InputCopy> at(plain.size() + 1, InputCopy::as_run);
+  for (std::size_t j = 1; j < at.size(); ++j) {
+    const bool kept = !run.empty() && run[j - 1];
+    if (kept || (!plain.empty() && plain[j - 1]))
+      at[j] = kept ? InputCopy::own : InputCopy::made_before;
+  }
+  at.back() = InputCopy::as_run;  // the loss runs after plain layers only
+  return at;
+}
+
+/// Layer l's figures of `from` into `to`.
+inline void copy_layer(const PolicyCosts& from, std::size_t l, PolicyCosts& to) {
+  to.activation_bytes[l] = from.activation_bytes[l];
+  to.forward_transient_bytes[l] = from.forward_transient_bytes[l];
+  to.backward_transient_bytes[l] = from.backward_transient_bytes[l];
+  to.saves_input[l] = from.saves_input[l];
+  to.saves_output[l] = from.saves_output[l];
+  to.replay_cost[l] = from.replay_cost[l];
+  if (!from.saves_output_copy.empty()) {
+    to.saves_output_copy.resize(from.saves_output_copy.size(), false);
+    to.saves_output_copy[l] = from.saves_output_copy[l];
+  }
+  if (l + 1 == from.activation_bytes.size())
+    to.last_unheld_backward_transient_bytes = from.last_unheld_backward_transient_bytes;
+}
+
+/// Layer l's figures from a run as it ran (`as_run`) and from one with `at` flipped: into `own`
+/// (no copy of x_l made before it) and `with_copy` (one made), by which way each run had it.
+inline void split_layer(const PolicyCosts& as_run, const PolicyCosts& flip,
+                        const std::vector<InputCopy>& at, std::size_t l, PolicyCosts& own,
+                        PolicyCosts& with_copy) {
+  copy_layer(at[l] == InputCopy::own ? flip : as_run, l, own);
+  copy_layer(at[l] == InputCopy::made_before ? flip : as_run, l, with_copy);
+  // whether the layer keeps its own output's copy is the run's, not its input's
+  if (!as_run.saves_output_copy.empty()) with_copy.saves_output_copy[l] = own.saves_output_copy[l];
 }
 
 /// How profile_replays() wraps each layer (Note [four ways a layer runs]).
@@ -111,11 +168,14 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
 /// layers] in plan/simulator.hpp), measured as profile() measures plain layers: `repeats` steps
 /// (the last one measures memory; the replay time is the median), one forward pass (whether each
 /// layer keeps its input), and the last layer's backward once more when it keeps its output.
-/// `boundary` holds the chain's boundary sizes.
+/// `boundary` holds the chain's boundary sizes; at[l] says what stands before layer l (Note
+/// [shared copies]; after its marker, so that a copy made there dies in layer l's backward
+/// window), and `faithful` turns false when that cannot be measured.
 template <class Layers, class T, class Loss>
 PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
                            const SavePolicy& policy, int repeats,
-                           const std::vector<double>& boundary) {
+                           const std::vector<double>& boundary, const std::vector<InputCopy>& at,
+                           bool& faithful) {
   const std::size_t n = boundary.size() - 1;
   PolicyCosts q;
   q.policy = policy;
@@ -124,6 +184,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
   q.backward_transient_bytes.assign(n, 0);
   q.saves_output.assign(n, true);
   q.saves_input.assign(n, true);
+  q.saves_output_copy.assign(n, false);
   std::vector<std::vector<double>> times(n);
   std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
   const auto segment = [&](const Var<T>& on) {
@@ -135,6 +196,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
     std::size_t l = 0;
     for (auto&& layer : layers) {
       x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[l], &peak[l], &tape, &clock[l]), {x});
+      x = before_layer(x, at[l], true, faithful);
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -148,6 +210,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
       q.forward_transient_bytes[l] =
           std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       q.saves_output[l] = !x.value().is_unique();
+      q.saves_output_copy[l] = output_copy_kept(held, x, faithful);
       ++l;
     }
     x = apply<T>(std::make_unique<MemoryMarker<T>>(&live[n], &peak[n], &tape, &clock[n]), {x});
@@ -198,8 +261,13 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
       std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
       Var<T> out;
       {
-        const CheckpointScope scope = segment(in);
-        out = (*last)(in);
+        // fed a fresh input, the layer makes its own copy: a copy made before stands for the
+        // one the layer before it kept in this run (or for the one at[n - 1] makes)
+        const bool made = at[n - 1] == InputCopy::made_before ||
+                          (at[n - 1] == InputCopy::as_run && n > 1 && q.saves_output_copy[n - 2]);
+        const Var<T> x = before_layer(in, InputCopy::made_before, made, faithful);
+        const CheckpointScope scope = segment(x);
+        out = (*last)(x);
       }
       value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak), {out}));
     }
@@ -250,11 +318,16 @@ std::vector<double> replay_times(Layers& layers, const Tensor<T>& input, Loss& l
 /// read when the backward sweep passes each layer's first op (Tape's on_swept); one forward
 /// pass for whether each layer keeps its input; the last layer's backward once more when it is
 /// chained and keeps its output. Returns false, having measured nothing, when no segment took
-/// over a tail in the first step: the layers then run as if not chained.
+/// over a tail in the first step: the layers then run as if not chained. Where layer l is not
+/// chained with the layer before, at[l] may set a copy op in place of the separator (Note
+/// [shared copies]; before the layer's first op, so that a copy made there dies in its backward
+/// window); kept_copy receives whether each layer kept its output's copy in this run.
 template <class Layers, class T, class Loss>
 bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy,
                      int repeats, const std::vector<double>& boundary,
-                     const std::vector<bool>& linked, PolicyCosts& q) {
+                     const std::vector<bool>& linked, const std::vector<InputCopy>& at,
+                     bool& faithful, std::vector<bool>& kept_copy, PolicyCosts& q) {
+  kept_copy.assign(boundary.size() - 1, false);
   const std::size_t n = boundary.size() - 1;
   const auto variant = [&](std::size_t l) {
     return (l + 1 < n && linked[l + 1] ? 1 : 0) | (linked[l] ? 2 : 0);
@@ -273,8 +346,13 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
     Var<T> x = tape.input(input);
     std::size_t l = 0;
     for (auto&& layer : layers) {
-      if (!linked[l]) x = apply<T>(std::make_unique<Separator<T>>(), {x});
-      first[l] = static_cast<std::uint32_t>(tape.size());
+      const bool made = !linked[l] && at[l] == InputCopy::made_before;
+      if (made) first[l] = static_cast<std::uint32_t>(tape.size());
+      if (!linked[l]) {
+        x = at[l] == InputCopy::as_run ? apply<T>(std::make_unique<Separator<T>>(), {x})
+                                       : before_layer(x, at[l], true, faithful);
+      }
+      if (!made) first[l] = static_cast<std::uint32_t>(tape.size());
       const Var<T> held = x;  // keeps x_l alive while layer l is measured
       const double before = static_cast<double>(memory::live_bytes());
       memory::reset_peak();
@@ -283,6 +361,7 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
         x = layer(x);
       }
       const double after = static_cast<double>(memory::live_bytes());
+      kept_copy[l] = output_copy_kept(held, x, faithful);
       if (variant(l) != 0) {
         PolicyCosts& f = figures(l);
         f.activation_bytes[l] =
@@ -290,6 +369,7 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
         f.forward_transient_bytes[l] =
             std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
         f.saves_output[l] = !x.value().is_unique();
+        f.saves_output_copy[l] = kept_copy[l];
       }
       ++l;
     }
@@ -398,14 +478,27 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
 /// profile_chained(), with every layer chained, pairs from layer 0 and pairs from layer 1. When
 /// no segment takes over a tail with every layer chained, none does in the pairs either (the
 /// tape decides from the previous segment's own ops), and the layers run chained exactly as
-/// they run alone: the chained figures are the plain ones, measured once.
+/// they run alone: the chained figures are the plain ones, measured once. With `with_copy`
+/// (the policy's figures with a layer's input copy made before it, Note [shared copies]), each
+/// pass runs once more with the copy ops flipped (flipped()) where a layer is not chained with
+/// the layer before it; a chained layer's copy is always as the pass had it.
 template <class Layers, class T, class Loss>
 void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, int repeats,
-                           const std::vector<double>& boundary, PolicyCosts& q) {
+                           const std::vector<double>& boundary,
+                           const std::vector<bool>& plain_copies, bool& faithful, PolicyCosts& q,
+                           PolicyCosts* with_copy) {
   const std::size_t n = boundary.size() - 1;
-  PolicyCosts plain = q;
-  plain.chained.clear();
-  q.chained.assign(3, plain);
+  const auto unchained = [](PolicyCosts p) {
+    p.chained.clear();
+    return p;
+  };
+  const PolicyCosts plain = unchained(q);
+  const PolicyCosts plain_with_copy = with_copy ? unchained(*with_copy) : PolicyCosts{};
+  const auto as_plain = [&] {
+    q.chained.assign(3, plain);
+    if (with_copy) with_copy->chained.assign(3, plain_with_copy);
+  };
+  as_plain();
   if (n < 2) return;  // no neighbours to chain with
   std::vector<bool> all(n, true), even(n, false), odd(n, false);
   all[0] = false;
@@ -414,12 +507,83 @@ void profile_policy_chains(Layers& layers, const Tensor<T>& input, Loss& loss, i
     odd[l] = l % 2 == 0;
   }
   for (PolicyCosts& c : q.chained) c.last_unheld_backward_transient_bytes.reset();
-  if (!profile_chained(layers, input, loss, q.policy, repeats, boundary, all, q)) {
-    q.chained.assign(3, plain);
-    return;
+  if (with_copy) {
+    for (PolicyCosts& c : with_copy->chained) c.last_unheld_backward_transient_bytes.reset();
   }
-  for (const std::vector<bool>* linked : {&even, &odd})
-    profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, q);
+  const std::vector<InputCopy> as_run(n + 1, InputCopy::as_run);
+  for (const std::vector<bool>* linked : {&all, &even, &odd}) {
+    PolicyCosts run = q, flip = q;  // this pass's figures, over what is measured so far
+    std::vector<bool> kept;
+    if (!profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, as_run,
+                         faithful, kept, run)) {
+      if (linked == &all) return as_plain();
+      continue;  // (measured nothing)
+    }
+    std::vector<InputCopy> at = as_run;
+    if (with_copy) {
+      at = flipped(plain_copies, kept);
+      for (std::size_t l = 0; l < n; ++l) {
+        if ((*linked)[l]) at[l] = InputCopy::as_run;
+      }
+      std::vector<bool> flipped_kept;
+      faithful = profile_chained(layers, input, loss, q.policy, repeats, boundary, *linked, at,
+                                 faithful, flipped_kept, flip) &&
+                 faithful;
+    }
+    for (std::size_t l = 0; l < n; ++l) {
+      const int k = (l + 1 < n && (*linked)[l + 1] ? 1 : 0) | ((*linked)[l] ? 2 : 0);
+      if (k == 0) continue;
+      const auto v = static_cast<std::size_t>(k - 1);
+      if (with_copy)
+        split_layer(run.chained[v], flip.chained[v], at, l, q.chained[v], with_copy->chained[v]);
+      else
+        copy_layer(run.chained[v], l, q.chained[v]);
+    }
+  }
+}
+
+/// Measures `policy` on the layers (profile_policy(), profile_policy_chains()) into c.policies,
+/// and into c_with_copy's policies when layers keep their output's copy (Note [shared copies]):
+/// once as the layers run, once with the copy ops flipped (flipped()), each layer's figures
+/// split by which way each run had them. A copy that cannot be measured marks c unpriced.
+template <class Layers, class T, class Loss>
+void measure_policy(Layers& layers, const Tensor<T>& input, Loss& loss, const SavePolicy& policy,
+                    int repeats, Chain& c, Chain* c_with_copy) {
+  const std::size_t n = c.layers();
+  bool faithful = true;
+  PolicyCosts q = profile_policy(layers, input, loss, policy, repeats, c.boundary_bytes,
+                                 std::vector<InputCopy>(n + 1, InputCopy::as_run), faithful);
+  std::optional<PolicyCosts> with_copy;
+  if (c_with_copy) {
+    const std::vector<InputCopy> at = flipped(c.saves_output_copy, q.saves_output_copy);
+    const PolicyCosts flip =
+        profile_policy(layers, input, loss, policy, repeats, c.boundary_bytes, at, faithful);
+    PolicyCosts own = q;
+    with_copy = q;
+    for (std::size_t l = 0; l < n; ++l) split_layer(q, flip, at, l, own, *with_copy);
+    q = std::move(own);
+  }
+  profile_policy_chains(layers, input, loss, repeats, c.boundary_bytes, c.saves_output_copy,
+                        faithful, q, with_copy ? &*with_copy : nullptr);
+  const auto any_copy = [](const PolicyCosts& p) {
+    return std::find(p.saves_output_copy.begin(), p.saves_output_copy.end(), true) !=
+           p.saves_output_copy.end();
+  };
+  bool copies = any_copy(q);
+  for (const PolicyCosts& k : q.chained) copies = copies || any_copy(k);
+  if (copies && !with_copy) faithful = false;  // a copy the plain layers do not keep
+  if (!faithful) c.unpriced_copies = true;
+  // the flags are read from c's figures (Chain::figures())
+  const auto drop_flags = [](PolicyCosts& p) {
+    p.saves_output_copy.clear();
+    for (PolicyCosts& k : p.chained) k.saves_output_copy.clear();
+  };
+  if (!with_copy) drop_flags(q);
+  c.policies.push_back(std::move(q));
+  if (with_copy) {
+    drop_flags(*with_copy);
+    c_with_copy->policies.push_back(std::move(*with_copy));
+  }
 }
 
 }  // namespace detail
@@ -649,8 +813,8 @@ std::shared_ptr<Chain> split_copy_figures(Layers& layers, const Tensor<T>& input
 /// predictions are exact: Note [four ways a layer runs]). Under Precision::bf16, when a layer
 /// keeps its output's copy for the next one to share (Note [shared copies]), one more step, two
 /// more with segments and one more last backward measure the figures with and without that copy,
-/// and no policies are measured (options.policies and derived_policies are not priced for such a
-/// chain). Parameters used by the layers receive gradients: call zero_grad() afterwards. Profile
+/// and each policy is measured twice. Parameters used by the layers receive gradients: call
+/// zero_grad() afterwards. Profile
 /// after one training step: the first backward pass also allocates the parameters' gradient
 /// buffers, which later steps reuse, and would count them as transients.
 template <class Layers, class T, class Loss>
@@ -694,7 +858,6 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
       with_copy->dropped_free_peak_bytes = c.dropped_free_peak_bytes;
       detail::replay_figures(layers, input, loss, &c, *with_copy);
     }
-    c.with_input_copy = with_copy;
   }
   c.forward_cost.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -703,18 +866,15 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   }
   if (options.price_replays)
     c.forward_cost = detail::replay_times(layers, input, loss, options.repeats, n);
-  if (copies) return c;  // Note [shared copies]: policy layers are not priced
   if (options.derived_policies > 0) {
     c.derived = derive_policies(layers, input, options.derived_policies, options.repeats);
     for (const DerivedPolicy& d : c.derived) options.policies.push_back(d.policy);
   }
   for (const SavePolicy& policy : options.policies) {
     if (!policy.keeps_anything() || c.policy_index(policy) >= 0) continue;
-    c.policies.push_back(
-        detail::profile_policy(layers, input, loss, policy, options.repeats, c.boundary_bytes));
-    detail::profile_policy_chains(layers, input, loss, options.repeats, c.boundary_bytes,
-                                  c.policies.back());
+    detail::measure_policy(layers, input, loss, policy, options.repeats, c, with_copy.get());
   }
+  c.with_input_copy = with_copy;
   return c;
 }
 

@@ -34,9 +34,9 @@ namespace detail {
 ///
 /// A layer kept while the layer before it keeps its output's bfloat16 copy runs with other
 /// figures (Note [shared copies]): the state at a cut also says whether the block before it
-/// ends with such a layer, a plain one (a segment's layers are not kept when the next block
-/// runs, nor when it is swept); inside a segment's replay every layer but the first runs after
-/// the layer before it was kept.
+/// ends with such a layer, plain or under a policy (a segment's layers are not kept when the
+/// next block runs, nor when it is swept); inside a segment's replay every layer but the first
+/// runs after the layer before it was kept.
 class OneLevelPlanner {
  public:
   explicit OneLevelPlanner(const Chain& c)
@@ -163,15 +163,15 @@ class OneLevelPlanner {
             if (out && (s + 1 == n_ || c_.policies[static_cast<std::size_t>(p)].chained.empty()))
               continue;
             const int variant = (out ? 1 : 0) | (must >= 0 ? 2 : 0);
-            const Chain& c = p < 0 ? c_.figures(s, shared)
-                                   : variants_[static_cast<std::size_t>(4 * p + variant)];
+            const Chain& kind = p < 0 ? c_ : variants_[static_cast<std::size_t>(4 * p + variant)];
+            const Chain& c = kind.figures(s, shared);
             const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
             const double replay = p < 0 ? 0.0 : policy_replay(p, variant, s);
             const std::size_t next =
                 p < 0 ? 0 : static_cast<std::size_t>(out ? 2 + 2 * p : 1 + 2 * p);
             for (std::size_t i = 0; i < from.size(); ++i) {
               if (from[i].pre + plain <= budget) {
-                push(key(s + 1, c.keeps_output(s), next, p < 0 && c_.keeps_output_copy(s)),
+                push(key(s + 1, c.keeps_output(s), next, kind.keeps_output_copy(s)),
                      State{from[i].cost + replay, from[i].pre + pins,
                            std::max(from[i].peak, from[i].pre + plain), k, i, false, p});
               }

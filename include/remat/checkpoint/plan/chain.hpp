@@ -34,6 +34,8 @@ struct PolicyCosts {
   std::vector<bool> saves_input;    ///< x_l stays alive until its backward (captured or saved)
   std::vector<bool> saves_output;   ///< x_{l+1} stays alive until its backward
   std::vector<double> replay_cost;  ///< its backward's replay, in the chain's cost unit
+  /// n or empty (none): layer l keeps its output's bfloat16 copy (Chain::saves_output_copy)
+  std::vector<bool> saves_output_copy;
   /// The same figures for a layer whose neighbour runs under the same policy in a segment of its
   /// own right next to it, so that the two segments chain (Note [chained policy layers] in
   /// plan/simulator.hpp): chained[0] with the layer after it, chained[1] with the layer before
@@ -83,9 +85,11 @@ struct PolicyCosts {
                                   "; values must be finite and >= 0"));
       }
     }
-    if (saves_input.size() != n || saves_output.size() != n) {
-      fail(remat::detail::cat("have ", saves_input.size(), " saves_input and ", saves_output.size(),
-                              " saves_output flags for ", n, " layers"));
+    if (saves_input.size() != n || saves_output.size() != n ||
+        (!saves_output_copy.empty() && saves_output_copy.size() != n)) {
+      fail(remat::detail::cat("have ", saves_input.size(), " saves_input, ", saves_output.size(),
+                              " saves_output and ", saves_output_copy.size(),
+                              " saves_output_copy flags for ", n, " layers"));
     }
     const double last = last_unheld_backward_transient_bytes.value_or(0);
     if (!(last >= 0) || !std::isfinite(last))
@@ -153,9 +157,10 @@ struct Chain {
   /// plan/simulator.hpp). Set by plan::profile under Precision::bf16.
   std::vector<bool> saves_output_copy;
   /// The figures of a layer (and of the loss) that runs while the layer before it is kept with
-  /// its output's copy (saves_output_copy): measured with that copy made before the layer ran,
-  /// so a_l, tau_l, beta_l and the replay peaks exclude it. Set with saves_output_copy; only its
-  /// per-layer and loss figures are read (Note [shared copies]).
+  /// its output's copy (saves_output_copy, or a policy's): measured with that copy made before
+  /// the layer ran, so a_l, tau_l, beta_l and the replay peaks exclude it, and its policies'
+  /// figures likewise (matched to `policies` by policy). Set when a layer keeps its output's copy;
+  /// only its per-layer, loss and policy figures are read (Note [shared copies]).
   std::shared_ptr<const Chain> with_input_copy;
   /// Profiled under Precision::bf16, layers share a bfloat16 copy in a way plan::profile could
   /// not price (Note [shared copies]: a layer whose output is a view of its input, or whose
@@ -285,20 +290,28 @@ struct Chain {
       fail(remat::detail::cat("has ", n, " layers but ", saves_output_copy.size(),
                               " saves_output_copy flags"));
     }
-    const bool copies = std::find(saves_output_copy.begin(), saves_output_copy.end(), true) !=
-                        saves_output_copy.end();
-    if (copies != static_cast<bool>(with_input_copy))
-      fail(copies ? "has layers that keep their output's copy but no with_input_copy figures"
-                  : "has with_input_copy figures but no layer keeps its output's copy");
+    const auto any = [](const std::vector<bool>& v) {
+      return std::find(v.begin(), v.end(), true) != v.end();
+    };
+    bool copies = any(saves_output_copy);
+    for (const PolicyCosts& q : policies) {
+      copies = copies || any(q.saves_output_copy);
+      for (const PolicyCosts& k : q.chained) copies = copies || any(k.saves_output_copy);
+    }
+    if (copies && !with_input_copy)
+      fail("has layers that keep their output's copy but no with_input_copy figures");
     if (with_input_copy) {
       const Chain& w = *with_input_copy;
-      if (w.layers() != n || w.boundary_bytes != boundary_bytes || w.with_input_copy ||
-          !w.policies.empty())
+      if (w.layers() != n || w.boundary_bytes != boundary_bytes || w.with_input_copy)
         fail("has with_input_copy figures for another chain (layers, boundaries) or nested");
+      for (const PolicyCosts& q : policies) {
+        const int i = w.policy_index(q.policy);
+        if (i < 0 || w.policies[static_cast<std::size_t>(i)].chained.size() != q.chained.size())
+          fail(remat::detail::cat("has no with_input_copy figures for policy '", q.policy.name(),
+                                  "' (or not for its chained layers)"));
+      }
       w.validate(who);
     }
-    if (copies && !policies.empty())
-      fail("has policy costs and layers that share their output's copy (Note [shared copies])");
     for (double v :
          {loss_bytes, loss_output_bytes, loss_forward_transient_bytes,
           loss_backward_transient_bytes, last_unheld_backward_transient_bytes.value_or(0)}) {
@@ -335,6 +348,11 @@ struct Chain {
     c.last_unheld_backward_transient_bytes = q.last_unheld_backward_transient_bytes;
     c.saves_input = q.saves_input;
     c.saves_output = q.saves_output;
+    c.saves_output_copy = q.saves_output_copy;
+    if (with_input_copy) {
+      c.with_input_copy = std::make_shared<const Chain>(with_input_copy->under_policy(
+          static_cast<std::size_t>(with_input_copy->policy_index(policies[p].policy)), k));
+    }
     return c;
   }
 };

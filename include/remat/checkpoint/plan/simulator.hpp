@@ -77,11 +77,13 @@
 /// (detail::CopySaver), and the plain figures with a copy of x_l in a buffer of its own, so that
 /// no copy exists before the layer (detail::CopyNode). A layer-level simulation still: which
 /// figures a kept layer has follows from which layers are kept, which the simulation knows.
-/// Policy layers are not priced in such a chain (plan::profile measures no policies for it).
+/// A policy layer has both sets too (Chain::with_input_copy's policies), and keeps its output's
+/// copy or not as its own figures say (PolicyCosts::saves_output_copy, per chained variant).
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -325,13 +327,6 @@ inline std::vector<int> policy_layers(const Chain& chain, const std::vector<Segm
             std::string known;
             for (const PolicyCosts& q : chain.policies)
               known += (known.empty() ? "" : ", ") + q.policy.name();
-            if (chain.with_input_copy) {
-              throw PlanError(remat::detail::cat(
-                  who, ": segment [", s.begin, ", ", s.end, ") carries the policy '",
-                  s.policy.name(),
-                  "'; the chain's layers share bfloat16 copies of their outputs, and policy "
-                  "layers are not priced in such a chain (Note [shared copies])"));
-            }
             throw PlanError(remat::detail::cat(
                 who, ": segment [", s.begin, ", ", s.end, ") carries the policy '", s.policy.name(),
                 "', which the chain has no costs for (it has: ", known.empty() ? "none" : known,
@@ -365,16 +360,42 @@ inline int chained_variant(const std::vector<int>& layer_policy, std::size_t l) 
   return (after ? 1 : 0) | (before ? 2 : 0);
 }
 
+/// Layer l of `c` as it runs under q's figures.
+inline void swap_in_policy(Chain& c, const PolicyCosts& q, std::size_t l) {
+  const std::size_t n = c.layers();
+  c.activation_bytes[l] = q.activation_bytes[l];
+  if (c.forward_transient_bytes.empty()) c.forward_transient_bytes.assign(n, 0);
+  c.forward_transient_bytes[l] = q.forward_transient_bytes[l];
+  if (c.backward_transient_bytes.empty()) c.backward_transient_bytes.assign(n, 0);
+  c.backward_transient_bytes[l] = q.backward_transient_bytes[l];
+  if (c.saves_input.empty()) c.saves_input.assign(n, true);
+  c.saves_input[l] = q.saves_input[l];
+  if (c.saves_output.empty()) c.saves_output.assign(n, true);
+  c.saves_output[l] = q.saves_output[l];
+  if (!c.saves_output_copy.empty() || !q.saves_output_copy.empty()) {
+    c.saves_output_copy.resize(n, false);
+    c.saves_output_copy[l] = !q.saves_output_copy.empty() && q.saves_output_copy[l];
+  }
+  if (l + 1 == n) c.last_unheld_backward_transient_bytes = q.last_unheld_backward_transient_bytes;
+}
+
 inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>& segments,
                                  const std::vector<int>& layer_policy, const char* who) {
   Resolved r{chain, {}, 0};
   r.chain.policies.clear();
+  // Note [shared copies]: the figures with the input's copy made before, swapped in alike
+  std::shared_ptr<Chain> with_copy;
+  if (chain.with_input_copy) {
+    with_copy = std::make_shared<Chain>(*chain.with_input_copy);
+    with_copy->policies.clear();
+  }
   for (const Segment& s : segments) {
     if (!s.policy.keeps_anything()) r.segments.push_back(s);
   }
   for (std::size_t l = 0; l < layer_policy.size(); ++l) {
     if (layer_policy[l] < 0) continue;
-    const PolicyCosts& base = chain.policies[static_cast<std::size_t>(layer_policy[l])];
+    const auto p = static_cast<std::size_t>(layer_policy[l]);
+    const PolicyCosts& base = chain.policies[p];
     const int k = chained_variant(layer_policy, l);
     if (k != 0 && base.chained.empty()) {
       throw PlanError(remat::detail::cat(
@@ -383,21 +404,15 @@ inline Resolved resolve_policies(const Chain& chain, const std::vector<Segment>&
           "' in adjacent segments, which chain (Note [chained policy layers]); the chain has no "
           "figures for chained layers of that policy: profile it with plan::profile"));
     }
-    const PolicyCosts& q = base.variant(k);
-    Chain& c = r.chain;
-    const std::size_t n = c.layers();
-    c.activation_bytes[l] = q.activation_bytes[l];
-    if (c.forward_transient_bytes.empty()) c.forward_transient_bytes.assign(n, 0);
-    c.forward_transient_bytes[l] = q.forward_transient_bytes[l];
-    if (c.backward_transient_bytes.empty()) c.backward_transient_bytes.assign(n, 0);
-    c.backward_transient_bytes[l] = q.backward_transient_bytes[l];
-    if (c.saves_input.empty()) c.saves_input.assign(n, true);
-    c.saves_input[l] = q.saves_input[l];
-    if (c.saves_output.empty()) c.saves_output.assign(n, true);
-    c.saves_output[l] = q.saves_output[l];
-    if (l + 1 == n) c.last_unheld_backward_transient_bytes = q.last_unheld_backward_transient_bytes;
-    r.replay_cost += q.replay_cost[l];
+    swap_in_policy(r.chain, base.variant(k), l);
+    if (with_copy) {
+      const int w = chain.with_input_copy->policy_index(base.policy);
+      swap_in_policy(*with_copy,
+                     chain.with_input_copy->policies[static_cast<std::size_t>(w)].variant(k), l);
+    }
+    r.replay_cost += base.variant(k).replay_cost[l];
   }
+  r.chain.with_input_copy = std::move(with_copy);
   return r;
 }
 
