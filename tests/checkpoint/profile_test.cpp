@@ -130,6 +130,29 @@ TEST_CASE("BF16 linear + tanh layers share each tanh's copy with the next linear
   }
 }
 
+TEST_CASE("BF16: a layer passing on a view of the copy the layer before kept is refused, not priced",
+          "[checkpoint][profile][precision]") {
+  // Note [shared copies]: a layer whose output is a view of its input (a reshape) hands on the
+  // copy the layer before it kept; whose copy that is, no layer-level figure can say
+  const PrecisionGuard bf16(Precision::bf16);
+  ChainModel model(4, kWidth, "tanh", 13);
+  std::vector<remat::test::Layer> layers;
+  for (const remat::test::Layer& layer : model.layers) {
+    layers.push_back(layer);
+    layers.push_back([](const Var<float>& y) { return reshape(y, {kBatch, kWidth}); });
+  }
+  Rng rng(14);
+  const auto x = rng.normal_tensor<float>({kBatch, kWidth});
+  const plan::Chain chain = plan::profile(layers, x, [](const Var<float>& y) { return sum(y); });
+  for (auto q : model.parameters()) q.zero_grad();
+  CHECK(chain.unpriced_copies);
+  CHECK_FALSE(plan::none(chain).predicted);
+  CHECK_FALSE(plan::every(chain).predicted);
+  CHECK_THROWS_WITH(plan::budget(chain, 1e9), Catch::Contains("cannot price"));
+  CHECK_THROWS_AS(plan::optimal(chain, 1), PlanError);
+  CHECK_THROWS_AS(plan::frontier(chain), PlanError);
+}
+
 TEST_CASE("a budget plan's counted peak stays within its budget", "[checkpoint][memory][profile]") {
   const int n = 64;
   ChainModel model(n, kWidth, "gelu", 5);
