@@ -130,8 +130,9 @@ TEST_CASE("BF16 linear + tanh layers share each tanh's copy with the next linear
   }
 }
 
-TEST_CASE("BF16: a layer passing on a view of the copy the layer before kept is refused, not priced",
-          "[checkpoint][profile][precision]") {
+TEST_CASE(
+    "BF16: a layer passing on a view of the copy the layer before kept is refused, not priced",
+    "[checkpoint][profile][precision]") {
   // Note [shared copies]: a layer whose output is a view of its input (a reshape) hands on the
   // copy the layer before it kept; whose copy that is, no layer-level figure can say
   const PrecisionGuard bf16(Precision::bf16);
