@@ -164,6 +164,34 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
   tape.backward(value, Tensor<T>::ones(value.shape()));
 }
 
+/// Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
+/// outlive the layer's return? (one forward pass; run(layer, x) calls the layer, in a segment or
+/// not). last_input, when given, receives x_{n-1}.
+template <class Layers, class T, class Run>
+std::vector<bool> input_kept(Layers& layers, const Tensor<T>& input,
+                             const std::vector<double>& boundary, Run&& run,
+                             Tensor<T>* last_input = nullptr) {
+  const std::size_t n = boundary.size() - 1;
+  std::vector<bool> keeps(n, true);
+  Tape tape;
+  Var<T> x = tape.input(input);
+  std::size_t l = 0;
+  for (auto&& layer : layers) {
+    Var<T> y;
+    double with_copy = 0;
+    {
+      const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
+      y = run(layer, copy);
+      with_copy = static_cast<double>(memory::live_bytes());
+    }
+    keeps[l] = with_copy - static_cast<double>(memory::live_bytes()) < boundary[l];
+    if (last_input && l + 1 == n) *last_input = x.value().clone();
+    x = y;
+    ++l;
+  }
+  return keeps;
+}
+
 /// The costs of every layer of `layers` run under `policy` in a segment of its own (Note [policy
 /// layers] in plan/simulator.hpp), measured as profile() measures plain layers: `repeats` steps
 /// (the last one measures memory; the replay time is the median), one forward pass (whether each
@@ -230,26 +258,13 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
     q.replay_cost[i] = times[i][times[i].size() / 2];
   }
   Tensor<T> last_input;
-  {
-    // whether each layer keeps its input: fed a copy nothing else holds, does the copy outlive it?
-    Tape tape;
-    Var<T> x = tape.input(input);
-    std::size_t l = 0;
-    for (auto&& layer : layers) {
-      Var<T> y;
-      double with_copy = 0;
-      {
-        const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
-        const CheckpointScope scope = segment(copy);
-        y = layer(copy);
-        with_copy = static_cast<double>(memory::live_bytes());
-      }
-      q.saves_input[l] = with_copy - static_cast<double>(memory::live_bytes()) < boundary[l];
-      if (l + 1 == n) last_input = x.value().clone();
-      x = y;
-      ++l;
-    }
-  }
+  q.saves_input = input_kept(
+      layers, input, boundary,
+      [&](auto& layer, const Var<T>& in) {
+        const CheckpointScope scope = segment(in);
+        return layer(in);
+      },
+      &last_input);
   if (q.saves_output[n - 1]) {
     // the last layer's backward when nothing else holds the output it keeps (as in profile())
     Tape last_tape;
@@ -648,13 +663,8 @@ bool plain_step(Layers& layers, const Tensor<T>& input, Loss& loss, InputCopy ho
       c.forward_transient_bytes[l] =
           std::max(0.0, static_cast<double>(memory::peak_bytes()) - after);
       c.saves_output[l] = !x.value().is_unique();  // someone besides x holds it: the layer saved it
-      if constexpr (std::is_same_v<T, float>) {
-        if (how == InputCopy::as_run && remat::detail::bf16_save_cache().holds(x.value())) {
-          c.saves_output_copy[l] = true;  // a copy the next layer (or the loss) would share
-          // ... which is this layer's only if its output is a buffer of its own
-          if (x.value().shares_storage_with(held.value())) c.unpriced_copies = true;
-        }
-      }
+      // a copy the next layer (or the loss) would share
+      if (how == InputCopy::as_run) c.saves_output_copy[l] = output_copy_kept(held, x, faithful);
       if (l + 1 == n) last_input = held.value().clone();  // (a constant offset from here on)
     }
     ++l;
@@ -751,29 +761,6 @@ void replay_figures(Layers& layers, const Tensor<T>& input, Loss& loss, const Ch
   for (std::size_t i = 0; i < n; ++i) c.dropped_free_peak_bytes[i] = reading(i, true);
 }
 
-/// Whether each layer keeps its input: fed a copy that nothing else holds, does the copy
-/// outlive the layer's return? (one forward pass)
-template <class Layers, class T>
-std::vector<bool> input_kept(Layers& layers, const Tensor<T>& input, const Chain& c) {
-  std::vector<bool> keeps(c.layers(), true);
-  Tape tape;
-  Var<T> x = tape.input(input);
-  std::size_t l = 0;
-  for (auto&& layer : layers) {
-    Var<T> y;
-    double with_copy = 0;
-    {
-      const Var<T> copy = apply<T>(std::make_unique<CopyNode<T>>(), {x});
-      y = layer(copy);
-      with_copy = static_cast<double>(memory::live_bytes());
-    }
-    keeps[l] = with_copy - static_cast<double>(memory::live_bytes()) < c.boundary_bytes[l];
-    x = y;
-    ++l;
-  }
-  return keeps;
-}
-
 /// Returns `c`'s figures as they ran (as_run), those of a layer whose input's copy the layer
 /// before keeps, as a chain of their own, and replaces c's by those measured with no such copy
 /// (Note [shared copies]); a step that could not be measured faithfully marks c unpriced.
@@ -834,10 +821,12 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   std::vector<std::vector<double>> times(n);
   Tensor<T> last_input;
   for (int run = 0; run < options.repeats; ++run) {
-    detail::plain_step(layers, input, loss, detail::InputCopy::as_run, run == options.repeats - 1,
-                       c, &times, last_input);
+    if (!detail::plain_step(layers, input, loss, detail::InputCopy::as_run,
+                            run == options.repeats - 1, c, &times, last_input))
+      c.unpriced_copies = true;
   }
-  c.saves_input = detail::input_kept(layers, input, c);
+  c.saves_input = detail::input_kept(layers, input, c.boundary_bytes,
+                                     [](auto& layer, const Var<T>& in) { return layer(in); });
   const bool copies = std::find(c.saves_output_copy.begin(), c.saves_output_copy.end(), true) !=
                       c.saves_output_copy.end();
   const std::shared_ptr<Chain> with_copy =
