@@ -112,9 +112,11 @@ class OneLevelPlanner {
     return peak;
   }
 
-  /// The figures layer l runs with in the replay of a segment from s (Note [shared copies]).
+  /// The figures layer l runs with in the replay of a segment from s (Note [shared copies]):
+  /// its first layer after a block that keeps x_s's copy (`shared`), the others after a plain
+  /// layer of the same replay.
   const Chain& replayed_figures(std::size_t s, std::size_t l, bool shared) const noexcept {
-    return c_.figures(l, l > s || shared);
+    return l > s ? c_.figures(l, true) : c_.figures(shared);
   }
 
   struct Choice {
@@ -164,7 +166,8 @@ class OneLevelPlanner {
               continue;
             const int variant = (out ? 1 : 0) | (must >= 0 ? 2 : 0);
             const Chain& kind = p < 0 ? c_ : variants_[static_cast<std::size_t>(4 * p + variant)];
-            const Chain& c = kind.figures(s, shared);
+            // the state says whether the block before kept x_s's copy, whatever ran there
+            const Chain& c = kind.figures(shared);
             const double plain = plain_peak(c, s, pinned), pins = plain_pins(c, s, pinned);
             const double replay = p < 0 ? 0.0 : policy_replay(p, variant, s);
             const std::size_t next =
@@ -208,7 +211,7 @@ class OneLevelPlanner {
         const bool pinned = (fs & 1) != 0, shared = (fs & 2) != 0;
         const std::size_t k = key(n_, pinned, tag, shared);
         prune(frontier[k]);
-        const Chain& loss = c_.figures(n_, shared);
+        const Chain& loss = c_.figures(shared);
         for (std::size_t i = 0; i < frontier[k].size(); ++i) {
           const State& st = frontier[k][i];
           // the loss runs while it holds x_n (pinned already), then x_n's gradient exists

@@ -185,8 +185,11 @@ struct Chain {
   /// The figures layer l (l = n: the loss) runs with: with_input_copy's when the layer before it
   /// is kept at that time and keeps its output's copy.
   const Chain& figures(std::size_t l, bool previous_kept) const noexcept {
-    return l > 0 && previous_kept && keeps_output_copy(l - 1) && with_input_copy ? *with_input_copy
-                                                                                 : *this;
+    return figures(l > 0 && previous_kept && keeps_output_copy(l - 1));
+  }
+  /// with_input_copy's figures when a copy of the layer's input exists as it runs.
+  const Chain& figures(bool input_copy) const noexcept {
+    return input_copy && with_input_copy ? *with_input_copy : *this;
   }
   /// Each layer under each of these save policies in a segment of its own (plan::profile
   /// measures them); empty: the planners choose among plain layers and save_nothing segments.
