@@ -35,13 +35,19 @@ enum class InputCopy {
   made_before,  ///< an op that saves x_j: its copy exists when layer j runs
 };
 
+/// x, its bfloat16 copy made (InputCopy::made_before).
+template <class T>
+Var<T> with_copy_made(const Var<T>& x) {
+  return apply<T>(std::make_unique<CopySaver<T>>(), {x});
+}
+
 /// x, or what `how` sets before a layer whose input's copy the layer before keeps (`shared`).
 /// `faithful` turns false when x_j's floats would outlive the buffer taking their place, so
 /// that the pass would count them twice.
 template <class T>
 Var<T> before_layer(const Var<T>& x, InputCopy how, bool shared, bool& faithful) {
   if (!shared || how == InputCopy::as_run) return x;
-  if (how == InputCopy::made_before) return apply<T>(std::make_unique<CopySaver<T>>(), {x});
+  if (how == InputCopy::made_before) return with_copy_made(x);
   faithful = faithful && x.value().is_unique();
   return apply<T>(std::make_unique<CopyNode<T>>(), {x});
 }
@@ -131,17 +137,13 @@ void profile_replays(Layers& layers, const Tensor<T>& input, Loss& loss, ReplayS
   Tape tape;
   Var<T> x = tape.input(input);
   std::size_t l = 0;
-  bool faithful = true;
   for (auto&& layer : layers) {
     const bool made = copies && copy_kept_before(*copies, l);
-    if (made && shape != ReplayShape::own_segment_copied)
-      x = before_layer(x, InputCopy::made_before, true, faithful);
+    if (made && shape != ReplayShape::own_segment_copied) x = with_copy_made(x);
     CheckpointScope outer(x);
     Var<T> in = x;
-    if (made && shape == ReplayShape::own_segment_copied) {
-      in = before_layer(apply<T>(std::make_unique<CopyNode<T>>(), {x}), InputCopy::made_before,
-                        true, faithful);
-    }
+    if (made && shape == ReplayShape::own_segment_copied)
+      in = with_copy_made(apply<T>(std::make_unique<CopyNode<T>>(), {x}));
     const Var<T> a = apply<T>(std::make_unique<ForwardMarker<T>>(&starts[l], true), {in});
     Var<T> y;
     if (shape == ReplayShape::own_segment) {
@@ -280,7 +282,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
         // one the layer before it kept in this run (or for the one at[n - 1] makes)
         const bool made = at[n - 1] == InputCopy::made_before ||
                           (at[n - 1] == InputCopy::as_run && n > 1 && q.saves_output_copy[n - 2]);
-        const Var<T> x = before_layer(in, InputCopy::made_before, made, faithful);
+        const Var<T> x = made ? with_copy_made(in) : in;
         const CheckpointScope scope = segment(x);
         out = (*last)(x);
       }
@@ -580,12 +582,8 @@ void measure_policy(Layers& layers, const Tensor<T>& input, Loss& loss, const Sa
   }
   profile_policy_chains(layers, input, loss, repeats, c.boundary_bytes, c.saves_output_copy,
                         faithful, q, with_copy ? &*with_copy : nullptr);
-  const auto any_copy = [](const PolicyCosts& p) {
-    return std::find(p.saves_output_copy.begin(), p.saves_output_copy.end(), true) !=
-           p.saves_output_copy.end();
-  };
-  bool copies = any_copy(q);
-  for (const PolicyCosts& k : q.chained) copies = copies || any_copy(k);
+  bool copies = Chain::any_true(q.saves_output_copy);
+  for (const PolicyCosts& k : q.chained) copies = copies || Chain::any_true(k.saves_output_copy);
   if (copies && !with_copy) faithful = false;  // a copy the plain layers do not keep
   if (!faithful) c.unpriced_copies = true;
   // the flags are read from c's figures (Chain::figures())
@@ -704,14 +702,12 @@ double last_unheld_backward(Layers& layers, const Tensor<T>& last_input, Loss& l
   Tape tape;
   const Var<T> in = tape.input(last_input, n > 1);  // x_0 needs no gradient, later inputs do
   double marker_live = 0, marker_peak = 0;
-  bool faithful = true;
   Var<T> value;
   {
     auto last = std::begin(layers);
     std::advance(last, static_cast<std::ptrdiff_t>(n - 1));
-    value =
-        loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak),
-                      {(*last)(before_layer(in, InputCopy::made_before, copy_made, faithful))}));
+    value = loss(apply<T>(std::make_unique<MemoryMarker<T>>(&marker_live, &marker_peak),
+                          {(*last)(copy_made ? with_copy_made(in) : in)}));
   }
   tape.backward(value, Tensor<T>::ones(value.shape()));
   return std::max(0.0, static_cast<double>(memory::peak_bytes()) - marker_live);
@@ -801,9 +797,9 @@ std::shared_ptr<Chain> split_copy_figures(Layers& layers, const Tensor<T>& input
 /// keeps its output's copy for the next one to share (Note [shared copies]), one more step, two
 /// more with segments and one more last backward measure the figures with and without that copy,
 /// and each policy is measured twice. Parameters used by the layers receive gradients: call
-/// zero_grad() afterwards. Profile
-/// after one training step: the first backward pass also allocates the parameters' gradient
-/// buffers, which later steps reuse, and would count them as transients.
+/// zero_grad() afterwards. Profile after one training step: the first backward pass also
+/// allocates the parameters' gradient buffers, which later steps reuse, and would count them as
+/// transients.
 template <class Layers, class T, class Loss>
 Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptions options = {}) {
   const auto n = static_cast<std::size_t>(std::distance(std::begin(layers), std::end(layers)));
@@ -827,8 +823,7 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
   }
   c.saves_input = detail::input_kept(layers, input, c.boundary_bytes,
                                      [](auto& layer, const Var<T>& in) { return layer(in); });
-  const bool copies = std::find(c.saves_output_copy.begin(), c.saves_output_copy.end(), true) !=
-                      c.saves_output_copy.end();
+  const bool copies = Chain::any_true(c.saves_output_copy);
   const std::shared_ptr<Chain> with_copy =
       copies ? detail::split_copy_figures(layers, input, loss, c) : nullptr;
   if (!copies) c.saves_output_copy.clear();

@@ -178,6 +178,10 @@ struct Chain {
                     "plan it from a float32 profile, or choose none, every or sqrt; "
                     "train::estimate_memory and step_peak price the step exactly");
   }
+  /// Whether any of the flags (saves_output_copy, a policy's) is set.
+  static bool any_true(const std::vector<bool>& flags) {
+    return std::find(flags.begin(), flags.end(), true) != flags.end();
+  }
   /// Whether layer l keeps its output's bfloat16 copy, which the next layer shares.
   bool keeps_output_copy(std::size_t l) const noexcept {
     return !saves_output_copy.empty() && saves_output_copy[l];
@@ -293,13 +297,10 @@ struct Chain {
       fail(remat::detail::cat("has ", n, " layers but ", saves_output_copy.size(),
                               " saves_output_copy flags"));
     }
-    const auto any = [](const std::vector<bool>& v) {
-      return std::find(v.begin(), v.end(), true) != v.end();
-    };
-    bool copies = any(saves_output_copy);
+    bool copies = any_true(saves_output_copy);
     for (const PolicyCosts& q : policies) {
-      copies = copies || any(q.saves_output_copy);
-      for (const PolicyCosts& k : q.chained) copies = copies || any(k.saves_output_copy);
+      copies = copies || any_true(q.saves_output_copy);
+      for (const PolicyCosts& k : q.chained) copies = copies || any_true(k.saves_output_copy);
     }
     if (copies && !with_input_copy)
       fail("has layers that keep their output's copy but no with_input_copy figures");
