@@ -403,11 +403,16 @@ __attribute__((target("avx512f,avx512bf16"))) inline void block_avx512_bf16(cons
   const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
   for (int r0 = 0; r0 < out.rows; r0 += 8) {
     const std::uint16_t* rows = APanels ? a + r0 / 16 * kp * 16 + r0 % 16 * 2 : a + r0 * kp;
+    // Both loops over the 8 rows are unrolled whatever the optimization level: GCC 12 leaves
+    // them rolled at -O2 and -O1, acc then lives in memory, and the kernel ran at a third of its
+    // -O3 rate (123 against 345 GFLOP/s on a Zen 5; a BF16 step slower than float32's).
     __m512 acc[8][2];
+#pragma GCC unroll 8
     for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < kp / 2; ++p) {
       const __m512bh v0 = (__m512bh)_mm512_loadu_si512(b0 + p * 32);
       const __m512bh v1 = (__m512bh)_mm512_loadu_si512(b1 + p * 32);
+#pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) {
         std::uint32_t pair;
         std::memcpy(&pair, rows + r * row_step + p * pair_step, sizeof pair);
