@@ -4,14 +4,19 @@
 /// parallel loop cuts its range into fixed chunks, so results never depend on which thread ran
 /// which chunk, or on how many threads there were.
 ///
-/// Note [blocking pool]: the pool's workers spin for a few microseconds after a loop and then
-/// sleep on a futex. OpenMP's workers (libgomp) spin for much longer by default, and with
-/// OpenBLAS's threads busy in between they fought for the cores: a 2-thread GPT step took 3.4 s
-/// against 1.0 s on one thread (0.66 s with OMP_WAIT_POLICY=passive, a setting a library cannot
-/// make). See docs/design.md.
+/// Note [blocking pool]: a thread with nothing to do (a worker after a loop, the caller waiting
+/// for the workers' chunks) spins for 50 microseconds and then sleeps on a futex. OpenMP's
+/// workers (libgomp) spin for much longer by default, and with OpenBLAS's threads busy in between
+/// they fought for the cores: a 2-thread GPT step took 3.4 s against 1.0 s on one thread (0.66 s
+/// with OMP_WAIT_POLICY=passive, a setting a library cannot make). Shorter is not better either:
+/// the gaps between a step's loops (the tape's bookkeeping, a replay's hash) are tens of
+/// microseconds, and a worker that slept through each one was woken by a system call, hundreds of
+/// times a step. The spin was 2,000 tries, 1 microsecond on a Zen 5: 50 microseconds made the
+/// mlp benchmark's 2-thread step 6 % faster in BF16, 4 % in float32 (docs/benchmarks.md).
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -82,7 +87,19 @@ class ThreadPool {
   }
 
  private:
-  static constexpr int kSpins = 2000;
+  /// How long a thread with nothing to do spins before it sleeps (Note [blocking pool]).
+  static constexpr std::chrono::microseconds kSpinTime{50};
+
+  /// Spins until ready() holds or kSpinTime has passed; whether it held. The clock is read
+  /// every 256 tries: the time of a try varies by CPU (0.5 ns on a Zen 5), a spin count would too.
+  template <class Ready>
+  static bool spin_until(Ready&& ready) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+    for (int tries = 1;; ++tries) {
+      if (ready()) return true;
+      if (tries % 256 == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+    }
+  }
 
   /// One loop: its chunks are claimed from `next`; `users` counts the workers inside it.
   struct Job {
@@ -120,10 +137,10 @@ class ThreadPool {
   };
 
   static void wait_until(std::atomic<int>& value, int target) {
-    for (int spins = 0;; ++spins) {
-      const int seen = value.load(std::memory_order_acquire);
-      if (seen >= target) return;
-      if (spins >= kSpins) value.wait(seen, std::memory_order_acquire);
+    if (spin_until([&] { return value.load(std::memory_order_acquire) >= target; })) return;
+    for (int seen = value.load(std::memory_order_acquire); seen < target;
+         seen = value.load(std::memory_order_acquire)) {
+      value.wait(seen, std::memory_order_acquire);
     }
   }
 
@@ -138,9 +155,8 @@ class ThreadPool {
     inside_loop_flag() = true;
     std::uint64_t seen = generation_.load(std::memory_order_acquire);
     while (!stopping_.load(std::memory_order_acquire)) {
-      std::uint64_t now = generation_.load(std::memory_order_acquire);
-      for (int spins = 0; now == seen && spins < kSpins; ++spins)
-        now = generation_.load(std::memory_order_acquire);
+      std::uint64_t now = seen;
+      spin_until([&] { return (now = generation_.load(std::memory_order_acquire)) != seen; });
       if (now == seen) {
         generation_.wait(seen, std::memory_order_acquire);
         continue;
