@@ -526,9 +526,7 @@ void print_compare(const Options& given) {
   row("optimizer state (AdamW)", [&](std::size_t i) { return plain[i].optimizer_state; });
   // the layers' own peak: the chain without the loss (which keeps and makes the logits)
   const auto layers_peak = [&](std::size_t i, const plan::Plan& p) {
-    plan::Chain c = plain[i].chain;
-    c.loss_bytes = c.loss_forward_transient_bytes = c.loss_backward_transient_bytes = 0;
-    return plan::predict(c, p.segments).peak_bytes;
+    return plan::predict(plain[i].chain.without_loss(), p.segments).peak_bytes;
   };
   row("layers' activations, all kept", [&](std::size_t i) { return layers_peak(i, none); });
   row("layers' activations, checkpoint per layer",

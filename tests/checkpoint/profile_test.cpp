@@ -128,6 +128,20 @@ TEST_CASE("BF16 linear + tanh layers share each tanh's copy with the next linear
     CHECK(p.predicted);
     CHECK(p.peak_bytes == static_cast<double>(counted_peak(model, x, p)));
   }
+  // The loss runs with with_input_copy's figures after a last layer kept with its copy: a chain
+  // without its loss (will_it_fit's layers' own peak; a profile with no loss) zeroes them too.
+  REQUIRE(chain.with_input_copy->loss_backward_transient_bytes > 0);
+  const plan::Chain no_loss = plan::profile(model.layers, x);
+  for (auto q : model.parameters()) q.zero_grad();
+  for (const plan::Chain& c : {chain.without_loss(), no_loss}) {
+    REQUIRE(c.with_input_copy);
+    for (const plan::Chain* figures : {&c, c.with_input_copy.get()}) {
+      CHECK(figures->loss_bytes == 0);
+      CHECK(figures->loss_output_bytes == 0);
+      CHECK(figures->loss_forward_transient_bytes == 0);
+      CHECK(figures->loss_backward_transient_bytes == 0);
+    }
+  }
 }
 
 TEST_CASE(

@@ -865,12 +865,9 @@ Chain profile(Layers&& layers, const Tensor<T>& input, Loss&& loss, ProfileOptio
 /// profile() with no loss: the backward pass starts from a gradient of ones on the output.
 template <class Layers, class T>
 Chain profile(Layers&& layers, const Tensor<T>& input, ProfileOptions options = {}) {
-  Chain c = profile(
+  const Chain c = profile(
       std::forward<Layers>(layers), input, [](const Var<T>& y) { return y; }, options);
-  // the "loss" was the output itself, its seed x_n's gradient
-  c.loss_bytes = c.loss_output_bytes = c.loss_forward_transient_bytes =
-      c.loss_backward_transient_bytes = 0;
-  return c;
+  return c.without_loss();  // the "loss" was the output itself, its seed x_n's gradient
 }
 
 }  // namespace remat::plan

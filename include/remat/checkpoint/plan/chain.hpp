@@ -178,6 +178,17 @@ struct Chain {
                     "plan it from a float32 profile, or choose none, every or sqrt; "
                     "train::estimate_memory and step_peak price the step exactly");
   }
+  /// This chain with no loss after its layers (the layers' own peak, or a backward pass seeded on
+  /// x_n by the caller): the loss's figures zeroed, in with_input_copy's figures too, which the
+  /// loss runs with after a last layer kept with its output's copy.
+  Chain without_loss() const {
+    Chain c = *this;
+    c.loss_bytes = c.loss_output_bytes = c.loss_forward_transient_bytes =
+        c.loss_backward_transient_bytes = 0;
+    if (with_input_copy)
+      c.with_input_copy = std::make_shared<const Chain>(with_input_copy->without_loss());
+    return c;
+  }
   /// Whether any of the flags (saves_output_copy, a policy's) is set.
   static bool any_true(const std::vector<bool>& flags) {
     return std::find(flags.begin(), flags.end(), true) != flags.end();
