@@ -5,6 +5,7 @@
 #include "support/models.hpp"
 
 #include <remat/core/bfloat16.hpp>
+#include <remat/core/hash.hpp>
 #include <remat/core/vector_kernels.hpp>
 #include <remat/optim/adamw.hpp>
 
@@ -178,6 +179,50 @@ TEST_CASE("every instruction-set path rounds to bfloat16 by IEEE's rule and wide
     CHECK(wrong == 0);
     CHECK(wrong_scalar == 0);
     CHECK(wrong_widened == 0);
+  }
+}
+
+TEST_CASE("every instruction-set path fingerprints bytes as the one-word-at-a-time definition",
+          "[core][isa]") {
+  // detail::hash_bytes's definition: 64 multiply-xor lanes over blocks of 64 words, the tail's
+  // bytes, then every lane folded in
+  const auto reference = [](const std::vector<unsigned char>& bytes) {
+    std::uint32_t lane[64];
+    for (std::uint32_t l = 0; l < 64; ++l) lane[l] = 0x811c9dc5U + l * 0x9e3779b9U;
+    const std::size_t blocks = bytes.size() / 256;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      for (std::size_t l = 0; l < 64; ++l) {
+        std::uint32_t w;
+        std::memcpy(&w, bytes.data() + b * 256 + l * 4, 4);
+        lane[l] = (lane[l] ^ w) * 0x01000193U;
+      }
+    }
+    std::uint64_t h = remat::detail::mix64(bytes.size());
+    for (std::size_t i = blocks * 256; i < bytes.size(); ++i)
+      h = remat::detail::mix64(h ^ bytes[i]);
+    for (std::size_t l = 0; l < 64; ++l)
+      h = remat::detail::mix64(h ^ (static_cast<std::uint64_t>(lane[l]) << (l % 2 * 32)));
+    return h;
+  };
+  const remat::test::IsaScope scope;
+  for (remat::Isa isa : runnable_isas()) {
+    remat::set_isa(isa);
+    INFO("path " << remat::to_string(isa));
+    remat::Rng rng(29);
+    int wrong = 0, unchanged = 0;
+    for (int round = 0; round < 100; ++round) {
+      std::vector<unsigned char> bytes(static_cast<std::size_t>(rng.uniform_int(3000)));
+      for (unsigned char& b : bytes) b = static_cast<unsigned char>(rng.uniform_int(256));
+      const std::uint64_t h = remat::detail::hash_bytes(bytes.data(), bytes.size());
+      wrong += h != reference(bytes);
+      if (bytes.empty()) continue;
+      // one byte changed changes its lane (or the tail's fold), so the fingerprint
+      bytes[static_cast<std::size_t>(rng.uniform_int(static_cast<std::int64_t>(bytes.size())))] ^=
+          static_cast<unsigned char>(1 + rng.uniform_int(255));
+      unchanged += remat::detail::hash_bytes(bytes.data(), bytes.size()) == h;
+    }
+    CHECK(wrong == 0);
+    CHECK(unchanged == 0);
   }
 }
 

@@ -159,6 +159,10 @@ inline void round_to_bf16(const float* x, std::uint16_t* y, std::int64_t n) {
 inline void widen_bf16(const std::uint16_t* x, float* y, std::int64_t n) {
   REMAT_DISPATCH(widen_bf16, x, y, n);
 }
+/// hash_bytes's 64 lanes (core/hash.hpp) over `blocks` blocks of 256 bytes at p.
+inline void hash_lanes(const unsigned char* p, std::size_t blocks, std::uint32_t* lanes) {
+  REMAT_DISPATCH(hash_lanes, p, blocks, lanes);
+}
 
 }  // namespace vec
 
