@@ -6,14 +6,14 @@
 /// Note [ISA dispatch]: remat is header-only, so users compile it with their own flags, usually
 /// without -march, and Eigen then uses SSE2 only (it picks its packet width from the compiler's
 /// macros at compile time). The hottest element-wise kernels (tanh and GELU forward and
-/// backward, the AdamW update, bfloat16 rounding and widening, the cross-entropies' exponentials)
-/// are therefore written once with GCC/Clang vector extensions (core/detail/vector_kernels.inc)
-/// and compiled three times, inside target regions: baseline (16-byte vectors), AVX2 + FMA (32
-/// bytes), AVX-512 (64 bytes). Each call goes to the set remat::active_isa() names: the CPU's
-/// widest by default, any narrower one after remat::set_isa (tests and benchmarks force each
-/// path). Paths differ by rounding only (FMA or not, the order of a sum's lanes; the bfloat16
-/// conversions are integer arithmetic, the same bits on every path); a given path is bitwise
-/// reproducible and independent of chunking.
+/// backward, the AdamW update, bfloat16 rounding and widening, the cross-entropies' exponentials,
+/// a replay's fingerprints) are therefore written once with GCC/Clang vector extensions
+/// (core/detail/vector_kernels.inc) and compiled three times, inside target regions: baseline
+/// (16-byte vectors), AVX2 + FMA (32 bytes), AVX-512 (64 bytes). Each call goes to the set
+/// remat::active_isa() names: the CPU's widest by default, any narrower one after remat::set_isa
+/// (tests and benchmarks force each path). Paths differ by rounding only (FMA or not, the order of
+/// a sum's lanes; the bfloat16 conversions are integer arithmetic, the same bits on every path); a
+/// given path is bitwise reproducible and independent of chunking.
 
 #include <cstddef>
 #include <cstdint>
