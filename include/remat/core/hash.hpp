@@ -3,8 +3,8 @@
 /// A fast 64-bit fingerprint of a tensor's bytes and shape. Checkpoint replay compares the
 /// fingerprints of recomputed values with those taken in the forward pass.
 
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "remat/core/rng.hpp"
 #include "remat/core/tensor.hpp"

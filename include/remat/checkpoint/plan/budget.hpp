@@ -145,14 +145,18 @@ class OneLevelPlanner {
       }
     };
     for (std::size_t s = 0; s < n_; ++s) {
-      const std::vector<double> seg_peaks[2] = {segment_peaks(s, false), segment_peaks(s, true)};
+      const std::vector<double> plain_seg_peaks = segment_peaks(s, false);
+      // without copy figures, `shared` changes nothing (Chain::figures)
+      const std::vector<double> shared_seg_peaks =
+          c_.with_input_copy ? segment_peaks(s, true) : std::vector<double>{};
       for (std::size_t tag = 0; tag < tags_; ++tag) {
         // tag 2 + 2p: this layer must run under policy p; tag 1 + 2p: it must not
         const int must = tag > 0 && tag % 2 == 0 ? static_cast<int>(tag / 2 - 1) : -1;
         const int must_not = tag % 2 == 1 ? static_cast<int>(tag / 2) : -1;
         for (int fs = 0; fs < 4; ++fs) {
           const bool pinned = (fs & 1) != 0, shared = (fs & 2) != 0;
-          const std::vector<double>& seg = seg_peaks[shared ? 1 : 0];
+          const std::vector<double>& seg =
+              shared && c_.with_input_copy ? shared_seg_peaks : plain_seg_peaks;
           const std::size_t k = key(s, pinned, tag, shared);
           prune(frontier[k]);
           const std::vector<State>& from = frontier[k];
