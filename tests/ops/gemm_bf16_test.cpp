@@ -17,6 +17,7 @@
 #include <remat/core/memory.hpp>
 #include <remat/ops/gemm_bf16.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -89,11 +90,15 @@ TEST_CASE("gemm_bf16: every kernel within bfloat16's bound on generated shapes",
   std::mt19937 rng(11);
   for (const remat::Bf16Kernel kernel : runnable_kernels()) {
     remat::set_bf16_kernel(kernel);
-    for (int trial = 0; trial < 60; ++trial) {
-      std::uniform_int_distribution<std::int64_t> size(1, trial < 50 ? 40 : 150);
-      const Case c{size(rng),
-                   size(rng),
-                   size(rng),
+    for (int trial = 0; trial < 64; ++trial) {
+      std::uniform_int_distribution<std::int64_t> size(1, trial < 50 ? 40 : 150), tall(129, 300),
+          wide(33, 70), deep(1900, 2200);
+      // the last trials: K so long that A's rows come in bands of 3 or 4 blocks, the last band
+      // often partial (Note [BF16 block order])
+      const bool banded = trial >= 60;
+      const Case c{banded ? tall(rng) : size(rng),
+                   banded ? wide(rng) : size(rng),
+                   banded ? deep(rng) : size(rng),
                    (trial & 1) != 0,
                    (trial & 2) != 0,
                    trial % 5 == 0 ? -1.5f : 0.75f,
@@ -136,24 +141,28 @@ TEST_CASE("gemm_bf16 gives the same bits on any thread count and run to run", "[
   const KernelScope restore;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  const std::int64_t m = 97, n = 130, k = 211;
-  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
-  for (float& x : a) x = normal(rng);
-  for (float& x : b) x = normal(rng);
   const int threads = remat::num_threads();
-  for (const remat::Bf16Kernel kernel : runnable_kernels()) {
-    if (kernel == remat::Bf16Kernel::convert) continue;  // the float GEMM's own threads decide
-    remat::set_bf16_kernel(kernel);
-    std::vector<std::vector<float>> runs;
-    for (const int t : {1, 2, 1}) {
-      remat::set_num_threads(t);
-      std::vector<float>& c = runs.emplace_back(static_cast<std::size_t>(m * n));
-      remat::gemm_bf16(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+  // one band of rows, and bands of 4 blocks whose last is partial (Note [BF16 block order])
+  const std::array<std::array<std::int64_t, 3>, 2> shapes{{{97, 130, 211}, {300, 130, 2000}}};
+  for (const auto& [m, n, k] : shapes) {
+    std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (float& x : a) x = normal(rng);
+    for (float& x : b) x = normal(rng);
+    for (const remat::Bf16Kernel kernel : runnable_kernels()) {
+      if (kernel == remat::Bf16Kernel::convert) continue;  // the float GEMM's own threads decide
+      remat::set_bf16_kernel(kernel);
+      std::vector<std::vector<float>> runs;
+      for (const int t : {1, 2, 3, 1}) {
+        remat::set_num_threads(t);
+        std::vector<float>& c = runs.emplace_back(static_cast<std::size_t>(m * n));
+        remat::gemm_bf16(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+      }
+      remat::set_num_threads(threads);
+      INFO(remat::to_string(kernel) << ", m " << m << ", k " << k);
+      CHECK(runs[0] == runs[1]);
+      CHECK(runs[0] == runs[2]);
+      CHECK(runs[0] == runs[3]);
     }
-    remat::set_num_threads(threads);
-    INFO(remat::to_string(kernel));
-    CHECK(runs[0] == runs[1]);
-    CHECK(runs[0] == runs[2]);
   }
 }
 

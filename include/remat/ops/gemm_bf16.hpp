@@ -485,6 +485,20 @@ struct AmxTiles {
 };
 #endif
 
+/// Note [BF16 block order]: the tile kernels compute C by blocks of 32 x 32, each over all of K,
+/// and the threads take contiguous runs of blocks in this order: bands of rows whose packed A
+/// (2 bytes a value) fits in kBf16BandBytes, and in a band, its blocks down one column of blocks
+/// after another. The band's A stays in the core's L2 cache while B's panels go by, each read
+/// once per band and reused from L1 down the band. Down whole columns, as before, A was read
+/// again for every column of blocks; a transformer's activations (2,048 rows of K = 256 to 2,048
+/// values: 1 to 8 MiB) do not stay in L2, and a BF16 GPT step on a Zen 5 (1 MiB of L2 a core)
+/// was 3 to 8 % slower (docs/benchmarks.md). Half a server core's L2 (1 to 2 MiB on Zen 4 and 5
+/// and Intel's since Skylake): the band and B's panel fit together, and an A that fits whole (the
+/// benchmark mlp's, 256 x 1,024) makes one band, the order before, where bands of a quarter read
+/// B twice and were slower. The order decides only which block comes when: every block's bits
+/// are the same.
+inline constexpr std::int64_t kBf16BandBytes = 512 << 10;
+
 /// gemm_bf16 by a tile kernel (amx or avx512_bf16) over 32 x 32 blocks of C, in parallel; B's
 /// rows made in bfloat16 by `b_rows` (pack_b_bf16_rows); a bias row added in place of beta C
 /// when given (write_block).
@@ -512,9 +526,13 @@ void gemm_bf16_blocks(Bf16Kernel kernel, bool ta, bool tb, std::int64_t m, std::
   }
   pack_b_bf16_rows(tb, k, n, np / 16, b_rows, pb);
   const std::int64_t row_blocks = mp / 32, col_blocks = np / 32;
+  // Note [BF16 block order]
+  const std::int64_t band = std::clamp<std::int64_t>(kBf16BandBytes / (64 * kp), 1, row_blocks);
   const auto blocks = [&](std::int64_t s, std::int64_t e, auto&& product) {
-    for (std::int64_t t = s; t < e; ++t) {  // down a column of blocks: its B panels stay in cache
-      const std::int64_t i0 = t % row_blocks * 32, j0 = t / row_blocks * 32;
+    for (std::int64_t t = s; t < e; ++t) {
+      const std::int64_t first = t / (band * col_blocks) * band;  // the band's first row block
+      const std::int64_t rows = std::min(band, row_blocks - first), u = t - first * col_blocks;
+      const std::int64_t i0 = (first + u % rows) * 32, j0 = u / rows * 32;
       const std::uint16_t* b0 = pb + (j0 / 16) * kp * 16;
       product(pa + i0 * kp, b0, b0 + kp * 16, kp,
               BlockOut{std::min<std::int64_t>(32, m - i0), std::min<std::int64_t>(32, n - j0),
