@@ -492,7 +492,7 @@ struct AmxTiles {
 /// once per band and reused from L1 down the band. Down whole columns, as before, A was read
 /// again for every column of blocks; a transformer's activations (2,048 rows of K = 256 to 2,048
 /// values: 1 to 8 MiB) do not stay in L2, and a BF16 GPT step on a Zen 5 (1 MiB of L2 a core)
-/// was 3 to 8 % slower (docs/benchmarks.md). Half a server core's L2 (1 to 2 MiB on Zen 4 and 5
+/// was 3 to 9 % slower (docs/benchmarks.md). Half a server core's L2 (1 to 2 MiB on Zen 4 and 5
 /// and Intel's since Skylake): the band and B's panel fit together, and an A that fits whole (the
 /// benchmark mlp's, 256 x 1,024) makes one band, the order before, where bands of a quarter read
 /// B twice and were slower. The order decides only which block comes when: every block's bits
