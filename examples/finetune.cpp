@@ -298,12 +298,10 @@ Options parse(int argc, char** argv) {
     throw remat::ArgumentError("finetune: --save-every needs --save-adapters DIR");
   if (o.full && !o.resume.empty())
     throw remat::ArgumentError("finetune: --resume continues a LoRA run; --full saves no state");
-  if (o.base.empty()) {
-    std::fprintf(stderr,
-                 "finetune: --base is required (a Hugging Face folder, a train_llama --save-hf "
-                 "folder or a train_gpt --save file); see --help\n");
-    std::exit(2);
-  }
+  if (o.base.empty())
+    throw remat::ArgumentError(
+        "finetune: --base is required (a Hugging Face folder, a train_llama --save-hf folder or a "
+        "train_gpt --save file); see --help");
   if (o.full) o.checkpoint = "none";
   corpus::check_checkpoint_mode(o.checkpoint, kProgram);
   return o;

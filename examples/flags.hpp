@@ -385,14 +385,15 @@ inline std::string parse_error_line(const CLI::App& app, const CLI::ParseError& 
 }
 
 /// What parse() and parse_or_exit_code() do with a ParseError: --help prints the flags and gives
-/// 0; anything else prints parse_error_line() (when `print`) and gives CLI11's non-zero code.
+/// 0; anything else prints parse_error_line() (when `print`) and gives 1, as every other failure
+/// does (run_main), not CLI11's own codes (105 for a bad value, 109 for an unknown flag).
 inline int report_parse_error(const CLI::App& app, const CLI::ParseError& e, bool print) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
     std::ostringstream quiet;
     return print ? app.exit(e) : app.exit(e, quiet, quiet);
   }
   if (print) std::fprintf(stderr, "%s\n", parse_error_line(app, e).c_str());
-  return e.get_exit_code();
+  return 1;
 }
 
 /// Parses argv into `app`; on --help prints the flags and exits 0, on a bad or unknown flag

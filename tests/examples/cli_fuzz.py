@@ -6,8 +6,8 @@ its usage), and each flag is given values from classes of bad input: negative, z
 overflowing, non-numeric, NaN, empty, a missing file, a directory, a FIFO, a file in a missing
 folder, an unknown flag; the other flags keep small values so that an accepted run is short.
 Every run must end by itself within its time limit (no hang), by exit() (no signal: a crash, an
-abort, an uncaught exception), and a value of a class the program must refuse must end with a
-non-zero status and a message on stderr. A few named cases check the messages of the refusals
+abort, an uncaught exception), and a value of a class the program must refuse must end with
+status 1 and a message on stderr. A few named cases check the messages of the refusals
 issue 26 asked for.
 
     cli_fuzz.py [--max-cases N] [--timeout S] [--seed N] NAME=PATH...
@@ -220,11 +220,13 @@ def main():
                 failures.append(f"{where}: exit {code} after an abort message\n{err[-600:]}")
             elif refuse and code == 0:
                 failures.append(f"{where}: exit 0 on an input it must refuse")
+            elif refuse and code != 1:
+                failures.append(f"{where}: exit {code} on a refusal, not 1\n{err[-600:]}")
             elif refuse and not err.strip():
                 failures.append(f"{where}: exit {code} with nothing on stderr")
         for name, args, pattern in named_cases(programs, paths):
             code, err, _ = run_case(args, a.timeout, work)
-            if code is None or code <= 0 or not re.search(pattern, err):
+            if code != 1 or not re.search(pattern, err):
                 failures.append(f"{name} {args[1:]}: exit {code}, stderr does not match "
                                 f"/{pattern}/:\n{err[-600:]}")
         total = time.monotonic() - t0
