@@ -164,8 +164,8 @@
   REMAT_X(remat::Var<float> remat::rms_norm<float>(                                               \
       const remat::Var<float>&, const std::type_identity_t<remat::Var<float>>&, float))           \
   REMAT_X(remat::Var<float> remat::dropout<float>(const remat::Var<float>&, double, bool))        \
-  REMAT_X(remat::Var<float> remat::embedding<float>(const remat::Var<float>&,                     \
-                                                    const remat::Tensor<std::int32_t>&))          \
+  REMAT_X(remat::Var<float> remat::embedding<float>(                                               \
+      const remat::Var<float>&, const remat::Tensor<std::int32_t>&, std::int64_t))                 \
   REMAT_X(remat::Var<float> remat::reshape<float>(const remat::Var<float>&, const remat::Shape&)) \
   REMAT_X(remat::Var<float> remat::transpose<float>(const remat::Var<float>&))                    \
   REMAT_X(remat::Var<float> remat::slice<float>(const remat::Var<float>&, std::int64_t,           \

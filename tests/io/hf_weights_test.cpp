@@ -287,6 +287,33 @@ TEST_CASE("generated checkpoints of every dtype, one file or random shards, load
   }
 }
 
+TEST_CASE("a folder holding one file and an index loads the file, as transformers does",
+          "[io][hf]") {
+  // from_pretrained looks for model.safetensors before the index: a folder saved whole and then
+  // in shards keeps both, and must load the same weights here as there
+  remat::Rng rng(1109);
+  const std::string dir = hf_dir("both");
+  const auto nonempty = [&] {
+    for (;;) {
+      HfTensor t = hf_random_tensor(rng, "model.w", "F32");
+      if (!t.floats.empty()) return t;
+    }
+  };
+  const HfTensor whole = nonempty(), sharded = nonempty();
+  hf_write(dir + "/model.safetensors", {whole});
+  hf_write_sharded(rng, dir, {sharded}, 2);
+  const auto values = [](const remat::io::WeightFiles& files) {
+    std::vector<remat::io::NamedTensor<double>> t;
+    t.emplace_back("model.w",
+                   remat::Tensor<double>(files.file_of("model.w").entry("model.w").shape));
+    files.load(t);
+    return t[0].second.to_vector();
+  };
+  CHECK(values(remat::io::WeightFiles::open(dir)) == whole.floats);
+  CHECK(values(remat::io::WeightFiles::open(dir + "/model.safetensors.index.json")) ==
+        sharded.floats);
+}
+
 TEST_CASE("save_sharded splits at the size asked for and loads back, natively or as BF16",
           "[io][hf]") {
   remat::Rng rng(77);

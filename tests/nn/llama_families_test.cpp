@@ -11,6 +11,7 @@
 #include <remat/nn/llama.hpp>
 #include <remat/hub/llama_config.hpp>
 
+#include <algorithm>
 #include <set>
 
 namespace {
@@ -100,12 +101,14 @@ TEST_CASE(
 
 namespace {
 
-/// A config.json of `family` with the required sizes and `extra` fields merged in.
+/// A config.json of `family` with the required sizes and `extra` fields merged in (two key/value
+/// heads unless `extra` says: Qwen's default, 32, would not divide the two heads).
 std::string family_json(const std::string& family, const std::string& extra = "") {
+  const bool kv = extra.find("num_key_value_heads") == std::string::npos;
   return R"({"model_type": ")" + family +
          R"(", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
              "num_hidden_layers": 3, "num_attention_heads": 2)" +
-         (extra.empty() ? "" : ", " + extra) + "}";
+         (kv ? R"(, "num_key_value_heads": 2)" : "") + (extra.empty() ? "" : ", " + extra) + "}";
 }
 
 std::string family_error(const std::string& text) {
@@ -182,7 +185,7 @@ TEST_CASE("config.json families: Hugging Face's defaults and meanings per model_
   // architectures alone names the family
   CHECK(parse_llama_config(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 10,
             "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "head_dim": 4})")
+            "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 4})")
             .qk_norm);
 }
 
@@ -235,6 +238,129 @@ TEST_CASE("config.json: unsupported families and unaccounted fields are errors n
           "qwen2", R"("layer_types": ["sliding_attention", "full_attention", "full_attention"])")),
       Contains("'layer_types'"));
   CHECK_THAT(family_error(family_json("llama", R"("head_dim": 3)")), Contains("head_dim 3"));
+}
+
+TEST_CASE(
+    "config.json: absent and null fields, legacy keys and pad_token_id as transformers has them",
+    "[nn][llama][config][families]") {
+  using Catch::Matchers::Contains;
+  using remat::hub::parse_llama_config;
+  const auto sized = [](const std::string& family, const std::string& extra, int heads = 32) {
+    return R"({"model_type": ")" + family +
+           R"(", "vocab_size": 10, "hidden_size": 64, "intermediate_size": 16,
+               "num_hidden_layers": 3, "num_attention_heads": )" +
+           std::to_string(heads) + (extra.empty() ? "" : ", " + extra) + "}";
+  };
+  // num_key_value_heads: absent is 32 for Qwen2/3, 8 for Mistral, the heads for Llama; null is
+  // the heads everywhere
+  CHECK(parse_llama_config(sized("qwen2", "")).num_key_value_heads == 32);
+  CHECK(parse_llama_config(sized("qwen3", R"("head_dim": 4)")).num_key_value_heads == 32);
+  CHECK(parse_llama_config(sized("mistral", "")).num_key_value_heads == 8);
+  CHECK(parse_llama_config(sized("llama", "")).num_key_value_heads == 32);
+  for (const char* family : {"llama", "mistral", "qwen2"}) {
+    INFO(family);
+    CHECK(parse_llama_config(sized(family, R"("num_key_value_heads": null)")).num_key_value_heads ==
+          32);
+  }
+  CHECK(parse_llama_config(sized("mistral", R"("num_key_value_heads": null)", 16))
+            .num_key_value_heads == 16);
+  CHECK_THAT(family_error(family_json("qwen3", R"("head_dim": null)")), Contains("'head_dim'"));
+  // Qwen's window: absent is 4096, null none
+  const auto qwen = parse_llama_config(family_json("qwen2", R"("use_sliding_window": true,
+      "max_window_layers": 1)"));
+  CHECK(qwen.window_of(0) == 0);
+  CHECK(qwen.window_of(1) == 4096);
+  CHECK(parse_llama_config(family_json("qwen3", R"("use_sliding_window": true,
+            "layer_types": ["full_attention", "sliding_attention", "full_attention"])"))
+            .window_of(1) == 4096);
+  CHECK(parse_llama_config(family_json("qwen2", R"("use_sliding_window": true,
+            "sliding_window": null)"))
+            .sliding_window == 0);
+  // layer_types is checked with no window in use too
+  CHECK_THAT(family_error(family_json("qwen2", R"("layer_types": "full_attention")")),
+             Contains("'layer_types'"));
+  CHECK_THAT(family_error(family_json("qwen3", R"("layer_types": ["full_attention"])")),
+             Contains("3 layer types"));
+  // keys transformers' versions read differently are refused, equal ones accepted
+  CHECK_THAT(family_error(family_json("llama", R"("rope_scaling": {"rope_type": "linear",
+                 "factor": 4.0}, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0})")),
+             Contains("'rope_scaling'") && Contains("'rope_parameters'"));
+  CHECK(parse_llama_config(family_json("llama", R"("rope_scaling": {"rope_type": "linear",
+            "factor": 4.0}, "rope_parameters": {"rope_type": "linear", "factor": 4.0})"))
+            .rope_scaling.factor == 4.0);
+  CHECK_THAT(
+      family_error(family_json(
+          "llama", R"("rope_scaling": {"type": "linear", "rope_type": "dynamic", "factor": 2})")),
+      Contains("\"linear\"") && Contains("\"dynamic\""));
+  CHECK(
+      parse_llama_config(
+          family_json("llama",
+                      R"("rope_scaling": {"type": "linear", "rope_type": "linear", "factor": 2})"))
+          .rope_scaling.type == remat::RopeScalingType::linear);
+  // "swish" is SiLU in transformers' ACT2FN
+  CHECK_NOTHROW(parse_llama_config(family_json("llama", R"("hidden_act": "swish")")));
+  CHECK_THAT(family_error(family_json("llama", R"("hidden_act": "gelu")")),
+             Contains("'hidden_act'"));
+  // pad_token_id: the embedding's padding_idx, a negative one counted from the end
+  CHECK(parse_llama_config(family_json("llama", R"("pad_token_id": 3)")).pad_token_id == 3);
+  CHECK(parse_llama_config(family_json("llama", R"("pad_token_id": -1)")).pad_token_id == 9);
+  CHECK(parse_llama_config(family_json("llama", R"("pad_token_id": null)")).pad_token_id == -1);
+  CHECK(parse_llama_config(family_json("llama")).pad_token_id == -1);
+  for (const char* bad : {"10", "-11", "2.5", "[1]"}) {
+    INFO(bad);
+    CHECK_THAT(family_error(family_json("llama", std::string(R"("pad_token_id": )") + bad)),
+               Contains("'pad_token_id'"));
+  }
+}
+
+TEST_CASE("pad_token_id: its embedding row starts at zero and gets no gradient from the lookup",
+          "[nn][llama][config]") {
+  // HF's models build nn.Embedding(vocab, hidden, padding_idx=pad_token_id): the lookup gives
+  // that row nothing; a tied head's gradient still reaches it
+  for (const bool tied : {false, true}) {
+    INFO("tied " << tied);
+    remat::nn::LlamaConfig c{.vocab_size = 11,
+                             .hidden_size = 8,
+                             .intermediate_size = 12,
+                             .num_hidden_layers = 2,
+                             .num_attention_heads = 2,
+                             .num_key_value_heads = 1,
+                             .tie_word_embeddings = tied,
+                             .max_position_embeddings = 16};
+    remat::nn::Llama<double> plain(c);
+    c.pad_token_id = 3;
+    remat::nn::Llama<double> padded(c);
+    const std::vector<double> start = padded.embed_tokens.weight.data().to_vector();
+    for (std::size_t k = 0; k < 8; ++k) CHECK(start[3 * 8 + k] == 0.0);
+    // the same weights in both (row 3 too, so that it could get a gradient)
+    auto from = plain.named_parameters(), to = padded.named_parameters();
+    REQUIRE(from.size() == to.size());
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      const remat::Tensor<double>& v = from[i].second.data();
+      std::copy(v.data(), v.data() + v.numel(), to[i].second.data().data());
+    }
+    remat::Tensor<std::int32_t> ids({2, 5}), targets({2, 5});
+    const std::int32_t id_values[] = {1, 3, 5, 3, 7, 3, 2, 3, 9, 4};
+    for (std::int64_t i = 0; i < 10; ++i) {
+      ids[i] = id_values[i];
+      targets[i] = id_values[(i + 3) % 10];
+    }
+    std::vector<std::vector<double>> grads;
+    for (remat::nn::Llama<double>* m : {&plain, &padded}) {
+      remat::Tape tape;
+      tape.backward(m->loss(ids, targets));
+      grads.push_back(m->embed_tokens.weight.grad().to_vector());
+    }
+    for (std::size_t row = 0; row < 11; ++row) {
+      for (std::size_t k = 0; k < 8; ++k) {
+        INFO("row " << row << " column " << k);
+        const double a = grads[0][row * 8 + k], b = grads[1][row * 8 + k];
+        if (row != 3) CHECK(a == b);
+        if (row == 3) CHECK(a != b);             // the lookup's share is gone
+        if (row == 3 && !tied) CHECK(b == 0.0);  // and nothing else reaches it
+      }
+    }
+  }
 }
 
 TEST_CASE("config.json written by llama_config_json reads back to the same config, every family",

@@ -194,6 +194,11 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
       {"rank_pattern", {{"q_proj", 0}}},
       {"alpha_pattern", {{"q_proj", "big"}}},
       {"rank_pattern", {{"(?P<x>q)_proj", 2}}},
+      // anchors in Python's re, literal letters in ECMAScript: refused, not read otherwise
+      {"alpha_pattern", {{"q_proj\\Z", 16}}},
+      {"target_modules", "\\Amodel.*\\.(q|v)_proj"},
+      {"exclude_modules", ".*\\.1\\..*\\Z"},
+      {"rank_pattern", {{"\\d\\.self_attn\\.q_pr\\oj", 2}}},
       {"layers_pattern", "layers"},  // without layers_to_transform (PEFT refuses it too)
       {"lora_dropout", 1.0},
       {"something_new", 1},

@@ -11,6 +11,7 @@
 #include <remat/nn/lora.hpp>
 #include <remat/nn/quantize_blocks.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +224,44 @@ TEST_CASE("lora on nn::GPT and merge(): merged logits equal base + adapters to r
   auto lm = la;
   lm.merge();
   CHECK(lora_difference(llama.logits(lids).value(), lbefore) <= 1e-5);
+}
+
+TEST_CASE("lora: a model's head, whose weight the loss reads, is refused as a target",
+          "[nn][lora]") {
+  using Catch::Matchers::Contains;
+  // The loss and logits multiply by the head's weight (chunked), never calling its forward: an
+  // adapter there would train nothing, while merge() would fold it in. PEFT adapts it; refused.
+  remat::nn::Llama<float> llama(lora_llama_config(2));
+  const auto refusal = [&](const lora::Options& o) {
+    return remat::test::error_message([&] { lora::apply(llama, o); });
+  };
+  CHECK_THAT(refusal({.rank = 2, .targets = {"q_proj", "lm_head"}}),
+             Contains("'lm_head'") && Contains("LoRA on a model's head is not implemented"));
+  CHECK_THAT(refusal({.rank = 2, .target_regex = ".*(proj|lm_head)"}), Contains("'lm_head'"));
+  CHECK_THROWS_AS(lora::apply(llama, {.rank = 2, .targets = {"lm_head"}}), remat::ArgumentError);
+  for (const auto& [name, p] : llama.named_parameters())
+    CHECK(name.find("lora_") == std::string::npos);
+  CHECK_THROWS_AS(llama.lm_head->set_forward_hook(
+                      [](const remat::Var<float>&, const remat::Var<float>& y) { return y; }),
+                  remat::UsageError);
+  remat::nn::GPT<float> gpt(
+      {.vocab = 31, .context = 12, .layers = 2, .heads = 2, .width = 16, .seed = 4});
+  CHECK_THAT(
+      remat::test::error_message([&] { lora::apply(gpt, {.rank = 2, .targets = {"head"}}); }),
+      Contains("'head'") && Contains("GPT's loss"));
+  // every other Linear takes an adapter that reaches the loss: each B gets a gradient
+  auto adapters = lora::apply(llama, {.rank = 2, .target_regex = ".*proj"});
+  const auto ids = remat::test::ids({2, 6}, 29, 5);
+  const Tensor<std::int32_t> targets = remat::test::ids({2, 6}, 29, 6);
+  remat::Tape tape;
+  tape.backward(llama.loss(ids, targets));
+  CHECK(adapters.adapters().size() == 7 * 4);
+  for (const auto& a : adapters.adapters()) {
+    INFO(a.path);
+    REQUIRE(a.B.weight.grad().defined());
+    const std::vector<float> g = a.B.weight.grad().to_vector();
+    CHECK(std::any_of(g.begin(), g.end(), [](float v) { return v != 0; }));
+  }
 }
 
 TEST_CASE(

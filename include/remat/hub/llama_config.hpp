@@ -85,13 +85,12 @@ inline constexpr HarmlessField kHarmlessConfigFields[] = {
     {"_name_or_path", "where the config was loaded from"},
     {"bos_token_id", "a token id for tokenization and generation, not the forward pass"},
     {"eos_token_id", "a token id for tokenization and generation, not the forward pass"},
-    {"pad_token_id", "a token id for batching; the forward pass takes no padding mask"},
     {"use_cache", "whether HF's forward returns a KV cache; no effect on the logits"},
     {"output_attentions", "what HF's forward returns, not its values"},
     {"output_hidden_states", "what HF's forward returns, not its values"},
     {"return_dict", "what HF's forward returns, not its values"},
     {"pretraining_tp",
-     "old HF versions split each projection into this many slices: the same sums, regrouped"},
+     "current HF ignores it (versions before about 4.47 split each projection into slices)"},
     {"id2label", "labels of classification heads, which a causal LM does not have"},
     {"label2id", "labels of classification heads, which a causal LM does not have"},
     {"tokenizer_class", "which tokenizer to use (tokenizer side)"},
@@ -121,6 +120,13 @@ inline std::string supported_families() {
 class ConfigFields {
  public:
   ConfigFields(const nlohmann::json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  /// Whether the file gives `name` as null: HF's config classes tell that from an absent key
+  /// where their default is not None (the default applies only when the key is absent).
+  bool is_null(const char* name) const {
+    const auto it = j_.find(name);
+    return it != j_.end() && it->is_null();
+  }
 
   /// The field's value (null when absent or null), marked as accounted for.
   const nlohmann::json* take(const char* name) {
@@ -240,8 +246,13 @@ inline void read_rope_scaling(const nlohmann::json& r, const char* field, nn::Ll
     return v->get<double>();
   };
   const nlohmann::json* type = get("rope_type");
-  if (!type) type = get("type");
-  get("type");
+  const nlohmann::json* legacy = get("type");
+  // transformers v4 lets "type" overwrite "rope_type", v5 the other way round: refused
+  if (type && legacy && *type != *legacy) {
+    throw IoError(cat(source, ": field '", field, "' has rope_type ", type->dump(), " and type ",
+                      legacy->dump(), ", which transformers' versions read differently"));
+  }
+  if (!type) type = legacy;
   if (type && !type->is_string())
     throw IoError(
         cat(source, ": field '", field, "' rope_type must be a string, got ", type->dump()));
@@ -285,14 +296,29 @@ inline void read_rope_scaling(const nlohmann::json& r, const char* field, nn::Ll
   c.rope_scaling = s;
 }
 
+/// pad_token_id: HF's models make it their embedding's padding_idx (a negative id counts from
+/// the end, as torch.nn.Embedding has it), whose row the lookup gives no gradient.
+inline void read_pad_token_id(ConfigFields& f, nn::LlamaConfig& c) {
+  const nlohmann::json* v = f.take("pad_token_id");
+  if (!v) return;
+  if (!v->is_number_integer() || v->get<std::int64_t>() >= c.vocab_size ||
+      v->get<std::int64_t>() < -c.vocab_size) {
+    throw IoError(cat(f.source(), ": field 'pad_token_id' must be an integer id in [-vocab_size, ",
+                      "vocab_size) = [", -c.vocab_size, ", ", c.vocab_size, "), got ", v->dump()));
+  }
+  const std::int64_t id = v->get<std::int64_t>();
+  c.pad_token_id = id < 0 ? c.vocab_size + id : id;
+}
+
 /// Qwen2/Qwen3's windows: sliding_window applies when use_sliding_window is true, on the layers
 /// layer_types names "sliding_attention", or (without layer_types) on layers >= max_window_layers.
 inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
   bool use = false;
   f.take_bool("use_sliding_window", use);
   std::int64_t window = 4096, max_window_layers = 28;
-  const nlohmann::json* w = f.take("sliding_window");
-  if (w) f.take_int("sliding_window", false, window);
+  // HF's default window is 4096 when the key is absent; only null means none
+  const bool no_window = f.is_null("sliding_window");
+  f.take_int("sliding_window", false, window);
   if (const nlohmann::json* max = f.take("max_window_layers")) {
     // 0 is valid here (every layer slides), unlike the sizes read_int reads
     if (!max->is_number_integer() || max->get<std::int64_t>() < 0) {
@@ -303,21 +329,9 @@ inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
     max_window_layers = max->get<std::int64_t>();
   }
   const nlohmann::json* types = f.take("layer_types");
-  if (!use || !w) {
-    if (types && types->is_array()) {
-      for (const auto& t : *types) {
-        if (t != "full_attention") {
-          throw IoError(cat(f.source(), ": field 'layer_types' names ", t.dump(),
-                            " but no sliding window is in use (use_sliding_window false or "
-                            "sliding_window null)"));
-        }
-      }
-    }
-    return;
-  }
-  c.sliding_window = window;
-  c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
+  std::vector<bool> sliding(static_cast<std::size_t>(c.num_hidden_layers), false);
   if (types) {
+    // checked whether or not a window is in use, as HF's layer_type_validation does
     if (!types->is_array() || static_cast<std::int64_t>(types->size()) != c.num_hidden_layers) {
       throw IoError(cat(f.source(), ": field 'layer_types' must list ", c.num_hidden_layers,
                         " layer types, got ", types->dump().substr(0, 200)));
@@ -328,9 +342,22 @@ inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
         throw IoError(cat(f.source(), ": field 'layer_types' entry ", i, " is ", t.dump(),
                           "; implemented: \"full_attention\", \"sliding_attention\""));
       }
-      c.sliding_layers[i] = t == "sliding_attention";
+      sliding[i] = t == "sliding_attention";
     }
-  } else {
+  }
+  if (!use || no_window) {
+    for (std::size_t i = 0; i < sliding.size(); ++i) {
+      if (sliding[i]) {
+        throw IoError(cat(f.source(), ": field 'layer_types' makes layer ", i,
+                          " \"sliding_attention\" but no sliding window is in use "
+                          "(use_sliding_window false or sliding_window null)"));
+      }
+    }
+    return;
+  }
+  c.sliding_window = window;
+  c.sliding_layers = std::move(sliding);
+  if (!types) {
     for (std::int64_t i = max_window_layers; i < c.num_hidden_layers; ++i)
       c.sliding_layers[static_cast<std::size_t>(i)] = true;
   }
@@ -368,24 +395,48 @@ inline nn::LlamaConfig llama_config_from_json(const nlohmann::json& j,
   f.take_int("intermediate_size", true, c.intermediate_size);
   f.take_int("num_hidden_layers", true, c.num_hidden_layers);
   f.take_int("num_attention_heads", true, c.num_attention_heads);
-  c.num_key_value_heads = mistral ? 8 : c.num_attention_heads;
+  // HF's defaults when the key is absent: 32 for Qwen2/3, 8 for Mistral, the heads for Llama;
+  // null gives the heads in every family
+  c.num_key_value_heads = f.is_null("num_key_value_heads") || type == "llama"
+                              ? c.num_attention_heads
+                          : mistral ? 8
+                                    : 32;
   f.take_int("num_key_value_heads", false, c.num_key_value_heads);
   c.max_position_embeddings = qwen ? 32768 : mistral ? 131072 : 2048;
   f.take_int("max_position_embeddings", false, c.max_position_embeddings);
   c.explicit_head_dim = type == "qwen3" ? 128 : 0;
+  if (type == "qwen3" && f.is_null("head_dim")) {
+    // Llama's and Mistral's null is hidden_size / heads; Qwen3's attention takes it as given
+    throw IoError(remat::detail::cat(source,
+                                     ": field 'head_dim' is null, which Qwen3's attention "
+                                     "cannot use (absent: 128)"));
+  }
   f.take_int("head_dim", false, c.explicit_head_dim);
   f.take_double("rope_theta", c.rope_theta);
   f.take_double("rms_norm_eps", c.rms_norm_eps);
   f.take_double("initializer_range", c.initializer_range);
   f.take_bool("tie_word_embeddings", c.tie_word_embeddings);
-  f.take_only("hidden_act", "silu", "the MLP is SwiGLU with silu");
+  if (const nlohmann::json* act = f.take("hidden_act"); act && *act != "swish") {
+    // HF's ACT2FN maps both names to SiLU
+    f.take_only("hidden_act", "silu", "the MLP is SwiGLU with silu (or \"swish\", the same)");
+  }
   f.take_only("attention_dropout", 0.0, "no dropout in the attention");
   f.take_only("partial_rotary_factor", 1.0, "RoPE turns every dimension of a head");
   f.take_only("mlp_only_layers", nlohmann::json::array(), "no mixture of experts");
   f.take_only("rope_interleaved", false, "HF's models rotate halves, not interleaved pairs");
-  for (const char* field : {"rope_scaling", "rope_parameters"}) {
-    if (const nlohmann::json* r = f.take(field)) d::read_rope_scaling(*r, field, c, source);
+  const nlohmann::json* scaling = f.take("rope_scaling");
+  const nlohmann::json* parameters = f.take("rope_parameters");
+  if (scaling && parameters && *scaling != *parameters) {
+    // transformers v4 reads only rope_scaling, v5 prefers it but takes rope_theta from either
+    throw IoError(remat::detail::cat(source, ": fields 'rope_scaling' (", scaling->dump(),
+                                     ") and 'rope_parameters' (", parameters->dump(),
+                                     ") differ; transformers' versions read them differently"));
   }
+  if (parameters)
+    d::read_rope_scaling(*parameters, "rope_parameters", c, source);
+  else if (scaling)
+    d::read_rope_scaling(*scaling, "rope_scaling", c, source);
+  d::read_pad_token_id(f, c);
   if (type == "llama") {
     f.take_bool("attention_bias", c.attention_bias);
     c.o_proj_bias = c.attention_bias;
@@ -493,6 +544,24 @@ inline std::string llama_family_of(const nn::LlamaConfig& c) {
       "; supported: ", remat::detail::supported_families()));
 }
 
+}  // namespace remat::hub
+
+namespace remat::detail {
+
+/// The first layer of `c` that slides when the sliding layers are the last ones (all of them
+/// included), or -1: what transformers' max_window_layers can say.
+inline std::int64_t first_of_sliding_suffix(const nn::LlamaConfig& c) {
+  std::int64_t first = c.num_hidden_layers;
+  while (first > 0 && c.window_of(first - 1) > 0) --first;
+  for (std::int64_t i = 0; i < first; ++i)
+    if (c.window_of(i) > 0) return -1;
+  return first;
+}
+
+}  // namespace remat::detail
+
+namespace remat::hub {
+
 /// The config.json text of `c`, with Hugging Face's field names, in the family
 /// llama_family_of(c) names; read back by llama_config_from_json to the same config.
 inline std::string llama_config_json(const nn::LlamaConfig& c) {
@@ -515,6 +584,7 @@ inline std::string llama_config_json(const nn::LlamaConfig& c) {
   if (type == "llama" || type == "qwen3") j["attention_bias"] = c.attention_bias;
   if (type == "llama") j["mlp_bias"] = c.mlp_bias;
   j["initializer_range"] = c.initializer_range;
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
   j["hidden_act"] = "silu";
   j["attention_dropout"] = 0.0;
   const RopeScaling& r = c.rope_scaling;
@@ -540,6 +610,9 @@ inline std::string llama_config_json(const nn::LlamaConfig& c) {
       for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
         types.push_back(c.window_of(i) > 0 ? "sliding_attention" : "full_attention");
       j["layer_types"] = types;
+      // transformers before layer_types (about 4.53) slides the layers from max_window_layers on
+      const std::int64_t first = remat::detail::first_of_sliding_suffix(c);
+      if (first >= 0) j["max_window_layers"] = first;
     }
   }
   return j.dump(2) + "\n";

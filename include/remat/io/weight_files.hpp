@@ -111,19 +111,21 @@ inline bool exists(const std::string& path) {
 /// The weight files of one model: a single safetensors file, or the shards of an index.
 class WeightFiles {
  public:
-  /// Opens `path`: a folder (its model.safetensors.index.json if there is one, else its
-  /// model.safetensors), an index file (a name ending in ".json") or a safetensors file. Every
-  /// shard is mapped and validated; a missing or malformed one is an IoError naming it.
+  /// Opens `path`: a folder (its model.safetensors if there is one, else its
+  /// model.safetensors.index.json: transformers' from_pretrained looks in this order, so a folder
+  /// holding both, as one saved whole and then in shards is left, loads the same weights in
+  /// both), an index file (a name ending in ".json") or a safetensors file. Every shard is mapped
+  /// and validated; a missing or malformed one is an IoError naming it.
   static WeightFiles open(const std::string& path) {
     if (detail::is_directory(path)) {
-      const std::string index = path + "/" + kIndexName;
-      if (detail::exists(index)) return open_index(index);
       const std::string single = path + "/" + kSingleName;
-      if (!detail::exists(single)) {
+      if (detail::exists(single)) return open(single);
+      const std::string index = path + "/" + kIndexName;
+      if (!detail::exists(index)) {
         throw IoError(remat::detail::cat("safetensors: the folder ", path, " holds neither ",
-                                         kIndexName, " nor ", kSingleName));
+                                         kSingleName, " nor ", kIndexName));
       }
-      return open(single);
+      return open_index(index);
     }
     if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return open_index(path);
     WeightFiles w;

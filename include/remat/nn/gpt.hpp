@@ -174,6 +174,7 @@ class GPT : public Module<T> {
     this->add_module("ln_f", ln_f);
     if (!c.tied) {
       head.emplace(c.width, c.vocab, rng, false, kInitStd);
+      head->weight_read_directly_by("GPT's loss and logits (head)");
       this->add_module("head", *head);
     }
   }

@@ -3,6 +3,7 @@
 /// The basic layers: Linear, Embedding, LayerNorm, Dropout. Initializations follow PyTorch's
 /// defaults unless a standard deviation is given.
 
+#include <algorithm>
 #include <cmath>
 
 #include "remat/core/memory.hpp"
@@ -115,25 +116,47 @@ class Linear : public Module<T> {
 template <class T = float>
 class Embedding : public Module<T> {
  public:
-  Embedding(std::int64_t num, std::int64_t dim, Rng& rng, double init_std = 1.0) {
-    if (num < 1 || dim < 1)
-      throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
-    weight = this->add_parameter("weight", rng.normal_tensor<T>({num, dim}, 0.0, init_std));
+  /// Rows drawn from normal(0, init_std); the row `padding_idx` (-1: none) is zeros, as
+  /// torch.nn.Embedding makes it, and gets no gradient from the lookup (ops/embedding.hpp).
+  Embedding(std::int64_t num, std::int64_t dim, Rng& rng, double init_std = 1.0,
+            std::int64_t padding_idx = -1)
+      : padding_idx_(checked_padding_idx(num, dim, padding_idx)) {
+    Tensor<T> w = rng.normal_tensor<T>({num, dim}, 0.0, init_std);
+    if (padding_idx >= 0 && w.has_data()) std::fill_n(w.data() + padding_idx * dim, dim, T(0));
+    weight = this->add_parameter("weight", std::move(w));
   }
 
   /// A table of these sizes allocated but holding no values yet, for a loader that fills it.
-  static Embedding uninitialized(std::int64_t num, std::int64_t dim) {
-    if (num < 1 || dim < 1)
-      throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
-    return Embedding(Tensor<T>(Shape{num, dim}));
+  static Embedding uninitialized(std::int64_t num, std::int64_t dim,
+                                 std::int64_t padding_idx = -1) {
+    return Embedding(Tensor<T>(Shape{num, dim}), checked_padding_idx(num, dim, padding_idx));
   }
 
-  Var<T> operator()(const Tensor<std::int32_t>& ids) const { return embedding(weight, ids); }
+  Var<T> operator()(const Tensor<std::int32_t>& ids) const {
+    return embedding(weight, ids, padding_idx_);
+  }
+
+  std::int64_t padding_idx() const noexcept { return padding_idx_; }
 
   Parameter<T> weight;
 
  private:
-  explicit Embedding(Tensor<T> w) { weight = this->add_parameter("weight", std::move(w)); }
+  Embedding(Tensor<T> w, std::int64_t padding_idx) : padding_idx_(padding_idx) {
+    weight = this->add_parameter("weight", std::move(w));
+  }
+
+  static std::int64_t checked_padding_idx(std::int64_t num, std::int64_t dim,
+                                          std::int64_t padding_idx) {
+    if (num < 1 || dim < 1)
+      throw ShapeError(detail::cat("nn::Embedding: sizes must be positive, got ", num, " x ", dim));
+    if (padding_idx < -1 || padding_idx >= num) {
+      throw ArgumentError(detail::cat("nn::Embedding: padding_idx must be in [0, ", num,
+                                      ") or -1 (none), got ", padding_idx));
+    }
+    return padding_idx;
+  }
+
+  std::int64_t padding_idx_ = -1;
 };
 
 /// Layer normalization over the last axis, with a learned scale (ones) and shift (zeros).

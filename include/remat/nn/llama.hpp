@@ -74,6 +74,9 @@ struct LlamaConfig {
   std::int64_t sliding_window = 0;
   /// Which layers slide (HF's layer_types == "sliding_attention"); empty: all of them.
   std::vector<bool> sliding_layers{};
+  /// HF's pad_token_id, which its models make the embedding's padding_idx: that row starts at
+  /// zero and gets no gradient from the lookup (the head's, when tied, still reaches it). -1: none.
+  std::int64_t pad_token_id = -1;
 
   std::int64_t head_dim() const noexcept {
     if (explicit_head_dim > 0) return explicit_head_dim;
@@ -98,7 +101,7 @@ struct LlamaConfig {
     const bool sizes = vocab_size >= 1 && hidden_size >= 1 && intermediate_size >= 1 &&
                        num_hidden_layers >= 1 && num_attention_heads >= 1 &&
                        num_key_value_heads >= 1 && max_position_embeddings >= 1 &&
-                       explicit_head_dim >= 0;
+                       explicit_head_dim >= 0 && pad_token_id >= -1 && pad_token_id < vocab_size;
     const bool heads = sizes && (explicit_head_dim > 0 || hidden_size % num_attention_heads == 0) &&
                        head_dim() >= 2 && head_dim() % 2 == 0 &&
                        num_attention_heads % num_key_value_heads == 0;
@@ -113,15 +116,16 @@ struct LlamaConfig {
           "LlamaConfig: need positive sizes, hidden_size divisible by num_attention_heads into an "
           "even head size (or an even explicit head_dim), "
           "num_key_value_heads dividing num_attention_heads, positive finite rope_theta, "
-          "rms_norm_eps and initializer_range, a sliding_window >= 0 and one sliding flag per "
-          "layer (or none); got "
+          "rms_norm_eps and initializer_range, a sliding_window >= 0, one sliding flag per "
+          "layer (or none) and a pad_token_id in [0, vocab_size) or -1; got "
           "vocab_size ",
           vocab_size, ", hidden_size ", hidden_size, ", intermediate_size ", intermediate_size,
           ", num_hidden_layers ", num_hidden_layers, ", num_attention_heads ", num_attention_heads,
           ", num_key_value_heads ", num_key_value_heads, ", head_dim ", explicit_head_dim,
           ", max_position_embeddings ", max_position_embeddings, ", rope_theta ", rope_theta,
           ", rms_norm_eps ", rms_norm_eps, ", initializer_range ", initializer_range,
-          ", sliding_window ", sliding_window, " on ", sliding_layers.size(), " layer flags"));
+          ", sliding_window ", sliding_window, " on ", sliding_layers.size(),
+          " layer flags, pad_token_id ", pad_token_id, " (-1: none)"));
     }
     try {
       detail::check_rope_options("LlamaConfig", rope());
@@ -452,9 +456,11 @@ class Llama : public Module<T> {
   Llama(const LlamaConfig& c, Rng rng, ParameterInit init = ParameterInit::random,
         const LinearMaker<T>* make = nullptr)
       : config_((c.validate(), c)),
-        embed_tokens(init == ParameterInit::random
-                         ? Embedding<T>(c.vocab_size, c.hidden_size, rng, c.initializer_range)
-                         : Embedding<T>::uninitialized(c.vocab_size, c.hidden_size)),
+        embed_tokens(
+            init == ParameterInit::random
+                ? Embedding<T>(c.vocab_size, c.hidden_size, rng, c.initializer_range,
+                               c.pad_token_id)
+                : Embedding<T>::uninitialized(c.vocab_size, c.hidden_size, c.pad_token_id)),
         norm(c.hidden_size, c.rms_norm_eps) {
     this->add_module("model.embed_tokens", embed_tokens);
     layers.reserve(static_cast<std::size_t>(c.num_hidden_layers));
@@ -465,6 +471,7 @@ class Llama : public Module<T> {
     this->add_module("model.norm", norm);
     if (!c.tie_word_embeddings) {
       lm_head.emplace(detail::llama_linear<T>(c.hidden_size, c.vocab_size, false, c, rng, init));
+      lm_head->weight_read_directly_by("Llama's loss and logits (lm_head)");
       this->add_module("lm_head", *lm_head);
     }
   }

@@ -21,11 +21,13 @@
 /// adapter_model.safetensors) are read and written above nn, by hub/peft.hpp.
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 #include <regex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -80,7 +82,22 @@ struct Adapter {
 namespace detail {
 
 /// A regular expression from a config field, or an ArgumentError naming the field and the pattern.
+/// PEFT matches with Python's re, remat with ECMAScript: a pattern is taken only where the two
+/// read it alike. Python-only syntax ((?P<...>), (?i), lookbehind) does not compile; but an
+/// escaped letter ECMAScript does not know is a literal letter there (\A, \Z: anchors in Python,
+/// an error for most others), so only the escapes both read alike pass.
 inline std::regex compile(const std::string& pattern, const char* field) {
+  constexpr std::string_view kSharedEscapes = "dDwWsSbBfnrtvxu";
+  for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
+    if (pattern[i] != '\\') continue;
+    const char next = pattern[++i];  // passed over: a letter after an escaped backslash is plain
+    if (std::isalpha(static_cast<unsigned char>(next)) &&
+        kSharedEscapes.find(next) == std::string_view::npos) {
+      throw ArgumentError(remat::detail::cat(
+          "lora: ", field, " '", pattern, "' has the escape \\", next,
+          ", which Python's re (PEFT's) and ECMAScript (remat's) do not read alike"));
+    }
+  }
   try {
     return std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
@@ -181,6 +198,9 @@ inline void check_options(const Options& o) {
                                              "; an alpha must be positive and finite"));
     compile(key, "alpha_pattern");
   }
+  if (!o.target_regex.empty()) compile(o.target_regex, "target_modules");
+  if (!o.exclude_regex.empty()) compile(o.exclude_regex, "exclude_modules");
+  for (const std::string& p : o.layers_pattern) compile(p, "layers_pattern");
   if (!o.target_regex.empty() && !o.targets.empty()) {
     throw ArgumentError(
         "lora::apply: give target_modules as names (targets) or as one regular expression "
@@ -342,7 +362,8 @@ std::string linear_names(Module<T>& model) {
 /// comment; or `model` itself when it is a Linear) with adapters, freezes every other parameter,
 /// and returns the adapters. Throws an ArgumentError for a rank < 1, a non-positive or non-finite
 /// alpha, a dropout outside [0, 1), a pattern that is not a regular expression, a target name
-/// that selects no Linear (or a regex that selects none), or no layer wrapped at all.
+/// that selects no Linear (or a regex that selects none), a selected layer whose weight its model
+/// reads directly (a language model's head: Module::weight_read_by), or no layer wrapped at all.
 template <class T>
 Adapters<T> apply(Module<T>& model, Options options) {
   detail::check_options(options);
@@ -359,6 +380,12 @@ Adapters<T> apply(Module<T>& model, Options options) {
       if (m.has_forward_hook()) {
         throw UsageError(remat::detail::cat(
             "lora::apply: '", path, "' already has a forward hook (adapters applied twice?)"));
+      }
+      if (!m.weight_read_by().empty()) {
+        // PEFT would adapt it; skipping it would drop part of the adapter without a word
+        throw ArgumentError(remat::detail::cat(
+            "lora::apply: the targets select '", path, "', whose weight ", m.weight_read_by(),
+            " reads directly: LoRA on a model's head is not implemented"));
       }
       for (std::size_t i = 0; i < options.targets.size(); ++i)
         used[i] = used[i] || detail::ends_with_module(path, options.targets[i]);

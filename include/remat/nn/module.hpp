@@ -133,9 +133,21 @@ class Module {
   void set_forward_hook(ForwardHook hook) {
     if (state_->kind.empty())
       throw UsageError("Module::set_forward_hook: this module's forward does not call hooked()");
+    if (!state_->weight_read_by.empty()) {
+      throw UsageError(detail::cat("Module::set_forward_hook: ", state_->weight_read_by,
+                                   " reads this layer's weight, not its forward: a hook would "
+                                   "never run"));
+    }
     state_->hook = std::move(hook);
   }
   bool has_forward_hook() const noexcept { return static_cast<bool>(state_->hook); }
+
+  /// Marks a hookable layer whose owner reads its weight instead of calling its forward (a
+  /// language model's head, which its chunked loss multiplies by the weight): it takes no hook,
+  /// since one would silently never run. `reader` names the owner in errors.
+  void weight_read_directly_by(std::string reader) { state_->weight_read_by = std::move(reader); }
+  /// Who reads this layer's weight directly (weight_read_directly_by), or "".
+  const std::string& weight_read_by() const noexcept { return state_->weight_read_by; }
 
   /// Registers `child` under `name` from outside (adapters add their layers to the layer they
   /// wrap); as add_module().
@@ -230,6 +242,7 @@ class Module {
     std::string kind;  // Note [forward hooks]
     std::int64_t in_features = 0, out_features = 0;
     ForwardHook hook;
+    std::string weight_read_by;  // weight_read_directly_by()
   };
 
   explicit Module(std::shared_ptr<State> state) : state_(std::move(state)) {}
