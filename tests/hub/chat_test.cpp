@@ -71,6 +71,36 @@ Conversation from_json(const json& messages) {
   return c;
 }
 
+/// transformers' former default ChatML template (tests/hub/chat/templates.json "chatml"): no
+/// default system message, every message in place.
+const std::string kChatML =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' "
+    "}}{% endif %}";
+
+/// A templates.json entry's text: its own, or its base's with its edits made (each replacing
+/// every `from`; "$END" appends), as make_chat_cases.py builds it.
+std::string template_text(const json& t, const json& all) {
+  if (!t.contains("variant_of")) return t["template"];
+  std::string text;
+  for (const auto& base : all)
+    if (base["name"] == t["variant_of"]) text = template_text(base, all);
+  REQUIRE(!text.empty());
+  for (const auto& edit : t["edits"]) {
+    const std::string from = edit[0], to = edit[1];
+    if (from == "$END") {
+      text += to;
+      continue;
+    }
+    REQUIRE(text.find(from) != std::string::npos);
+    for (std::size_t at = text.find(from); at != std::string::npos;
+         at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
 ChatFamily family_of(const std::string& name) {
   static const std::map<std::string, ChatFamily> names = {{"chatml", ChatFamily::chatml},
                                                           {"qwen3", ChatFamily::qwen3},
@@ -170,10 +200,11 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
           "[hub][chat]") {
   const std::string dir = REMAT_HUB_CHAT_DIR;
   std::map<std::string, ChatTemplate> templates;
-  for (const auto& t : read_json(dir + "/templates.json")) {
-    ChatTemplate recognised =
-        recognise_chat_template(t["template"].get<std::string>(), t["bos"], t["eos"]);
+  const json all = read_json(dir + "/templates.json");
+  for (const auto& t : all) {
+    if (t.contains("refused")) continue;  // the next test's
     INFO(t["name"].get<std::string>());
+    ChatTemplate recognised = recognise_chat_template(template_text(t, all), t["bos"], t["eos"]);
     CHECK(recognised.family == family_of(t["family"]));
     if (t.contains("strftime_now")) {  // today's date, as transformers renders it; then the cases'
       CHECK(recognised.date_string == strftime_date(std::time(nullptr)));
@@ -184,7 +215,7 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
   CHECK(templates.at("llama3.1-date").date_string == "26 Jul 2024");
   // Meta's layout with another date format, or without dropping the system message it read:
   // refused, not rendered with the wrong date or the system text once instead of twice
-  for (const auto& t : read_json(dir + "/templates.json")) {
+  for (const auto& t : all) {
     if (t["name"] != "llama3.2") continue;
     std::string other = t["template"];
     other.replace(other.find("%d %b %Y"), 8, "%d %B %Y");
@@ -198,9 +229,14 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
   CHECK(templates.at("qwen2.5").default_system ==
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
   CHECK(templates.at("qwen3").default_system.empty());
+  // the parts remat reads from a template: the escapes it undoes, another default date
+  CHECK(templates.at("smollm2-escapes").default_system == "a\nb\tc \"q\" \\n 中文 {{ x }}");
+  CHECK(templates.at("llama3.1").date_string == "26 Jul 2024");
+  CHECK(templates.at("llama3.1-other-date").date_string == "01 Jan 2025");
+  CHECK(templates.at("qwen2.5-crlf").name == templates.at("qwen2.5").name);
   const json cases = read_json(dir + "/cases.json")["cases"];
-  REQUIRE(cases.size() >= 300);
-  std::size_t compared = 0, refused = 0;
+  REQUIRE(cases.size() >= 500);
+  std::size_t compared = 0, refused = 0, marked = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const json& k = cases[i];
     const ChatTemplate& t = templates.at(k["template"]);
@@ -219,9 +255,16 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
     for (const Message& m : c.messages)
       if (m.role == Role::assistant) answers.push_back(&m);
     REQUIRE(r.assistant.size() == answers.size());
+    // TRL's training templates: the spans are the bytes their {% generation %} blocks mark
+    if (k.contains("generation")) {
+      std::vector<std::pair<std::size_t, std::size_t>> spans;
+      for (const auto& s : r.assistant) spans.emplace_back(s.begin, s.end);
+      CHECK(spans == k["generation"].get<std::vector<std::pair<std::size_t, std::size_t>>>());
+      ++marked;
+    }
     const std::string end_marker = t.family == ChatFamily::llama3 ? "<|eot_id|>"
                                    : t.family == ChatFamily::chatml || t.family == ChatFamily::qwen3
-                                       ? "<|im_end|>"
+                                       ? (t.span_newline_after ? "<|im_end|>\n" : "<|im_end|>")
                                        : t.eos;
     for (std::size_t a = 0; a < answers.size(); ++a) {
       const std::string span =
@@ -233,8 +276,48 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
       CHECK(span.find(detail::python_strip(content)) != std::string::npos);
     }
   }
-  CHECK(compared >= 250);
+  CHECK(compared >= 400);
   CHECK(refused >= 20);
+  CHECK(marked >= 40);
+}
+
+TEST_CASE("Chat templates: look-alikes of the known ones are refused, naming the known ones",
+          "[hub][chat]") {
+  // Each refused entry of templates.json renders other bytes than the known template it looks
+  // like (make_chat_cases.py checks it for the variants): Qwen1.5-Chat, TRL's Qwen3 training
+  // template, and small edits of known templates, in the literals remat reads too.
+  const json all = read_json(std::string(REMAT_HUB_CHAT_DIR) + "/templates.json");
+  std::size_t refused = 0;
+  for (const auto& t : all) {
+    if (!t.contains("refused")) continue;
+    const std::string jinja = template_text(t, all);
+    INFO(t["name"].get<std::string>() << ": " << t["refused"].get<std::string>());
+    const std::string message =
+        error_of<ChatTemplateError>([&] { recognise_chat_template(jinja, t["bos"], t["eos"]); });
+    CHECK(message.find("that is not one of those remat renders") != std::string::npos);
+    std::string start = jinja.substr(0, 40);  // quoted with its newlines as spaces
+    std::replace(start.begin(), start.end(), '\n', ' ');
+    CHECK(message.find(start) != std::string::npos);
+    CHECK(message.find("(fingerprint 0x") != std::string::npos);
+    CHECK(message.find("Qwen2.5 Instruct") != std::string::npos);  // and the known ones
+    CHECK(message.find("Llama 3.2 Instruct") != std::string::npos);
+    ++refused;
+  }
+  CHECK(refused >= 18);
+  // One byte of difference is enough, even where it renders the same (a space in a tag): only
+  // the default system message and date, and what Jinja's lexer drops, may differ
+  for (const auto& t : all) {
+    if (t["name"] != "llama3" && t["name"] != "chatml") continue;
+    const std::string jinja = t["template"];
+    CHECK(recognise_chat_template(jinja, t["bos"], t["eos"]).family == family_of(t["family"]));
+    CHECK(recognise_chat_template(jinja + "\r\n", t["bos"], t["eos"]).name ==
+          recognise_chat_template(jinja, t["bos"], t["eos"]).name);
+    CHECK_THROWS_AS(recognise_chat_template(jinja + " ", t["bos"], t["eos"]), ChatTemplateError);
+    CHECK_THROWS_AS(recognise_chat_template(" " + jinja, t["bos"], t["eos"]), ChatTemplateError);
+    std::string spaced = jinja;
+    spaced.replace(spaced.find("{% endfor %}"), 12, "{%  endfor %}");
+    CHECK_THROWS_AS(recognise_chat_template(spaced, t["bos"], t["eos"]), ChatTemplateError);
+  }
 }
 
 TEST_CASE("Chat templates: unknown ones are refused with an excerpt", "[hub][chat]") {
@@ -251,30 +334,26 @@ TEST_CASE("Chat templates: unknown ones are refused with an excerpt", "[hub][cha
   CHECK(error_of<ChatTemplateError>([&] {
           recognise_chat_template("{{ '[INST] ' + message['content'] }}", "<s>", "</s>");
         }).find("[INST]") != std::string::npos);
-  // ChatML look-alikes whose bytes the ChatML renderer would not write: refused, naming why
+  // ChatML look-alikes whose bytes the ChatML layout would not write: refused, named
   const std::string turn = "{{ '<|im_start|>' + m['role'] + '\\n' + CONTENT + '<|im_end|>\\n' }}";
   const auto chatml = [&](const std::string& before, const std::string& content) {
     std::string t = turn;
     t.replace(t.find("CONTENT"), 7, content);
     return before + "{% for m in messages %}" + t + "{% endfor %}";
   };
-  const std::pair<std::string, std::string> refused[] = {
-      {chatml("{{ bos_token }}", "m['content']"), "it writes bos_token"},
-      {chatml("", "m['content'] + eos_token"), "it writes eos_token"},
-      {chatml("", "m['content'] | trim"), "the filter 'trim'"},
-      {chatml("", "m['content']|upper"), "the filter 'upper'"},
-      {chatml("", "m['content'].strip()"), "strip()"}};
-  for (const auto& [jinja, why] : refused) {
+  for (const std::string& jinja :
+       {chatml("{{ bos_token }}", "m['content']"), chatml("", "m['content'] + eos_token"),
+        chatml("", "m['content'] | trim"), chatml("", "m['content'].strip()"),
+        chatml("", "m['content']"), std::string("<|im_start|><|im_end|>")}) {
     const std::string message =
         error_of<ChatTemplateError>([&] { recognise_chat_template(jinja, "<s>", "<|im_end|>"); });
-    CHECK(message.find("ChatML renderer does not reproduce (") != std::string::npos);
-    CHECK(message.find(why) != std::string::npos);
+    CHECK(message.find("a ChatML template (<|im_start|>) that is not one of those remat renders") !=
+          std::string::npos);
   }
-  CHECK(recognise_chat_template(chatml("", "m['content']"), "", "<|im_end|>").family ==
-        ChatFamily::chatml);
-  CHECK(
-      recognise_chat_template(chatml("", "m['content']") + "{{ tools | tojson }}", "", "<|im_end|>")
-          .family == ChatFamily::chatml);
+  const ChatTemplate chatml_default = recognise_chat_template(kChatML, "", "<|im_end|>");
+  CHECK(chatml_default.family == ChatFamily::chatml);
+  CHECK(chatml_default.name == "ChatML (transformers' former default)");
+  CHECK(chatml_default.default_system.empty());
 }
 
 TEST_CASE("JSONL conversations: every malformed line is named, or skipped and counted",
@@ -334,7 +413,7 @@ TEST_CASE("Plain text files: documents between empty lines", "[hub][chat]") {
 
 TEST_CASE("The loss mask is on exactly the tokens that overlap assistant spans", "[hub][chat]") {
   const Tokenizer tok = chatml_tokenizer();
-  const ChatTemplate t = recognise_chat_template("<|im_start|><|im_end|>", "", "<|im_end|>");
+  const ChatTemplate t = recognise_chat_template(kChatML, "", "<|im_end|>");
   std::mt19937 rng(11);
   std::size_t straddling = 0;
   for (int trial = 0; trial < 60; ++trial) {
@@ -365,7 +444,7 @@ TEST_CASE("The loss mask is on exactly the tokens that overlap assistant spans",
 TEST_CASE("Token limits: oldest exchanges dropped, system kept, or the example excluded",
           "[hub][chat]") {
   const Tokenizer tok = chatml_tokenizer();
-  const ChatTemplate t = recognise_chat_template("<|im_start|><|im_end|>", "", "<|im_end|>");
+  const ChatTemplate t = recognise_chat_template(kChatML, "", "<|im_end|>");
   std::mt19937 rng(5);
   std::vector<Conversation> chats;
   for (int i = 0; i < 40; ++i) chats.push_back(random_chat(rng, 5, 12));

@@ -3,30 +3,43 @@
 /// Rendering a conversation with the model's chat template, byte for byte as the Jinja template
 /// of its `tokenizer_config.json` renders it (tests/hub/chat compares with python3-jinja2), and
 /// marking which bytes are assistant content, the part the loss is on. remat does not run Jinja:
-/// it recognises the template's family from its text and renders that family's layout.
-///  - ChatML (`<|im_start|>role\n...<|im_end|>\n`): Qwen2/2.5 (with the default system message
-///    the template adds when the first message is not a system one, read from the template
-///    itself) and Qwen3 (its `<think>` handling: an assistant turn after the last user turn is
-///    rendered with its reasoning block, an empty one for the last turn).
+/// it recognises the template and renders its family's layout.
+///
+/// Note: recognition is by the template's exact text (a fingerprint of it, detail::
+/// kKnownTemplates), once the parts remat reads from it are cut out: ChatML's default system
+/// message and Llama 3.1's default date, and the newlines Jinja's lexer drops or rewrites. A
+/// family's markers alone are not enough: templates that look alike render other bytes (Qwen1.5's
+/// drops the last `<|im_end|>`, TRL's Qwen3 training template writes every think block, a `|trim`
+/// or a default system turn in other quotes changes the bytes), and which edits change no byte is
+/// Jinja's to know. So any other text, a space included, is a ChatTemplateError that quotes the
+/// template's start, gives its fingerprint and lists the known templates; one that renders as a
+/// known layout is added by its fingerprint, with its text in tests/hub/chat/templates.json.
+/// The layouts:
+///  - ChatML (`<|im_start|>role\n...<|im_end|>\n`): Qwen2/2.5, Qwen3-Instruct-2507, SmolLM2 and
+///    transformers' former default (with the default system message the template adds when the
+///    first message is not a system one), and Qwen3 (its `<think>` handling: an assistant turn
+///    after the last user turn is rendered with its reasoning block, an empty one for the last).
 ///  - Llama 3 headers (`<|start_header_id|>role<|end_header_id|>\n\n` + trimmed content +
-///    `<|eot_id|>`, bos first), and Meta's Llama 3.1/3.2/3.3 templates, which open with a system
+///    `<|eot_id|>`, bos first), and Meta's Llama 3.1/3.2 templates, which open with a system
 ///    block holding a date preamble ("Cutting Knowledge Date: December 2023", "Today Date: ...")
 ///    and the first system message's text: the date is the template's default ("26 Jul 2024"),
 ///    or today's, as transformers gives it, when the template calls strftime_now (Llama 3.2; a
 ///    caller may set ChatTemplate::date_string). Tools are not rendered (conversations have
-///    none). Other templates with the preamble are refused.
+///    none).
 ///  - `[INST]`: Llama 2 chat (`<<SYS>>` folded into the first user turn) and Mistral Instruct
-///    v0.1, recognised by their exact text (their variants differ in details that change the
-///    bytes).
+///    v0.1.
 ///
 /// An assistant span covers the turn's content and the end marker that follows it
 /// (`<|im_end|>`, `<|eot_id|>`, eos), so the model learns to stop; for Qwen3 it includes the
-/// reasoning block the template writes. Role headers and prompts are never in a span.
+/// reasoning block the template writes. Role headers and prompts are never in a span. TRL's
+/// training templates mark the assistant turns with `{% generation %}` themselves, a newline
+/// before or after included for some: the spans are then the bytes they mark.
 
-#include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +88,15 @@ struct ChatTemplate {
   std::string date_string;
   /// Tokens the template writes itself.
   std::string bos, eos;
+  /// The recognised template's name ("Qwen2.5 Instruct").
+  std::string name;
+  /// ChatML templates that mark assistant turns with `{% generation %}` (TRL's training
+  /// variants, for transformers' assistant mask): whether the mark also covers the newline
+  /// before the content, and the one after `<|im_end|>`. The spans then cover them too.
+  bool span_newline_before = false, span_newline_after = false;
+  /// Llama 3: the template writes the assistant's header after the conversation whether or not
+  /// a generation prompt is asked for (Meta-Llama-3-Instruct's first release).
+  bool ends_with_assistant_header = false;
 };
 
 /// A rendered conversation: its text and the [begin, end) byte ranges of assistant content.
@@ -88,57 +110,164 @@ struct RenderedChat {
 
 namespace detail {
 
-/// The two templates recognised by their exact text: Llama-2-7b-chat-hf's and
-/// Mistral-7B-Instruct-v0.1's (tokenizer_config.json of those Hugging Face repositories).
-inline constexpr std::string_view kLlama2Template =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
-    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% "
-    "set system_message = false %}{% endif %}{% for message in loop_messages %}{% if "
-    "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation "
-    "roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == "
-    "0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] "
-    "%}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() "
-    "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + "
-    "eos_token }}{% endif %}{% endfor %}";
-inline constexpr std::string_view kMistralTemplate =
-    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
-    "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
-    "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
-    "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
-    "message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
-    "roles are supported!') }}{% endif %}{% endfor %}";
-
 /// The start of `text`, for a message.
 inline std::string excerpt(std::string_view text) {
   std::string s(text.substr(0, 120));
   for (char& c : s)
-    if (c == '\n') c = ' ';
+    if (c == '\n' || c == '\r') c = ' ';  // one line
   return utf8::lossy(s) + (text.size() > 120 ? "..." : "");
 }
 
-/// The default system message of a ChatML template: the literal between
-/// `'<|im_start|>system\n` and `<|im_end|>\n'` (Jinja escapes undone), empty when the template
-/// only writes the user's own system message there.
-inline std::string chatml_default_system(std::string_view t) {
-  constexpr std::string_view open = "'<|im_start|>system\\n", close = "<|im_end|>\\n'";
-  for (std::size_t at = t.find(open); at != std::string_view::npos; at = t.find(open, at + 1)) {
-    const std::size_t begin = at + open.size(), end = t.find(close, begin);
-    if (end == std::string_view::npos) break;
-    const std::string_view literal = t.substr(begin, end - begin);
-    if (literal.empty() || literal.find('\'') != std::string_view::npos) continue;
-    std::string out;
-    for (std::size_t i = 0; i < literal.size(); ++i) {
-      if (literal[i] == '\\' && i + 1 < literal.size()) {
-        const char e = literal[++i];
-        out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-      } else {
-        out += literal[i];
-      }
-    }
-    return out;
+/// The text Jinja's lexer reads, as transformers sets it up: every newline ("\r\n", "\r") read
+/// as "\n", and one trailing newline dropped (keep_trailing_newline is off). Templates that
+/// differ only there render the same.
+inline std::string jinja_source(std::string_view t) {
+  std::string s;
+  s.reserve(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    s += t[i] == '\r' ? '\n' : t[i];
+    if (t[i] == '\r' && i + 1 < t.size() && t[i + 1] == '\n') ++i;
   }
-  return {};
+  if (s.ends_with('\n')) s.pop_back();
+  return s;
+}
+
+/// The text of a single-quoted Jinja string literal's body, escapes undone; nullopt when it
+/// holds a single quote (then it is not one literal) or an escape other than \n, \t, \\ and \"
+/// (Jinja undoes escapes as Python's unicode-escape does, \x41 and \u00e9 included, and keeps
+/// unknown ones: not worth copying).
+inline std::optional<std::string> jinja_literal(std::string_view body) {
+  std::string out;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    if (body[i] == '\'') return std::nullopt;
+    if (body[i] != '\\') {
+      out += body[i];
+      continue;
+    }
+    const char e = ++i < body.size() ? body[i] : '\0';
+    if (e != 'n' && e != 't' && e != '\\' && e != '"') return std::nullopt;
+    out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+  }
+  return out;
+}
+
+/// Replaces every `from` in `s` by `to`.
+inline void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+/// A template's text with the parts remat reads from it cut out (each replaced by kCut), and
+/// those parts: what the known templates are recognised by.
+struct TemplateCut {
+  std::string rest;
+  /// ChatML: the literal of `'<|im_start|>system\n...<|im_end|>\n'`, the default system message
+  /// (also where the template writes it alone, `'...' }}`, as Qwen2.5's tools branch does).
+  std::string default_system;
+  /// Llama 3.1+: the literal of `set date_string = "..."`, the default date.
+  std::string date;
+};
+inline constexpr char kCut = '\x01';
+
+/// Cuts the default system message and date out of `jinja` (see TemplateCut). Only the first
+/// literal found of each is cut, everywhere it is written the same way: a template that writes
+/// another one elsewhere keeps it, and so matches no known template.
+inline TemplateCut cut_template(std::string_view jinja) {
+  TemplateCut c{jinja_source(jinja), {}, {}};
+  // a template holding the mark itself: nothing cut, so that it matches no known template
+  if (c.rest.find(kCut) != std::string::npos) return c;
+  const std::string cut(1, kCut);
+  constexpr std::string_view open = "'<|im_start|>system\\n", close = "<|im_end|>\\n'";
+  for (std::size_t at = c.rest.find(open); at != std::string::npos;
+       at = c.rest.find(open, at + 1)) {
+    const std::size_t begin = at + open.size(), end = c.rest.find(close, begin);
+    if (end == std::string::npos) break;
+    const std::string body = c.rest.substr(begin, end - begin);
+    const std::optional<std::string> text = jinja_literal(body);
+    // empty: the layout would write no system turn, where the template writes an empty one
+    if (!text || text->empty()) continue;
+    c.default_system = *text;
+    replace_all(c.rest, remat::detail::cat(open, body, close),
+                remat::detail::cat(open, cut, close));
+    replace_all(c.rest, remat::detail::cat("'", body, "' }}"),
+                remat::detail::cat("'", cut, "' }}"));
+    break;
+  }
+  constexpr std::string_view set = "set date_string = \"";
+  if (const std::size_t at = c.rest.find(set); at != std::string::npos) {
+    const std::size_t begin = at + set.size(), end = c.rest.find('"', begin);
+    const std::string body =
+        end == std::string::npos ? std::string() : c.rest.substr(begin, end - begin);
+    if (!body.empty() && body.find('\\') == std::string::npos) {
+      c.date = body;
+      replace_all(c.rest, remat::detail::cat(set, body, "\""), remat::detail::cat(set, cut, "\""));
+    }
+  }
+  return c;
+}
+
+/// 64-bit FNV-1a of `s`: the fingerprint of a template's cut text.
+constexpr std::uint64_t fingerprint(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return h;
+}
+
+/// A template remat renders byte for byte: its cut text's fingerprint, and its layout.
+struct KnownTemplate {
+  std::string_view name;
+  ChatFamily family;
+  std::uint64_t fingerprint;
+  /// TRL's training variants: their {% generation %} mark also covers the newline before the
+  /// content, or the one after the end marker (see ChatTemplate).
+  bool span_newline_before = false, span_newline_after = false;
+  bool ends_with_assistant_header = false;  // see ChatTemplate
+};
+
+/// The known templates. Each is in tests/hub/chat/templates.json with where it comes from, and
+/// the test renders conversations with it through Jinja2 and remat; a template whose text differs
+/// anywhere else than in the cut literals, a space or a comment included, is refused: remat
+/// cannot tell which differences change no byte. To add one that renders as a known family's
+/// layout: the refusal's message gives its fingerprint; add it here and to templates.json.
+inline constexpr KnownTemplate kKnownTemplates[] = {
+    {"Qwen3 (Qwen/Qwen3-* tokenizer_config.json)", ChatFamily::qwen3, 0x2bfdb7aa9754484e},
+    {"Qwen3 (TRL's qwen3.jinja)", ChatFamily::qwen3, 0x959a4551391a6549},
+    {"Qwen2.5 Instruct, any default system message", ChatFamily::chatml, 0xf00d7d97742fbb3d},
+    {"Qwen2.5 (TRL's qwen2_5_training.jinja)", ChatFamily::chatml, 0xe15b9ec1c2822149, true, true},
+    {"Qwen2.5-VL (TRL's qwen2_5_vl_training.jinja), text only", ChatFamily::chatml,
+     0x160a169d537d8278, false, true},
+    {"Qwen3-Instruct-2507 (TRL's qwen3_instruct_2507.jinja)", ChatFamily::chatml,
+     0x3751fe8ea48448ab},
+    {"Qwen3-Instruct-2507 (TRL's qwen3_instruct_2507_training.jinja)", ChatFamily::chatml,
+     0xe8faca59b0472e66, false, true},
+    {"ChatML with a default system message (Qwen2 Instruct, SmolLM2)", ChatFamily::chatml,
+     0xff9679972e699600},
+    {"ChatML (transformers' former default)", ChatFamily::chatml, 0xa41d6bae9b9141bc},
+    {"Llama 3 Instruct", ChatFamily::llama3, 0x0e60067a5537498e},
+    {"Llama 3 Instruct, first release (the assistant header always written)", ChatFamily::llama3,
+     0x74891e390e614ae2, false, false, true},
+    {"Llama 3 (TRL's llama3_training.jinja)", ChatFamily::llama3, 0xf2a9dd138dc335ee},
+    {"Llama 3.1 Instruct, any default date", ChatFamily::llama3, 0xe03f1e39acb1d7ce},
+    {"Llama 3.2 Instruct", ChatFamily::llama3, 0x15e9d5d5e4cd5a7a},
+    {"Llama 3.2 Instruct's with a fixed default date (tests/hub/chat)", ChatFamily::llama3,
+     0xdc848e3378e0652b},
+    {"Llama 2 chat (Llama-2-7b-chat-hf)", ChatFamily::llama2, 0xf344eecf1bd3a427},
+    {"Mistral Instruct v0.1", ChatFamily::mistral, 0x8c734b90b4f8d84d},
+};
+
+/// `v` in hexadecimal, 16 digits.
+inline std::string hex(std::uint64_t v) {
+  char out[24];
+  std::snprintf(out, sizeof out, "0x%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+/// The names of the known templates, for messages.
+inline std::string known_template_names() {
+  std::string out;
+  for (const KnownTemplate& k : kKnownTemplates)
+    out += (out.empty() ? "" : "; ") + std::string(k.name);
+  return out;
 }
 
 /// Today's date as strftime's "%d %b %Y" writes it in the C locale ("04 Dec 2026"), in local
@@ -153,61 +282,6 @@ inline std::string today_date() {
   std::snprintf(out, sizeof out, "%02d %s %04d", local.tm_mday, kMonths[local.tm_mon],
                 local.tm_year + 1900);
   return out;
-}
-
-/// The date of a Meta Llama 3.1+ template's preamble: today's when it calls strftime_now (Llama
-/// 3.2), else its `set date_string = "..."` default (3.1, 3.3); empty when the template is not
-/// Meta's layout (each piece the renderer writes must be there as Meta's templates write it).
-inline std::string meta_template_date(std::string_view t) {
-  for (std::string_view piece :
-       {"{{- bos_token }}", "{%- set system_message = messages[0]['content']|trim %}",
-        "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}",
-        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}",
-        "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}", "{{- system_message }}",
-        "{%- set messages = messages[1:] %}", "{%- set system_message = \"\" %}",
-        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
-        "message['content'] | trim + '<|eot_id|>' }}"})
-    if (t.find(piece) == std::string_view::npos) return {};
-  // strftime_now in another format than Meta's would write another date: not Meta's layout
-  const std::size_t strftime = t.find("strftime_now(");
-  if (strftime != std::string_view::npos)
-    return t.find("strftime_now(\"%d %b %Y\")") == strftime ? today_date() : std::string();
-  constexpr std::string_view set = "{%- set date_string = \"";
-  const std::size_t at = t.find(set);
-  if (at == std::string_view::npos) return {};
-  const std::size_t end = t.find('"', at + set.size());
-  return end == std::string_view::npos
-             ? std::string()
-             : std::string(t.substr(at + set.size(), end - at - set.size()));
-}
-
-/// What a ChatML template holds that the ChatML renderer would not reproduce, or empty: the bos
-/// or eos token written, a filter other than tojson (Qwen2.5 applies it to tools only), or a
-/// string method such as .strip(). Such variants (a bos first, trimmed contents) exist on the
-/// hub; recognised by their markers alone they would be rendered without those bytes, silently.
-inline std::string chatml_unsupported(std::string_view t) {
-  for (std::string_view token : {"bos_token", "eos_token"})
-    if (t.find(token) != std::string_view::npos) return remat::detail::cat("it writes ", token);
-  for (std::string_view method : {".strip(", ".lstrip(", ".rstrip(", ".split(", ".replace(",
-                                  ".upper(", ".lower(", ".title(", ".capitalize("})
-    if (t.find(method) != std::string_view::npos)
-      return remat::detail::cat("it calls ", method.substr(1), ")");
-  // filters: a '|' outside the markers <|im_start|> and <|im_end|>, then a name
-  for (std::size_t at = t.find('|'); at != std::string_view::npos; at = t.find('|', at + 1)) {
-    if (at > 0 && t[at - 1] == '<') {  // a marker's opening: skip to its closing "|>"
-      at = t.find("|>", at + 1);
-      if (at == std::string_view::npos) break;
-      continue;
-    }
-    std::size_t name = at + 1;
-    while (name < t.size() && (t[name] == ' ' || t[name] == '\t')) ++name;
-    std::size_t end = name;
-    while (end < t.size() && (std::isalnum(static_cast<unsigned char>(t[end])) || t[end] == '_'))
-      ++end;
-    const std::string_view filter = t.substr(name, end - name);
-    if (filter != "tojson") return remat::detail::cat("it applies the filter '", filter, "'");
-  }
-  return {};
 }
 
 /// Whether code point `c` is whitespace for Python's str.strip (Jinja's trim).
@@ -264,13 +338,17 @@ inline void render_chatml(const ChatTemplate& t, const Conversation& c, ChatWrit
     w.prompt("<|im_start|>system\n" + t.default_system + "<|im_end|>\n");
   for (std::size_t i = 0; i < m.size(); ++i) {
     if (m[i].role == Role::system && i == 0) continue;
-    w.prompt(remat::detail::cat("<|im_start|>", role_name(m[i].role), "\n"));
-    if (m[i].role == Role::assistant) {
-      w.assistant(m[i].content + "<|im_end|>");
-      w.prompt("\n");
-    } else {
-      w.prompt(m[i].content + "<|im_end|>\n");
+    if (m[i].role != Role::assistant) {
+      w.prompt(remat::detail::cat("<|im_start|>", role_name(m[i].role), "\n", m[i].content,
+                                  "<|im_end|>\n"));
+      continue;
     }
+    // the newlines around the turn: in the span where the template's {% generation %} has them
+    const auto newline = [&](bool in_span) { in_span ? w.assistant("\n") : w.prompt("\n"); };
+    w.prompt("<|im_start|>assistant");
+    newline(t.span_newline_before);
+    w.assistant(m[i].content + "<|im_end|>");
+    newline(t.span_newline_after);
   }
 }
 
@@ -336,6 +414,7 @@ inline void render_llama3(const ChatTemplate& t, const Conversation& c, ChatWrit
     else
       w.prompt(remat::detail::cat(content, "<|eot_id|>"));
   }
+  if (t.ends_with_assistant_header) w.prompt("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /// The templates' own check: after an optional leading system message (Llama 2 only), user and
@@ -387,57 +466,51 @@ inline void render_mistral(const ChatTemplate& t, const Conversation& c, ChatWri
 
 }  // namespace detail
 
-/// Recognises the family of `jinja` (the chat_template of tokenizer_config.json); `bos` and
-/// `eos` are the tokens the template writes as bos_token/eos_token. An unknown template is a
-/// ChatTemplateError quoting its start.
+/// Recognises `jinja` (the chat_template of tokenizer_config.json) as one of the templates remat
+/// renders byte for byte (detail::kKnownTemplates: Qwen2.5, Qwen3, ChatML with a default system
+/// message, Llama 3/3.1/3.2, Llama 2, Mistral, and TRL's training variants): by its exact text,
+/// once the parts remat reads from it are cut out (ChatML's default system message, Llama
+/// 3.1's default date). `bos` and `eos` are the tokens the template writes as bos_token and
+/// eos_token. Any other template is a ChatTemplateError quoting its start and listing the known
+/// ones: a template recognised by its markers alone could render other bytes than remat's layout,
+/// silently (Qwen1.5's drops the last <|im_end|>, TRL's Qwen3 training one writes every think
+/// block, ...).
 inline ChatTemplate recognise_chat_template(std::string_view jinja, std::string bos,
                                             std::string eos) {
-  ChatTemplate t;
-  t.bos = std::move(bos);
-  t.eos = std::move(eos);
+  const detail::TemplateCut cut = detail::cut_template(jinja);
+  const std::uint64_t print = detail::fingerprint(cut.rest);
+  for (const detail::KnownTemplate& k : detail::kKnownTemplates) {
+    if (k.fingerprint != print) continue;
+    ChatTemplate t;
+    t.family = k.family;
+    t.name = k.name;
+    t.bos = std::move(bos);
+    t.eos = std::move(eos);
+    t.default_system = cut.default_system;
+    // Llama 3.2 writes today's date (transformers defines strftime_now); 3.1 its default
+    if (k.family == ChatFamily::llama3 && !cut.date.empty())
+      t.date_string =
+          jinja.find("strftime_now(") != std::string_view::npos ? detail::today_date() : cut.date;
+    t.span_newline_before = k.span_newline_before;
+    t.span_newline_after = k.span_newline_after;
+    t.ends_with_assistant_header = k.ends_with_assistant_header;
+    return t;
+  }
   const auto has = [&](std::string_view s) { return jinja.find(s) != std::string_view::npos; };
-  const auto refuse = [&](std::string_view why) {
-    throw ChatTemplateError(remat::detail::cat("hub::recognise_chat_template: ", why,
-                                               ": template \"", detail::excerpt(jinja), "\""));
-  };
-  if (has("<|im_start|>") && has("<|im_end|>")) {
-    t.family = has("reasoning_content") && has("<think>") ? ChatFamily::qwen3 : ChatFamily::chatml;
-    if (t.family == ChatFamily::qwen3 && has("bos_token"))
-      refuse("a Qwen3-like template that writes bos_token is not supported");
-    if (t.family == ChatFamily::chatml) {
-      if (const std::string why = detail::chatml_unsupported(jinja); !why.empty())
-        refuse("a ChatML template the ChatML renderer does not reproduce (" + why + ")");
-      t.default_system = detail::chatml_default_system(jinja);
-    }
-    return t;
-  }
-  if (has("<|start_header_id|>") && has("<|end_header_id|>") && has("<|eot_id|>")) {
-    if (has("Cutting Knowledge Date")) {
-      t.date_string = detail::meta_template_date(jinja);
-      if (t.date_string.empty())
-        refuse(
-            "a Llama 3.1+ template other than Meta's (its date preamble, system block and "
-            "trimmed turns, as Llama 3.1/3.2/3.3 write them)");
-    } else if (has("tools")) {
-      refuse("a Llama 3 template with tools but no date preamble is not one of Meta's");
-    }
-    t.family = ChatFamily::llama3;
-    t.trim = has("| trim");
-    if (!has("bos_token")) t.bos.clear();
-    return t;
-  }
-  if (jinja == detail::kLlama2Template) {
-    t.family = ChatFamily::llama2;
-    return t;
-  }
-  if (jinja == detail::kMistralTemplate) {
-    t.family = ChatFamily::mistral;
-    return t;
-  }
-  refuse(has("[INST]") ? "an [INST] template that is neither Llama 2 chat's nor Mistral "
-                         "Instruct v0.1's (their variants differ byte for byte)"
-                       : "unknown chat template family (known: ChatML, Llama 3, [INST])");
-  return t;  // not reached
+  const char* const what =
+      has("<|im_start|>")
+          ? "a ChatML template (<|im_start|>) that is not one of those remat renders"
+      : has("<|start_header_id|>")
+          ? "a Llama 3 template (<|start_header_id|>) that is not one of those remat renders"
+      : has("[INST]") ? "an [INST] template that is neither Llama 2 chat's nor Mistral Instruct "
+                        "v0.1's (their variants differ byte for byte)"
+                      : "unknown chat template family (known: ChatML, Llama 3, [INST])";
+  throw ChatTemplateError(remat::detail::cat(
+      "hub::recognise_chat_template: ", what, ": template \"", detail::excerpt(jinja),
+      "\" (fingerprint ", detail::hex(print),
+      "). remat renders only templates it knows by their text, the default system message and "
+      "date aside, since another text may render other bytes: ",
+      detail::known_template_names()));
 }
 
 /// Renders `c` with template `t` (no generation prompt: the conversation is a training

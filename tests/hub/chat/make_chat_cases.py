@@ -6,12 +6,19 @@ remat's hub/chat_template.hpp byte for byte.
 
 Reads templates.json (each template's text and where it comes from) and writes cases.json:
 one case per conversation, with the rendered text, or "error": true when the template itself
-raises. Run: python3 make_chat_cases.py  (Debian 12: python3-jinja2).
+raises, and where the template marks assistant turns with {% generation %} (TRL's training
+variants), the byte ranges it marks, as transformers' assistant mask reads them. A template may be
+given as a variant of another ("variant_of", "edits": [from, to] pairs, each replacing every
+`from`; "$END" appends); one that remat must refuse ("refused": why) gets no case, and when it is
+a variant, the check here that it renders other bytes than its base for some conversation.
+Run: python3 make_chat_cases.py  (Debian 12: python3-jinja2).
 """
 import datetime
 import json
 import os
 import random
+import re
+from contextlib import contextmanager
 
 import jinja2
 import jinja2.ext
@@ -21,14 +28,92 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CASES_PER_TEMPLATE = 60
 
 
+class AssistantTracker(jinja2.ext.Extension):
+    """transformers' {% generation %} extension (chat_template_utils.py): records the character
+    ranges the blocks render."""
+    tags = {"generation"}
+
+    def __init__(self, environment):
+        super().__init__(environment)
+        environment.extend(activate_tracker=self.activate_tracker)
+        self._rendered_blocks = None
+        self._generation_indices = None
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_generation_support")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    @jinja2.pass_eval_context
+    def _generation_support(self, context, caller):
+        rv = caller()
+        if self._rendered_blocks is not None:
+            start = len("".join(self._rendered_blocks))
+            self._generation_indices.append((start, start + len(rv)))
+        return rv
+
+    @contextmanager
+    def activate_tracker(self, rendered_blocks, generation_indices):
+        try:
+            self._rendered_blocks = rendered_blocks
+            self._generation_indices = generation_indices
+            yield
+        finally:
+            self._rendered_blocks = None
+            self._generation_indices = None
+
+
 def environment():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
     return env
+
+
+def render(compiled, messages, t):
+    """The text and the byte ranges of its {% generation %} blocks (empty ones left out)."""
+    blocks, marks = [], []
+    with compiled.environment.activate_tracker(blocks, marks):
+        for block in compiled.generate(messages=messages, add_generation_prompt=False,
+                                       bos_token=t["bos"], eos_token=t["eos"]):
+            blocks.append(block)
+    text = "".join(blocks)
+    at = lambda i: len(text[:i].encode("utf-8"))
+    return text, [[at(a), at(b)] for a, b in marks if a != b]
+
+
+def template_text(t, by_name):
+    """A template's text: its own, or its base's with its edits made."""
+    if "variant_of" not in t:
+        return t["template"]
+    text = template_text(by_name[t["variant_of"]], by_name)
+    for old, new in t["edits"]:
+        assert old == "$END" or old in text, (t["name"], old)
+        text = text + new if old == "$END" else text.replace(old, new)
+    return text
+
+
+def check_differs(env, t, by_name):
+    """A refused variant renders other bytes than its base for some conversation: it is a case
+    remat would get wrong if it rendered it as its base."""
+    base = by_name[t["variant_of"]]
+    rng = random.Random(t["name"])
+    family = base["family"]
+    compiled = [env.from_string(template_text(x, by_name)) for x in (base, t)]
+    for messages in [conversation(rng, family) for _ in range(CASES_PER_TEMPLATE)]:
+        rendered = []
+        for c in compiled:
+            try:
+                rendered.append(render(c, messages, t)[0])
+            except jinja2.exceptions.TemplateError as e:
+                rendered.append("error: " + str(e))
+        if rendered[0] != rendered[1]:
+            return
+    raise AssertionError(t["name"] + " renders as its base")
 
 
 # Pieces of message text: words, unicode in several scripts, newlines, and the whitespace that
@@ -86,6 +171,7 @@ def main():
     rng = random.Random(23)
     env = environment()
     templates = json.load(open(os.path.join(HERE, "templates.json"), encoding="utf-8"))
+    by_name = {t["name"]: t for t in templates}
     cases = []
     for t in templates:
         if "strftime_now" in t:
@@ -95,15 +181,23 @@ def main():
             env.globals["strftime_now"] = day.strftime
         else:
             env.globals.pop("strftime_now", None)
-        compiled = env.from_string(t["template"])
-        generated = [conversation(rng, t["family"]) for _ in range(CASES_PER_TEMPLATE)]
+        if "refused" in t:
+            if "variant_of" in t:
+                check_differs(env, t, by_name)
+            continue
+        text = template_text(t, by_name)
+        compiled = env.from_string(text)
+        marked = re.search(r"{%[-+]?\s*generation", text) is not None
+        count = t.get("cases", CASES_PER_TEMPLATE)
+        generated = [conversation(rng, t["family"]) for _ in range(count)]
         if t["family"] in ("llama2", "mistral"):
-            generated += [broken(rng, t["family"]) for _ in range(CASES_PER_TEMPLATE // 4)]
+            generated += [broken(rng, t["family"]) for _ in range(count // 4)]
         for messages in generated:
             case = {"template": t["name"], "messages": messages}
             try:
-                case["text"] = compiled.render(messages=messages, add_generation_prompt=False,
-                                               bos_token=t["bos"], eos_token=t["eos"])
+                case["text"], marks = render(compiled, messages, t)
+                if marked:
+                    case["generation"] = marks
             except jinja2.exceptions.TemplateError as e:
                 case["error"] = str(e)
             cases.append(case)
