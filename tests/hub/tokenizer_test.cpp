@@ -241,6 +241,120 @@ TEST_CASE("Oniguruma patterns are rewritten where PCRE2 reads them otherwise", "
   CHECK(found == std::vector<std::pair<std::size_t, std::size_t>>{{2, 6}});
 }
 
+TEST_CASE("Oniguruma's \\w, and constructs PCRE2 reads otherwise are refused by name", "[hub]") {
+  const auto matched = [](const char* pattern, std::string_view text) {
+    std::string out;
+    remat::hub::Regex(pattern, false, "test")
+        .for_each_match(text, [&](std::size_t b, std::size_t e) {
+          out += std::string(text.substr(b, e - b)) + "|";
+        });
+    return out;
+  };
+  // Oniguruma's word characters: ⓐ (Alphabetic, So) and ² (its Latin-1 table, outside a class
+  // only) are, ① (No) and ZWJ (Join_Control) are not
+  CHECK(matched(R"(\w+)", "x\u24D0\u00B2y \u2460\u200D") == "x\u24D0\u00B2y|");
+  CHECK(matched(R"([\w]+)", "x\u24D0\u00B2y \u2460\u200D") == "x\u24D0|y|");
+  CHECK(matched(R"(\W+)", "x\u24D0\u00B2y \u2460\u200D") == " \u2460\u200D|");
+  // an isolated (?i) covers the rest of its group in Oniguruma: a(?i)b|c is a(?i:b|c)
+  CHECK(matched("a(?i)b|c", "C aC AB aB") == "aC|aB|");
+  // the contraction group of Llama 3, Qwen and GPT-4o loads and folds case
+  CHECK(matched("(?i:'s|'t|'re|'ve|'m|'ll|'d)", "it'S we'LL") == "'S|'LL|");
+  for (const char* pattern :
+       {R"(\b.)", R"(\B)",   "[[:alpha:]]+", "[a-z&&[^aeiou]]+", "[a[bc]]+",
+        "(?m).+", "(?s).",   "(?x)a b",      R"(\pL+)",          R"(\pN)",
+        "(?i)ss", "(?i:st)", "(?i)\u00DF",   "(?i)[a-z]",        R"((?i)\p{Lu})",
+        "a{,3}",  "a{2}?",   "a{1,2}+",      R"(\xE9)",          R"(\K)",
+        R"(\X)",  R"(\v)",   R"(\1)",        R"(\Qa\E)",         "(?~ab)"}) {
+    INFO(pattern);
+    const std::string message =
+        error_of<remat::IoError>([&] { remat::hub::Regex(pattern, false, "file.json: p"); });
+    CHECK(message.find("file.json: p: pattern '" + std::string(pattern) + "'") == 0);
+    CHECK(message.find("is not supported") != std::string::npos);
+  }
+  // what the four real files' patterns and GPT-2's use still loads
+  for (
+      const char* pattern :
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?| ?[^\s\p{L}\p{N}]+[\r\n/]*)",
+       R"(\p{N})",
+       "(?<name>a)(?:b)(?=c)(?!d)(?<=e)(?<!f)(?>g)a{2}b{1,}?c{1,2}?[]x]\\.\\x41\\x{1F600}"})
+    CHECK_NOTHROW(remat::hub::Regex(pattern, false, "test"));
+}
+
+TEST_CASE("Unicode normalization uses Hugging Face's Unicode 9.0 data", "[hub]") {
+  using remat::hub::normalize;
+  using remat::hub::UnicodeForm;
+  // U+08D4 (9.0, class 230) is reordered after U+0316 (class 220); U+1DF6 (10.0) and U+09FE
+  // (11.0) are unassigned to Hugging Face: class 0, left where they are
+  CHECK(normalize("a\u08D4\u0316", UnicodeForm::nfd) == "a\u0316\u08D4");
+  CHECK(normalize("a\u1DF6\u0316", UnicodeForm::nfd) == "a\u1DF6\u0316");
+  CHECK(normalize("a\u09FE\u0316", UnicodeForm::nfkc) == "a\u09FE\u0316");
+  // a later mark does not block composition around it, nor compose itself
+  CHECK(normalize("e\u0301\u1DFAe\u0301", UnicodeForm::nfc) == "\u00E9\u1DFA\u00E9");
+  // compatibility characters: U+1F23B (9.0) decomposes, U+32FF (12.1) and U+1FBF0 (13.0) do not
+  CHECK(normalize("\U0001F23B", UnicodeForm::nfkc) == "\u914D");
+  CHECK(normalize("\u32FF\U0001FBF0", UnicodeForm::nfkd) == "\u32FF\U0001FBF0");
+  // Dives Akuru vowel sign O (13.0) is not composed from its parts
+  CHECK(normalize("\U00011935\U00011930", UnicodeForm::nfc) == "\U00011935\U00011930");
+}
+
+TEST_CASE("Empty pieces are dropped before pre-tokenizing, as Hugging Face does", "[hub]") {
+  json j = byte_level_json();
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  j["added_tokens"] = json::array();
+  // the empty text gives no piece, so no prefix space token
+  CHECK(Tokenizer::from_json(j, "t").encode("").empty());
+  j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+  const auto tok = Tokenizer::from_json(j, "t");
+  CHECK(tok.encode("   ").empty());
+  CHECK(tok.encode("\n\u00A0").empty());
+  // Metaspace: a piece the normalizer emptied gets no "▁"
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", "\u2581"},
+                        {"prepend_scheme", "always"},
+                        {"split", true}};
+  j["model"]["vocab"]["\u2581"] = 261;
+  CHECK(Tokenizer::from_json(j, "t").encode(" ").empty());
+}
+
+TEST_CASE("Metaspace's \"first\" scheme is refused after a normalizer that moves the start",
+          "[hub]") {
+  json j = byte_level_json();
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", "\u2581"},
+                        {"prepend_scheme", "first"},
+                        {"split", true}};
+  CHECK_NOTHROW(Tokenizer::from_json(j, "t"));  // no normalizer: Mistral's layout
+  j["normalizer"] = {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}};
+  CHECK_NOTHROW(Tokenizer::from_json(j, "t"));
+  for (const json& normalizer :
+       {json{{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}},
+        json{{"type", "NFKC"}},
+        json{{"type", "Sequence"},
+             {"normalizers",
+              json::array(
+                  {{{"type", "Replace"}, {"pattern", {{"String", "#"}}}, {"content", ""}}})}}}) {
+    j["normalizer"] = normalizer;
+    const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_json(j, "t"); });
+    CHECK(message.find("t: pre_tokenizer: Metaspace with prepend_scheme \"first\" is not "
+                       "supported after normalizer {\"") == 0);
+  }
+}
+
+TEST_CASE("An added token that normalizes to nothing is refused", "[hub]") {
+  json j = byte_level_json();
+  j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+  j["added_tokens"].push_back({{"id", 261},
+                               {"content", "  "},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", true},
+                               {"special", false}});
+  const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_json(j, "t"); });
+  CHECK(message.find("t: added_tokens[1].content: added token '  ' is empty once normalized") == 0);
+}
+
 TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]") {
   const std::string dir = tok_dir("config");
   write_file(dir + "/tokenizer.json", byte_level_json().dump());

@@ -121,6 +121,10 @@ class AddedVocabulary {
                                         " (the model's id for that content, or the next free id)"));
       std::string form = t.content;
       if (t.normalized && normalizer != nullptr) normalizer->normalize(form);
+      // Hugging Face cannot load such a file (it panics): no ids to match, so refuse it
+      if (form.empty())
+        j["content"].fail(remat::detail::cat("added token '", t.content,
+                                             "' is empty once normalized (normalized: true)"));
       if (form != t.content) decode_form_[t.id] = form;
       by_content_[t.content] = t.id;
       if (t.special) special_.insert(t.content);

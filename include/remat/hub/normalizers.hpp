@@ -20,6 +20,10 @@ class Normalizer {
   virtual ~Normalizer() = default;
   /// Normalizes `text` (valid UTF-8) in place.
   virtual void normalize(std::string& text) const = 0;
+  /// Whether it can delete or expand the text's first character: then the normalized text's
+  /// byte 0 may not come from the original's offset 0, or a later byte may, which is what
+  /// Metaspace's prepend_scheme "first" looks at (remat tracks no offsets).
+  virtual bool moves_origin() const { return true; }
 };
 
 namespace detail {
@@ -37,6 +41,11 @@ class SequenceNormalizer final : public Normalizer {
       : steps_(std::move(steps)) {}
   void normalize(std::string& text) const override {
     for (const auto& step : steps_) step->normalize(text);
+  }
+  bool moves_origin() const override {
+    for (const auto& step : steps_)
+      if (step->moves_origin()) return true;
+    return false;
   }
 
  private:
@@ -109,6 +118,8 @@ class StripNormalizer final : public Normalizer {
       }
     text = text.substr(begin, end - begin);
   }
+  // only stripping at the left deletes the first character
+  bool moves_origin() const override { return left_; }
 
  private:
   bool left_, right_;

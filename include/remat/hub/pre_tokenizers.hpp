@@ -25,6 +25,9 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   /// Replaces the open pieces of `pieces` by their parts (token pieces stay as they are).
   virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
+  /// Whether it looks at which pieces start at the original text's offset 0 (Metaspace's
+  /// prepend_scheme "first").
+  virtual bool uses_origin() const { return false; }
 };
 
 /// What a split does with the matches of its pattern (Hugging Face's SplitDelimiterBehavior).
@@ -109,6 +112,11 @@ class SequencePreTokenizer final : public PreTokenizer {
       : steps_(std::move(steps)) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     for (const auto& step : steps_) step->pre_tokenize(pieces);
+  }
+  bool uses_origin() const override {
+    for (const auto& step : steps_)
+      if (step->uses_origin()) return true;
+    return false;
   }
 
  private:
@@ -202,6 +210,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       parts.push_back({begin, piece.text.size()});
     });
   }
+  bool uses_origin() const override { return scheme_ == PrependScheme::first; }
 
  private:
   std::string replacement_;

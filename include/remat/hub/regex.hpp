@@ -3,11 +3,14 @@
 /// The regular expressions of tokenizer.json files, run by PCRE2 (UTF and Unicode properties,
 /// JIT-compiled when the platform allows) with Oniguruma's meaning, which is what Hugging Face's
 /// library uses. Where the two engines read the same escape differently, the pattern is
-/// rewritten before compiling (checked against Hugging Face's library by the tests):
+/// rewritten before compiling (checked against Hugging Face's library by the tests), and a
+/// construct without an exact rewriting is refused (see OnigRewriter):
 ///  - `\s` is Unicode's White_Space in Oniguruma; PCRE2 also counts U+180E, so `\s`/`\S` become
 ///    explicit classes of the White_Space code points;
 ///  - `\h` is a hexadecimal digit in Oniguruma and horizontal space in PCRE2;
-///  - `\w` adds marks and connector punctuation in Oniguruma;
+///  - `\w` is Alphabetic, marks, decimal numbers and Pc in Oniguruma (outside a class, also
+///    some Latin-1 numbers);
+///  - `(?i)` covers the rest of its group as a group of its own in Oniguruma;
 ///  - `^` and `$` match at line ends in Oniguruma's Ruby syntax: PCRE2_MULTILINE.
 /// Matches are enumerated as Oniguruma's iterator does: an empty match right after the previous
 /// match is skipped and the search moves one character on.
@@ -21,10 +24,12 @@
 #endif
 #include <pcre2.h>
 
+#include <cctype>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "remat/core/error.hpp"
 #include "remat/hub/utf8.hpp"
@@ -37,52 +42,269 @@ namespace detail {
 inline constexpr std::string_view kWhiteSpaceClass =
     "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
     "\\x{205F}\\x{3000}";
-/// Oniguruma's word characters (letters, marks, numbers, connector punctuation).
-inline constexpr std::string_view kWordClass = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
+/// Oniguruma's word characters in a class (`[\w]`): Alphabetic, marks, decimal numbers and
+/// connector punctuation (not Join_Control, which Unicode's Word has). A `\w` outside a class
+/// also takes ² ³ ¹ ¼ ½ ¾ (Oniguruma's Latin-1 table). Both checked code point by code point
+/// against Hugging Face's library for every character PCRE2's Unicode data knows. PCRE2's \w
+/// under UCP is letters, numbers and Pc.
+inline constexpr std::string_view kWordClass = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+inline constexpr std::string_view kLatin1WordExtra = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 inline constexpr std::string_view kHexClass = "0-9a-fA-F";
 
-/// `pattern` (Oniguruma syntax) rewritten so that PCRE2 matches the same strings; throws for an
-/// escape this rewriting cannot express (a negated class escape inside a character class).
-inline std::string onig_to_pcre2(std::string_view pattern) {
-  std::string out;
-  out.reserve(pattern.size() + 64);
-  bool in_class = false;
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      const char e = pattern[i + 1];
-      const std::string_view cls = (e == 's' || e == 'S')   ? kWhiteSpaceClass
-                                   : (e == 'w' || e == 'W') ? kWordClass
-                                   : (e == 'h' || e == 'H') ? kHexClass
-                                                            : std::string_view{};
-      if (cls.empty()) {
-        out += c;
-        out += e;
-      } else if (in_class) {
-        if (e == 'S' || e == 'W' || e == 'H')
-          throw IoError(remat::detail::cat("tokenizer regex '", pattern, "': \\", e,
-                                           " inside a character class is not supported"));
-        out += cls;
-      } else {
-        out += (e == 'S' || e == 'W' || e == 'H') ? "[^" : "[";
-        out += cls;
-        out += ']';
-      }
-      ++i;
-      continue;
-    }
-    if (!in_class && c == '[') {
-      in_class = true;
-      out += c;
-      // a ']' (or '^]') right after '[' is a literal, not the end of the class
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
-      continue;
-    }
-    if (in_class && c == ']') in_class = false;
-    out += c;
+/// Rewrites an Oniguruma pattern (Hugging Face's engine, its default syntax) for PCRE2, one
+/// construct at a time. What both engines read alike is copied; what PCRE2 reads otherwise and
+/// has an exact spelling for is rewritten; anything else is refused (an IoError naming the
+/// construct), so a pattern never loads with another meaning. Refused: \b \B \G \K \X \v \Q,
+/// digit and other letter escapes, \xHH above 7F (a byte in Oniguruma), \pL without braces, POSIX
+/// brackets, nested classes and class intersection, inline flags other than i, `{,n}`, `{n}?` and
+/// `{n,m}+` (not lazy or possessive in Oniguruma), and under case-insensitive matching any class,
+/// property, non-ASCII character or letter pair that Oniguruma's multi-character case folding
+/// reaches (ss, st, ff, fi, fl: ß, ﬅ, ﬀ, ﬁ, ﬂ) and PCRE2's simple folding does not.
+class OnigRewriter {
+ public:
+  /// `source` names the file and field in error messages.
+  OnigRewriter(std::string_view pattern, std::string_view source) : p_(pattern), source_(source) {
+    out_.reserve(p_.size() + 64);
   }
-  return out;
+
+  std::string run() {
+    frames_.push_back(Frame{false, 0});
+    while (i_ < p_.size()) step();
+    // an unclosed group: PCRE2 refuses it, naming the offset
+    if (frames_.size() == 1) close_isolated();
+    return std::move(out_);
+  }
+
+ private:
+  /// A group being read: whether its text matches case-insensitively, and how many groups
+  /// `(?i:` opened for isolated flags `(?i)` end with it.
+  struct Frame {
+    bool caseless = false;
+    int isolated = 0;
+  };
+
+  [[noreturn]] void refuse(std::string_view construct, std::string_view why) const {
+    throw IoError(
+        remat::detail::cat(source_, ": pattern '", p_, "': ", construct, " (", why,
+                           ") is not supported: Oniguruma and PCRE2 read it differently"));
+  }
+  bool caseless() const { return frames_.back().caseless; }
+  bool next_is(std::string_view s) const { return p_.substr(i_, s.size()) == s; }
+
+  void step() {
+    const char c = p_[i_];
+    if (c == '\\') return escape(false);
+    if (c == '[') return char_class();
+    if (c == '(') return open_group();
+    if (c == ')') return close_group();
+    if (c == '{') return interval();
+    if (c == '|') previous_ = 0;
+    if (c == '|' || c == '.' || c == '^' || c == '$' || c == '*' || c == '+' || c == '?') {
+      out_ += c;
+      ++i_;
+      return;
+    }
+    literal();
+  }
+
+  /// A literal character; under case-insensitive matching, only one that folds alike in both.
+  void literal() {
+    const std::size_t length = utf8::char_length(p_, i_);
+    const char32_t c = utf8::decode(p_, i_);
+    if (caseless()) check_fold(c);
+    out_.append(p_.substr(i_, length));
+    i_ += length;
+  }
+
+  void check_fold(char32_t c) {
+    if (c >= 0x80)
+      refuse(p_.substr(i_, utf8::char_length(p_, i_)), "a non-ASCII character under (?i)");
+    const char lower = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    const std::string pair{previous_, lower};
+    if (pair == "ss" || pair == "st" || pair == "ff" || pair == "fi" || pair == "fl")
+      refuse(pair, "letters Oniguruma's case folding matches to one character under (?i)");
+    previous_ = lower;
+  }
+
+  /// An escape outside (in_class false) or inside a character class.
+  void escape(bool in_class) {
+    if (i_ + 1 >= p_.size()) refuse("\\", "a trailing backslash");
+    const char e = p_[i_ + 1];
+    if (static_cast<unsigned char>(e) >= 0x80 || !std::isalnum(static_cast<unsigned char>(e))) {
+      // an escaped punctuation or non-ASCII character: that character in both
+      const std::size_t length = 1 + utf8::char_length(p_, i_ + 1);
+      if (caseless() && static_cast<unsigned char>(e) >= 0x80)
+        refuse(p_.substr(i_, length), "a non-ASCII character under (?i)");
+      previous_ = 0;
+      out_.append(p_.substr(i_, length));
+      i_ += length;
+      return;
+    }
+    previous_ = 0;
+    const std::string_view cls = (e == 's' || e == 'S')   ? kWhiteSpaceClass
+                                 : (e == 'w' || e == 'W') ? kWordClass
+                                 : (e == 'h' || e == 'H') ? kHexClass
+                                                          : std::string_view{};
+    if (!cls.empty()) return class_escape(e, cls, in_class);
+    if (e == 'p' || e == 'P') return property();
+    if (e == 'x') return hex_escape();
+    if (std::string_view("dDntrfea").find(e) != std::string_view::npos ||
+        (!in_class && std::string_view("AzZ").find(e) != std::string_view::npos)) {
+      out_.append(p_.substr(i_, 2));
+      i_ += 2;
+      return;
+    }
+    refuse(p_.substr(i_, 2), "an escape not rewritten");
+  }
+
+  void class_escape(char e, std::string_view cls, bool in_class) {
+    if (caseless()) refuse(p_.substr(i_, 2), "a class under (?i)");
+    const bool negated = e == 'S' || e == 'W' || e == 'H';
+    if (in_class && negated) refuse(p_.substr(i_, 2), "a negated class escape inside a class");
+    if (in_class)
+      out_ += cls;
+    else
+      out_ += remat::detail::cat(negated ? "[^" : "[", cls,
+                                 cls == kWordClass ? kLatin1WordExtra : "", "]");
+    i_ += 2;
+  }
+
+  /// \p{...} or \P{...}: the same property names in both (an unknown one fails to compile).
+  void property() {
+    if (i_ + 2 >= p_.size() || p_[i_ + 2] != '{')
+      refuse(p_.substr(i_, 3), "a property without braces: not a property in Oniguruma");
+    if (caseless()) refuse(p_.substr(i_, 2), "a property under (?i)");
+    const std::size_t close = p_.find('}', i_);
+    if (close == std::string_view::npos) refuse(p_.substr(i_), "an unclosed property");
+    out_.append(p_.substr(i_, close + 1 - i_));
+    i_ = close + 1;
+  }
+
+  /// \xHH or \x{H...}: the same code point in both.
+  void hex_escape() {
+    if (caseless()) refuse(p_.substr(i_, 2), "a character escape under (?i)");
+    std::size_t end = i_ + 2;
+    if (end < p_.size() && p_[end] == '{') {
+      end = p_.find('}', end);
+      if (end == std::string_view::npos) refuse(p_.substr(i_), "an unclosed \\x{");
+      ++end;
+    } else {
+      while (end < i_ + 4 && end < p_.size() && std::isxdigit(static_cast<unsigned char>(p_[end])))
+        ++end;
+      // Oniguruma reads \xHH as a byte: above 7F, not a character of UTF-8 text
+      if (end > i_ + 2 &&
+          std::stoi(std::string(p_.substr(i_ + 2, end - i_ - 2)), nullptr, 16) >= 0x80)
+        refuse(p_.substr(i_, end - i_), "a byte above 0x7F");
+    }
+    out_.append(p_.substr(i_, end - i_));
+    i_ = end;
+  }
+
+  /// A bracketed class, up to its `]`; a `]` first (or after `^`) is a literal in both.
+  void char_class() {
+    if (caseless()) refuse("[", "a class under (?i)");
+    previous_ = 0;
+    out_ += '[';
+    ++i_;
+    if (next_is("^")) out_ += p_[i_++];
+    if (next_is("]")) out_ += p_[i_++];
+    while (i_ < p_.size() && p_[i_] != ']') {
+      if (next_is("[")) refuse(p_.substr(i_, 2), "a nested class or POSIX bracket inside a class");
+      if (next_is("&&")) refuse("&&", "class intersection");
+      if (p_[i_] == '\\') {
+        escape(true);
+        continue;
+      }
+      const std::size_t length = utf8::char_length(p_, i_);
+      out_.append(p_.substr(i_, length));
+      i_ += length;
+    }
+    if (i_ >= p_.size()) refuse("[", "an unclosed class");
+    out_ += p_[i_++];
+  }
+
+  /// `(`, `(?:`, lookarounds, atomic and named groups, and the inline flag i.
+  void open_group() {
+    const bool outer = caseless();
+    if (!next_is("(?")) return push("(", outer);
+    for (const std::string_view kind : {"(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>"})
+      if (next_is(kind)) return push(kind, outer);
+    if (next_is("(?<") && i_ + 3 < p_.size() &&
+        std::isalpha(static_cast<unsigned char>(p_[i_ + 3])))
+      return push("(?<", outer);
+    for (const bool on : {true, false}) {
+      const std::string_view flag = on ? "(?i" : "(?-i";
+      if (!next_is(flag) || i_ + flag.size() >= p_.size()) continue;
+      const char after = p_[i_ + flag.size()];
+      if (after == ':') return push(remat::detail::cat(flag, ":"), on);
+      if (after == ')') return isolated_flag(flag, on);
+    }
+    const std::size_t close = p_.find_first_of(":)", i_);
+    refuse(p_.substr(i_, close == std::string_view::npos ? 2 : close + 1 - i_),
+           "a group kind or inline flag not rewritten");
+  }
+
+  void push(std::string_view opening, bool caseless_inside) {
+    out_ += opening;
+    i_ += opening.size();
+    frames_.push_back(Frame{caseless_inside, 0});
+  }
+
+  /// `(?i)`: in Oniguruma it covers the rest of the enclosing group as a group of its own
+  /// (`a(?i)b|c` is `a(?i:b|c)`), where PCRE2 would apply it to the later alternatives only:
+  /// so it becomes `(?i:`, closed where the enclosing group ends.
+  void isolated_flag(std::string_view flag, bool on) {
+    out_ += remat::detail::cat(flag, ":");
+    i_ += flag.size() + 1;
+    frames_.back().caseless = on;
+    ++frames_.back().isolated;
+  }
+
+  void close_isolated() {
+    for (int k = 0; k < frames_.back().isolated; ++k) out_ += ')';
+  }
+
+  void close_group() {
+    if (frames_.size() == 1) {  // unmatched: PCRE2 refuses it, naming the offset
+      out_ += ')';
+      ++i_;
+      return;
+    }
+    close_isolated();
+    frames_.pop_back();
+    out_ += ')';
+    ++i_;
+  }
+
+  /// `{n}`, `{n,}`, `{n,m}`: the same repetition, except `{,n}` (a literal in PCRE2), `{n}?`
+  /// (optional in Oniguruma, lazy in PCRE2) and a `+` after one (possessive only in PCRE2).
+  void interval() {
+    const std::size_t close = p_.find('}', i_);
+    const std::string_view body =
+        close == std::string_view::npos ? std::string_view{} : p_.substr(i_ + 1, close - i_ - 1);
+    const bool valid = !body.empty() && body.find_first_not_of("0123456789,") == body.npos &&
+                       body.find(',') == body.rfind(',');
+    if (!valid) return literal();  // not an interval: a literal `{` in both
+    if (body.front() == ',') refuse(p_.substr(i_, close + 1 - i_), "an interval without a minimum");
+    const char after = close + 1 < p_.size() ? p_[close + 1] : '\0';
+    if (after == '+' || (after == '?' && body.find(',') == body.npos))
+      refuse(p_.substr(i_, close + 2 - i_), "a quantifier after an interval");
+    out_.append(p_.substr(i_, close + 1 - i_));
+    i_ = close + 1;
+  }
+
+  std::string_view p_, source_;
+  std::string out_;
+  std::size_t i_ = 0;
+  std::vector<Frame> frames_;
+  char previous_ = 0;  // the last ASCII letter read under (?i), lower-cased (0 after others)
+};
+
+/// `pattern` (Oniguruma syntax) rewritten so that PCRE2 matches the same strings; an IoError
+/// for a construct this rewriting does not express exactly (see OnigRewriter).
+inline std::string onig_to_pcre2(std::string_view pattern,
+                                 std::string_view source = "tokenizer regex") {
+  return OnigRewriter(pattern, source).run();
 }
 
 /// A PCRE2 match context with a JIT stack, one per thread: JIT stacks must not be shared by
@@ -117,12 +339,13 @@ class Regex {
   /// pattern). `source` names the file and field in error messages.
   Regex(std::string_view pattern, bool literal, const std::string& source)
       : pattern_(pattern), literal_(literal && !pattern.empty()) {
-    const std::string translated = literal ? std::string(pattern) : detail::onig_to_pcre2(pattern);
+    if (utf8::first_invalid(pattern))
+      throw IoError(remat::detail::cat(source, ": pattern is not valid UTF-8"));
+    const std::string translated =
+        literal ? std::string(pattern) : detail::onig_to_pcre2(pattern, source);
     // (PCRE2_LITERAL admits no UCP, which a literal does not need)
     const std::uint32_t options =
         PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
-    if (utf8::first_invalid(translated))
-      throw IoError(remat::detail::cat(source, ": pattern is not valid UTF-8"));
     int error = 0;
     PCRE2_SIZE offset = 0;
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),

@@ -84,6 +84,10 @@ class Tokenizer {
     added_.split_raw(pieces);
     for (Piece& piece : pieces)
       if (piece.open() && normalizer_) normalizer_->normalize(piece.text);
+    // Hugging Face drops every empty piece (the added-token pass splits even without added
+    // tokens): the empty text, or a piece the normalizer emptied, never reaches a pre-tokenizer
+    // that would give it a prefix space or "▁"
+    std::erase_if(pieces, [](const Piece& p) { return p.open() && p.text.empty(); });
     added_.split_normalized(pieces);
     if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
     std::vector<std::int32_t> ids;
@@ -178,8 +182,24 @@ class Tokenizer {
     post_processor_ =
         root.has("post_processor") ? make_post_processor(root["post_processor"]) : nullptr;
     decoder_ = root.has("decoder") ? make_decoder(root["decoder"]) : nullptr;
+    check_origin(root);
     if (root.has("added_tokens"))
       added_ = AddedVocabulary(root["added_tokens"], *model_, normalizer_.get());
+  }
+
+  /// Metaspace's "first" scheme prepends to a piece whose first character comes from the
+  /// original text's offset 0. remat knows that only while the normalizer keeps the first
+  /// character as it is (a piece starts there exactly when it starts at byte 0), so other
+  /// normalizers are refused with it rather than give other ids than Hugging Face.
+  void check_origin(const JsonField& root) const {
+    if (!normalizer_ || !normalizer_->moves_origin() || !pre_tokenizer_ ||
+        !pre_tokenizer_->uses_origin())
+      return;
+    root["pre_tokenizer"].fail(remat::detail::cat(
+        "Metaspace with prepend_scheme \"first\" is not supported after normalizer ",
+        root["normalizer"].shown(),
+        ", which can delete or expand the text's first character (supported with no normalizer "
+        "or Strip with strip_left false)"));
   }
 
   void check_config(const std::string& file) const {

@@ -109,6 +109,33 @@ const variants = {};
   t.decoder = { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }] };
   variants.metaspace_split = t;
 }
+{
+  // Strip empties whitespace-only pieces, which then get no prefix space (nor a token of it)
+  const t = load(real.llama3_1);
+  t.normalizer = { type: 'Strip', strip_left: true, strip_right: true };
+  t.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
+  variants.strip_prefix = t;
+}
+{
+  // Oniguruma's \w (Alphabetic, marks, Nd, Pc; outside a class also ²³¹¼½¾) and (?i)
+  // groups, through a Split that removes the matches (so that each character's class shows)
+  const t = load(real.llama3_1);
+  t.pre_tokenizer = {
+    type: 'Sequence',
+    pretokenizers: [
+      { type: 'Split', pattern: { Regex: "(?i:'ll|'d)|[\\w]\\w*" }, behavior: 'Removed', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+    ],
+  };
+  variants.word_split = t;
+}
+{
+  // NFKD over Qwen3's vocabulary: compatibility characters and marks from after Unicode 9.0,
+  // which Hugging Face's tables do not know
+  const t = load(real.qwen3);
+  t.normalizer = { type: 'NFKD' };
+  variants.nfkd = t;
+}
 const tokenizers = Object.entries(real).map(([name, file]) => ({ name, file }));
 for (const [name, json] of Object.entries(variants)) {
   const file = path.join(outDir, `${name}.json`);
@@ -132,6 +159,11 @@ const spaces = [' ', '  ', '   ', '      ', '\t', '\t\t', '\n', '\n\n', '\r\n', 
 const digits = () => String(int(0, 10 ** int(1, 9)));
 const others = ["'s", "'S", "'ll", "'LL", "'ſ", '\u212a', 'ß', 'ﬆ', 'ǅ', 'Ωμέγα', 'Привет', 'مرحبا',
   'नमस्ते', 'שלום', '\u0301', '\ufeff', '�', '\u0000', '\u001f', '~~~', '...', '!!!', '“quotes”'];
+// characters assigned after Unicode 9.0 (Hugging Face's normalization data) with a combining
+// class or a decomposition, beside 9.0 ones and older marks they would reorder or compose with
+const newer = ['a\u1DF6\u0316', 'e\u0301\u1DFA\u0301', 'a\u09FE\u0316', 'a\u0301\u07FD', '\u0D3B',
+  '\u32FF', '\u{1FBF0}', '\uA7F2', '\u{1F16C}', '\u{11935}\u{11930}', 'a\u1AC1\u0316',
+  'a\u08D4\u0316', '\u{1F23B}', 'o\u0308\u1DF6'];
 function fromRanges() {
   const ranges = [[0x20, 0x7e], [0xa0, 0x24f], [0x370, 0x3ff], [0x400, 0x4ff], [0x590, 0x6ff],
     [0x900, 0x97f], [0x1100, 0x11ff], [0x3040, 0x30ff], [0x4e00, 0x9fff], [0xac00, 0xd7a3],
@@ -152,7 +184,7 @@ const nearMisses = ['<s', '</s >', '<|im_start', '|>', '<|begin_of_text', '<|end
   '[INST]', '[/INST]', ' [INST] ', 'remat', 'xremat', 'remat!', 'rematé', ' Zq', 'Zq  x'];
 
 function fragment() {
-  const kind = int(0, 11);
+  const kind = int(0, 12);
   switch (kind) {
     case 0: return pick(english);
     case 1: return pick(french);
@@ -164,6 +196,7 @@ function fragment() {
     case 8: return pick(allSpecial);
     case 9: return pick(nearMisses);
     case 10: return pick(others);
+    case 11: return pick(newer);
     default: return fromRanges();
   }
 }
@@ -172,7 +205,9 @@ const invalid = [[0xff], [0xc3], [0xed, 0xa0, 0x80], [0xc0, 0xaf], [0xf0, 0x9f, 
 
 const texts = [];
 // fixed edge cases first: empty text, only spaces, only a special token
-for (const s of ['', ' ', '   ', '\n', '<s>', '<|im_start|>', 'Hello', ' Hello', 'hello world']) {
+// and whitespace-only pieces, which a Strip normalizer empties
+for (const s of ['', ' ', '   ', '\n', '<s>', '<|im_start|>', 'Hello', ' Hello', 'hello world',
+  '\u00a0\u3000', ' \t\n ', '<s>  ', '  <|im_start|>  ', 'x\u24d0\u00b2y \u2460\u200d', "it'LL"]) {
   texts.push({ bytes: Buffer.from(s, 'utf8'), valid: true });
 }
 while (texts.length < textCount) {
