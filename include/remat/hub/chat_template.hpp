@@ -82,8 +82,6 @@ struct ChatTemplate {
   /// ChatML: the system message written when the first message is not a system one (empty:
   /// none).
   std::string default_system;
-  /// Llama 3: whether contents go through Jinja's `trim`.
-  bool trim = true;
   /// Llama 3.1+: the date of the system block's preamble ("04 Dec 2026"); empty: no preamble.
   std::string date_string;
   /// Tokens the template writes itself.
@@ -407,7 +405,7 @@ inline void render_llama3(const ChatTemplate& t, const Conversation& c, ChatWrit
   }
   for (std::size_t i = first; i < c.messages.size(); ++i) {
     const Message& m = c.messages[i];
-    const std::string_view content = t.trim ? python_strip(m.content) : m.content;
+    const std::string_view content = python_strip(m.content);  // every known Llama 3 trims
     w.prompt(remat::detail::cat("<|start_header_id|>", role_name(m.role), "<|end_header_id|>\n\n"));
     if (m.role == Role::assistant)
       w.assistant(remat::detail::cat(content, "<|eot_id|>"));
