@@ -281,6 +281,56 @@ TEST_CASE("Oniguruma's \\w, and constructs PCRE2 reads otherwise are refused by 
     CHECK_NOTHROW(remat::hub::Regex(pattern, false, "test"));
 }
 
+TEST_CASE("Unicode properties, \\w and \\d match as Hugging Face's Unicode 16.0 data says",
+          "[hub]") {
+  const auto matched = [](const std::string& pattern, std::string_view text) {
+    std::string out;
+    remat::hub::Regex(pattern, false, "test")
+        .for_each_match(text, [&](std::size_t b, std::size_t e) {
+          out += std::string(text.substr(b, e - b)) + "|";
+        });
+    return out;
+  };
+  // characters assigned after Unicode 14.0 (PCRE2 10.42's data), their categories from the
+  // Unicode 15.0, 15.1 and 16.0 standards: CJK Extension H U+31350 and I U+2EBF0 (Lo), Kawi
+  // letter U+11F04 (Lo) and digit U+11F50 (Nd), Latin U+A7CB (Lu, 16.0) and U+A7CD (Ll), Garay
+  // digit U+10D40 (Nd), a Symbols for Legacy Computing Supplement sign U+1CC00 (So), Tulu-Tigalari
+  // vowel sign U+113B8 (Mc); and U+1171E, Ahom's medial ra, Mn until 15.1 and Mc in 16.0
+  const std::string han = "\U00031350\U0002EBF0", kawi = "\U00011F04", latin = "\uA7CB\uA7CD";
+  const std::string digits = "\U00011F50\U00010D40", symbol = "\U0001CC00", mark = "\U000113B8";
+  const std::string text = "a" + han + kawi + latin + " 7" + digits + symbol + mark + "\U0001171E";
+  CHECK(matched(R"(\p{L}+)", text) == "a" + han + kawi + latin + "|");
+  CHECK(matched(R"(\p{Lo}+)", text) == han + kawi + "|");
+  CHECK(matched(R"(\p{Lu}|\p{Ll})", latin) == "\uA7CB|\uA7CD|");
+  CHECK(matched(R"(\p{N}+)", text) == "7" + digits + "|");
+  CHECK(matched(R"(\d+)", text) == "7" + digits + "|");
+  CHECK(matched(R"([\d]+)", text) == "7" + digits + "|");
+  CHECK(matched(R"(\D+)", "7" + digits + symbol) == symbol + "|");
+  CHECK(matched(R"(\p{So})", text) == symbol + "|");
+  CHECK(matched(R"(\p{Mc}+)", text) == mark + "\U0001171E|");
+  CHECK(matched(R"(\p{M}+)", text) == mark + "\U0001171E|");
+  CHECK(matched(R"(\w+)", text) ==
+        "a" + han + kawi + latin + "|7" + digits + "|" + mark + "\U0001171E|");
+  // negated, inside a negated class, and under Oniguruma's other names for the same property
+  CHECK(matched(R"(\P{L}+)", "a" + han + " 7") == " 7|");
+  CHECK(matched(R"(\p{^L}+)", "a" + han + " 7") == " 7|");
+  CHECK(matched(R"([^\s\p{L}\p{N}]+)", text) == symbol + mark + "\U0001171E|");
+  CHECK(matched(R"(\p{Other_Letter}+)", text) == han + kawi + "|");
+  CHECK(matched(R"(\p{decimal number}+)", text) == "7" + digits + "|");
+  // what additions cannot express is refused by name: a property that lost code points (Mn
+  // lost U+1171E), one without 16.0 data here (a script), a negated one inside a class
+  for (const char* pattern : {R"(\p{Mn})", R"(\p{C})", R"(\p{Cn})", R"(\p{Han})", R"([\P{L}])",
+                              R"([^\p{^N}])", R"([\Da])", R"(\p{Word})"}) {
+    INFO(pattern);
+    const std::string message =
+        error_of<remat::IoError>([&] { remat::hub::Regex(pattern, false, "file.json: p"); });
+    CHECK(message.find("file.json: p: pattern '" + std::string(pattern) + "'") == 0);
+    CHECK(message.find("is not supported") != std::string::npos);
+  }
+  // a negated property nothing was added to is itself, inside a class too
+  CHECK(matched(R"([\P{Zs}]+)", "a b") == "a|b|");
+}
+
 TEST_CASE("Unicode normalization uses Hugging Face's Unicode 9.0 data", "[hub]") {
   using remat::hub::normalize;
   using remat::hub::UnicodeForm;

@@ -263,9 +263,9 @@ class AddedVocabulary {
   std::unordered_map<std::int64_t, std::string> decode_form_;
   std::unordered_set<std::string> special_;
   detail::TokenTrie raw_trie_, normalized_trie_;
-  // Rust's regex crate's \w (Unicode word characters), for single_word
-  static constexpr std::string_view kWordPattern =
-      R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])";
+  // Rust's regex crate's \w (Unicode word characters, Unicode 16.0 as Oniguruma's), for
+  // single_word: Oniguruma's \w in a class and Join_Control (ZWNJ, ZWJ)
+  static constexpr std::string_view kWordPattern = R"([\w\x{200C}\x{200D}])";
   Regex word_{kWordPattern, false, "added_tokens"};
 };
 

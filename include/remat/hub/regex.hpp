@@ -11,7 +11,9 @@
 ///  - `\w` is Alphabetic, marks, decimal numbers and Pc in Oniguruma (outside a class, also
 ///    some Latin-1 numbers);
 ///  - `(?i)` covers the rest of its group as a group of its own in Oniguruma;
-///  - `^` and `$` match at line ends in Oniguruma's Ruby syntax: PCRE2_MULTILINE.
+///  - `^` and `$` match at line ends in Oniguruma's Ruby syntax: PCRE2_MULTILINE;
+///  - a Unicode property, `\w` and `\d` get the code points Unicode 16.0 added to them
+///    (Note [Unicode versions]).
 /// Matches are enumerated as Oniguruma's iterator does: an empty match right after the previous
 /// match is skipped and the search moves one character on.
 
@@ -32,11 +34,52 @@
 #include <vector>
 
 #include "remat/core/error.hpp"
+#include "remat/hub/unicode_properties.hpp"
 #include "remat/hub/utf8.hpp"
 
 namespace remat::hub {
 
 namespace detail {
+
+// Note [Unicode versions]: Hugging Face's tokenizers library (since 0.21.2) matches with
+// Oniguruma 6.9.10, whose Unicode data is 16.0; Debian 12's PCRE2 10.42 has 14.0. On the
+// code points assigned in between (9,272 letters, CJK Extensions H and I among them; 100 decimal
+// digits; 771 symbols) `\p{L}`, `\w`, `\d` and the like answer differently, and a
+// tokenizer.json pattern would split such text otherwise than the library. So each property,
+// `\w` and `\d` is rewritten as itself plus the code points Unicode 16.0 adds to it
+// (unicode_properties.hpp, written by tools/unicode_properties.py from Oniguruma's own tables).
+// This is exact because PCRE2 10.42's properties equal Oniguruma's Unicode 14.0 tables code
+// point for code point (checked for every property listed, and `\d`, over all code points), and
+// every property listed only gains code points from 14.0 through 15.0 and 15.1 to 16.0, so the
+// same additions are exact over a PCRE2 with any of those versions. Three properties lose code
+// points (Mn: U+1171E became Mc in 16.0; C and Cn: assignments), which adding cannot express:
+// they are refused, as are properties outside the list (scripts, blocks, other binary
+// properties), and any pattern using Unicode data when PCRE2's version is another.
+// Explicit classes of 16.0's whole ranges would not need PCRE2's data at all, but matched
+// Llama 3's pattern over mixed text ten times slower than `\p{L}`; the additions, two times.
+
+/// The Unicode version of PCRE2's data, as PCRE2 reports it ("14.0.0").
+inline const std::string& pcre2_unicode_version() {
+  static const std::string version = [] {
+    char text[32] = {};
+    return pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, text) < 0 ? std::string("unknown")
+                                                                : std::string(text);
+  }();
+  return version;
+}
+
+/// The property Oniguruma names `name` (spaces, hyphens and underscores ignored, ASCII case
+/// folded, as Oniguruma looks names up), or nullptr.
+inline const UnicodeProperty* find_unicode_property(std::string_view name) {
+  std::string key;
+  for (const char c : name) {
+    if (c == ' ' || c == '-' || c == '_') continue;
+    key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  for (const UnicodePropertyName& n : kUnicodePropertyNames)
+    if (n.name == key) return &kUnicodeProperties[n.property];
+  return nullptr;
+}
 
 /// Unicode's White_Space code points, as the inside of a character class.
 inline constexpr std::string_view kWhiteSpaceClass =
@@ -55,7 +98,9 @@ inline constexpr std::string_view kHexClass = "0-9a-fA-F";
 /// construct at a time. What both engines read alike is copied; what PCRE2 reads otherwise and
 /// has an exact spelling for is rewritten; anything else is refused (an IoError naming the
 /// construct), so a pattern never loads with another meaning. Refused: \b \B \G \K \X \v \Q,
-/// digit and other letter escapes, \xHH above 7F (a byte in Oniguruma), \pL without braces, POSIX
+/// digit and other letter escapes, \xHH above 7F (a byte in Oniguruma), \pL without braces,
+/// properties other than the general categories, Alphabetic, White_Space, Any and ASCII, and Mn, C
+/// and Cn (Note [Unicode versions]), a negated property or \D inside a class, POSIX
 /// brackets, nested classes and class intersection, inline flags other than i, `{,n}`, `{n}?` and
 /// `{n,m}+` (not lazy or possessive in Oniguruma), and under case-insensitive matching any class,
 /// property, non-ASCII character or letter pair that Oniguruma's multi-character case folding
@@ -146,9 +191,10 @@ class OnigRewriter {
                                  : (e == 'h' || e == 'H') ? kHexClass
                                                           : std::string_view{};
     if (!cls.empty()) return class_escape(e, cls, in_class);
-    if (e == 'p' || e == 'P') return property();
+    if (e == 'p' || e == 'P') return property(in_class);
+    if (e == 'd' || e == 'D') return digit_escape(e == 'D', in_class);
     if (e == 'x') return hex_escape();
-    if (std::string_view("dDntrfea").find(e) != std::string_view::npos ||
+    if (std::string_view("ntrfea").find(e) != std::string_view::npos ||
         (!in_class && std::string_view("AzZ").find(e) != std::string_view::npos)) {
       out_.append(p_.substr(i_, 2));
       i_ += 2;
@@ -160,24 +206,72 @@ class OnigRewriter {
   void class_escape(char e, std::string_view cls, bool in_class) {
     if (caseless()) refuse(p_.substr(i_, 2), "a class under (?i)");
     const bool negated = e == 'S' || e == 'W' || e == 'H';
-    if (in_class && negated) refuse(p_.substr(i_, 2), "a negated class escape inside a class");
-    if (in_class)
-      out_ += cls;
-    else
-      out_ += remat::detail::cat(negated ? "[^" : "[", cls,
-                                 cls == kWordClass ? kLatin1WordExtra : "", "]");
+    const bool word = cls == kWordClass;
+    if (word) uses_unicode_data(p_.substr(i_, 2));
+    const std::string inside = remat::detail::cat(cls, word ? kWordAdded : "");
+    emit_class(p_.substr(i_, 2), inside, negated, in_class,
+               word && !in_class ? kLatin1WordExtra : "");
     i_ += 2;
   }
 
-  /// \p{...} or \P{...}: the same property names in both (an unknown one fails to compile).
-  void property() {
+  /// `\d` or `\D`: Unicode's decimal numbers in both, with those added since PCRE2's data.
+  void digit_escape(bool negated, bool in_class) {
+    uses_unicode_data(p_.substr(i_, 2));
+    const UnicodeProperty* nd = find_unicode_property("Nd");
+    emit_class(p_.substr(i_, 2), remat::detail::cat("\\d", nd->added), negated, in_class);
+    i_ += 2;
+  }
+
+  /// \p{...}, \P{...} or \p{^...}: a property this rewriting knows (unicode_properties.hpp), as
+  /// PCRE2 spells it, with the code points Unicode 16.0 added to it.
+  void property(bool in_class) {
     if (i_ + 2 >= p_.size() || p_[i_ + 2] != '{')
       refuse(p_.substr(i_, 3), "a property without braces: not a property in Oniguruma");
     if (caseless()) refuse(p_.substr(i_, 2), "a property under (?i)");
     const std::size_t close = p_.find('}', i_);
     if (close == std::string_view::npos) refuse(p_.substr(i_), "an unclosed property");
-    out_.append(p_.substr(i_, close + 1 - i_));
+    const std::string_view written = p_.substr(i_, close + 1 - i_);
+    std::string_view name = p_.substr(i_ + 3, close - i_ - 3);
+    bool negated = p_[i_ + 1] == 'P';
+    if (!name.empty() && name.front() == '^') {
+      negated = !negated;
+      name.remove_prefix(1);
+    }
+    const UnicodeProperty* property = find_unicode_property(name);
+    if (property == nullptr)
+      refuse(written,
+             "a property other than a general category, Alphabetic, White_Space, Any or ASCII, "
+             "whose code points remat has no Unicode 16.0 data for");
+    if (property->pcre2.empty())
+      refuse(written,
+             "a property that lost code points between PCRE2's Unicode 14.0 and "
+             "Hugging Face's 16.0");
+    uses_unicode_data(written);
+    if (property->added.empty())  // nothing to add: itself, negated or not, anywhere
+      out_ += remat::detail::cat(negated ? "\\P{" : "\\p{", property->pcre2, "}");
+    else
+      emit_class(written, remat::detail::cat("\\p{", property->pcre2, "}", property->added),
+                 negated, in_class);
     i_ = close + 1;
+  }
+
+  /// Writes a class whose inside is `inside`: as part of the enclosing class, or as a class of
+  /// its own (`extra` added there). A negated class inside a class has no spelling as a union.
+  void emit_class(std::string_view written, std::string_view inside, bool negated, bool in_class,
+                  std::string_view extra = "") {
+    if (in_class && negated) refuse(written, "a negated class escape or property inside a class");
+    if (in_class)
+      out_ += inside;
+    else
+      out_ += remat::detail::cat(negated ? "[^" : "[", inside, extra, "]");
+  }
+
+  /// Refuses `construct` when PCRE2's Unicode data is not a version the additions are exact for.
+  void uses_unicode_data(std::string_view construct) const {
+    const std::string& v = pcre2_unicode_version();
+    if (v != "14.0.0" && v != "15.0.0" && v != "15.1.0" && v != "16.0.0")
+      refuse(construct, remat::detail::cat("this PCRE2's Unicode data is version ", v,
+                                           "; remat's additions are exact over 14.0 to 16.0"));
   }
 
   /// \xHH or \x{H...}: the same code point in both.

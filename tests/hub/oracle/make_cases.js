@@ -130,6 +130,19 @@ const variants = {};
   variants.word_split = t;
 }
 {
+  // \d and properties the real patterns do not use, by a Split that removes their matches:
+  // characters Unicode added after PCRE2's 14.0 data show whether each class has them
+  const t = load(real.llama3_1);
+  t.pre_tokenizer = {
+    type: 'Sequence',
+    pretokenizers: [
+      { type: 'Split', pattern: { Regex: '\\d+|\\p{So}|\\p{Lu}|\\p{Mc}+|\\p{^L}\\p{Lo}' }, behavior: 'Removed', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+    ],
+  };
+  variants.property_split = t;
+}
+{
   // NFKD over Qwen3's vocabulary: compatibility characters and marks from after Unicode 9.0,
   // which Hugging Face's tables do not know
   const t = load(real.qwen3);
@@ -164,10 +177,16 @@ const others = ["'s", "'S", "'ll", "'LL", "'ſ", '\u212a', 'ß', 'ﬆ', 'ǅ', '�
 const newer = ['a\u1DF6\u0316', 'e\u0301\u1DFA\u0301', 'a\u09FE\u0316', 'a\u0301\u07FD', '\u0D3B',
   '\u32FF', '\u{1FBF0}', '\uA7F2', '\u{1F16C}', '\u{11935}\u{11930}', 'a\u1AC1\u0316',
   'a\u08D4\u0316', '\u{1F23B}', 'o\u0308\u1DF6'];
+// characters assigned after Unicode 14.0 (PCRE2 10.42's data) and by 16.0 (the library's
+// Oniguruma): letters of CJK Extensions H and I, Kawi, Garay and Latin, digits, a symbol, marks,
+// and U+1171E (Mn before 16.0, Mc since), beside older letters and digits
+const unicode16 = ['\u{31350}\u{31351}', 'a\u{2EBF0}b', '\u{11F04}\u{11F05}', '\u{11F50}\u{11F51}23',
+  '\uA7CB\uA7CDword', '\u{10D50}\u{10D70}', '\u{10D40}\u{10D41}\u{10D42}\u{10D43}', '\u{1CC00}!',
+  '\u{113B8}\u{11380}', "x\u{16D40}'s", '\u{1E5D0}\u{1E5F1}', 'a\u{1171E}', 'Q\u{1CCF0}\u{1CCF1}'];
 function fromRanges() {
   const ranges = [[0x20, 0x7e], [0xa0, 0x24f], [0x370, 0x3ff], [0x400, 0x4ff], [0x590, 0x6ff],
     [0x900, 0x97f], [0x1100, 0x11ff], [0x3040, 0x30ff], [0x4e00, 0x9fff], [0xac00, 0xd7a3],
-    [0x1f300, 0x1f64f], [0x300, 0x36f]];
+    [0x1f300, 0x1f64f], [0x300, 0x36f], [0x31350, 0x323af], [0x11f00, 0x11f5f], [0x10d40, 0x10d8f]];
   let s = '';
   for (let i = int(1, 6); i > 0; --i) {
     const [lo, hi] = pick(ranges);
@@ -184,7 +203,7 @@ const nearMisses = ['<s', '</s >', '<|im_start', '|>', '<|begin_of_text', '<|end
   '[INST]', '[/INST]', ' [INST] ', 'remat', 'xremat', 'remat!', 'rematé', ' Zq', 'Zq  x'];
 
 function fragment() {
-  const kind = int(0, 12);
+  const kind = int(0, 13);
   switch (kind) {
     case 0: return pick(english);
     case 1: return pick(french);
@@ -197,6 +216,7 @@ function fragment() {
     case 9: return pick(nearMisses);
     case 10: return pick(others);
     case 11: return pick(newer);
+    case 12: return pick(unicode16);
     default: return fromRanges();
   }
 }
