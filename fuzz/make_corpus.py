@@ -57,7 +57,7 @@ SEEDS = {
     "not_json": file("{not json"),
     "trailing_text": file(W + " x", F3),
     "starts_with_bracket": file("[1,2]"),
-    "starts_with_space": file(" " + W, F3),
+    "valid_leading_space": file(" " + W, F3),  # JSON white space before '{': the crate allows it
     "byte_order_mark": file(b"\xef\xbb\xbf" + W.encode(), F3),
     "nul_inside": file(W[:10] + "\0" + W[10:], F3),
     "nul_then_garbage": file(W.encode() + b"\0garbage", F3),
@@ -73,13 +73,16 @@ SEEDS = {
     "entry_no_dtype": file('{"w":{"shape":[3],"data_offsets":[0,12]}}', F3),
     "metadata_not_object": file('{"__metadata__":[1]}'),
     "metadata_not_string": file('{"__metadata__":{"k":1}}'),
-    "dtype_unsupported": file(js({"w": entry("F6_E2M3", (3,), (0, 3))}), bytes(3)),
+    "dtype_sub_byte_partial": file(js({"w": entry("F6_E2M3", (3,), (0, 3))}), bytes(3)),
+    "valid_f4_unread": file(js({"w": entry("F4", (6,), (0, 3))}), bytes(3)),
     "dtype_int_size_mismatch": file(js({"w": entry("I64", (3,), (0, 12))}), bytes(12)),
     "dtype_unknown": file(js({"w": entry("F33")}), F3),
     "shape_negative": file(js({"w": entry("F32", (-3,))}), F3),
     "shape_float": file('{"w":{"dtype":"F32","shape":[3.0],"data_offsets":[0,12]}}', F3),
     "shape_overflow": file(js({"w": entry("F32", (2**40, 2**40, 2), (0, 0))})),
-    "valid_empty_huge_extents": file(js({"w": entry("F32", (2**40, 2**40, 0), (0, 0))})),
+    "valid_empty_huge_extents": file(js({"w": entry("F32", (0, 2**40, 2**40), (0, 0))})),
+    # multiplied left to right, as the crate does: past 2^63 before the zero
+    "shape_overflow_before_zero": file(js({"w": entry("F32", (2**40, 2**40, 0), (0, 0))})),
     "shape_rank_7": file(js({"w": entry("F32", (1, 1, 1, 1, 1, 1, 3))}), F3),
     "offsets_past_end": file(js({"w": entry("F32", (3,), (4, 16))}), F3),
     "offsets_reversed": file(js({"w": entry("F32", (3,), (12, 0))}), F3),
@@ -106,7 +109,7 @@ INDEX_SEEDS = {
     "shard_not_string": js({"weight_map": {"a": 1}}),
     "shard_parent": js({"weight_map": {"a": "../a.safetensors"}}),
     "shard_absolute": js({"weight_map": {"a": "/etc/passwd"}}),
-    "shard_dot": js({"weight_map": {"a": "./a.safetensors"}}),
+    "valid_shard_dot": js({"weight_map": {"a": "./a.safetensors"}}),  # os.path.join reads it
     "duplicate_name": '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}',
     "total_size_negative": js({"metadata": {"total_size": -1}, "weight_map": {}}),
 }

@@ -179,7 +179,7 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
       {"use_qalora", true},
       {"layer_replication", {{0, 2}}},
       {"megatron_config", {{"tensor_model_parallel_size", 2}}},
-      {"loftq_config", {{"loftq_bits", 4}}},
+      {"enable_lora", {true, false, true}},
       {"trainable_token_indices", {1, 2}},
       {"alora_invocation_tokens", {5}},
       {"target_parameters", {"experts.weight"}},
@@ -211,11 +211,33 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
     INFO(key << " = " << value.dump() << ": " << message);
     CHECK_THAT(message, Contains(key) && Contains("adapter_config.json"));
   }
-  // a regex target with layers_to_transform is refused, as PEFT does
+  // a regex target with layers_to_transform or layers_pattern is refused, as PEFT does, even
+  // empty (PEFT tests them with `is None`)
   nlohmann::ordered_json c = good;
   c["target_modules"] = ".*q_proj";
-  c["layers_to_transform"] = {0};
-  CHECK_THAT(read(c), Contains("layers_to_transform"));
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::ordered_json>>{
+           {"layers_to_transform", {0}},
+           {"layers_to_transform", nlohmann::ordered_json::array()},
+           {"layers_pattern", ""}}) {
+    nlohmann::ordered_json d = c;
+    d[key] = value;
+    CHECK_THAT(read(d), Contains(key));
+  }
+  // PEFT's defaults and its tests by truth: r and lora_alpha absent are 8, use_rslora null is
+  // false, an empty layers_to_transform is every layer (layers_pattern then qualifies nothing)
+  c = good;
+  c.erase("r");
+  c.erase("lora_alpha");
+  c["use_rslora"] = nullptr;
+  c["layers_pattern"] = "layers";
+  c["layers_to_transform"] = nlohmann::ordered_json::array();
+  REQUIRE(read(c).empty());
+  const remat::nn::lora::Options defaults = remat::hub::read_lora_options(dir);
+  CHECK(defaults.rank == 8);
+  CHECK(defaults.alpha == 8.0);
+  CHECK(!defaults.use_rslora);
+  CHECK(defaults.layers_to_transform.empty());
+  CHECK(defaults.layers_pattern.empty());
   // off values and the harmless fields are accepted
   c = good;
   for (const char* key : {"fan_in_fan_out", "use_dora", "lora_bias", "use_qalora"}) c[key] = false;
@@ -223,7 +245,7 @@ TEST_CASE("lora: adapter_config.json fields that change the model are implemente
                           "trainable_token_indices", "alora_invocation_tokens", "target_parameters",
                           "exclude_modules", "layers_to_transform", "layers_pattern"})
     c[key] = nullptr;
-  c["loftq_config"] = nlohmann::ordered_json::object();
+  c["enable_lora"] = nullptr;  // PEFT 0.2's fused-projection switch, off
   c["init_lora_weights"] = "gaussian";
   for (const auto& [key, why] : remat::hub::kHarmlessLoraFields) c[key] = "anything";
   c["runtime_config"] = {{"ephemeral_gpu_offload", false}};

@@ -585,6 +585,11 @@ inline std::string llama_config_json(const nn::LlamaConfig& c) {
   if (type == "llama") j["mlp_bias"] = c.mlp_bias;
   j["initializer_range"] = c.initializer_range;
   if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+  // the config carries no special tokens (the tokenizer's files do); written as null, since an
+  // absent key is 1 and 2 in transformers' Llama and Mistral configs, and its generate() would
+  // stop at token 2
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
   j["hidden_act"] = "silu";
   j["attention_dropout"] = 0.0;
   const RopeScaling& r = c.rope_scaling;

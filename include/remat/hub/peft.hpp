@@ -42,6 +42,9 @@ inline constexpr std::pair<const char*, const char*> kHarmlessLoraFields[] = {
     {"corda_config", "CorDA's initialization settings, used only with init_lora_weights corda"},
     {"lora_ga_config",
      "LoRA-GA's initialization settings, used only with init_lora_weights lora_ga"},
+    {"loftq_config",
+     "LoftQ's settings, used only with init_lora_weights loftq (refused); PEFT drops them else"},
+    {"merge_weights", "PEFT 0.2's merging at evaluation: the same model, merged or not"},
 };
 
 namespace detail {
@@ -78,6 +81,20 @@ inline void names_or_regex(const Json& v, const std::string& path, const char* f
     if (!n.is_string()) throw bad();
     names.push_back(n.get<std::string>());
   }
+}
+
+/// layers_to_transform and layers_pattern as PEFT tests them: by `is None` for a regex
+/// target_modules (which takes neither, so even [] or "" is refused), by truth for the layers
+/// (an empty list is every layer, and layers_pattern then qualifies nothing).
+inline void layer_fields_as_peft(const Json& c, nn::lora::Options& o, const std::string& path) {
+  const auto given = [&](const char* key) { return c.contains(key) && !c.at(key).is_null(); };
+  if (!o.target_regex.empty() && (given("layers_to_transform") || given("layers_pattern"))) {
+    throw IoError(
+        remat::detail::cat("lora: ", path,
+                           ": layers_to_transform and layers_pattern need target_modules as names, "
+                           "not as a regular expression (PEFT refuses them even empty)"));
+  }
+  if (given("layers_to_transform") && o.layers_to_transform.empty()) o.layers_pattern.clear();
 }
 
 /// The options of one adapter_config.json (see read_lora_options()).
@@ -125,8 +142,8 @@ inline nn::lora::Options options_from_json(const Json& c, const std::string& pat
       names_or_regex(v, path, "layers_pattern", o.layers_pattern, one);
       if (!one.empty()) o.layers_pattern.push_back(one);
     } else if (key == "use_rslora") {
-      if (!v.is_boolean()) throw fail(key, "expected true or false");
-      o.use_rslora = v.get<bool>();
+      if (!v.is_boolean() && !v.is_null()) throw fail(key, "expected true or false");
+      o.use_rslora = v.is_boolean() && v.get<bool>();  // null is false in PEFT's test
     } else if (key == "rank_pattern" || key == "alpha_pattern") {
       if (v.is_null()) continue;
       if (!v.is_object()) throw fail(key, "expected an object of pattern: value");
@@ -154,7 +171,7 @@ inline nn::lora::Options options_from_json(const Json& c, const std::string& pat
                    "remat supports true, false, gaussian, orthogonal and eva");
     } else if (key == "modules_to_save" || key == "use_dora" || key == "lora_bias" ||
                key == "use_qalora" || key == "layer_replication" || key == "megatron_config" ||
-               key == "loftq_config" || key == "trainable_token_indices" ||
+               key == "enable_lora" || key == "trainable_token_indices" ||
                key == "alora_invocation_tokens" || key == "use_bdlora" || key == "velora_config" ||
                key == "monteclora_config" || key == "arrow_config" || key == "kasa_config" ||
                key == "target_parameters" || key == "ensure_weight_tying") {
@@ -168,14 +185,16 @@ inline nn::lora::Options options_from_json(const Json& c, const std::string& pat
   }
   if (c.contains("base_model_name_or_path") && c.at("base_model_name_or_path").is_string())
     o.base_model_name_or_path = c.at("base_model_name_or_path").get<std::string>();
-  const double r = *number("r", true);
+  // absent (or null): LoraConfig's defaults, r = 8 and lora_alpha = 8
+  const double r = number("r", false).value_or(8.0);
   if (!(r >= 1 && r == std::floor(r) && r < 1e9)) throw fail("r", "not a rank >= 1");
   o.rank = static_cast<std::int64_t>(r);
-  o.alpha = *number("lora_alpha", true);
+  o.alpha = number("lora_alpha", false).value_or(8.0);
   o.dropout = number("lora_dropout", false).value_or(0.0);
   if (!(o.dropout >= 0 && o.dropout < 1)) throw fail("lora_dropout", "must be in [0, 1)");
   if (o.targets.empty() && o.target_regex.empty())
     throw IoError(remat::detail::cat("lora: ", path, " names no target_modules"));
+  layer_fields_as_peft(c, o, path);
   try {
     nn::lora::detail::check_options(o);
   } catch (const ArgumentError& e) {

@@ -8,12 +8,12 @@
 ///
 /// Reading validates the whole file before handing out anything, with the reference reader's
 /// rules (Rust `safetensors`) and a few stricter ones: the header length within bounds, a header
-/// that starts with '{' (no byte-order mark), holds no NUL byte, nests at most kMaxHeaderDepth
-/// levels and is one JSON object with no repeated key at any level; entries that are objects with
-/// exactly a known dtype, a shape whose extents multiply without overflow (a shape with a zero
-/// extent is empty whatever its other extents are), and offsets that
-/// match the shape; and offsets that, taken in order, cover the data section exactly (no hole, no
-/// overlap, nothing after). Each failure is an IoError naming the file and the entry; what it
+/// that starts with '{' after JSON white space (no byte-order mark), holds no NUL byte, nests at
+/// most kMaxHeaderDepth levels and is one JSON object with no repeated key at any level; entries
+/// that are objects with exactly a known dtype (any of the crate's: a tensor remat cannot convert
+/// is refused when read, not the file), a shape whose extents multiply left to right without
+/// overflow (as the crate multiplies), and offsets that match the shape in bits; and offsets
+/// that, taken in order, cover the data section exactly (no hole, no overlap, nothing after). Each failure is an IoError naming the file and the entry; what it
 /// quotes from the file is cut short (detail::brief), so a message stays short.
 ///
 /// Only regular files are read (a FIFO or a device is refused before any read, so it cannot
@@ -121,18 +121,24 @@ constexpr const char* dtype_name() {
   return std::is_same_v<T, float> ? "F32" : std::is_same_v<T, double> ? "F64" : "I32";
 }
 
-/// The bytes of one element of `dtype`, or 0 for a dtype remat does not accept (the sub-byte F4
-/// and F6 formats, and names that are no dtype).
-inline std::size_t dtype_size(std::string_view dtype) {
-  static constexpr std::pair<std::string_view, std::size_t> sizes[] = {
-      {"F64", 8}, {"F32", 4},     {"BF16", 2},    {"F16", 2},    {"I64", 8}, {"I32", 4},
-      {"I16", 2}, {"I8", 1},      {"U8", 1},      {"BOOL", 1},   {"U16", 2}, {"U32", 4},
-      {"U64", 8}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}};
-  for (const auto& [name, size] : sizes) {
-    if (name == dtype) return size;
+/// The bits of one element of `dtype`, or 0 for a name that is no dtype: the safetensors crate's
+/// list, the sub-byte F4 and F6 formats and the complex C64 included (a file holding them is
+/// valid; remat refuses to read those tensors, not the file).
+inline std::size_t dtype_bits(std::string_view dtype) {
+  static constexpr std::pair<std::string_view, std::size_t> bits[] = {
+      {"F64", 64},    {"F32", 32},        {"BF16", 16},       {"F16", 16},    {"I64", 64},
+      {"I32", 32},    {"I16", 16},        {"I8", 8},          {"U8", 8},      {"BOOL", 8},
+      {"U16", 16},    {"U32", 32},        {"U64", 64},        {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"C64", 64},    {"F6_E2M3", 6},
+      {"F6_E3M2", 6}, {"F4", 4}};
+  for (const auto& [name, n] : bits) {
+    if (name == dtype) return n;
   }
   return 0;
 }
+
+/// The bytes of one element of a dtype remat reads (whole bytes).
+inline std::size_t dtype_size(std::string_view dtype) { return dtype_bits(dtype) / 8; }
 
 /// Whether tensors of `dtype` read into float and double tensors (exactly, but F64 into float).
 inline bool is_float_dtype(std::string_view dtype) {
@@ -146,12 +152,7 @@ inline bool is_integer_dtype(std::string_view dtype) {
 }
 
 /// Whether `dtype` is one of the format's dtype names.
-inline bool is_safetensors_dtype(std::string_view dtype) {
-  static constexpr std::string_view known[] = {
-      "BOOL", "U8",  "I8",   "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "I16",
-      "U16",  "F16", "BF16", "I32",     "U32",     "F32",     "F64", "I64",     "U64"};
-  return std::find(std::begin(known), std::end(known), dtype) != std::end(known);
-}
+inline bool is_safetensors_dtype(std::string_view dtype) { return dtype_bits(dtype) != 0; }
 
 /// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong forms, no
 /// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
@@ -542,14 +543,17 @@ class File {
   }
 
   /// Checks what a JSON parser would let through or choke on, before parsing: the header starts
-  /// with '{' (a byte-order mark is named), holds no NUL byte (a parser may stop at it and
+  /// with '{' after JSON white space, which the safetensors crate allows so that writers can
+  /// align the data (a byte-order mark is named), holds no NUL byte (a parser may stop at it and
   /// ignore the rest) and nests at most kMaxHeaderDepth levels.
   void scan(std::string_view header) const {
     if (header.empty()) fail("the header is empty (its length is 0)");
     if (header.substr(0, 3) == "\xEF\xBB\xBF")
       fail("the header starts with a UTF-8 byte-order mark; it must start with '{'");
-    if (header.front() != '{')
-      fail(remat::detail::cat("the header starts with '", detail::brief(header.substr(0, 1)),
+    const std::size_t first = header.find_first_not_of(" \t\n\r");
+    if (first == std::string_view::npos || header[first] != '{')
+      fail(remat::detail::cat("the header starts with '",
+                              detail::brief(header.substr(std::min(first, header.size() - 1), 1)),
                               "', not '{'"));
     if (const std::size_t nul = header.find('\0'); nul != std::string_view::npos) {
       fail(remat::detail::cat("the header holds a NUL byte at offset ", nul));
@@ -636,6 +640,7 @@ class File {
   }
 
   void parse_metadata(const nlohmann::json& value) {
+    if (value.is_null()) return;  // an absent map to the safetensors crate
     if (!value.is_object()) fail("\"__metadata__\" is not an object");
     for (const auto& [key, v] : value.items()) {
       if (!v.is_string())
@@ -664,11 +669,8 @@ class File {
     }
     Entry e;
     e.dtype = value["dtype"].get<std::string>();
-    const std::size_t size = io::detail::dtype_size(e.dtype);
-    if (size == 0 && detail::is_safetensors_dtype(e.dtype))
-      bad(remat::detail::cat("dtype '", e.dtype,
-                             "' is not supported (remat does not read sub-byte dtypes)"));
-    if (size == 0)
+    const std::size_t bits = io::detail::dtype_bits(e.dtype);
+    if (bits == 0)
       bad(remat::detail::cat("dtype '", detail::brief(e.dtype), "' is not a safetensors dtype"));
     const auto& shape = value["shape"];
     if (shape.size() > static_cast<std::size_t>(Shape::kMaxRank)) {
@@ -683,17 +685,16 @@ class File {
       }
       dims.push_back(d.get<std::int64_t>());
     }
-    // The extents must multiply without overflow, as a Shape's do; a zero extent makes any shape
-    // empty, whatever the others are (it holds 0 bytes).
-    const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
-    std::uint64_t count = empty ? 0 : 1;
+    // The extents must multiply without overflow, left to right as the safetensors crate
+    // multiplies them: a zero after extents whose product overflows does not save the shape.
+    std::uint64_t count = 1;
     for (const std::int64_t d : dims) {
       const auto extent = static_cast<std::uint64_t>(d);
-      if (!empty && count > static_cast<std::uint64_t>(INT64_MAX) / extent) {
+      if (extent != 0 && count > static_cast<std::uint64_t>(INT64_MAX) / extent) {
         bad(remat::detail::cat("shape ", detail::brief_json(shape),
                                " overflows: its extents multiply to more than 2^63"));
       }
-      if (!empty) count *= extent;
+      count *= extent;
     }
     e.shape = Shape(std::span<const std::int64_t>(dims));
     const auto& offsets = value["data_offsets"];
@@ -708,13 +709,18 @@ class File {
       bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") fall outside the ", data_size,
                              " bytes of data"));
     }
-    // count * size may not fit in 64 bits (count < 2^63): compare without multiplying.
-    if ((end - begin) % size != 0 || (end - begin) / size != count) {
-      const std::string needs =
-          count <= UINT64_MAX / size ? std::to_string(count * size) : "more than 2^64";
+    // count * bits may not fit in 64 bits (count < 2^63): compare without multiplying; a
+    // sub-byte dtype's elements must fill whole bytes (the crate's rule)
+    if (count > UINT64_MAX / bits)
+      bad(remat::detail::cat("shape ", detail::brief_json(shape), " of ", e.dtype,
+                             " overflows: its bits are more than 2^64"));
+    if (count * bits % 8 != 0)
+      bad(remat::detail::cat("shape ", detail::brief_json(shape), " of ", e.dtype, " holds ",
+                             count * bits, " bits, not whole bytes"));
+    if (end - begin != count * bits / 8) {
       bad(remat::detail::cat("data_offsets [", begin, ", ", end, ") hold ", end - begin,
                              " bytes but ", e.dtype, " ", detail::brief_json(shape), " needs ",
-                             needs));
+                             count * bits / 8));
     }
     e.begin = static_cast<std::size_t>(begin);
     e.end = static_cast<std::size_t>(end);

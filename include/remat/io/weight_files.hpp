@@ -10,7 +10,8 @@
 /// with no repeated key, a weight_map of strings naming files inside the folder (no absolute
 /// path, no ".." component), each shard a valid safetensors file holding the tensors the index
 /// places in it. Each failure is an IoError naming the index or shard and the tensor. The index
-/// and the shards must be regular files (a FIFO is refused, never waited on).
+/// and the shards must be regular files (a FIFO is refused, never waited on). A shard's tensors
+/// the index does not list are read too, as transformers does; a tensor two shards hold is refused.
 
 #include <nlohmann/json.hpp>
 
@@ -42,8 +43,8 @@ struct Index {
   std::optional<std::uint64_t> total_size;
 };
 
-/// Whether `shard` names a file inside the index's folder: relative, no "." or ".." component,
-/// no empty component, no NUL.
+/// Whether `shard` names a file inside the index's folder: relative, no ".." component, no empty
+/// component, no NUL ("./a.safetensors" is "a.safetensors", as os.path.join reads it).
 inline bool is_inside_folder(std::string_view shard) {
   if (shard.empty() || shard.front() == '/' || shard.find('\0') != std::string_view::npos)
     return false;
@@ -51,10 +52,22 @@ inline bool is_inside_folder(std::string_view shard) {
   while (at <= shard.size()) {
     const std::size_t slash = std::min(shard.find('/', at), shard.size());
     const std::string_view part = shard.substr(at, slash - at);
-    if (part.empty() || part == "." || part == "..") return false;
+    if (part.empty() || part == "..") return false;
     at = slash + 1;
   }
   return true;
+}
+
+/// `shard` without its "." components, so that one file has one name.
+inline std::string without_dot_parts(std::string_view shard) {
+  std::string out;
+  for (std::size_t at = 0; at <= shard.size();) {
+    const std::size_t slash = std::min(shard.find('/', at), shard.size());
+    const std::string_view part = shard.substr(at, slash - at);
+    if (part != ".") out += (out.empty() ? "" : "/") + std::string(part);
+    at = slash + 1;
+  }
+  return out;
 }
 
 /// Parses and validates an index file's text (`source` names it in messages).
@@ -81,12 +94,12 @@ inline Index parse_index(std::string_view text, const std::string& source) {
       fail(remat::detail::cat("weight_map['", brief(name), "'] is not a file name but ",
                               brief_json(shard)));
     const auto& file = shard.get_ref<const std::string&>();
-    if (!is_inside_folder(file)) {
+    if (!is_inside_folder(file) || without_dot_parts(file).empty()) {
       fail(remat::detail::cat(
           "weight_map['", brief(name), "'] = '", brief(file),
-          "' is not a file inside the folder (absolute, empty, or with a '.' or '..' component)"));
+          "' is not a file inside the folder (absolute, empty, or with a '..' component)"));
     }
-    index.weight_map.emplace(name, file);
+    index.weight_map.emplace(name, without_dot_parts(file));
   }
   return index;
 }
@@ -206,7 +219,25 @@ class WeightFiles {
       }
       w.where_.emplace(name, it->second);
     }
+    w.add_unlisted_tensors(index_path);
     return w;
+  }
+
+  /// Adds the tensors a shard holds that the index does not list: transformers reads every
+  /// tensor of every shard, not only the listed ones, so such a tensor is part of the model (a
+  /// tied model's head that differs from its embedding, say). A tensor in two shards is refused:
+  /// which copy transformers keeps depends on the order it reads them in.
+  void add_unlisted_tensors(const std::string& index_path) {
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      for (const auto& [name, e] : files_[i].entries()) {
+        const auto [it, added] = where_.emplace(name, i);
+        if (!added && it->second != i) {
+          throw IoError(remat::detail::cat("safetensors index ", index_path, ": tensor '",
+                                           detail::brief(name), "' is in both ",
+                                           files_[it->second].path(), " and ", files_[i].path()));
+        }
+      }
+    }
   }
 
   std::string describe() const {
