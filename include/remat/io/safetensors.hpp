@@ -13,8 +13,9 @@
 /// that are objects with exactly a known dtype (any of the crate's: a tensor remat cannot convert
 /// is refused when read, not the file), a shape whose extents multiply left to right without
 /// overflow (as the crate multiplies), and offsets that match the shape in bits; and offsets
-/// that, taken in order, cover the data section exactly (no hole, no overlap, nothing after). Each failure is an IoError naming the file and the entry; what it
-/// quotes from the file is cut short (detail::brief), so a message stays short.
+/// that, taken in order, cover the data section exactly (no hole, no overlap, nothing after).
+/// Each failure is an IoError naming the file and the entry; what it quotes from the file is cut
+/// short (detail::brief), so a message stays short.
 ///
 /// Only regular files are read (a FIFO or a device is refused before any read, so it cannot
 /// hang the reader), and they are read with pread() rather than mapped (Note [no memory map]): a
