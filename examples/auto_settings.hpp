@@ -31,11 +31,11 @@
 //     batch, the plan that fits the largest one. Useful: 512 token positions (enough rows for the
 //     GEMMs to run at speed on a CPU: on a Qwen2-0.5B shape, 1 x 512 ran at 45 tokens/s, 2 x 1,024
 //     at 39, issue 23), or the cap if less. Cap: the training examples (a padded batch holds
-//     distinct examples) and the rows of the effective batch below (a larger micro-batch would only
-//     mean fewer accumulated ones). A budget:<MiB> plan is not chosen (the rule has no budget to
-//     give it); given (--checkpoint budget:<MiB>), it is planned for each batch tried on that
-//     step's shape-only chain, as finetune plans it for the batch chosen, and the batch is the
-//     largest whose plan exists within the budget and fits the room.
+//     distinct examples; packed, the rows they fill) and the rows of the effective batch below (a
+//     larger micro-batch would only mean fewer accumulated ones). A budget:<MiB> plan is not chosen
+//     (the rule has no budget to give it); given (--checkpoint budget:<MiB>), it is planned for
+//     each batch tried on that step's shape-only chain, as finetune plans it for the batch chosen,
+//     and the batch is the largest whose plan exists within the budget and fits the room.
 //     Why recompute first: a plan that replays the layers costs about a forward pass more per
 //     step whatever the batch (the 0.5B step at 1 x 512: 37 tokens/s without checkpoints, 27.5
 //     with one per layer, docs/benchmarks.md), while a larger micro-batch gains little once the
@@ -325,7 +325,8 @@ inline std::vector<Candidate> candidates(const Request& r, std::int64_t columns)
 /// The facts of the data the rest of the rule reads.
 struct DataFacts {
   double train_examples = 0, train_tokens = 0, data_bytes = 0;
-  double row_tokens = 0;  ///< tokens a row holds on average (packed: full rows)
+  double row_tokens = 0;   ///< tokens a row holds on average (packed: full rows)
+  double packed_rows = 0;  ///< packed: the rows one epoch of training examples fills
   std::int64_t columns = 0;
 };
 
@@ -339,6 +340,7 @@ inline DataFacts facts_of(const chat::Data& d, std::size_t length, bool pack) {
   // a row's positions: finetune's (HubSource::max_columns)
   f.columns = static_cast<std::int64_t>(pack ? length - 1 : d.longest - 1);
   f.row_tokens = pack ? double(f.columns) : f.train_tokens / f.train_examples;
+  if (pack) f.packed_rows = double(chat::packed_rows(d.train, static_cast<std::size_t>(f.columns)));
   return f;
 }
 
@@ -424,9 +426,10 @@ inline Choice search(const Request& r, const std::vector<Candidate>& plans, cons
     if (b >= useful) break;
   }
   if (!best) too_small(r, plans, 1, f.columns, limit, f);
-  const char* capped_by = !r.pack && double(cap) == f.train_examples
-                              ? "the training examples"
-                              : "the rows of an optimizer step";
+  const char* capped_by =
+      double(cap) == (r.pack ? f.packed_rows : f.train_examples)
+          ? (r.pack ? "the rows the training examples fill packed" : "the training examples")
+          : "the rows of an optimizer step";
   best->why = remat::detail::cat(
       r.checkpoint ? "--checkpoint given; " : "least recompute first: ", tried, " (of at most ",
       cap, ": ", capped_by, ")",
@@ -444,7 +447,7 @@ inline void choose_plan_and_batch(const Request& r, const DataFacts& f, double t
   const std::vector<Candidate> plans = allowed(candidates(r, f.columns), r);
   const double target_rows = std::max(1.0, std::ceil(target_tokens / f.row_tokens));
   d.batch_cap =
-      static_cast<std::int64_t>(r.pack ? target_rows : std::min(f.train_examples, target_rows));
+      static_cast<std::int64_t>(std::min(r.pack ? f.packed_rows : f.train_examples, target_rows));
   d.useful_batch = std::min<std::int64_t>(
       d.batch_cap,
       static_cast<std::int64_t>(std::max(1.0, std::ceil(kUsefulPositions / double(f.columns)))));
@@ -516,12 +519,24 @@ inline void set_steps(const Request& r, const DataFacts& f, Decision& d) {
 
 /// Steps 2 to 6 for data read at `length` tokens an example, and the flags that would make the
 /// same run without --auto.
+/// Refuses a --batch given that finetune would refuse with these data: more rows than training
+/// examples (padded) or than the rows they fill (packed), so that no decision names it.
+inline void check_batch_given(const Request& r, const DataFacts& f) {
+  const double most = r.pack ? f.packed_rows : f.train_examples;
+  if (r.batch && double(*r.batch) > most) {
+    throw remat::ArgumentError(remat::detail::cat(
+        "finetune: --batch ", *r.batch, " is more than the ", most,
+        r.pack ? " rows the training examples fill packed" : " training examples"));
+  }
+}
+
 inline Decision decide_for(const Request& r, const chat::Data& data, std::size_t length,
                            std::vector<std::string> lines) {
   Decision d;
   d.max_tokens = length;
   d.lines = std::move(lines);
   const DataFacts f = facts_of(data, length, r.pack);
+  check_batch_given(r, f);
   set_room(r, f, d);
   const double target_tokens = std::min(kTargetTokens, f.train_tokens / kMinStepsPerEpoch);
   choose_plan_and_batch(r, f, target_tokens, d);

@@ -31,6 +31,9 @@ struct DataOptions {
   bool skip_bad = false;
   /// The date a Llama 3.1+ template writes in its system block (empty: the template's own).
   std::string chat_date;
+  /// The flags given that only conversations take (--truncate, --train-on, --skip-bad,
+  /// --chat-date): plain text refuses them rather than ignore them.
+  std::vector<std::string> conversation_flags;
 };
 
 /// One micro-batch: the model's ids and targets (kIgnoreTarget where the loss is not), the
@@ -140,8 +143,8 @@ inline Data load(const hub::Tokenizer& tok, const std::string& base, const DataO
                                        .train_on = o.train_on,
                                        .skip_refused = o.skip_bad});
   } else {
-    if (!o.chat_date.empty())
-      throw remat::ArgumentError(remat::detail::cat("finetune: --chat-date ", o.chat_date,
+    if (!o.conversation_flags.empty())
+      throw remat::ArgumentError(remat::detail::cat("finetune: ", o.conversation_flags.front(),
                                                     " is for conversations (.jsonl); ", o.path,
                                                     " is plain text"));
     examples = text_examples(tok, o.path, o.max_tokens);
@@ -228,6 +231,22 @@ Batch pack_batch(const std::vector<hub::TokenizedExample>& pool, std::size_t row
   return batch_of(laid, true);
 }
 
+/// The rows of `columns` positions the examples of `pool` fill when packed in order, as
+/// pack_batch() packs them: about the rows one epoch of them gives.
+inline std::size_t packed_rows(const std::vector<hub::TokenizedExample>& pool,
+                               std::size_t columns) {
+  std::size_t rows = 0, used = columns;
+  for (const hub::TokenizedExample& e : pool) {
+    const std::size_t n = e.ids.size() - 1;
+    if (used + n > columns) {
+      ++rows;
+      used = 0;
+    }
+    used += n;
+  }
+  return rows;
+}
+
 /// Rows [first, first + n) of `b`.
 inline hub::TokenBatch rows_of(const hub::TokenBatch& b, std::size_t first, std::size_t n) {
   hub::TokenBatch out;
@@ -245,22 +264,25 @@ inline hub::TokenBatch rows_of(const hub::TokenBatch& b, std::size_t first, std:
   return out;
 }
 
-/// The first `count` batches of `rows` rows of validation examples, in order: one example a row,
-/// padded, or packed into rows of `columns` positions when `columns` > 0.
-inline std::vector<Batch> validation_batches(const Data& d, std::size_t rows, std::size_t count,
+/// The first `examples` validation examples (all if fewer), in order, in batches of `rows` rows:
+/// one example a row, padded, or packed into rows of `columns` positions when `columns` > 0. The
+/// same examples either way, so that the validation loss does not depend on --pack.
+inline std::vector<Batch> validation_batches(const Data& d, std::size_t examples, std::size_t rows,
                                              std::size_t columns) {
+  const std::vector<hub::TokenizedExample> chosen(
+      d.val.begin(), d.val.begin() + std::ptrdiff_t(std::min(examples, d.val.size())));
   std::vector<Batch> out;
   if (columns > 0) {
-    const hub::TokenBatch laid = hub::lay_out(d.val, columns, hub::Layout::pack, d.pad);
-    for (std::size_t r = 0; r < laid.rows && out.size() < count; r += rows)
+    const hub::TokenBatch laid = hub::lay_out(chosen, columns, hub::Layout::pack, d.pad);
+    for (std::size_t r = 0; r < laid.rows; r += rows)
       out.push_back(batch_of(rows_of(laid, r, std::min(rows, laid.rows - r)), true));
     return out;
   }
-  std::vector<std::size_t> all(d.val.size());
+  std::vector<std::size_t> all(chosen.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  for (std::size_t at = 0; at < all.size() && out.size() < count; at += rows)
+  for (std::size_t at = 0; at < all.size(); at += rows)
     out.push_back(
-        make_batch(d.val, std::span(all).subspan(at, std::min(rows, all.size() - at)), d.pad));
+        make_batch(chosen, std::span(all).subspan(at, std::min(rows, all.size() - at)), d.pad));
   return out;
 }
 
@@ -299,17 +321,10 @@ class Sampler {
 /// A prompt as the model sees it at the start of an answer: for conversations, a user turn with
 /// `text` rendered by the chat template up to where the assistant's content begins (what
 /// add_generation_prompt writes; Qwen3 without its empty reasoning block); for text, `text`
-/// itself after bos when the tokenizer adds one.
+/// as transformers' tokenizer encodes it (Tokenizer::encode_for_model).
 inline std::vector<std::int32_t> prompt_ids(const hub::Tokenizer& tok, const Data& d,
                                             const std::string& text) {
-  if (!d.chat) {
-    std::vector<std::int32_t> ids;
-    if (tok.config().add_bos_token.value_or(false))
-      if (const auto bos = tok.bos_id()) ids.push_back(*bos);
-    const std::vector<std::int32_t> body = tok.encode(text, false);
-    ids.insert(ids.end(), body.begin(), body.end());
-    return ids;
-  }
+  if (!d.chat) return tok.encode_for_model(text);
   const hub::Conversation c{.messages = {{hub::Role::user, text}, {hub::Role::assistant, ""}},
                             .source = "--prompt"};
   const hub::RenderedChat r = hub::render_chat(*d.chat, c);

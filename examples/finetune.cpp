@@ -127,9 +127,10 @@ struct Options {
   std::string truncate = "oldest", train_on = "assistant", prompt;
   std::string chat_date;  // --chat-date; once the data is read, the date its template wrote
   bool skip_bad = false, pack = false;
-  bool auto_settings = false;                // --auto
-  double memory_gib = 0;                     // --memory (0: the memory available)
-  std::vector<std::string> hub_flags_given;  // flags only a Hugging Face folder takes
+  bool auto_settings = false;                   // --auto
+  double memory_gib = 0;                        // --memory (0: the memory available)
+  std::vector<std::string> hub_flags_given;     // flags only a Hugging Face folder takes
+  std::vector<std::string> conversation_flags;  // given flags only conversations take
   bool context_given = false;
   // the settings --auto chooses, when the user gave them (they win)
   bool batch_given = false, accumulate_given = false, steps_given = false, lr_given = false,
@@ -204,7 +205,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")
       ->check(flags::positive)
       ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches")
+  app.add_option("--eval-batches", o.eval_batches,
+                 "validation steps of --batch x --accumulate examples (a character model: batches)")
       ->check(flags::positive)
       ->capture_default_str();
   app.add_option("--save-adapters", o.save_adapters,
@@ -250,7 +252,8 @@ Options parse(int argc, char** argv) {
            ->check(flags::chat_date),
        "--chat-date"},
       {app.add_option("--prompt", o.prompt,
-                      "a user message to answer before and after training (--sample tokens)"),
+                      "a user message to answer before and after training (--sample tokens)")
+           ->check(flags::non_empty),
        "--prompt"},
       {app.add_flag("--auto", o.auto_settings,
                     "choose --max-tokens, --checkpoint, --batch, --accumulate, --lr and --steps "
@@ -279,6 +282,8 @@ Options parse(int argc, char** argv) {
                  "write a memory timeline (Chrome trace JSON) of the second step")
       ->check(flags::output_file);
   flags::parse(app, argc, argv);
+  for (const char* name : {"--truncate", "--train-on", "--skip-bad", "--chat-date"})
+    if (app.count(name) > 0) o.conversation_flags.push_back(name);
   for (const auto& [option, name] : hub_only) {
     if (option->count() > 0) o.hub_flags_given.push_back(name);
   }
@@ -460,6 +465,7 @@ class HubSource {
       : tok_(tok),
         data_(std::move(data)),
         rows_(static_cast<std::size_t>(o.batch)),
+        examples_per_step_(static_cast<std::size_t>(o.batch * o.accumulate)),
         packed_columns_(o.pack ? max_tokens - 1 : 0),
         sampler_(data_.train.size(), o.seed * 7919 + 1),
         prompt_(o.prompt),
@@ -468,6 +474,13 @@ class HubSource {
       throw remat::ArgumentError(remat::detail::cat(kProgram, ": --batch ", o.batch,
                                                     " is more than the ", data_.train.size(),
                                                     " training examples of ", o.data));
+    }
+    // a packed batch larger than an epoch would hold examples twice (TRL packs each once)
+    if (o.pack && rows_ > chat::packed_rows(data_.train, packed_columns_)) {
+      throw remat::ArgumentError(remat::detail::cat(
+          kProgram, ": --batch ", o.batch, " with --pack is more than the ",
+          chat::packed_rows(data_.train, packed_columns_), " rows of ", packed_columns_,
+          " positions the training examples of ", o.data, " fill"));
     }
   }
 
@@ -485,9 +498,12 @@ class HubSource {
     return chat::pack_batch(data_.train, rows_, packed_columns_, data_.pad, pending_,
                             [&] { return sampler_.next(1)[0]; });
   }
-  /// The first `count` batches of validation examples.
+  /// The validation examples of `count` optimizer steps (--batch x --accumulate each, the first
+  /// ones in order), in batches of --batch rows: the same examples whether packed or not, and
+  /// for --batch 2 as for --batch 1 --accumulate 2.
   std::vector<chat::Batch> validation(std::int64_t count) const {
-    return chat::validation_batches(data_, rows_, static_cast<std::size_t>(count), packed_columns_);
+    return chat::validation_batches(data_, static_cast<std::size_t>(count) * examples_per_step_,
+                                    rows_, packed_columns_);
   }
   /// The model's greedy answer to --prompt (empty without one).
   template <class Model>
@@ -507,7 +523,7 @@ class HubSource {
  private:
   const remat::hub::Tokenizer& tok_;
   chat::Data data_;
-  std::size_t rows_, packed_columns_;  // packed_columns_: 0 unless --pack
+  std::size_t rows_, examples_per_step_, packed_columns_;  // packed_columns_: 0 unless --pack
   chat::Sampler sampler_;
   std::optional<std::size_t> pending_;  // the example the last packed batch had no room for
   std::string prompt_;
@@ -777,12 +793,13 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   const std::int64_t rows = source.rows(), longest = source.max_columns();
   // the adapters (rank x (in + out) values per linear, with gradients and AdamW moments) and a
   // batch's activations, bounded below before the estimate prices them exactly
-  flags::fits(kProgram, "this run",
-              16.0 * double(o.rank) * 2 * double(width_of(model)) * double(layers_of(model)) *
-                      double(targets.size()) +
-                  4.0 * double(rows) * double(longest) * double(width_of(model)) *
-                      double(layers_of(model)) +
-                  8.0 * double(o.eval_batches) * double(rows) * double(longest));
+  flags::fits(
+      kProgram, "this run",
+      16.0 * double(o.rank) * 2 * double(width_of(model)) * double(layers_of(model)) *
+              double(targets.size()) +
+          4.0 * double(rows) * double(longest) * double(width_of(model)) *
+              double(layers_of(model)) +
+          8.0 * double(o.eval_batches) * double(o.accumulate) * double(rows) * double(longest));
   // Weights as stored (read into --storage by the loader, or quantized after a GPT's loading);
   // lora::apply freezes them all.
   Split counted;
@@ -809,7 +826,7 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
                                               o.steps, o.lr / 10);
   // A resumed run: the adapters and AdamW's moments as saved (the moments counted here, as the
   // first step would), and the data drawn up to the saved step, so that it goes on exactly.
-  const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+  const std::int64_t end = flags::end_step(kProgram, o.steps, o.stop_after);
   std::int64_t start = 0;
   std::optional<double> saved_first_val;
   if (!o.resume.empty()) {
@@ -830,9 +847,10 @@ int run(Model& model, Source& source, const Options& o, std::size_t live0) {
   // what the step and the validation batches need must fit before they are allocated.
   const remat::plan::Plan smallest =
       corpus::smallest_plan(o.checkpoint, layers_of(model), kProgram);
-  flags::fits(kProgram, "this run",
-              estimated_split(model, o, targets, rows, longest, smallest).total +
-                  8.0 * double(o.eval_batches) * double(rows) * double(longest));
+  flags::fits(
+      kProgram, "this run",
+      estimated_split(model, o, targets, rows, longest, smallest).total +
+          8.0 * double(o.eval_batches) * double(o.accumulate) * double(rows) * double(longest));
   const std::vector<chat::Batch> val = source.validation(o.eval_batches);
   double val_bytes = 0;  // held through the run, but no part of a training step
   for (const chat::Batch& b : val) {
@@ -1063,7 +1081,8 @@ int run_hub(Options& o, std::size_t live0) {
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
       .skip_bad = o.skip_bad,
-      .chat_date = o.chat_date.empty() && !o.resume.empty() ? saved_chat_date(o) : o.chat_date};
+      .chat_date = o.chat_date.empty() && !o.resume.empty() ? saved_chat_date(o) : o.chat_date,
+      .conversation_flags = o.conversation_flags};
   if (o.auto_settings) {
     auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, auto_request(o));
     for (const std::string& line : chosen.decision.lines) std::printf("%s\n", line.c_str());

@@ -129,6 +129,10 @@ inline const CLI::Validator probability(
     },
     "[0,1)");
 
+/// A text that is not empty (an empty prompt would be answered from nothing, silently).
+inline const CLI::Validator non_empty(
+    [](std::string& text) -> std::string { return text.empty() ? "an empty text" : ""; }, "TEXT");
+
 /// A date as a Llama 3.1+ chat template writes it, strftime's "%d %b %Y": "04 Dec 2026" (two
 /// digits, an English month's three letters, four digits). Another form would render text the
 /// model never saw in training.

@@ -172,7 +172,7 @@ int train(ranks::Job& job, int argc, char** argv) {
                   plan.describe().c_str());
     if (!o.json && root && start == 0) std::printf("step %5d  val loss %.4f\n", 0, first_val);
 
-    const std::int64_t end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+    const std::int64_t end = flags::end_step("train_gpt", o.steps, o.stop_after);
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t step = start; step < end; ++step) {
       // the job's batch, the same on every rank; this rank trains on its slice of it

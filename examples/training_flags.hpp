@@ -92,6 +92,16 @@ inline remat::Precision precision(const Training& o) {
   return remat::parse_precision(o.dtype, "--dtype");
 }
 
+/// The step a run of `steps` steps ends at: `stop_after` when given (not 0), which past the
+/// run's end is an error rather than a silent `steps`.
+inline std::int64_t end_step(const char* program, std::int64_t steps, std::int64_t stop_after) {
+  if (stop_after > steps) {
+    throw remat::ArgumentError(remat::detail::cat(program, ": --stop-after ", stop_after,
+                                                  " is past the run's last step, ", steps));
+  }
+  return stop_after > 0 ? stop_after : steps;
+}
+
 /// Throws unless a run of `steps` steps may resume at `start` from `file` and stop after
 /// `stop_after` (0: never): a file saved at step 20 must hold step 20's weights, so neither a
 /// step past the run's end nor stopping before the resumed step can be honoured.

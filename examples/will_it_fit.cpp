@@ -85,6 +85,7 @@ struct Options {
   bool skip_bad = false, pack = false, batch_given = false, accumulate_given = false,
        loss_chunk_rows_given = false;
   double lora_dropout = 0;
+  std::vector<std::string> conversation_flags;  // given flags only conversations take
 };
 
 /// What --dtype priced, for the headers.
@@ -241,7 +242,18 @@ Options parse(int argc, char** argv) {
                      "finetune --auto would choose")
           ->check(flags::input_file);
   flags::parse(app, argc, argv);
+  for (const char* name : {"--truncate", "--train-on", "--skip-bad", "--chat-date"})
+    if (app.count(name) > 0) o.conversation_flags.push_back(name);
   check_data_flags(app, o, data_only, data_option->count() > 0, !config_path.empty());
+  // a config.json gives the shape: a shape flag beside it would be ignored
+  if (!config_path.empty() || !o.base.empty()) {
+    for (const char* name : {"--layers", "--width", "--heads", "--context", "--vocab", "--kv-heads",
+                             "--mlp", "--tied"})
+      if (app.count(name) > 0)
+        throw remat::ArgumentError(
+            remat::detail::cat("will_it_fit: ", name, " sets a shape that ",
+                               o.base.empty() ? config_path : o.base + "/config.json", " gives"));
+  }
   if (!o.base.empty()) config_path = o.base + "/config.json";
   if (!o.data.empty()) {
     // finetune's defaults: NF4 and rank 8 unless given
@@ -606,7 +618,8 @@ int print_decision(const Options& o) {
           o.truncate == "exclude" ? remat::hub::Truncate::exclude : remat::hub::Truncate::oldest,
       .train_on = o.train_on == "all" ? remat::hub::TrainOn::all : remat::hub::TrainOn::assistant,
       .skip_bad = o.skip_bad,
-      .chat_date = o.chat_date};
+      .chat_date = o.chat_date,
+      .conversation_flags = o.conversation_flags};
   const auto_settings::Result chosen = auto_settings::decide(tok, o.base, data, r);
   if (o.json) {
     std::printf("%s\n", chosen.decision.json().c_str());

@@ -150,4 +150,11 @@ expect_error "will_it_fit: --chat-date is for --data" "$will_it_fit" --base mode
 expect_error "--chat-date 01 Jan 2020: the chat template of model (ChatML (Qwen3)) writes no date" \
   "$will_it_fit" "${data[@]}" --chat-date "01 Jan 2020"
 expect_error "will_it_fit: --compare does not apply with --data" "$will_it_fit" "${data[@]}" --compare
+# a config.json gives the shape: a shape flag beside it is refused, not ignored
+expect_error "will_it_fit: --layers sets a shape that model/config.json gives" "$will_it_fit" --base model --layers 4
+expect_error "will_it_fit: --width sets a shape that model/config.json gives" \
+  "$will_it_fit" --config model/config.json --width 64
+# a batch finetune would refuse is refused before any decision names it, by both
+expect_error "finetune: --batch 37 is more than the 36 training examples" "$will_it_fit" "${data[@]}" --batch 37
+expect_error "finetune: --batch 37 is more than the 36 training examples" "$finetune" "${data[@]}" --auto --batch 37
 echo "finetune --auto and will_it_fit --data: one decision, fitting, explained"

@@ -95,6 +95,17 @@ awk -v a="$(field every.json first_val_loss)" -v b="$(field every.json final_val
   || { cat every.json; fail "the validation loss did not fall"; }
 [ "$(field every.json first_val_loss)" != "$(field all.json first_val_loss)" ] \
   || fail "--train-on all gave the same loss as the assistant tokens alone"
+# the validation loss is over the same examples packed or not, and for --batch 2 as for --batch 1
+# --accumulate 2: with one validation step of two examples, packed rows hold more than two
+one_step=(--base model --data chats.jsonl --max-tokens 128 --steps 1 --eval-batches 1 --threads 2 --json)
+"$finetune" "${one_step[@]}" --batch 2 > val_padded.json
+"$finetune" "${one_step[@]}" --batch 2 --pack > val_packed.json
+"$finetune" "${one_step[@]}" --batch 1 --accumulate 2 > val_accumulated.json
+for f in val_packed.json val_accumulated.json; do
+  awk -v a="$(field val_padded.json first_val_loss)" -v b="$(field "$f" first_val_loss)" \
+      'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * a) }' \
+    || { cat val_padded.json "$f"; fail "$f: the validation loss is over other examples"; }
+done
 
 # stopped after step 2 and resumed, a run ends as the uninterrupted one: the same validation
 # loss, adapters and training state, bit for bit (LoRA dropout and packing carry state too)
@@ -139,6 +150,14 @@ expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.js
 expect_error "context is for a train_llama" "${run[@]}" --context 16
 expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
 expect_error "needs --data" --base model
+expect_error "with --pack is more than the" --base model --data chats.jsonl --max-tokens 128 --batch 37 --pack
+for flag in "--truncate exclude" "--train-on all" "--skip-bad"; do  # --chat-date: below
+  # shellcheck disable=SC2086  # the flag and its value
+  expect_error "${flag%% *} is for conversations (.jsonl); docs.txt is plain text" \
+    --base model --data docs.txt --max-tokens 8 $flag
+done
+expect_error "stop-after 9 is past the run's last step, 4" "${run[@]}" --stop-after 9
+expect_error "an empty text" "${run[@]}" --prompt ""
 expect_error "checkpoint policy:save_all: 'save_all' is not save_matmuls" "${run[@]}" --checkpoint policy:save_all
 expect_error "no_such_op" "${run[@]}" --checkpoint policy:save_ops:no_such_op
 expect_error "saved by a run with --seed '1'; resume it with the same (this run has '5')" \

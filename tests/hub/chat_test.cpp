@@ -110,9 +110,8 @@ ChatFamily family_of(const std::string& name) {
   return names.at(name);
 }
 
-/// A byte-level tokenizer with ChatML's markers as special tokens and merges that make tokens
-/// straddle span boundaries ("\n\n", "t\n", " a").
-Tokenizer chatml_tokenizer() {
+/// The tokenizer.json of chatml_tokenizer(), with `post_processor`.
+json chatml_tokenizer_json(const json& post_processor = nullptr) {
   const auto& alphabet = ByteAlphabet::get();
   const auto bl = [&](std::string_view s) {
     std::string out;
@@ -142,15 +141,19 @@ Tokenizer chatml_tokenizer() {
                            {"add_prefix_space", false},
                            {"trim_offsets", true},
                            {"use_regex", true}};
-  return Tokenizer::from_json(
-      json{{"version", "1.0"},
-           {"added_tokens", added},
-           {"normalizer", nullptr},
-           {"pre_tokenizer", byte_level},
-           {"post_processor", nullptr},
-           {"decoder", byte_level},
-           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}},
-      "chatml test tokenizer");
+  return json{{"version", "1.0"},
+              {"added_tokens", added},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", byte_level},
+              {"post_processor", post_processor},
+              {"decoder", byte_level},
+              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
+}
+
+/// A byte-level tokenizer with ChatML's markers as special tokens and merges that make tokens
+/// straddle span boundaries ("\n\n", "t\n", " a").
+Tokenizer chatml_tokenizer() {
+  return Tokenizer::from_json(chatml_tokenizer_json(), "chatml test tokenizer");
 }
 
 /// A random ASCII conversation: optional system, 1 to `exchanges` exchanges.
@@ -409,6 +412,49 @@ TEST_CASE("Plain text files: documents between empty lines", "[hub][chat]") {
         std::string::npos);
   write(file, "\n\n");
   CHECK_THROWS_AS(read_text_documents(file), EmptyDataError);
+}
+
+TEST_CASE("Plain text documents get the special tokens transformers' tokenizer adds, as TRL's",
+          "[hub][chat]") {
+  // <|im_start|> (263) as bos, <|im_end|> (264) as eos; the post-processor writes bos first, as
+  // Llama 2's and 3's tokenizer.json files do
+  const json bos_first = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"pair", json::array()},
+      {"special_tokens",
+       {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {263}}, {"tokens", {"<|im_start|>"}}}}}}};
+  const auto folder = [&](const json& post_processor, const json& config) {
+    const std::string dir = scratch("document_tokens");
+    std::filesystem::create_directories(dir);
+    write(dir + "/tokenizer.json", chatml_tokenizer_json(post_processor).dump());
+    write(dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(dir);
+  };
+  const json tokens = {{"bos_token", "<|im_start|>"}, {"eos_token", "<|im_end|>"}};
+  const Tokenizer plain = folder(nullptr, tokens);
+  const std::vector<std::int32_t> body = plain.encode("abc st", false);
+  const auto with = [&](std::vector<std::int32_t> before, std::vector<std::int32_t> after) {
+    before.insert(before.end(), body.begin(), body.end());
+    before.insert(before.end(), after.begin(), after.end());
+    return before;
+  };
+  // the post-processor's bos, then eos (was: no bos unless add_bos_token)
+  CHECK(tokenize_document(folder(bos_first, tokens), "abc st").ids == with({263}, {264}));
+  // add_bos_token / add_eos_token rebuild it, as transformers does: bos as they say
+  json no_bos = tokens;
+  no_bos["add_bos_token"] = false;
+  CHECK(tokenize_document(folder(bos_first, no_bos), "abc st").ids == with({}, {264}));
+  json both = tokens;
+  both["add_bos_token"] = true;
+  both["add_eos_token"] = true;
+  CHECK(tokenize_document(folder(nullptr, both), "abc st").ids == with({263}, {264, 264}));
+  // a text that ends with eos's text gets no second one (TRL appends it only then)
+  const TokenizedExample ended = tokenize_document(plain, "abc st<|im_end|>");
+  CHECK(ended.ids == with({}, {264}));
+  CHECK(ended.loss == std::vector<std::uint8_t>(ended.ids.size(), 1));
 }
 
 TEST_CASE("The loss mask is on exactly the tokens that overlap assistant spans", "[hub][chat]") {

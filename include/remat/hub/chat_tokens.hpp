@@ -69,15 +69,15 @@ inline TokenizedExample tokenize_chat(const Tokenizer& tok, const RenderedChat& 
   return ex;
 }
 
-/// Encodes a plain text document (the loss on every token): bos first when the tokenizer's
-/// config asks for it, eos last so the model learns where documents end.
+/// Encodes a plain text document (the loss on every token) as TRL's SFTTrainer does: the
+/// special tokens transformers' tokenizer adds (Tokenizer::encode_for_model: bos for Llama 2 and
+/// 3), and eos last so the model learns where documents end, unless the text already ends with
+/// eos's text (TRL appends it to the text only then).
 inline TokenizedExample tokenize_document(const Tokenizer& tok, std::string_view text) {
   TokenizedExample ex;
-  if (tok.config().add_bos_token.value_or(false))
-    if (const auto bos = tok.bos_id()) ex.ids.push_back(*bos);
-  const std::vector<std::int32_t> body = tok.encode(text, false);
-  ex.ids.insert(ex.ids.end(), body.begin(), body.end());
-  if (const auto eos = tok.eos_id()) ex.ids.push_back(*eos);
+  ex.ids = tok.encode_for_model(text);
+  const auto eos = tok.eos_id();
+  if (eos && !text.ends_with(tok.config().eos_token.value_or(""))) ex.ids.push_back(*eos);
   ex.loss.assign(ex.ids.size(), 1);
   return ex;
 }

@@ -102,6 +102,23 @@ class Tokenizer {
     return ids;
   }
 
+  /// The ids transformers' tokenizer gives for `text` (`tokenizer(text)`, TRL's tokenization of
+  /// text data, a prompt given to generate()): the post-processor's special tokens, unless
+  /// tokenizer_config.json sets add_bos_token or add_eos_token, from which transformers rebuilds
+  /// the post-processor (LlamaTokenizerFast and its kin in v4, every fast tokenizer in v5): then
+  /// bos first and eos last as those say.
+  std::vector<std::int32_t> encode_for_model(std::string_view text) const {
+    if (!config_.add_bos_token && !config_.add_eos_token) return encode(text, true);
+    std::vector<std::int32_t> ids;
+    if (config_.add_bos_token.value_or(false))
+      if (const auto bos = bos_id()) ids.push_back(*bos);
+    const std::vector<std::int32_t> body = encode(text, false);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (config_.add_eos_token.value_or(false))
+      if (const auto eos = eos_id()) ids.push_back(*eos);
+    return ids;
+  }
+
   /// The text of `ids`; special tokens are left out when `skip_special_tokens`. An id that is
   /// neither in the vocabulary nor an added token is an IndexError naming it.
   std::string decode(std::span<const std::int32_t> ids, bool skip_special_tokens = true) const {
