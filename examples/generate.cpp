@@ -2,16 +2,32 @@
 // tokenizer.json), optionally with PEFT LoRA adapters, through nn::generate's KV cache.
 //
 //   generate --base DIR [--adapters DIR] --prompt TEXT --max-new-tokens N
-//            [--temperature T [--top-k K] [--top-p P] [--seed S]] [--stop STR]...
-//            [--storage f32|bf16|int8|nf4] [--threads N] [--verify] [--json]
+//            [--greedy | --temperature T [--top-k K] [--top-p P]] [--seed S]
+//            [--repetition-penalty R] [--stop STR]... [--storage f32|bf16|int8|nf4]
+//            [--threads N] [--verify] [--json]
 //
-// Prints the continuation (greedy unless a temperature is given). It stops after N tokens, at
-// the tokenizer's end-of-sequence id (and generation_config.json's eos_token_id, when the folder
-// has one), or once the continuation contains a --stop string. --storage reads the decoder
-// layers' projections straight into that frozen storage (QLoRA's NF4, say). --verify re-runs the
-// model's full forward (the training path, no cache) on the prompt and the continuation and checks
-// that every greedy token is its argmax; a disagreement is an error. --json ends the output with
-// one object: prompt_ids, new_ids, text, stop_reason, seconds_per_token (the steps after the first
+// As transformers' model.generate() with the folder's generation config: the prompt is
+// tokenizer(text)'s ids (hub::Tokenizer::encode_for_model); the end-of-sequence ids are
+// generation_config.json's eos_token_id, or config.json's when the folder has no
+// generation_config.json (the tokenizer's eos is not one, as in transformers); with no sampling
+// flag, generation_config.json's do_sample, temperature, top_k (50 when absent), top_p and
+// repetition_penalty choose the tokens (greedy without the file). Flags override the file:
+// --greedy, or --temperature with --top-k (50 unless given; 0: all) and --top-p, replace its
+// sampling, --repetition-penalty its penalty. A field of the file that would change the tokens
+// otherwise (min_p, num_beams > 1, no_repeat_ngram_size, ...) and any field remat does not know
+// are refused by name, unless the flags override the choice they make.
+//
+// It stops after N tokens, at an end-of-sequence id, or at a --stop string, as transformers'
+// StopStringCriteria (nn/generate.hpp: matched on the text of the prompt and the new tokens,
+// special tokens kept, ending inside the last token). It prints the new tokens' text,
+// tokenizer.decode(new_ids, skip_special_tokens=True), as a model card's
+// decode(output[len(input):]) and TextStreamer print it (the text-generation pipeline instead
+// cuts decode(prompt + new) after the prompt's text). --storage reads the decoder layers'
+// projections straight into that frozen storage (QLoRA's NF4, say). --verify re-runs the model's
+// full forward (the training path, no cache) on the prompt and the continuation and checks that
+// every greedy token is its argmax (after the repetition penalty); a disagreement is an error.
+// --json ends the output with one object: prompt_ids, new_ids, text, stop_reason, eos_ids,
+// sampling (null when greedy), repetition_penalty, seconds_per_token (the steps after the first
 // token), prefill_seconds, cache_bytes (and full_forward_agrees under --verify).
 //
 // A bad flag or value is one line on standard error and exit status 1; --help exits 0.
@@ -40,12 +56,12 @@ namespace {
 struct Options {
   std::string base, adapters, prompt, storage = "f32";
   std::int64_t max_new_tokens = 0;
-  std::optional<double> temperature, top_p;
+  std::optional<double> temperature, top_p, repetition_penalty;
   std::optional<std::int64_t> top_k;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   int threads = 0;
-  bool verify = false, json = false;
+  bool greedy = false, verify = false, json = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -57,7 +73,8 @@ Options parse(int argc, char** argv) {
   Options o;
   CLI::App app(
       "Continues a text with a Hugging Face model folder (and PEFT adapters), with a KV "
-      "cache; greedy unless --temperature is given.");
+      "cache, as transformers' generate() with the folder's generation_config.json; greedy "
+      "without that file or a sampling flag.");
   app.add_option("--base", o.base, "model folder: config.json, safetensors, tokenizer.json")
       ->required();
   app.add_option("--adapters", o.adapters,
@@ -65,14 +82,27 @@ Options parse(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "the text to continue")->required();
   app.add_option("--max-new-tokens", o.max_new_tokens, "at most this many new tokens (>= 1)")
       ->required();
-  app.add_option("--temperature", o.temperature, "sample at this temperature (> 0); none: greedy");
-  app.add_option("--top-k", o.top_k, "sample among the K most likely tokens (>= 1)");
-  app.add_option("--top-p", o.top_p, "sample among the most likely tokens holding P, in (0, 1]");
-  app.add_option("--seed", o.seed, "seed of the draws");
-  app.add_option("--stop", o.stop, "stop once the continuation contains this text (repeatable)");
+  app.add_flag("--greedy", o.greedy,
+               "choose the most likely token, whatever generation_config.json says");
+  app.add_option("--temperature", o.temperature,
+                 "sample at this temperature (> 0), instead of generation_config.json's sampling");
+  app.add_option("--top-k", o.top_k,
+                 "with --temperature: sample among the K most likely tokens (default 50, "
+                 "transformers' default; 0: all)");
+  app.add_option("--top-p", o.top_p,
+                 "with --temperature: sample among the most likely tokens holding P, in (0, 1]");
+  app.add_option("--seed", o.seed, "seed of the draws (an integer in [0, 2^64 - 1])")
+      ->check(flags::count);
+  app.add_option("--repetition-penalty", o.repetition_penalty,
+                 "divide the logits of the tokens seen so far by this (> 0; 1: none), "
+                 "instead of generation_config.json's repetition_penalty");
+  app.add_option("--stop", o.stop,
+                 "stop once this text ends inside a new token's text, prompt included "
+                 "(repeatable)");
   app.add_option("--storage", o.storage, "frozen storage of the decoder layers' weights")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads (0: the library's default)")
+      ->check(flags::thread_count(true))
       ->capture_default_str();
   app.add_flag("--verify", o.verify,
                "check every greedy token against the full forward's argmax (no cache)");
@@ -88,18 +118,22 @@ Options parse(int argc, char** argv) {
     fail("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   if (o.temperature && !(std::isfinite(*o.temperature) && *o.temperature > 0))
     fail("--temperature must be a finite number > 0, got " + std::to_string(*o.temperature));
-  if (!o.temperature && (o.top_k || o.top_p || o.seed))
-    fail("--top-k, --top-p and --seed choose how to sample: they need --temperature");
-  if (o.top_k && *o.top_k < 1) fail("--top-k must be >= 1, got " + std::to_string(*o.top_k));
+  if (!o.temperature && (o.top_k || o.top_p))
+    fail("--top-k and --top-p choose how --temperature samples: they need --temperature");
+  if (o.greedy && (o.temperature || o.seed))
+    fail("--greedy draws nothing: it cannot be used with --temperature or --seed");
+  if (o.top_k && *o.top_k < 0) fail("--top-k must be >= 0, got " + std::to_string(*o.top_k));
   if (o.top_p && !(*o.top_p > 0 && *o.top_p <= 1))
     fail("--top-p must be in (0, 1], got " + std::to_string(*o.top_p));
+  if (o.repetition_penalty && !(std::isfinite(*o.repetition_penalty) && *o.repetition_penalty > 0))
+    fail("--repetition-penalty must be a finite number > 0, got " +
+         std::to_string(*o.repetition_penalty));
   if (o.temperature && o.verify)
     fail("--verify checks greedy tokens: it cannot be used with --temperature");
   for (const std::string& s : o.stop)
     if (s.empty()) fail("--stop must not be empty");
   if (o.storage != "f32" && o.storage != "bf16" && o.storage != "int8" && o.storage != "nf4")
     fail("--storage must be f32, bf16, int8 or nf4, got '" + o.storage + "'");
-  if (o.threads < 0) fail("--threads must be >= 0, got " + std::to_string(o.threads));
   return o;
 }
 
@@ -119,21 +153,258 @@ remat::nn::lora::Adapters<float> load_adapters(remat::nn::Llama<float>& model,
   return adapters;
 }
 
-/// generation_config.json's eos_token_id (one id or a list), when the folder has the file.
-std::vector<std::int32_t> generation_eos_ids(const std::string& dir) {
-  const std::string path = dir + "/generation_config.json";
-  if (!std::filesystem::exists(path)) return {};
-  const nlohmann::json c = read_json(path);
+[[noreturn]] void refuse_field(const std::string& path, const std::string& key,
+                               const nlohmann::json& value, const std::string& why) {
+  throw remat::IoError(
+      remat::detail::cat(path, ": field '", key, "' is ", value.dump(), ": ", why));
+}
+
+/// An eos_token_id value (null, one id or a list) as token ids. An id must be an int32: a larger
+/// one (or a negative one) would wrap to another token.
+std::vector<std::int32_t> token_ids(const nlohmann::json& value, const std::string& path,
+                                    const char* key) {
   std::vector<std::int32_t> out;
-  if (!c.is_object() || !c.contains("eos_token_id") || c["eos_token_id"].is_null()) return out;
-  const nlohmann::json& e = c["eos_token_id"];
-  for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e})) {
-    if (!id.is_number_integer() || id.get<std::int64_t>() < 0)
-      throw remat::IoError(
-          remat::detail::cat(path, ": field 'eos_token_id' holds ", id.dump(), ", not a token id"));
-    out.push_back(id.get<std::int32_t>());
+  if (value.is_null()) return out;
+  for (const nlohmann::json& id : value.is_array() ? value : nlohmann::json::array({value})) {
+    if (!id.is_number_unsigned() || id.get<std::uint64_t>() > 0x7fffffffu)
+      refuse_field(
+          path, key, value,
+          remat::detail::cat(id.dump(), " is not a token id (an integer in [0, 2^31 - 1])"));
+    out.push_back(static_cast<std::int32_t>(id.get<std::uint64_t>()));
   }
   return out;
+}
+
+/// config.json's eos_token_id as transformers' config class reads it: the key's value, else the
+/// class's default, 2 for LlamaConfig and MistralConfig and none for Qwen2Config and Qwen3Config.
+std::vector<std::int32_t> config_eos_ids(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const nlohmann::json c = read_json(path);
+  if (c.contains("eos_token_id")) return token_ids(c["eos_token_id"], path, "eos_token_id");
+  remat::detail::ConfigFields fields(c, path);
+  const std::string family = remat::detail::read_model_type(fields);
+  return family == "llama" || family == "mistral" ? std::vector<std::int32_t>{2}
+                                                  : std::vector<std::int32_t>{};
+}
+
+/// generation_config.json's fields, by what remat does with them. `defaults` lists the values
+/// (null always among them) with which a field changes nothing.
+enum class FieldUse {
+  harmless,  ///< never changes which token is chosen
+  strategy,  ///< a search other than greedy or sampling: refused unless --greedy/--temperature
+  warper,    ///< a sampling warper remat lacks: refused when the file's sampling is followed
+  refused,   ///< a logits processor or stopping rule remat lacks: refused unless at its default
+};
+struct GenerationField {
+  const char* name;
+  FieldUse use;
+  const char* defaults;  // a JSON array
+  const char* why;
+};
+// transformers' GenerationConfig fields (4.4x to 5), read: do_sample, temperature, top_k, top_p,
+// repetition_penalty and eos_token_id (generation_settings()).
+constexpr GenerationField kGenerationFields[] = {
+    {"transformers_version", FieldUse::harmless, "[]", "the writer's version"},
+    {"_from_model_config", FieldUse::harmless, "[]", "where transformers took the values"},
+    {"pad_token_id", FieldUse::harmless, "[]", "one sequence has no padding"},
+    {"bos_token_id", FieldUse::harmless, "[]", "the tokenizer adds the prompt's bos"},
+    {"decoder_start_token_id", FieldUse::harmless, "[]", "encoder-decoder models only"},
+    {"max_length", FieldUse::harmless, "[]", "--max-new-tokens, required, sets the length"},
+    {"max_new_tokens", FieldUse::harmless, "[]", "--max-new-tokens, required, sets the length"},
+    {"use_cache", FieldUse::harmless, "[]", "remat always uses its KV cache"},
+    {"cache_implementation", FieldUse::harmless, "[]", "how transformers stores the cache"},
+    {"cache_config", FieldUse::harmless, "[]", "how transformers stores the cache"},
+    {"return_legacy_cache", FieldUse::harmless, "[]", "what transformers returns"},
+    {"prefill_chunk_size", FieldUse::harmless, "[]", "how transformers runs the prefill"},
+    {"compile_config", FieldUse::harmless, "[]", "torch.compile's settings"},
+    {"disable_compile", FieldUse::harmless, "[]", "torch.compile's settings"},
+    {"output_attentions", FieldUse::harmless, "[]", "what transformers returns"},
+    {"output_hidden_states", FieldUse::harmless, "[]", "what transformers returns"},
+    {"output_scores", FieldUse::harmless, "[]", "what transformers returns"},
+    {"output_logits", FieldUse::harmless, "[]", "what transformers returns"},
+    {"return_dict_in_generate", FieldUse::harmless, "[]", "what transformers returns"},
+    {"renormalize_logits", FieldUse::harmless, "[]", "a log-softmax: the same argmax and draw"},
+    {"low_memory", FieldUse::harmless, "[]", "beam and contrastive search only"},
+    {"early_stopping", FieldUse::harmless, "[]", "beam search only"},
+    {"length_penalty", FieldUse::harmless, "[]", "beam search only"},
+    {"diversity_penalty", FieldUse::harmless, "[]", "group beam search only"},
+    {"is_assistant", FieldUse::harmless, "[]", "assisted generation only"},
+    {"num_assistant_tokens", FieldUse::harmless, "[]", "assisted generation only"},
+    {"num_assistant_tokens_schedule", FieldUse::harmless, "[]", "assisted generation only"},
+    {"assistant_confidence_threshold", FieldUse::harmless, "[]", "assisted generation only"},
+    {"assistant_lookbehind", FieldUse::harmless, "[]", "assisted generation only"},
+    {"target_lookbehind", FieldUse::harmless, "[]", "assisted generation only"},
+    {"max_matching_ngram_size", FieldUse::harmless, "[]", "prompt lookup only"},
+    {"num_beams", FieldUse::strategy, "[1]", "beam search is not implemented"},
+    {"num_beam_groups", FieldUse::strategy, "[1]", "group beam search is not implemented"},
+    {"penalty_alpha", FieldUse::strategy, "[0]", "contrastive search is not implemented"},
+    {"dola_layers", FieldUse::strategy, "[]", "DoLa decoding is not implemented"},
+    {"prompt_lookup_num_tokens", FieldUse::strategy, "[]", "prompt lookup is not implemented"},
+    {"assistant_early_exit", FieldUse::strategy, "[]", "assisted generation is not implemented"},
+    {"min_p", FieldUse::warper, "[0]", "min-p sampling is not implemented"},
+    {"typical_p", FieldUse::warper, "[1]", "typical sampling is not implemented"},
+    {"epsilon_cutoff", FieldUse::warper, "[0]", "epsilon sampling is not implemented"},
+    {"eta_cutoff", FieldUse::warper, "[0]", "eta sampling is not implemented"},
+    {"min_length", FieldUse::refused, "[0]", "a minimum length is not implemented"},
+    {"min_new_tokens", FieldUse::refused, "[0]", "a minimum length is not implemented"},
+    {"max_time", FieldUse::refused, "[]", "a time limit is not implemented"},
+    {"stop_strings", FieldUse::refused, "[]", "give them as --stop"},
+    {"no_repeat_ngram_size", FieldUse::refused, "[0]", "not implemented"},
+    {"encoder_no_repeat_ngram_size", FieldUse::refused, "[0]", "not implemented"},
+    {"encoder_repetition_penalty", FieldUse::refused, "[1]", "not implemented"},
+    {"bad_words_ids", FieldUse::refused, "[]", "not implemented"},
+    {"force_words_ids", FieldUse::refused, "[]", "not implemented"},
+    {"constraints", FieldUse::refused, "[]", "not implemented"},
+    {"forced_bos_token_id", FieldUse::refused, "[]", "not implemented"},
+    {"forced_eos_token_id", FieldUse::refused, "[]", "not implemented"},
+    {"forced_decoder_ids", FieldUse::refused, "[]", "not implemented"},
+    {"suppress_tokens", FieldUse::refused, "[]", "not implemented"},
+    {"begin_suppress_tokens", FieldUse::refused, "[]", "not implemented"},
+    {"sequence_bias", FieldUse::refused, "[]", "not implemented"},
+    {"exponential_decay_length_penalty", FieldUse::refused, "[]", "not implemented"},
+    {"guidance_scale", FieldUse::refused, "[1]", "classifier-free guidance is not implemented"},
+    {"remove_invalid_values", FieldUse::refused, "[false]", "not implemented"},
+    {"token_healing", FieldUse::refused, "[false]", "not implemented"},
+    {"watermarking_config", FieldUse::refused, "[]", "not implemented"},
+    {"num_return_sequences", FieldUse::refused, "[1]", "remat returns one sequence"},
+};
+constexpr const char* kReadGenerationFields[] = {"do_sample", "temperature",        "top_k",
+                                                 "top_p",     "repetition_penalty", "eos_token_id"};
+
+/// Whether a value changes nothing: null or one of `defaults` (1 and 1.0 alike).
+bool is_default(const nlohmann::json& value, const char* defaults) {
+  if (value.is_null()) return true;
+  for (const nlohmann::json& d : nlohmann::json::parse(defaults)) {
+    if (value == d) return true;
+  }
+  return false;
+}
+
+/// Throws on a field of generation_config.json that would choose other tokens than remat does:
+/// an unknown one, or one not at its default, unless the flags override its choice (a strategy
+/// by --greedy or --temperature; a sampling warper by those, or when the file does not sample).
+void check_generation_fields(const nlohmann::json& c, const std::string& path, const Options& o,
+                             bool file_samples) {
+  const bool flags_choose = o.greedy || o.temperature.has_value();
+  for (const auto& [key, value] : c.items()) {
+    if (std::find_if(std::begin(kReadGenerationFields), std::end(kReadGenerationFields),
+                     [&](const char* k) { return key == k; }) != std::end(kReadGenerationFields))
+      continue;
+    const GenerationField* f = nullptr;
+    for (const GenerationField& g : kGenerationFields)
+      if (key == g.name) f = &g;
+    if (f == nullptr)
+      refuse_field(path, key, value,
+                   "remat does not know this field, and refuses what it does not account for");
+    if (f->use == FieldUse::harmless || is_default(value, f->defaults)) continue;
+    if (f->use == FieldUse::strategy && flags_choose) continue;
+    if (f->use == FieldUse::warper && (flags_choose || !file_samples)) continue;
+    const char* overrides =
+        f->use == FieldUse::refused ? "" : " (--greedy or --temperature overrides it)";
+    refuse_field(path, key, value, remat::detail::cat(f->why, overrides));
+  }
+}
+
+/// How the tokens are chosen and when generation ends, from the flags and the folder's files.
+struct GenerationSettings {
+  std::optional<remat::nn::SamplingOptions> sampling;  ///< none: greedy
+  double repetition_penalty = 1.0;
+  std::vector<std::int32_t> eos_ids;
+};
+
+/// A number field of generation_config.json (null or absent: `fallback`).
+double number_field(const nlohmann::json& c, const std::string& path, const char* key,
+                    double fallback) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  if (!c[key].is_number()) refuse_field(path, key, c[key], "expected a number");
+  return c[key].get<double>();
+}
+
+/// The file's sampling, as transformers' warpers read it: temperature (1 when unset), top_k (50
+/// when absent, none when null or 0), top_p (1 when unset).
+remat::nn::SamplingOptions file_sampling(const nlohmann::json& c, const std::string& path) {
+  remat::nn::SamplingOptions s;
+  s.temperature = number_field(c, path, "temperature", 1.0);
+  if (!(std::isfinite(s.temperature) && s.temperature > 0))
+    refuse_field(path, "temperature", c["temperature"], "sampling needs a temperature > 0");
+  s.top_k = 50;
+  if (c.contains("top_k")) {
+    const nlohmann::json& k = c["top_k"];
+    if (!k.is_null() && !(k.is_number_integer() && k.get<std::int64_t>() >= 0))
+      refuse_field(path, "top_k", k, "expected an integer >= 0");
+    s.top_k = k.is_null() ? 0 : k.get<std::int64_t>();
+  }
+  s.top_p = number_field(c, path, "top_p", 1.0);
+  if (!(s.top_p > 0 && s.top_p <= 1))
+    refuse_field(path, "top_p", c["top_p"], "expected a number in (0, 1]");
+  return s;
+}
+
+/// The flags' choices over generation_config.json's (or config.json's eos ids without it).
+GenerationSettings generation_settings(const Options& o) {
+  GenerationSettings g;
+  const std::string path = o.base + "/generation_config.json";
+  nlohmann::json c = nlohmann::json::object();
+  if (std::filesystem::exists(path)) {
+    c = read_json(path);
+    if (!c.is_object()) throw remat::IoError(path + ": expected a JSON object");
+    g.eos_ids = c.contains("eos_token_id") ? token_ids(c["eos_token_id"], path, "eos_token_id")
+                                           : std::vector<std::int32_t>{};
+  } else {
+    // transformers then builds the generation config from config.json
+    g.eos_ids = config_eos_ids(o.base);
+  }
+  const nlohmann::json do_sample = c.value("do_sample", nlohmann::json());
+  if (!do_sample.is_null() && !do_sample.is_boolean())
+    refuse_field(path, "do_sample", do_sample, "expected true or false");
+  const bool file_samples = do_sample.is_boolean() && do_sample.get<bool>();
+  check_generation_fields(c, path, o, file_samples);
+  if (o.temperature) {
+    g.sampling = remat::nn::SamplingOptions{.temperature = *o.temperature,
+                                            .top_k = o.top_k.value_or(50),
+                                            .top_p = o.top_p.value_or(1.0)};
+  } else if (!o.greedy && file_samples) {
+    g.sampling = file_sampling(c, path);
+  }
+  if (g.sampling) g.sampling->seed = o.seed.value_or(0);
+  g.repetition_penalty = number_field(c, path, "repetition_penalty", 1.0);
+  if (!(std::isfinite(g.repetition_penalty) && g.repetition_penalty > 0))
+    refuse_field(path, "repetition_penalty", c["repetition_penalty"], "expected a number > 0");
+  if (o.repetition_penalty) g.repetition_penalty = *o.repetition_penalty;
+  return g;
+}
+
+/// The options' sampling as JSON (null: greedy).
+nlohmann::ordered_json sampling_json(const std::optional<remat::nn::SamplingOptions>& s) {
+  if (!s) return nullptr;
+  return {
+      {"temperature", s->temperature}, {"top_k", s->top_k}, {"top_p", s->top_p}, {"seed", s->seed}};
+}
+
+/// Whether every greedy token of `ids` is the full forward's argmax (no cache) after the
+/// repetition penalty; says which one is not on standard error.
+bool full_forward_agrees(const remat::nn::Llama<float>& model,
+                         const std::vector<std::int32_t>& prompt,
+                         const std::vector<std::int32_t>& ids, double penalty) {
+  std::vector<std::int32_t> seq = prompt;
+  for (const std::int32_t id : ids) {
+    const remat::NoGradGuard no_grad;
+    remat::Tensor<std::int32_t> in(remat::Shape{1, static_cast<std::int64_t>(seq.size())});
+    std::copy(seq.begin(), seq.end(), in.data());
+    const remat::Tensor<float> logits = model.logits(in).value();
+    const std::int64_t vocab = logits.dim(-1);
+    std::vector<float> last(logits.data() + (logits.numel() - vocab),
+                            logits.data() + logits.numel());
+    remat::nn::apply_repetition_penalty(last.data(), vocab, seq, penalty);
+    const std::int32_t best = remat::nn::argmax(last.data(), vocab);
+    if (best != id) {
+      std::fprintf(stderr, "generate: --verify: token %zu is %d, the full forward's argmax is %d\n",
+                   seq.size() - prompt.size(), id, best);
+      return false;
+    }
+    seq.push_back(id);
+  }
+  return true;
 }
 
 }  // namespace
@@ -142,6 +413,15 @@ int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
   if (o.threads > 0) remat::set_num_threads(o.threads);
   const remat::hub::Tokenizer tokenizer = remat::hub::Tokenizer::from_folder(o.base);
+  const GenerationSettings settings = generation_settings(o);
+  if (o.seed && !settings.sampling)
+    fail(
+        "--seed seeds the draws, and nothing is drawn: give --temperature (or use a folder "
+        "whose generation_config.json sets do_sample true)");
+  if (o.verify && settings.sampling)
+    fail(
+        "--verify checks greedy tokens, and generation_config.json's do_sample is true: add "
+        "--greedy");
   // the decoder's projections read straight into their storage, one matrix at a time
   const remat::WeightStorage storage = o.storage == "bf16"   ? remat::WeightStorage::bf16
                                        : o.storage == "int8" ? remat::WeightStorage::int8
@@ -152,50 +432,33 @@ int run(int argc, char** argv) {
   if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
   model.eval();
 
-  const std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt);
+  // the ids transformers' tokenizer(prompt) gives, as a model card passes them to generate()
+  const std::vector<std::int32_t> prompt = tokenizer.encode_for_model(o.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens");
   remat::nn::GenerateOptions g{.max_new_tokens = o.max_new_tokens};
-  if (o.temperature) {
-    g.sampling = {.temperature = *o.temperature,
-                  .top_k = o.top_k.value_or(0),
-                  .top_p = o.top_p.value_or(1.0),
-                  .seed = o.seed.value_or(0)};
-  }
-  g.eos_ids = generation_eos_ids(o.base);
-  if (const std::optional<std::int32_t> eos = tokenizer.eos_id()) g.eos_ids.push_back(*eos);
+  if (settings.sampling) g.sampling = *settings.sampling;
+  g.repetition_penalty = settings.repetition_penalty;
+  g.eos_ids = settings.eos_ids;
   g.stop = o.stop;
-  g.decode = [&](const std::vector<std::int32_t>& ids) { return tokenizer.decode(ids); };
+  // StopStringCriteria matches the tokens' text with the special tokens in it
+  g.decode = [&](const std::vector<std::int32_t>& ids) { return tokenizer.decode(ids, false); };
   const remat::nn::Generated out = remat::nn::generate(model, prompt, g);
   const std::string text = tokenizer.decode(out.ids);
-  std::printf("%s\n", text.c_str());
+  // fwrite: the text may hold a NUL, which printf("%s") would cut it at
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
 
   std::optional<bool> agrees;
-  if (o.verify) {
-    std::vector<std::int32_t> seq = prompt;
-    agrees = true;
-    for (const std::int32_t id : out.ids) {
-      const remat::NoGradGuard no_grad;
-      remat::Tensor<std::int32_t> ids(remat::Shape{1, static_cast<std::int64_t>(seq.size())});
-      std::copy(seq.begin(), seq.end(), ids.data());
-      const remat::Tensor<float> logits = model.logits(ids).value();
-      const std::int64_t vocab = logits.dim(-1);
-      const std::int32_t best = remat::nn::argmax(logits.data() + (logits.numel() - vocab), vocab);
-      if (best != id) {
-        agrees = false;
-        std::fprintf(stderr,
-                     "generate: --verify: token %zu is %d, the full forward's argmax is %d\n",
-                     seq.size() - prompt.size(), id, best);
-        break;
-      }
-      seq.push_back(id);
-    }
-  }
+  if (o.verify) agrees = full_forward_agrees(model, prompt, out.ids, settings.repetition_penalty);
   if (o.json) {
     nlohmann::ordered_json j;
     j["prompt_ids"] = prompt;
     j["new_ids"] = out.ids;
     j["text"] = text;
     j["stop_reason"] = remat::nn::to_string(out.reason);
+    j["eos_ids"] = settings.eos_ids;
+    j["sampling"] = sampling_json(settings.sampling);
+    j["repetition_penalty"] = settings.repetition_penalty;
     j["seconds_per_token"] = out.seconds_per_token();
     j["prefill_seconds"] = out.prefill_seconds;
     j["cache_bytes"] = out.cache_bytes;

@@ -3,7 +3,11 @@
 # tokenizer's (one per character here), the text is the new ids decoded, every greedy token is
 # the full forward's argmax (--verify re-runs the model without a cache), with NF4 storage and
 # with LoRA adapters from finetune too; a stop string ends the continuation where it first
-# appears; a seed reproduces a sampled continuation; bad flags are one line and exit 1.
+# appears, one begun in the prompt too (StopStringCriteria); a seed reproduces a sampled
+# continuation; a NUL in the text is printed; eos ids come from generation_config.json, else
+# config.json; generation_config.json's sampling and repetition penalty are followed unless flags
+# override them, and its fields that would choose other tokens (or unknown ones) are refused by
+# name; bad flags are one line and exit 1.
 set -euo pipefail
 train_llama=$1
 finetune=$2
@@ -15,7 +19,7 @@ cd "$work"
 bash "$here/make_hub_folder.sh" "$train_llama" hub
 
 last_json() { tail -n 1 "$1"; }
-field() { last_json "$1" | sed -n "s/.*\"$2\":\([^]]*\]\|\"[^\"]*\"\|[^,}]*\).*/\1/p"; }
+field() { last_json "$1" | sed -n "s/.*\"$2\":\(\[[^]]*\]\|\"[^\"]*\"\|[^,}]*\).*/\1/p"; }
 fail() { echo "generate_test: $*"; exit 1; }
 
 # ids of a text in the generated tokenizer: newline 0, space..'~' 1..95
@@ -81,6 +85,68 @@ sample=(--base hub --prompt "$prompt" --max-new-tokens 10 --temperature 0.9 --to
 "$generate" "${sample[@]}" --seed 5 > s2.txt
 [ "$(field s1.txt new_ids)" = "$(field s2.txt new_ids)" ] || fail "seed 5 gave two continuations"
 
+# a stop string begun in the prompt ends at the first new token that completes it (transformers'
+# StopStringCriteria matches the prompt's text and the new tokens' together)
+first=$(echo "$new_ids" | tr -d '[]' | cut -d, -f1)
+"$generate" --base hub --prompt "$prompt" --max-new-tokens 12 --stop "${prompt: -1}${continuation:0:1}" \
+  --json > span.txt
+[ "$(field span.txt stop_reason)" = '"stop_string"' ] && [ "$(field span.txt new_ids)" = "[$first]" ] \
+  || fail "a stop string across the prompt did not stop at the first token: $(cat span.txt)"
+# one wholly inside the prompt never stops
+"$generate" --base hub --prompt "$prompt" --max-new-tokens 4 --stop "$prompt" --json > inside.txt
+[ "$(field inside.txt stop_reason)" = '"length"' ] || fail "the prompt's text stopped: $(cat inside.txt)"
+
+# the printed text is written whole: a NUL in it (a token decoding to byte 0) does not cut it.
+# A folder whose token for one letter of the continuation (not in the prompt) is byte 0's, Ā.
+letter=$(printf '%s' "$continuation" | tr -cd 'a-z' | tr -d "$(printf '%s' "$prompt" | tr 'A-Z' 'a-z')" | head -c 1)
+[ -n "$letter" ] || fail "no letter of '$continuation' outside the prompt"
+cp -r hub nul
+sed -i "s/\"$letter\": /\"\\\\u0100\": /" nul/tokenizer.json
+grep -q '"\\u0100"' nul/tokenizer.json || fail "no NUL token written"
+"$generate" --base nul --prompt "$prompt" --max-new-tokens 12 > nul.txt
+[ "$(wc -c < nul.txt)" = 13 ] || fail "the text with a NUL printed as $(wc -c < nul.txt) bytes, not 12 + newline"
+[ "$(tr -d '\000' < nul.txt | wc -c)" -lt 13 ] || fail "no NUL in the printed text"
+
+# end-of-sequence ids: config.json's when there is no generation_config.json (null here: none),
+# else generation_config.json's; the third new token as eos stops there
+[ "$(field greedy.txt eos_ids)" = '[]' ] || fail "eos ids $(field greedy.txt eos_ids), config.json has null"
+third=$(echo "$new_ids" | tr -d '[]' | cut -d, -f3)
+cp -r hub cfg_eos
+sed -i "s/\"eos_token_id\": null/\"eos_token_id\": [$third]/" cfg_eos/config.json
+"$generate" --base cfg_eos --prompt "$prompt" --max-new-tokens 12 --json > cfg_eos.txt
+[ "$(field cfg_eos.txt eos_ids)" = "[$third]" ] && [ "$(field cfg_eos.txt stop_reason)" = '"eos"' ] \
+  || fail "config.json's eos_token_id not used: $(cat cfg_eos.txt)"
+cp -r hub gen
+echo "{\"eos_token_id\": $third, \"pad_token_id\": 0, \"bos_token_id\": 1, \"max_length\": 20, \"transformers_version\": \"4.51.0\"}" \
+  > gen/generation_config.json
+"$generate" --base gen --prompt "$prompt" --max-new-tokens 12 --json > gen_eos.txt
+[ "$(field gen_eos.txt eos_ids)" = "[$third]" ] && [ "$(field gen_eos.txt stop_reason)" = '"eos"' ] \
+  || fail "generation_config.json's eos_token_id not used: $(cat gen_eos.txt)"
+
+# generation_config.json's sampling when no flag chooses: top_k 50 when it sets none; the flags
+# override it; its repetition penalty applies under every choice unless --repetition-penalty
+sampled() {
+  echo "$1" > gen/generation_config.json
+  shift
+  "$generate" --base gen --prompt "$prompt" --max-new-tokens 3 --json "$@" > cfg.txt
+  echo "$(last_json cfg.txt | sed -n 's/.*"sampling":\(null\|{[^}]*}\).*/\1/p') $(field cfg.txt repetition_penalty)"
+}
+[ "$(sampled '{"do_sample": true, "temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}')" \
+  = '{"temperature":0.7,"top_k":20,"top_p":0.8,"seed":0} 1.05' ] || fail "file sampling: $(cat cfg.txt)"
+[ "$(sampled '{"do_sample": true, "temperature": 0.7}' --seed 4)" \
+  = '{"temperature":0.7,"top_k":50,"top_p":1.0,"seed":4} 1.0' ] || fail "file sampling, top_k 50: $(cat cfg.txt)"
+[ "$(sampled '{"do_sample": true, "top_k": 20, "repetition_penalty": 1.05}' --greedy)" = 'null 1.05' ] \
+  || fail "--greedy over the file: $(cat cfg.txt)"
+[ "$(sampled '{"do_sample": true, "top_k": 20}' --temperature 1.5 --repetition-penalty 1.2)" \
+  = '{"temperature":1.5,"top_k":50,"top_p":1.0,"seed":0} 1.2' ] || fail "flags over the file: $(cat cfg.txt)"
+[ "$(sampled '{"do_sample": false, "temperature": 0.7, "min_p": 0.1}')" = 'null 1.0' ] \
+  || fail "a greedy file's sampling fields: $(cat cfg.txt)"
+[ "$(sampled '{"num_beams": 4}' --greedy)" = 'null 1.0' ] || fail "--greedy over num_beams: $(cat cfg.txt)"
+# a greedy file with a penalty: --verify checks the penalized argmax
+echo '{"repetition_penalty": 1.5}' > gen/generation_config.json
+"$generate" --base gen --prompt "$prompt" --max-new-tokens 8 --verify --json > pen.txt
+[ "$(field pen.txt full_forward_agrees)" = true ] || fail "penalized greedy vs the full forward: $(cat pen.txt)"
+
 # bad flags: one line on standard error, exit status 1; --help exits 0
 "$generate" --help > /dev/null
 bad() {
@@ -90,6 +156,22 @@ bad() {
   [ "$(wc -l < err.txt)" = 1 ] || fail "not one line for: $*: $(cat err.txt)"
   grep -q "$expect" err.txt || fail "'$expect' not in: $(cat err.txt)"
 }
+# generation_config.json fields that would choose other tokens, unknown fields, bad eos ids
+refused() {
+  echo "$1" > gen/generation_config.json
+  shift
+  bad --base gen --prompt x --max-new-tokens 2 "$@"
+}
+expect="field 'num_beams' is 4: beam search" refused '{"num_beams": 4}'
+expect="field 'min_p' is 0.1: min-p" refused '{"do_sample": true, "min_p": 0.1}'
+expect="field 'no_repeat_ngram_size' is 3" refused '{"no_repeat_ngram_size": 3}' --greedy
+expect="field 'suppress_tokens' is \[5\]" refused '{"suppress_tokens": [5]}' --temperature 1
+expect="field 'my_setting' is 1: remat does not know" refused '{"my_setting": 1}'
+expect="field 'eos_token_id' is 4294967298: 4294967298 is not a token id" refused '{"eos_token_id": 4294967298}'
+expect="field 'eos_token_id' is \[2,-1\]: -1 is not a token id" refused '{"eos_token_id": [2, -1]}'
+expect="field 'temperature' is 0.0: sampling needs" refused '{"do_sample": true, "temperature": 0.0}'
+expect="verify checks greedy tokens, and generation_config.json" refused '{"do_sample": true}' --verify
+rm gen/generation_config.json
 base=(--base hub --prompt x)
 expect="max-new-tokens must be >= 1" bad "${base[@]}" --max-new-tokens 0
 expect="temperature must be" bad "${base[@]}" --max-new-tokens 2 --temperature -1
@@ -99,4 +181,14 @@ expect="storage must be" bad "${base[@]}" --max-new-tokens 2 --storage q3
 expect="max-new-tokens" bad --base hub --prompt x
 expect="nowhere" bad --base nowhere --prompt x --max-new-tokens 2
 expect="max_position_embeddings" bad "${base[@]}" --max-new-tokens 100000
+expect="add up to more positions" bad "${base[@]}" --max-new-tokens 9223372036854775807
+expect="is not an integer in \[0, 2^64 - 1\]" bad "${base[@]}" --max-new-tokens 2 --temperature 1 --seed -1
+expect="is not an integer in \[0, 2^64 - 1\]" bad "${base[@]}" --max-new-tokens 2 --temperature 1 \
+  --seed 18446744073709551616
+expect="nothing is drawn" bad "${base[@]}" --max-new-tokens 2 --seed 3
+expect="greedy draws nothing" bad "${base[@]}" --max-new-tokens 2 --greedy --temperature 1
+expect="is not an integer in \[0, 1024\]" bad "${base[@]}" --max-new-tokens 2 --threads 5000
+expect="is not an integer in \[0, 1024\]" bad "${base[@]}" --max-new-tokens 2 --threads -1
+expect="repetition-penalty must be" bad "${base[@]}" --max-new-tokens 2 --repetition-penalty 0
+expect="temperature 1e-310 is too small" bad "${base[@]}" --max-new-tokens 2 --temperature 1e-310
 echo "generate_test: ok"

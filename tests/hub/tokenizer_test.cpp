@@ -544,3 +544,55 @@ TEST_CASE("Encoding from several threads at once gives the one-thread ids", "[hu
   for (auto& th : threads) th.join();
   CHECK(mismatches == std::vector<int>(4, 0));
 }
+
+TEST_CASE(
+    "Decoders on edge tokens: Replace keeps an empty token empty, ByteFallback reads "
+    "'<0x+A>' as tokenizers' u8::from_str_radix does",
+    "[hub]") {
+  const auto chain = [](const json& decoder, std::vector<std::string> tokens) {
+    const auto d = remat::hub::make_decoder(remat::hub::JsonField(decoder, "decoder:"));
+    d->decode_chain(tokens);
+    return tokens;
+  };
+  // a pattern matching the empty string: tokenizers' find_matches finds nothing in "", so an
+  // empty token is not replaced; a non-empty one gets the content at every empty match
+  const json empty_match = {{"type", "Replace"}, {"pattern", {{"Regex", "x*"}}}, {"content", "-"}};
+  CHECK(chain(empty_match, {"", "ab", ""}) == std::vector<std::string>{"", "-a-b-", ""});
+  // from_str_radix takes one leading '+' (then one hex digit here), never '-' for a u8
+  const json byte_fallback = {{"type", "ByteFallback"}};
+  CHECK(chain(byte_fallback, {"<0x+A>", "<0x41>", "<0x-A>", "<0x++>", "<0xA+>"}) ==
+        std::vector<std::string>{"\nA", "<0x-A>", "<0x++>", "<0xA+>"});
+  CHECK(remat::hub::detail::ByteFallbackDecoder::byte_token("<0x+f>") == 15);
+  CHECK(remat::hub::detail::ByteFallbackDecoder::byte_token("<0x+g>") == -1);
+}
+
+TEST_CASE(
+    "Decoders tokenizers refuses to load are refused: ByteLevel without its fields, a "
+    "Sequence holding null",
+    "[hub]") {
+  const auto load_error = [](const json& decoder) {
+    return error_of<remat::IoError>(
+        [&] { remat::hub::make_decoder(remat::hub::JsonField(decoder, "decoder:")); });
+  };
+  // serde: add_prefix_space and trim_offsets have no default; use_regex defaults to true
+  CHECK(load_error({{"type", "ByteLevel"}}).find("missing field 'add_prefix_space'") !=
+        std::string::npos);
+  CHECK(load_error({{"type", "ByteLevel"}, {"add_prefix_space", true}})
+            .find("missing field 'trim_offsets'") != std::string::npos);
+  CHECK(load_error({{"type", "ByteLevel"}, {"add_prefix_space", nullptr}, {"trim_offsets", true}})
+            .find("add_prefix_space: expected true or false, found null") != std::string::npos);
+  CHECK(load_error({{"type", "ByteLevel"},
+                    {"add_prefix_space", true},
+                    {"trim_offsets", true},
+                    {"use_regex", nullptr}})
+            .find("use_regex: expected true or false, found null") != std::string::npos);
+  CHECK(remat::hub::make_decoder(remat::hub::JsonField(
+            json{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}},
+            "decoder:")) != nullptr);
+  // a Sequence's members are decoders: null is not one (a top-level null decoder is none)
+  const json with_null = {{"type", "Sequence"},
+                          {"decoders", json::array({{{"type", "Fuse"}}, nullptr})}};
+  CHECK(load_error(with_null).find("decoder: decoders[1]: expected a decoder, found null") !=
+        std::string::npos);
+  CHECK(remat::hub::make_decoder(remat::hub::JsonField(json(nullptr), "decoder:")) == nullptr);
+}

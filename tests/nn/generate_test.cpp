@@ -9,7 +9,10 @@
 //     else outlives a step, no tape records, a step's peak does not grow with the prompt beyond
 //     the attention row over the cache;
 //   - the sampling warpers keep the tokens their definitions name, draws follow the
-//     probabilities and are reproduced by their seed; eos and stop strings end a generation.
+//     probabilities and are reproduced by their seed; eos and stop strings end a generation
+//     (stop strings by StopStringCriteria's rule, the prompt's text included); the repetition
+//     penalty is transformers' and greedy follows the penalized argmax; top_k defaults to 50; a
+//     temperature that overflows the scores and a max_new_tokens that overflows are refused.
 #include <catch2/catch.hpp>
 
 #include <remat/core/memory.hpp>
@@ -495,6 +498,124 @@ TEST_CASE("Generation refuses bad input with a clear error", "[nn][generate]") {
   CHECK_THROWS_WITH(remat::nn::forward_cached(*b.model, four, cache),
                     Contains("4 new positions do not fit the KV cache (0 of 3 positions used)"));
   CHECK(cache.length() == 0);
+}
+
+TEST_CASE(
+    "A stop string counts where it ends inside the last token's text, the prompt's text "
+    "included (transformers' StopStringCriteria)",
+    "[nn][generate]") {
+  const Built b = build(random_case(8));
+  const std::vector<std::int32_t> prompt = {3, 1, 4};
+  const auto free_run = remat::nn::generate(*b.model, prompt, {.max_new_tokens = 10}).ids;
+  // text: one letter per id; decode sees the whole sequence, prompt first
+  const auto decode = [](const std::vector<std::int32_t>& ids) {
+    std::string s;
+    for (const std::int32_t id : ids) s += char('a' + id % 26);
+    return s;
+  };
+  const std::string prompt_text = decode(prompt);
+  const std::string first = decode({free_run[0]});
+  const auto stops_after = [&](const std::string& stop) {
+    const auto g = remat::nn::generate(*b.model, prompt,
+                                       {.max_new_tokens = 10, .stop = {stop}, .decode = decode});
+    return g.reason == remat::nn::StopReason::stop_string ? g.ids.size() : std::size_t{0};
+  };
+  // begun in the prompt, ended by the first new token: one token, as transformers stops
+  CHECK(stops_after(prompt_text.substr(1) + first) == 1);
+  // wholly in the prompt: never a stop (it does not end inside a new token)
+  CHECK(stops_after(prompt_text) == 0);
+  CHECK(stops_after(prompt_text.substr(0, 2)) == 0);
+  // decode is given the prompt and the new ids
+  std::vector<std::size_t> lengths;
+  remat::nn::generate(*b.model, prompt,
+                      {.max_new_tokens = 3,
+                       .stop = {"\x01never"},
+                       .decode = [&](const std::vector<std::int32_t>& ids) {
+                         lengths.push_back(ids.size());
+                         return decode(ids);
+                       }});
+  CHECK(lengths == std::vector<std::size_t>{3, 4, 5, 6});
+  // the rule itself: the text before the last token is "abcd", the last token's "ef"
+  CHECK(remat::detail::ends_after("abcdef", 4, {"de"}));        // begins before, ends inside
+  CHECK(remat::detail::ends_after("abcdef", 4, {"f"}));         // wholly inside
+  CHECK_FALSE(remat::detail::ends_after("abcdef", 4, {"cd"}));  // ends where it begins
+  CHECK_FALSE(remat::detail::ends_after("abcdef", 4, {"x", "bc"}));
+  CHECK(remat::detail::ends_after("abcdef", 4, {"x", "abcdef"}));
+}
+
+TEST_CASE(
+    "The repetition penalty is transformers' RepetitionPenaltyLogitsProcessor, before the "
+    "choice",
+    "[nn][generate][sampling]") {
+  // each seen id once: positive logits divided, negative ones multiplied, in the logits' type
+  std::vector<float> logits = {2.0f, -1.5f, 0.75f, -0.25f, 3.0f};
+  remat::nn::apply_repetition_penalty(logits.data(), 5, {0, 1, 1, 3, 0}, 1.3);
+  CHECK(logits == std::vector<float>{2.0f / 1.3f, -1.5f * 1.3f, 0.75f, -0.25f * 1.3f, 3.0f});
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(remat::nn::apply_repetition_penalty(logits.data(), 5, {5}, 1.3),
+                    Contains("id 5 is not one of the 5 logits"));
+  CHECK_THROWS_WITH(remat::nn::apply_repetition_penalty(logits.data(), 5, {1}, 0.0),
+                    Contains("finite and > 0, got 0"));
+
+  // greedy generation with a penalty picks the penalized full forward's argmax at every step,
+  // and a strong one keeps it from repeating a token
+  for (std::uint64_t seed = 60; seed < 66; ++seed) {
+    const Case c = random_case(seed);
+    INFO("case " << seed << ": " << c.name());
+    const Built b = build(c);
+    const std::vector<std::int32_t> prompt = random_ids(seed, 4, c.config.vocab_size);
+    const double penalty = 1e6;
+    const auto g =
+        remat::nn::generate(*b.model, prompt, {.max_new_tokens = 8, .repetition_penalty = penalty});
+    std::vector<std::int32_t> seq = prompt;
+    for (const std::int32_t id : g.ids) {
+      const Tensor<double> full = full_logits(*b.model, seq);
+      const std::int64_t vocab = full.dim(1);
+      std::vector<double> last(full.data() + (full.dim(0) - 1) * vocab,
+                               full.data() + full.dim(0) * vocab);
+      remat::nn::apply_repetition_penalty(last.data(), vocab, seq, penalty);
+      CHECK(id == remat::nn::argmax(last.data(), vocab));
+      seq.push_back(id);
+    }
+    // without the penalty greedy repeats a token of the prompt or its own (tiny vocabularies,
+    // random weights); with it the continuation differs
+    const auto plain = remat::nn::generate(*b.model, prompt, {.max_new_tokens = 8}).ids;
+    std::vector<std::int32_t> all = prompt;
+    all.insert(all.end(), plain.begin(), plain.end());
+    std::sort(all.begin(), all.end());
+    if (std::adjacent_find(all.begin(), all.end()) != all.end()) CHECK(g.ids != plain);
+  }
+}
+
+TEST_CASE("Sampling defaults to transformers' top_k 50 and refuses a temperature that overflows",
+          "[nn][generate][sampling]") {
+  CHECK(remat::nn::SamplingOptions{}.top_k == 50);
+  std::vector<double> logits(80);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = 0.01 * double(i);
+  const std::vector<double> p =
+      remat::nn::sampling_probabilities(logits.data(), 80, {.temperature = 1.0});
+  CHECK(std::count_if(p.begin(), p.end(), [](double v) { return v > 0; }) == 50);
+  CHECK(p[29] == 0);
+  CHECK(p[30] > 0);
+  // 1e-310 divides a logit of ~1 to infinity: every probability would be NaN and the draw would
+  // fall to the last token
+  const double one[] = {0.5, 1.0, -0.5};
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(remat::nn::sample_token(one, 3, {.temperature = 1e-310}, 0),
+                    Contains("temperature 1e-310 is too small"));
+  // small but finite scores are fine, and pick the largest
+  CHECK(remat::nn::sample_token(one, 3, {.temperature = 1e-300}, 0) == 1);
+}
+
+TEST_CASE("max_new_tokens that overflows with the prompt's length is refused", "[nn][generate]") {
+  const Built b = build(random_case(1));
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(
+      remat::nn::generate(*b.model, {1, 2},
+                          {.max_new_tokens = std::numeric_limits<std::int64_t>::max()}),
+      Contains("max_new_tokens 9223372036854775807 and the prompt's 2 tokens add up to more"));
+  CHECK_THROWS_WITH(remat::nn::generate(*b.model, {1}, {.repetition_penalty = -1}),
+                    Contains("repetition_penalty must be finite and > 0, got -1"));
 }
 
 }  // namespace remat_generate_test

@@ -93,7 +93,10 @@ class ReplaceDecoder final : public Decoder {
   ReplaceDecoder(Regex pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) t = ReplaceNormalizer::replace_all(pattern_, t, content_);
+    // an empty token stays empty: tokenizers' find_matches gives no match in an empty input,
+    // even for a pattern that matches the empty string
+    for (std::string& t : tokens)
+      if (!t.empty()) t = ReplaceNormalizer::replace_all(pattern_, t, content_);
   }
 
  private:
@@ -129,7 +132,9 @@ class ByteFallbackDecoder final : public Decoder {
     tokens = std::move(out);
   }
 
-  /// The byte of a "<0xXX>" token, or -1.
+  /// The byte of a "<0xXX>" token, or -1. XX is read as tokenizers reads it, Rust's
+  /// u8::from_str_radix(XX, 16): two hex digits, or '+' and one ("<0x+A>" is byte 0x0A; a '-'
+  /// is no digit for an unsigned type).
   static int byte_token(const std::string& t) {
     if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
     const auto hex = [](char c) {
@@ -138,7 +143,7 @@ class ByteFallbackDecoder final : public Decoder {
              : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                     : -1;
     };
-    const int hi = hex(t[3]), lo = hex(t[4]);
+    const int hi = t[3] == '+' ? 0 : hex(t[3]), lo = hex(t[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
   }
 };
@@ -187,14 +192,20 @@ inline std::unique_ptr<Decoder> make_decoder(const JsonField& j) {
     std::vector<std::unique_ptr<Decoder>> steps;
     const JsonField list = j["decoders"];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = make_decoder(list.at(i));
-      if (step) steps.push_back(std::move(step));
+      // tokenizers reads each member as a decoder: null is none of them
+      if (list.at(i).is_null()) list.at(i).fail("expected a decoder, found null");
+      steps.push_back(make_decoder(list.at(i)));
     }
     return std::make_unique<detail::SequenceDecoder>(std::move(steps));
   }
   if (type == "ByteLevel") {
-    // its options only concern offsets: the decoder maps bytes back whatever they are
+    // its options only concern offsets: the decoder maps bytes back whatever they are. They are
+    // read as tokenizers' serde reads them: add_prefix_space and trim_offsets booleans that must
+    // be there, use_regex a boolean when there (true when absent)
     j.require_keys({"type", "add_prefix_space", "trim_offsets", "use_regex"});
+    j["add_prefix_space"].boolean();
+    j["trim_offsets"].boolean();
+    if (j.has("use_regex")) j["use_regex"].boolean();
     return std::make_unique<detail::ByteLevelDecoder>();
   }
   if (type == "Metaspace") {

@@ -12,12 +12,18 @@
 ///
 /// generate() feeds the prompt once (the prefill), then one token per step: the cost of a step
 /// is the model on one position plus the attention over the cache, whatever the prompt's length.
-/// It stops after max_new_tokens, at an end-of-sequence id, or when the decoded continuation
-/// contains a stop string (the tokens that made it are kept, as Hugging Face's
-/// StopStringCriteria keeps them).
+/// It stops after max_new_tokens, at an end-of-sequence id, or at a stop string, as
+/// transformers' StopStringCriteria: the text of the prompt and the new tokens (special tokens
+/// kept) contains it, ending inside the last token's text, that is, beyond the text of the
+/// sequence without that token; a stop string may so begin in the prompt, never end there. The
+/// tokens that made it are kept, as StopStringCriteria keeps them. A repetition penalty
+/// (transformers' RepetitionPenaltyLogitsProcessor) rewrites each step's logits before the choice.
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <string>
 #include <vector>
@@ -71,6 +77,17 @@ Tensor<T> head_logits(const Var<T>& x, const Norm& norm, const Parameter<T>& hea
   if (all_positions) return linear(norm(x), head).value();
   const Tensor<T> last = linear(norm(last_position(x)), head).value();
   return last.reshape(Shape{x.dim(0), last.dim(-1)});
+}
+
+/// Whether a stop string ends beyond byte `before` of `text` (StopStringCriteria's rule: it must
+/// end inside the last token's text). Such a match starts at or after before + 1 - its length.
+inline bool ends_after(const std::string& text, std::size_t before,
+                       const std::vector<std::string>& stop) {
+  return std::any_of(stop.begin(), stop.end(), [&](const std::string& s) {
+    if (s.empty()) return false;
+    const std::size_t from = before + 1 > s.size() ? before + 1 - s.size() : 0;
+    return text.find(s, from) != std::string::npos;
+  });
 }
 
 }  // namespace remat::detail
@@ -173,8 +190,12 @@ struct GenerateOptions {
   std::int64_t max_new_tokens = 64;   ///< at most this many new tokens
   SamplingOptions sampling;           ///< greedy by default
   std::vector<std::int32_t> eos_ids;  ///< stop after choosing one of these (it is kept)
-  std::vector<std::string> stop;      ///< stop once the decoded new tokens contain one
-  /// Text of new token ids, needed for stop strings (a tokenizer's decode).
+  std::vector<std::string> stop;      ///< stop once one ends inside a new token's text
+  /// HF's repetition_penalty: the logits of the prompt's and generated ids, divided by it
+  /// (multiplied when negative) before each choice; 1: none.
+  double repetition_penalty = 1.0;
+  /// Text of token ids, special tokens kept (a tokenizer's decode with skip_special_tokens
+  /// false): called on the prompt and the new ids, needed for stop strings.
   std::function<std::string(const std::vector<std::int32_t>&)> decode;
   /// Called with each new token as it is chosen (streaming output).
   std::function<void(std::int32_t)> on_token;
@@ -200,27 +221,42 @@ struct Generated {
   }
 };
 
+/// Throws unless generate()'s options and prompt can run: a prompt, max_new_tokens >= 1 whose
+/// sum with the prompt's length fits an int64 (the cache's capacity), a decode for stop strings.
+inline void check_generate_options(std::int64_t prompt_len, const GenerateOptions& o) {
+  o.sampling.validate();
+  if (prompt_len == 0) throw ArgumentError("nn::generate: the prompt is empty");
+  if (o.max_new_tokens < 1) {
+    throw ArgumentError(
+        detail::cat("nn::generate: max_new_tokens must be >= 1, got ", o.max_new_tokens));
+  }
+  if (o.max_new_tokens > std::numeric_limits<std::int64_t>::max() - prompt_len) {
+    throw ArgumentError(detail::cat("nn::generate: max_new_tokens ", o.max_new_tokens,
+                                    " and the prompt's ", prompt_len,
+                                    " tokens add up to more positions than an int64 counts"));
+  }
+  if (!(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0)) {
+    throw ArgumentError(detail::cat("nn::generate: repetition_penalty must be finite and > 0, got ",
+                                    o.repetition_penalty));
+  }
+  if (!o.stop.empty() && !o.decode) {
+    throw ArgumentError(
+        "nn::generate: stop strings need a decode function (GenerateOptions::decode)");
+  }
+}
+
 /// Continues `prompt` (token ids) with `model` (a Llama or a GPT in evaluation mode: dropout
 /// would draw). The cache holds prompt + max_new_tokens positions, allocated once.
 template <class Model>
 Generated generate(const Model& model, const std::vector<std::int32_t>& prompt,
                    const GenerateOptions& options) {
   using T = typename decltype(model.head_weight())::Scalar;
-  options.sampling.validate();
-  if (prompt.empty()) throw ArgumentError("nn::generate: the prompt is empty");
-  if (options.max_new_tokens < 1) {
-    throw ArgumentError(
-        detail::cat("nn::generate: max_new_tokens must be >= 1, got ", options.max_new_tokens));
-  }
-  if (!options.stop.empty() && !options.decode) {
-    throw ArgumentError(
-        "nn::generate: stop strings need a decode function (GenerateOptions::decode)");
-  }
+  const auto prompt_len = static_cast<std::int64_t>(prompt.size());
+  check_generate_options(prompt_len, options);
   if (model.training()) {
     throw UsageError(
         "nn::generate: the model is in training mode (dropout would draw); call eval() first");
   }
-  const auto prompt_len = static_cast<std::int64_t>(prompt.size());
   KvCache<T> cache = make_kv_cache(model, 1, prompt_len + options.max_new_tokens);
   Generated out;
   out.cache_bytes = cache.bytes();
@@ -234,23 +270,27 @@ Generated generate(const Model& model, const std::vector<std::int32_t>& prompt,
   Tensor<T> logits = forward_cached(model, ids, cache);
   out.prefill_seconds = seconds(start, Clock::now());
   const Clock::time_point decode_start = Clock::now();
+  std::vector<std::int32_t> seq = prompt;  // the prompt and the new ids: penalty and stop strings
+  // the text of the sequence before the last token: a stop string must end beyond it
+  std::string text_before = options.stop.empty() ? std::string() : options.decode(seq);
   for (std::int64_t step = 0;; ++step) {
+    apply_repetition_penalty(logits.data(), logits.dim(-1), seq, options.repetition_penalty);
     const std::int32_t token = sample_token(logits.data(), logits.dim(-1), options.sampling,
                                             static_cast<std::uint64_t>(step));
     out.ids.push_back(token);
+    seq.push_back(token);
     if (options.on_token) options.on_token(token);
     if (std::find(options.eos_ids.begin(), options.eos_ids.end(), token) != options.eos_ids.end()) {
       out.reason = StopReason::eos;
       break;
     }
     if (!options.stop.empty()) {
-      const std::string text = options.decode(out.ids);
-      if (std::any_of(options.stop.begin(), options.stop.end(), [&](const std::string& s) {
-            return !s.empty() && text.find(s) != std::string::npos;
-          })) {
+      std::string text = options.decode(seq);
+      if (detail::ends_after(text, text_before.size(), options.stop)) {
         out.reason = StopReason::stop_string;
         break;
       }
+      text_before = std::move(text);
     }
     if (step + 1 >= options.max_new_tokens) break;
     Tensor<std::int32_t> next(Shape{1, 1});

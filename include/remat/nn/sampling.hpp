@@ -8,6 +8,12 @@
 ///     exceed 1 - p (so at least the most likely one), as transformers' TopPLogitsWarper.
 /// The draw is a pure function of (seed, step): CounterRng keyed by both, so a generation is
 /// reproduced by its seed whatever ran before it. Probabilities are computed in double.
+/// top_k is 50 unless set, as in transformers' GenerationConfig (0 keeps every token). A
+/// temperature so small that a logit / temperature overflows is an ArgumentError naming it (the
+/// NaN it would give drew the last token).
+///
+/// apply_repetition_penalty() is transformers' RepetitionPenaltyLogitsProcessor, which generate()
+/// runs on the logits before choosing (greedy or drawn), so before the warpers above.
 
 #include <algorithm>
 #include <cmath>
@@ -34,7 +40,7 @@ namespace remat::nn {
 /// How the next token is chosen. temperature 0 is greedy; top_k and top_p then play no part.
 struct SamplingOptions {
   double temperature = 0.0;  ///< 0: greedy; > 0: draw from softmax(logits / temperature)
-  std::int64_t top_k = 0;    ///< keep the k most likely tokens (0: all)
+  std::int64_t top_k = 50;   ///< keep the k most likely tokens (0: all); 50 is HF's default
   double top_p = 1.0;        ///< keep the most likely tokens holding this much probability (1: all)
   std::uint64_t seed = 0;    ///< the draws' stream
 
@@ -68,7 +74,15 @@ std::vector<double> sampling_probabilities(const T* logits, std::int64_t n,
   if (o.greedy())
     throw ArgumentError("nn::sampling_probabilities: temperature 0 is greedy; nothing is drawn");
   std::vector<double> scores(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) scores[i] = static_cast<double>(logits[i]) / o.temperature;
+  for (std::int64_t i = 0; i < n; ++i) {
+    scores[i] = static_cast<double>(logits[i]) / o.temperature;
+    // +inf or NaN would make every probability NaN (exp(inf - inf)); -inf is probability 0
+    if (std::isnan(scores[i]) || scores[i] == HUGE_VAL) {
+      throw ArgumentError(detail::cat("nn::sampling_probabilities: temperature ", o.temperature,
+                                      " is too small: logit ", i, " (", logits[i], ") / ",
+                                      o.temperature, " is ", scores[i], ", not a finite number"));
+    }
+  }
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));  // most likely first
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -104,6 +118,31 @@ std::vector<double> sampling_probabilities(const T* logits, std::int64_t n,
     for (double& v : p) v /= sum;
   }
   return p;
+}
+
+/// transformers' RepetitionPenaltyLogitsProcessor: each token among `ids` (the prompt and the
+/// tokens generated so far; a repeated id counts once) has its logit divided by `penalty`, or
+/// multiplied when negative, in the logits' own type as transformers does in float32. 1 changes
+/// nothing; > 1 makes repeating less likely.
+template <class T>
+void apply_repetition_penalty(T* logits, std::int64_t n, const std::vector<std::int32_t>& ids,
+                              double penalty) {
+  if (!(std::isfinite(penalty) && penalty > 0)) {
+    throw ArgumentError(detail::cat(
+        "nn::apply_repetition_penalty: the penalty must be finite and > 0, got ", penalty));
+  }
+  if (penalty == 1.0) return;
+  const T p = static_cast<T>(penalty);
+  std::vector<bool> done(static_cast<std::size_t>(n), false);
+  for (const std::int32_t id : ids) {
+    if (id < 0 || id >= n) {
+      throw IndexError(detail::cat("nn::apply_repetition_penalty: id ", id, " is not one of the ",
+                                   n, " logits"));
+    }
+    if (done[static_cast<std::size_t>(id)]) continue;
+    done[static_cast<std::size_t>(id)] = true;
+    logits[id] = logits[id] < 0 ? logits[id] * p : logits[id] / p;
+  }
 }
 
 /// The token chosen from n logits at generation step `step`: greedy, or drawn (see the file
