@@ -64,7 +64,10 @@ inline std::string without_dot_parts(std::string_view shard) {
   for (std::size_t at = 0; at <= shard.size();) {
     const std::size_t slash = std::min(shard.find('/', at), shard.size());
     const std::string_view part = shard.substr(at, slash - at);
-    if (part != ".") out += (out.empty() ? "" : "/") + std::string(part);
+    if (part != ".") {
+      if (!out.empty()) out += '/';
+      out.append(part);
+    }
     at = slash + 1;
   }
   return out;
