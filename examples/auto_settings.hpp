@@ -340,7 +340,7 @@ inline DataFacts facts_of(const chat::Data& d, std::size_t length, bool pack) {
   // a row's positions: finetune's (HubSource::max_columns)
   f.columns = static_cast<std::int64_t>(pack ? length - 1 : d.longest - 1);
   f.row_tokens = pack ? double(f.columns) : f.train_tokens / f.train_examples;
-  if (pack) f.packed_rows = double(chat::packed_rows(d.train, static_cast<std::size_t>(f.columns)));
+  if (pack) f.packed_rows = double(hub::packed_rows(d.train, static_cast<std::size_t>(f.columns)));
   return f;
 }
 

@@ -195,28 +195,22 @@ inline Batch make_batch(const std::vector<hub::TokenizedExample>& pool,
 
 /// Examples packed in order into `rows` rows of `columns` positions, taken from `next` until the
 /// next one would need another row; that one is kept in `pending` for the following batch. The
-/// rows are counted by lay_out's greedy rule: an example goes on the current row if it fits, else
-/// on a new one.
+/// rows are filled as lay_out fills them (hub::RowFill).
 template <class Next>
 Batch pack_batch(const std::vector<hub::TokenizedExample>& pool, std::size_t rows,
                  std::size_t columns, std::int32_t pad, std::optional<std::size_t>& pending,
                  Next&& next) {
   std::vector<hub::TokenizedExample> chosen;
-  std::size_t rows_used = 0, used = columns;  // rows begun, positions taken on the last one
+  hub::RowFill fill(columns);
   for (;;) {
     const std::size_t i = pending ? *pending : next();
     pending.reset();
     const std::size_t n = pool[i].ids.size() - 1;
-    const bool new_row = used + n > columns;
-    if (new_row && rows_used == rows) {
+    if (fill.begins_row(n) && fill.rows == rows) {
       pending = i;
       break;
     }
-    if (new_row) {
-      ++rows_used;
-      used = 0;
-    }
-    used += n;
+    fill.place(n);
     chosen.push_back(pool[i]);
   }
   hub::TokenBatch laid = hub::lay_out(chosen, columns, hub::Layout::pack, pad);
@@ -229,22 +223,6 @@ Batch pack_batch(const std::vector<hub::TokenizedExample>& pool, std::size_t row
   laid.positions.resize(total, 0);
   laid.segment.resize(total, -1);
   return batch_of(laid, true);
-}
-
-/// The rows of `columns` positions the examples of `pool` fill when packed in order, as
-/// pack_batch() packs them: about the rows one epoch of them gives.
-inline std::size_t packed_rows(const std::vector<hub::TokenizedExample>& pool,
-                               std::size_t columns) {
-  std::size_t rows = 0, used = columns;
-  for (const hub::TokenizedExample& e : pool) {
-    const std::size_t n = e.ids.size() - 1;
-    if (used + n > columns) {
-      ++rows;
-      used = 0;
-    }
-    used += n;
-  }
-  return rows;
 }
 
 /// Rows [first, first + n) of `b`.

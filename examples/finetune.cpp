@@ -476,11 +476,12 @@ class HubSource {
                                                     " training examples of ", o.data));
     }
     // a packed batch larger than an epoch would hold examples twice (TRL packs each once)
-    if (o.pack && rows_ > chat::packed_rows(data_.train, packed_columns_)) {
-      throw remat::ArgumentError(remat::detail::cat(
-          kProgram, ": --batch ", o.batch, " with --pack is more than the ",
-          chat::packed_rows(data_.train, packed_columns_), " rows of ", packed_columns_,
-          " positions the training examples of ", o.data, " fill"));
+    if (o.pack) {
+      const std::size_t epoch_rows = remat::hub::packed_rows(data_.train, packed_columns_);
+      if (rows_ > epoch_rows)
+        throw remat::ArgumentError(remat::detail::cat(
+            kProgram, ": --batch ", o.batch, " with --pack is more than the ", epoch_rows,
+            " rows of ", packed_columns_, " positions the training examples of ", o.data, " fill"));
     }
   }
 

@@ -44,25 +44,51 @@ struct TokenBatch {
   std::vector<std::int32_t> segment;       ///< example index within the row, -1 on padding
 };
 
+/// Rows of `columns` positions filled in order, as packing fills them: n positions go on the last
+/// row if they fit, else they begin a new one. lay_out(), a packed batch drawn from many examples
+/// and the count of rows a set of examples fills all place by this one rule.
+struct RowFill {
+  explicit RowFill(std::size_t columns_) : columns(columns_), used(columns_) {}
+  /// Whether n positions would begin a new row.
+  bool begins_row(std::size_t n) const { return used + n > columns; }
+  /// Places n positions; true when they began a new row.
+  bool place(std::size_t n) {
+    const bool fresh = begins_row(n);
+    if (fresh) {
+      ++rows;
+      used = 0;
+    }
+    used += n;
+    return fresh;
+  }
+  std::size_t columns;
+  std::size_t rows = 0;  ///< rows begun
+  std::size_t used;      ///< positions taken on the last row (columns before any: none fits)
+};
+
+/// The rows `examples` fill packed in order into rows of `columns` positions: lay_out's count for
+/// Layout::pack, without laying them out.
+inline std::size_t packed_rows(const std::vector<TokenizedExample>& examples, std::size_t columns) {
+  RowFill fill(columns);
+  for (const TokenizedExample& e : examples) fill.place(e.ids.size() - 1);
+  return fill.rows;
+}
+
 /// Lays `examples` out in rows of `columns` positions (`pad_id` fills the rest). An example
 /// with more than columns + 1 tokens, or fewer than 2, is an ArgumentError naming it.
 inline TokenBatch lay_out(const std::vector<TokenizedExample>& examples, std::size_t columns,
                           Layout layout, std::int32_t pad_id) {
   if (columns == 0) throw ArgumentError("hub::lay_out: 0 columns");
   std::vector<std::vector<std::size_t>> rows;  // the examples of each row
-  std::size_t used = columns;
+  RowFill fill(columns);
   for (std::size_t e = 0; e < examples.size(); ++e) {
     const std::size_t n = examples[e].ids.size();
     if (n < 2 || n - 1 > columns)
       throw ArgumentError(remat::detail::cat("hub::lay_out: example ", e, " has ", n,
                                              " tokens; a row of ", columns, " columns takes 2 to ",
                                              columns + 1));
-    if (layout == Layout::pad || used + (n - 1) > columns) {
-      rows.emplace_back();
-      used = 0;
-    }
+    if (layout == Layout::pad || fill.place(n - 1)) rows.emplace_back();
     rows.back().push_back(e);
-    used += n - 1;
   }
   TokenBatch b;
   b.rows = rows.size();
