@@ -116,7 +116,7 @@ TEMPLATE_TEST_CASE(
       }
       const std::string message = error_message(run);
       CHECK_THAT(message,
-                 Catch::Contains("shaped_grads: backward() gave input " + std::to_string(bad)));
+                 Catch::Contains(remat::detail::cat("shaped_grads: backward() gave input ", bad)));
       std::ostringstream want, got;
       want << "of shape " << shapes[static_cast<std::size_t>(bad)];
       got << "a gradient of shape " << grads[static_cast<std::size_t>(bad)];

@@ -18,10 +18,10 @@ TEST_CASE("parallel_for visits every index exactly once, from any number of call
     callers.emplace_back([&, t] {
       std::vector<std::atomic<int>> hits(n);
       for (int round = 0; round < 20; ++round) {
-        detail::parallel_for(n, 1024, [&](std::int64_t b, std::int64_t e) {
+        remat::detail::parallel_for(n, 1024, [&](std::int64_t b, std::int64_t e) {
           for (std::int64_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
           // a nested loop runs inline instead of deadlocking
-          detail::parallel_for(4096, 16, [](std::int64_t, std::int64_t) {});
+          remat::detail::parallel_for(4096, 16, [](std::int64_t, std::int64_t) {});
         });
       }
       for (std::int64_t i = 0; i < n; ++i) failures[t] += hits[i].load() != 20;

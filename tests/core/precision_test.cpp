@@ -386,7 +386,7 @@ TEST_CASE("BF16 loss head: bfloat16 GEMMs on a tile kernel within their bound, f
   // the loss from the bfloat16-rounded inputs in float64: what the head computes but for
   // float's accumulation, which moves a logit by at most c u |h| |w| (a far tighter check)
   const auto rounded = [](float x) {
-    return double(detail::bf16_to_float(detail::float_to_bf16(x)));
+    return double(remat::detail::bf16_to_float(remat::detail::float_to_bf16(x)));
   };
   double rounded_loss = 0, accumulation = 0;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -487,7 +487,7 @@ TEST_CASE("BF16 element-wise ops read their copy in pieces and hold no float ten
   const auto gy = rng.normal_tensor<float>({n});
   Tensor<float> rounded_x(x.shape());
   for (std::int64_t i = 0; i < n; ++i)
-    rounded_x[i] = detail::bf16_to_float(detail::float_to_bf16(x[i]));
+    rounded_x[i] = remat::detail::bf16_to_float(remat::detail::float_to_bf16(x[i]));
   // the most bytes live while the op's backward ran, above those live when backward began
   const auto backward = [&](const auto& op, const Tensor<float>& input, Precision precision) {
     const PrecisionGuard guard(precision);
@@ -559,7 +559,7 @@ TEST_CASE("BF16 loss head: a trained head keeps h as its bfloat16 copy", "[preci
   const auto h = rng.normal_tensor<float>({n, c});
   Tensor<float> rounded_h(h.shape());
   for (std::int64_t i = 0; i < h.numel(); ++i)
-    rounded_h[i] = detail::bf16_to_float(detail::float_to_bf16(h[i]));
+    rounded_h[i] = remat::detail::bf16_to_float(remat::detail::float_to_bf16(h[i]));
   const auto w = rng.normal_tensor<float>({v, c}, 0.0, 0.1);
   Tensor<std::int32_t> targets({n});
   for (std::int64_t i = 0; i < n; ++i) targets[i] = static_cast<std::int32_t>(i * 977 % v);

@@ -325,7 +325,7 @@ TEST_CASE("save_sharded splits at the size asked for and loads back, natively or
       remat::Tensor<float> t(remat::Shape{1 + rng.uniform_int(20), 1 + rng.uniform_int(20)});
       for (std::int64_t k = 0; k < t.numel(); ++k) t.data()[k] = static_cast<float>(rng.normal());
       total += t.bytes();
-      tensors.emplace_back("t" + std::to_string(i), t);
+      tensors.emplace_back(remat::detail::cat("t", i), t);
     }
     const bool bf16 = round % 2 == 1;
     const std::size_t max_shard =
@@ -395,7 +395,7 @@ TEST_CASE(
     const std::string dir = hf_dir("mismatch_" + std::to_string(round));
     std::vector<HfTensor> tensors;
     for (int i = 0; i < 6; ++i)
-      tensors.push_back(hf_random_tensor(rng, "w" + std::to_string(i), "F32"));
+      tensors.push_back(hf_random_tensor(rng, remat::detail::cat("w", i), "F32"));
     const auto bad = static_cast<std::size_t>(rng.uniform_int(6));
     const int kind = static_cast<int>(rng.uniform_int(3));
     std::vector<remat::io::NamedTensor<float>> targets;
