@@ -22,7 +22,8 @@
 // special tokens kept, ending inside the last token). It prints the new tokens' text,
 // tokenizer.decode(new_ids, skip_special_tokens=True), as a model card's
 // decode(output[len(input):]) and TextStreamer print it (the text-generation pipeline instead
-// cuts decode(prompt + new) after the prompt's text). --storage reads the decoder layers'
+// cuts decode(prompt + new) after the prompt's text); an id past the tokenizer's vocabulary (a
+// padded head's) decodes to nothing there, and here. --storage reads the decoder layers'
 // projections straight into that frozen storage (QLoRA's NF4, say). --verify re-runs the model's
 // full forward (the training path, no cache) on the prompt and the continuation and checks that
 // every greedy token is its argmax (after the repetition penalty); a disagreement is an error.
@@ -383,6 +384,15 @@ nlohmann::ordered_json sampling_json(const std::optional<remat::nn::SamplingOpti
 
 /// Whether every greedy token of `ids` is the full forward's argmax (no cache) after the
 /// repetition penalty; says which one is not on standard error.
+// The ids the tokenizer has a token for: a model's vocabulary is often padded past its
+// tokenizer's (Qwen2.5: 151,936 rows, 151,665 tokens), a sampled id may fall there, and
+// tokenizers' decode leaves such ids out (remat's refuses them: an id a user wrote is a mistake).
+std::vector<std::int32_t> token_ids_only(const remat::hub::Tokenizer& tokenizer,
+                                         std::vector<std::int32_t> ids) {
+  std::erase_if(ids, [&](std::int32_t id) { return !tokenizer.id_to_token(id); });
+  return ids;
+}
+
 bool full_forward_agrees(const remat::nn::Llama<float>& model,
                          const std::vector<std::int32_t>& prompt,
                          const std::vector<std::int32_t>& ids, double penalty) {
@@ -441,9 +451,11 @@ int run(int argc, char** argv) {
   g.eos_ids = settings.eos_ids;
   g.stop = o.stop;
   // StopStringCriteria matches the tokens' text with the special tokens in it
-  g.decode = [&](const std::vector<std::int32_t>& ids) { return tokenizer.decode(ids, false); };
+  g.decode = [&](const std::vector<std::int32_t>& ids) {
+    return tokenizer.decode(token_ids_only(tokenizer, ids), false);
+  };
   const remat::nn::Generated out = remat::nn::generate(model, prompt, g);
-  const std::string text = tokenizer.decode(out.ids);
+  const std::string text = tokenizer.decode(token_ids_only(tokenizer, out.ids));
   // fwrite: the text may hold a NUL, which printf("%s") would cut it at
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

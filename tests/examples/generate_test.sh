@@ -85,6 +85,29 @@ sample=(--base hub --prompt "$prompt" --max-new-tokens 10 --temperature 0.9 --to
 "$generate" "${sample[@]}" --seed 5 > s2.txt
 [ "$(field s1.txt new_ids)" = "$(field s2.txt new_ids)" ] || fail "seed 5 gave two continuations"
 
+# A model whose head is padded past its tokenizer's vocabulary (Qwen2.5's has 271 rows more): an
+# id drawn there decodes to nothing, as tokenizers' decode leaves it out. Here the tokenizer loses
+# ids 86 to 95 ('u' to '~', none in the prompt); near-uniform draws reach them within a few seeds.
+cp -r hub padded
+sed -i -E 's/, "[^"]": (8[6-9]|9[0-5])//g' padded/tokenizer.json
+[ "$(grep -o '"vocab".*' padded/tokenizer.json | grep -o '": [0-9]' | wc -l)" = 86 ] \
+  || fail "the padded tokenizer does not have 86 tokens"
+drew_padded=false
+for seed in 1 2 3 4 5 6 7 8; do
+  "$generate" --base padded --prompt "$prompt" --max-new-tokens 32 --temperature 4 --top-k 0 --seed $seed \
+    --json > padded.txt || fail "seed $seed: $(cat padded.txt)"
+  ids=$(field padded.txt new_ids | tr -d '[]' | tr ',' ' ')
+  kept=""
+  for id in $ids; do
+    if [ "$id" -ge 86 ]; then drew_padded=true; else kept+="${kept:+,}$id"; fi
+  done
+  text=$(text_of "[$kept]")
+  last_json padded.txt | grep -qF "\"text\":$(json_string "${text%.}")," \
+    || fail "seed $seed: the text is not the ids below 86 decoded: $(cat padded.txt)"
+  $drew_padded && break
+done
+$drew_padded || fail "no seed drew an id past the tokenizer's vocabulary: $(cat padded.txt)"
+
 # a stop string begun in the prompt ends at the first new token that completes it (transformers'
 # StopStringCriteria matches the prompt's text and the new tokens' together)
 first=$(echo "$new_ids" | tr -d '[]' | cut -d, -f1)
