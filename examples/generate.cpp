@@ -382,8 +382,6 @@ nlohmann::ordered_json sampling_json(const std::optional<remat::nn::SamplingOpti
       {"temperature", s->temperature}, {"top_k", s->top_k}, {"top_p", s->top_p}, {"seed", s->seed}};
 }
 
-/// Whether every greedy token of `ids` is the full forward's argmax (no cache) after the
-/// repetition penalty; says which one is not on standard error.
 // The ids the tokenizer has a token for: a model's vocabulary is often padded past its
 // tokenizer's (Qwen2.5: 151,936 rows, 151,665 tokens), a sampled id may fall there, and
 // tokenizers' decode leaves such ids out (remat's refuses them: an id a user wrote is a mistake).
@@ -393,6 +391,8 @@ std::vector<std::int32_t> token_ids_only(const remat::hub::Tokenizer& tokenizer,
   return ids;
 }
 
+/// Whether every greedy token of `ids` is the full forward's argmax (no cache) after the
+/// repetition penalty; says which one is not on standard error.
 bool full_forward_agrees(const remat::nn::Llama<float>& model,
                          const std::vector<std::int32_t>& prompt,
                          const std::vector<std::int32_t>& ids, double penalty) {
