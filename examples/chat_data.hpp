@@ -297,16 +297,14 @@ class Sampler {
 };
 
 /// A prompt as the model sees it at the start of an answer: for conversations, a user turn with
-/// `text` rendered by the chat template up to where the assistant's content begins (what
-/// add_generation_prompt writes; Qwen3 without its empty reasoning block); for text, `text`
-/// as transformers' tokenizer encodes it (Tokenizer::encode_for_model).
+/// `text` rendered by the chat template with its generation prompt, as transformers'
+/// apply_chat_template(add_generation_prompt=True) tokenizes it; for text, `text` as
+/// transformers' tokenizer encodes it (Tokenizer::encode_for_model).
 inline std::vector<std::int32_t> prompt_ids(const hub::Tokenizer& tok, const Data& d,
                                             const std::string& text) {
   if (!d.chat) return tok.encode_for_model(text);
-  const hub::Conversation c{.messages = {{hub::Role::user, text}, {hub::Role::assistant, ""}},
-                            .source = "--prompt"};
-  const hub::RenderedChat r = hub::render_chat(*d.chat, c);
-  return tok.encode(std::string_view(r.text).substr(0, r.assistant.at(0).begin), false);
+  const hub::Conversation c{.messages = {{hub::Role::user, text}}, .source = "--prompt"};
+  return tok.encode(hub::render_generation_prompt(*d.chat, c), false);
 }
 
 }  // namespace chat

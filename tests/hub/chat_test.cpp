@@ -253,6 +253,12 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
     const RenderedChat r = render_chat(t, c);
     CHECK(r.text == k["text"].get<std::string>());
     ++compared;
+    // up to the last user turn, with the generation prompt
+    Conversation asked = c;
+    while (asked.messages.back().role != Role::user) asked.messages.pop_back();
+    CHECK(render_generation_prompt(t, asked) == k["prompt_text"].get<std::string>());
+    asked.messages.push_back({Role::assistant, "x"});
+    CHECK_THROWS_AS(render_generation_prompt(t, asked), remat::ArgumentError);
     // One span per assistant turn, each ending with the end marker and holding the content.
     std::vector<const Message*> answers;
     for (const Message& m : c.messages)

@@ -538,4 +538,31 @@ inline RenderedChat render_chat(const ChatTemplate& t, const Conversation& c) {
   return std::move(w.out);
 }
 
+/// Renders `c`, which ends with a user turn, as transformers' apply_chat_template does with
+/// add_generation_prompt: the text a model's answer is generated after. ChatML and Llama 3 add
+/// the assistant's header (Qwen3 without the empty reasoning block enable_thinking=false
+/// writes); the [INST] templates have no generation prompt, the text ends with " [/INST]".
+inline std::string render_generation_prompt(const ChatTemplate& t, const Conversation& c) {
+  if (c.messages.empty() || c.messages.back().role != Role::user)
+    throw ArgumentError(remat::detail::cat(
+        "hub::render_generation_prompt: ", c.source,
+        ": a generation prompt follows a user turn; the conversation ends with ",
+        c.messages.empty() ? "no message" : role_name(c.messages.back().role)));
+  std::string text = render_chat(t, c).text;
+  switch (t.family) {
+    case ChatFamily::chatml:
+    case ChatFamily::qwen3:
+      return text + "<|im_start|>assistant\n";
+    case ChatFamily::llama3:
+      // Meta-Llama-3-Instruct's first release has written the header already
+      return t.ends_with_assistant_header
+                 ? text
+                 : text + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatFamily::llama2:
+    case ChatFamily::mistral:
+      return text;
+  }
+  return text;
+}
+
 }  // namespace remat::hub
