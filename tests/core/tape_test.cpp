@@ -53,6 +53,38 @@ TEST_CASE("parameter gradients accumulate over uses and across tapes until zero_
   CHECK_FALSE(w.grad().defined());
 }
 
+TEST_CASE("overwrite_grad writes a gradient that backward then adds to, never a held one",
+          "[core][tape]") {
+  Parameter<double> w(Tensor<double>::from({2}, {1, 2}));
+  {
+    Tape tape;
+    tape.backward(sum(w * 3.0));
+  }
+  const Tensor<double> held = w.grad();  // a handle the user keeps: it must not change
+  const double* backward_buffer = held.data();
+  Tensor<double>& g = w.overwrite_grad();
+  CHECK(g.data() != backward_buffer);
+  g[0] = 10;
+  g[1] = 20;
+  CHECK(held.to_vector() == std::vector<double>{3, 3});
+  CHECK(w.grad().to_vector() == std::vector<double>{10, 20});
+  {
+    Tape tape;
+    tape.backward(sum(w * 3.0));  // accumulates onto the written gradient
+  }
+  CHECK(w.grad().to_vector() == std::vector<double>{13, 23});
+  // after zero_grad, the buffer nothing else holds is reused, and the gradient is valid again
+  w.zero_grad();
+  CHECK_FALSE(w.grad().defined());
+  const double* reused = w.overwrite_grad().data();
+  w.overwrite_grad()[0] = 5;
+  CHECK(w.grad().data() == reused);
+  CHECK(w.grad()[0] == 5);
+  w.freeze();
+  CHECK_THROWS_AS(w.overwrite_grad(), UsageError);
+  CHECK_THROWS_AS(Parameter<double>().overwrite_grad(), UsageError);
+}
+
 TEST_CASE("frozen parameters get no gradient and need none", "[core][tape]") {
   Parameter<double> frozen(Tensor<double>::from({1}, {2}));
   Parameter<double> trained(Tensor<double>::from({1}, {3}));

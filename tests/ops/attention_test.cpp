@@ -246,7 +246,7 @@ Run<T> run_attention(const GridCase& c, AttentionKernel kernel, const std::vecto
     if (checkpointed) scope.emplace();
     y = attend(c, kernel, vars);
   }
-  Run<T> r{y.value().clone(), {}, y.node_id()};
+  Run<T> r{y.value().clone(), {}, remat::detail::VarAccess::node_id(y)};
   if (seed_grad) {
     tape.backward(y, *seed_grad);
     for (const Var<T>& v : vars) r.grads.push_back(v.grad().clone());
@@ -616,7 +616,7 @@ TEST_CASE(
     layout.packed = !sliced;
     const Var<double> y = attend(layout, kernel, parts);
     tape.backward(y, seed_grad);
-    return Run<double>{y.value().clone(), {x.grad().clone()}, y.node_id()};
+    return Run<double>{y.value().clone(), {x.grad().clone()}, remat::detail::VarAccess::node_id(y)};
   };
   std::mt19937 gen(99);
   for (int trial = 0; trial < 40; ++trial) {

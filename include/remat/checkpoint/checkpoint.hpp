@@ -45,8 +45,7 @@ class CheckpointScope {
 
   /// A segment on the tape `on` belongs to (or the current tape, if `on` is not on one).
   template <class T>
-  explicit CheckpointScope(const Var<T>& on)
-      : CheckpointScope(on.tape_state() ? on.tape_state() : detail::current_tape_slot()) {}
+  explicit CheckpointScope(const Var<T>& on) : CheckpointScope(tape_or_current(on)) {}
 
   ~CheckpointScope() { close(); }
   CheckpointScope(const CheckpointScope&) = delete;
@@ -67,6 +66,13 @@ class CheckpointScope {
 
  private:
   friend struct detail::ScopeAccess;
+
+  /// The tape `on` belongs to, else this thread's current one.
+  template <class T>
+  static std::shared_ptr<detail::TapeState> tape_or_current(const Var<T>& on) {
+    const std::shared_ptr<detail::TapeState>& tape = detail::VarAccess::tape_state(on);
+    return tape ? tape : detail::current_tape_slot();
+  }
 
   /// A segment on `tape` (checkpoint() and checkpoint_sequential() name the tape of their inputs).
   explicit CheckpointScope(std::shared_ptr<detail::TapeState> tape, SavePolicy policy = {}) {
@@ -103,7 +109,8 @@ struct ScopeAccess {
 
 template <class T>
 const std::shared_ptr<TapeState>* tape_of(const Var<T>& v) {
-  return v.tape_state() ? &v.tape_state() : nullptr;
+  const auto& tape = detail::VarAccess::tape_state(v);
+  return tape ? &tape : nullptr;
 }
 inline const std::shared_ptr<TapeState>* tape_of(...) { return nullptr; }
 
@@ -122,7 +129,7 @@ namespace detail {
 template <class T>
 void collect_node(const Var<T>& v, const std::shared_ptr<TapeState>& tape,
                   std::vector<std::uint32_t>& ids) {
-  if (v.tape_state() == tape) ids.push_back(v.node_id());
+  if (detail::VarAccess::tape_state(v) == tape) ids.push_back(detail::VarAccess::node_id(v));
 }
 template <class Other>
 void collect_node(const Other&, const std::shared_ptr<TapeState>&, std::vector<std::uint32_t>&) {}

@@ -81,7 +81,8 @@ double kept_after_forward(Layers& layers, const Tensor<T>& input, const SavePoli
   const double before = static_cast<double>(memory::live_bytes());
   for (auto&& layer : layers) {
     x = apply<T>(std::make_unique<Separator<T>>(), {x});
-    const CheckpointScope scope = remat::detail::ScopeAccess::make(x.tape_state(), policy);
+    const CheckpointScope scope =
+        remat::detail::ScopeAccess::make(remat::detail::VarAccess::tape_state(x), policy);
     x = layer(x);
   }
   return static_cast<double>(memory::live_bytes()) - before;
@@ -111,7 +112,8 @@ void survey_op_classes(Layers& layers, const Tensor<T>& input, int repeats,
     Var<T> x = tape.input(input);
     for (auto&& layer : layers) {
       x = apply<T>(std::make_unique<Separator<T>>(), {x});
-      const CheckpointScope scope = remat::detail::ScopeAccess::make(x.tape_state(), listen);
+      const CheckpointScope scope =
+          remat::detail::ScopeAccess::make(remat::detail::VarAccess::tape_state(x), listen);
       last = Clock::now();
       x = layer(x);
     }

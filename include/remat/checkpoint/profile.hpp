@@ -218,7 +218,7 @@ PolicyCosts profile_policy(Layers& layers, const Tensor<T>& input, Loss& loss,
   std::vector<std::vector<double>> times(n);
   std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);
   const auto segment = [&](const Var<T>& on) {
-    return remat::detail::ScopeAccess::make(on.tape_state(), policy);
+    return remat::detail::ScopeAccess::make(remat::detail::VarAccess::tape_state(on), policy);
   };
   for (int run = 0; run < repeats; ++run) {
     Tape tape;
@@ -353,7 +353,7 @@ bool profile_chained(Layers& layers, const Tensor<T>& input, Loss& loss, const S
     return q.chained[static_cast<std::size_t>(variant(l) - 1)];
   };
   const auto segment = [&](const Var<T>& on) {
-    return remat::detail::ScopeAccess::make(on.tape_state(), policy);
+    return remat::detail::ScopeAccess::make(remat::detail::VarAccess::tape_state(on), policy);
   };
   std::vector<std::vector<double>> times(n);
   std::vector<double> live(n + 1, 0), peak(n + 1, 0), clock(n + 1, 0);

@@ -28,6 +28,21 @@ class Parameter : public Var<T> {
     if (this->param_state()) this->param_state()->grad_valid = false;
   }
 
+  /// The gradient, to be overwritten whole by code that makes it outside backward()
+  /// (dist::DataParallel writes the ranks' average there): the buffer backward() would reuse,
+  /// or a new one when it is missing or something else holds it (a Tensor grad() returned must
+  /// not change under its holder, as backward() copies on write). grad() returns it from then on.
+  Tensor<T>& overwrite_grad() {
+    detail::ParamState<T>& s = state();
+    if (!s.requires_grad)
+      throw UsageError(detail::cat("Parameter::overwrite_grad: the parameter (shape ",
+                                   s.value.shape(), ") is frozen and takes no gradient"));
+    if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
+      s.grad = Tensor<T>(s.value.shape());
+    s.grad_valid = true;
+    return s.grad;
+  }
+
   /// Forgets the gradient and frees its buffer.
   void free_grad() noexcept {
     if (!this->param_state()) return;

@@ -117,7 +117,7 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     const Var<T>& v = *inputs[k];
     if (!v.defined()) throw ArgumentError(cat(op, ": input ", k, " is an undefined Var"));
-    const std::shared_ptr<TapeState>& t = v.tape_state();
+    const std::shared_ptr<TapeState>& t = VarAccess::tape_state(v);
     if (!t) continue;
     if (!t->on_owner_thread()) throw_foreign_tape(op, k, v.shape(), *t);
     if (t->ended) {
@@ -149,11 +149,11 @@ std::shared_ptr<TapeState> recording_tape(const char* op, std::span<const Var<T>
 /// The node id of input k on `tape`, recording a leaf for a parameter or a constant.
 template <class T>
 std::uint32_t resolve(TapeState& tape, const Var<T>& v, const char* op, std::size_t k) {
-  if (v.tape_state()) return v.node_id();
+  if (VarAccess::tape_state(v)) return VarAccess::node_id(v);
   std::unique_ptr<Leaf<T>> leaf;
-  if (v.param_state()) {
-    leaf = std::make_unique<Leaf<T>>(LeafKind::parameter, Tensor<T>(), v.param_state());
-    leaf->requires_grad = v.param_state()->requires_grad;
+  if (VarAccess::param_state(v)) {
+    leaf = std::make_unique<Leaf<T>>(LeafKind::parameter, Tensor<T>(), VarAccess::param_state(v));
+    leaf->requires_grad = VarAccess::param_state(v)->requires_grad;
     if (leaf->requires_grad && !leaf->claim()) {
       throw UsageError(cat(
           op, ": input ", k, " is a parameter (shape ", v.shape(),
@@ -237,7 +237,7 @@ Var<T> record_op(const Var<T>* const (&inputs)[N], Args&&... args) {
 /// The seed random ops on x's tape draw from (a fresh one when x records nowhere).
 template <class T>
 std::uint64_t rng_seed_for(const Var<T>& x) {
-  if (x.tape_state()) return x.tape_state()->seed;
+  if (VarAccess::tape_state(x)) return VarAccess::tape_state(x)->seed;
   const std::shared_ptr<TapeState>& current = current_tape_slot();
   return current && !current->ended ? current->seed : next_thread_seed();
 }

@@ -86,9 +86,10 @@ class Tape {
       throw ShapeError(detail::cat("backward: gradient of shape ", grad.shape(),
                                    " given for an output of shape ", root.shape()));
     }
-    detail::node_cast<T>(&state_->node(root.node_id())).grad_slot() = grad;
+    const std::uint32_t id = detail::VarAccess::node_id(root);
+    detail::node_cast<T>(&state_->node(id)).grad_slot() = grad;
     const HookScope scope(*state_, hooks);
-    state_->sweep(root.node_id());
+    state_->sweep(id);
   }
 
   /// Number of nodes recorded so far.
@@ -169,7 +170,7 @@ class Tape {
                       ". A tape records and runs backward on the thread that created it; give each "
                       "thread its own Tape"));
     }
-    if (root.tape_state() != state_) {
+    if (detail::VarAccess::tape_state(root) != state_) {
       throw UsageError("backward: the output was not recorded on this tape");
     }
     if (state_->swept() || state_->sweeping()) {
@@ -180,10 +181,11 @@ class Tape {
     if (state_->recording_segment()) {
       throw UsageError("backward: a checkpoint segment is still open; close it before backward");
     }
-    if (!state_->node(root.node_id()).requires_grad) {
-      throw UsageError(detail::cat(
-          "backward: the output (op '", state_->node(root.node_id()).op_name(), "', shape ",
-          root.shape(), ") does not depend on any parameter or input that requires a gradient"));
+    if (const detail::NodeBase& out = state_->node(detail::VarAccess::node_id(root));
+        !out.requires_grad) {
+      throw UsageError(
+          detail::cat("backward: the output (op '", out.op_name(), "', shape ", root.shape(),
+                      ") does not depend on any parameter or input that requires a gradient"));
     }
   }
 

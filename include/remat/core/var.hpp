@@ -54,13 +54,13 @@ class Var {
   /// True for a node on a tape; false for constants and parameters.
   bool on_tape() const noexcept { return tape_ != nullptr; }
 
-  // Internals for detail::record and friends.
+ protected:
+  explicit Var(std::shared_ptr<detail::ParamState<T>> param) : param_(std::move(param)) {}
+
+  // Internals, for Parameter and for the tape's machinery (through detail::VarAccess).
   const std::shared_ptr<detail::TapeState>& tape_state() const noexcept { return tape_; }
   std::uint32_t node_id() const noexcept { return id_; }
   const std::shared_ptr<detail::ParamState<T>>& param_state() const noexcept { return param_; }
-
- protected:
-  explicit Var(std::shared_ptr<detail::ParamState<T>> param) : param_(std::move(param)) {}
 
   void check_tape_alive(const char* what) const {
     if (tape_->ended) {
@@ -85,11 +85,24 @@ class Var {
 
 namespace detail {
 
-/// How the tape's machinery (Tape::input, record) makes a Var that names a node.
+/// How the tape's machinery (Tape::input, record, checkpoint scopes) makes a Var that names a
+/// node and reads what a Var refers to; the rest of the world sees values and gradients only.
 struct VarAccess {
   template <class T>
   static Var<T> on_tape(std::shared_ptr<TapeState> tape, std::uint32_t id, Tensor<T> value) {
     return Var<T>(std::move(tape), id, std::move(value));
+  }
+  template <class T>
+  static const std::shared_ptr<TapeState>& tape_state(const Var<T>& v) noexcept {
+    return v.tape_state();
+  }
+  template <class T>
+  static std::uint32_t node_id(const Var<T>& v) noexcept {
+    return v.node_id();
+  }
+  template <class T>
+  static const std::shared_ptr<ParamState<T>>& param_state(const Var<T>& v) noexcept {
+    return v.param_state();
   }
 };
 

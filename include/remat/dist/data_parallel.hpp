@@ -397,11 +397,10 @@ class DataParallel {
     const std::size_t k = static_cast<std::size_t>(
         std::lower_bound(b.members.begin(), b.members.end(), p) - b.members.begin());
     T* dst = b.data.data() + b.offsets[k];
-    const remat::detail::ParamState<T>& s = *params_[p].param_state();
-    // A stale buffer (zero_grad) or none: this rank's gradient is zero (the parameter did not
-    // reach the loss on this rank).
-    if (s.grad_valid && s.grad.defined())
-      std::memcpy(dst, s.grad.data(), s.grad.bytes());
+    // No gradient (none made, or a stale one after zero_grad): this rank's gradient is zero
+    // (the parameter did not reach the loss on this rank).
+    if (const Tensor<T> grad = params_[p].grad(); grad.defined())
+      std::memcpy(dst, grad.data(), grad.bytes());
     else
       std::fill(dst, dst + numel(p), T(0));
     --b.remaining;
@@ -440,19 +439,15 @@ class DataParallel {
     std::int64_t mine_at = 0;
     for (std::size_t k = 0; k < b.members.size(); ++k) {
       const std::size_t p = b.members[k];
-      remat::detail::ParamState<T>& s = *params_[p].param_state();
       if (options_.shard_optimizer_state && owner(p) != rank()) {
-        s.grad_valid = false;  // another rank updates p; this rank's local sum is not its gradient
+        params_[p].zero_grad();  // another rank updates p; this rank's sum is not its gradient
         continue;
       }
       const T* src =
           options_.shard_optimizer_state ? b.mine.data() + mine_at : b.data.data() + b.offsets[k];
       mine_at += numel(p);
-      if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
-        s.grad = Tensor<T>(s.value.shape());
-      T* dst = s.grad.data();
+      T* dst = params_[p].overwrite_grad().data();
       for (std::int64_t i = 0; i < numel(p); ++i) dst[i] = src[i] * scale;
-      s.grad_valid = true;
     }
   }
 

@@ -544,10 +544,10 @@ inline RenderedChat render_chat(const ChatTemplate& t, const Conversation& c) {
 /// writes); the [INST] templates have no generation prompt, the text ends with " [/INST]".
 inline std::string render_generation_prompt(const ChatTemplate& t, const Conversation& c) {
   if (c.messages.empty() || c.messages.back().role != Role::user)
-    throw ArgumentError(remat::detail::cat(
-        "hub::render_generation_prompt: ", c.source,
-        ": a generation prompt follows a user turn; the conversation ends with ",
-        c.messages.empty() ? "no message" : role_name(c.messages.back().role)));
+    throw ArgumentError(
+        remat::detail::cat("hub::render_generation_prompt: ", c.source,
+                           ": a generation prompt follows a user turn; the conversation ends with ",
+                           c.messages.empty() ? "no message" : role_name(c.messages.back().role)));
   std::string text = render_chat(t, c).text;
   switch (t.family) {
     case ChatFamily::chatml:
