@@ -1,13 +1,15 @@
 // generate: continues a text with a Hugging Face model folder (config.json, safetensors,
 // tokenizer.json), optionally with PEFT LoRA adapters, through nn::generate's KV cache.
 //
-//   generate --base DIR [--adapters DIR] --prompt TEXT --max-new-tokens N
-//            [--greedy | --temperature T [--top-k K] [--top-p P]] [--seed S]
+//   generate --base DIR [--adapters DIR] --prompt TEXT [--chat [--system TEXT]]
+//            --max-new-tokens N [--greedy | --temperature T [--top-k K] [--top-p P]] [--seed S]
 //            [--repetition-penalty R] [--stop STR]... [--storage f32|bf16|int8|nf4]
 //            [--threads N] [--verify] [--json]
 //
 // As transformers' model.generate() with the folder's generation config: the prompt is
-// tokenizer(text)'s ids (hub::Tokenizer::encode_for_model); the end-of-sequence ids are
+// tokenizer(text)'s ids (hub::Tokenizer::encode_for_model), or with --chat, the text as a user
+// turn (after --system's) rendered by the folder's chat template with its generation prompt, the
+// ids apply_chat_template(messages, add_generation_prompt=True) gives; the end-of-sequence ids are
 // generation_config.json's eos_token_id, or config.json's when the folder has no
 // generation_config.json (the tokenizer's eos is not one, as in transformers); with no sampling
 // flag, generation_config.json's do_sample, temperature, top_k (50 when absent), top_p and
@@ -32,6 +34,7 @@
 // token), prefill_seconds, cache_bytes (and full_forward_agrees under --verify).
 //
 // A bad flag or value is one line on standard error and exit status 1; --help exits 0.
+#include <remat/hub/chat_template.hpp>
 #include <remat/hub/tokenizer.hpp>
 #include <remat/hub/peft.hpp>
 #include <remat/io/json.hpp>
@@ -56,13 +59,14 @@ namespace {
 
 struct Options {
   std::string base, adapters, prompt, storage = "f32";
+  std::optional<std::string> system;
   std::int64_t max_new_tokens = 0;
   std::optional<double> temperature, top_p, repetition_penalty;
   std::optional<std::int64_t> top_k;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   int threads = 0;
-  bool greedy = false, verify = false, json = false;
+  bool chat = false, greedy = false, verify = false, json = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -81,6 +85,10 @@ Options parse(int argc, char** argv) {
   app.add_option("--adapters", o.adapters,
                  "PEFT LoRA folder: adapter_config.json and adapter_model.safetensors");
   app.add_option("--prompt", o.prompt, "the text to continue")->required();
+  app.add_flag("--chat", o.chat,
+               "the prompt is a user turn: render it with the folder's chat template and its "
+               "generation prompt");
+  app.add_option("--system", o.system, "with --chat: a system turn before the user's");
   app.add_option("--max-new-tokens", o.max_new_tokens, "at most this many new tokens (>= 1)")
       ->required();
   app.add_flag("--greedy", o.greedy,
@@ -133,6 +141,7 @@ Options parse(int argc, char** argv) {
     fail("--verify checks greedy tokens: it cannot be used with --temperature");
   for (const std::string& s : o.stop)
     if (s.empty()) fail("--stop must not be empty");
+  if (o.system && !o.chat) fail("--system is a chat turn: it needs --chat");
   if (o.storage != "f32" && o.storage != "bf16" && o.storage != "int8" && o.storage != "nf4")
     fail("--storage must be f32, bf16, int8 or nf4, got '" + o.storage + "'");
   return o;
@@ -417,6 +426,23 @@ bool full_forward_agrees(const remat::nn::Llama<float>& model,
   return true;
 }
 
+/// --chat: the prompt as a user turn (after --system's) rendered by the folder's chat template
+/// with its generation prompt, and encoded as apply_chat_template(..., tokenize=True) encodes it:
+/// without the special tokens the tokenizer adds, since the template writes them.
+std::vector<std::int32_t> chat_prompt_ids(const remat::hub::Tokenizer& tokenizer,
+                                          const Options& o) {
+  const remat::hub::TokenizerConfig& c = tokenizer.config();
+  if (!c.chat_template)
+    fail("--chat: " + o.base +
+         " has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja)");
+  const remat::hub::ChatTemplate t = remat::hub::recognise_chat_template(
+      *c.chat_template, c.bos_token.value_or(""), c.eos_token.value_or(""));
+  remat::hub::Conversation conversation{.source = "--prompt"};
+  if (o.system) conversation.messages.push_back({remat::hub::Role::system, *o.system});
+  conversation.messages.push_back({remat::hub::Role::user, o.prompt});
+  return tokenizer.encode(remat::hub::render_generation_prompt(t, conversation), false);
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -443,7 +469,8 @@ int run(int argc, char** argv) {
   model.eval();
 
   // the ids transformers' tokenizer(prompt) gives, as a model card passes them to generate()
-  const std::vector<std::int32_t> prompt = tokenizer.encode_for_model(o.prompt);
+  const std::vector<std::int32_t> prompt =
+      o.chat ? chat_prompt_ids(tokenizer, o) : tokenizer.encode_for_model(o.prompt);
   if (prompt.empty()) fail("--prompt encodes to no tokens");
   remat::nn::GenerateOptions g{.max_new_tokens = o.max_new_tokens};
   if (settings.sampling) g.sampling = *settings.sampling;

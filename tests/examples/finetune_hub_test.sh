@@ -45,6 +45,19 @@ grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' adapters/a
 # generate reads them back: the greedy answer equals the full forward's argmax with the adapters
 "$generate" --base model --adapters adapters --prompt "Tell me" --max-new-tokens 4 --verify > gen.txt \
   || { cat gen.txt; fail "generate could not use the saved adapters"; }
+# generate --chat: the prompt as a user turn after a system one, with Qwen3's template and its
+# generation prompt: the ids Hugging Face's tokenizers give the text apply_chat_template renders
+"$generate" --base model --chat --system "Be brief." --prompt "Tell me" --max-new-tokens 1 \
+  --json > chat.txt || { cat chat.txt; fail "generate --chat"; }
+chat_ids=$(tail -n 1 chat.txt | sed -n 's/.*"prompt_ids":\(\[[^]]*\]\).*/\1/p')
+hf_ids=$(node -e '
+const { createRequire } = require("module");
+const { Tokenizer } = createRequire(process.argv[1] + "/x.js")("tokenizers");
+const text = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me<|im_end|>\n" +
+  "<|im_start|>assistant\n";
+Tokenizer.fromFile("model/tokenizer.json").encode(text, null, { addSpecialTokens: false })
+  .then((e) => console.log(JSON.stringify(e.getIds())));' "$modules")
+[ -n "$chat_ids" ] && [ "$chat_ids" = "$hf_ids" ] || fail "generate --chat prompt ids $chat_ids, tokenizers' $hf_ids"
 
 # counted as estimated, for storages, plans, dropout and accumulation: every figure equal (to the
 # 0.0001 MiB printed), except a total whose micro-batches are padded to different lengths (2 of

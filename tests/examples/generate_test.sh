@@ -214,4 +214,6 @@ expect="is not an integer in \[0, 1024\]" bad "${base[@]}" --max-new-tokens 2 --
 expect="is not an integer in \[0, 1024\]" bad "${base[@]}" --max-new-tokens 2 --threads -1
 expect="repetition-penalty must be" bad "${base[@]}" --max-new-tokens 2 --repetition-penalty 0
 expect="temperature 1e-310 is too small" bad "${base[@]}" --max-new-tokens 2 --temperature 1e-310
+expect="chat: hub has no chat template" bad "${base[@]}" --max-new-tokens 2 --chat
+expect="system is a chat turn: it needs --chat" bad "${base[@]}" --max-new-tokens 2 --system hi
 echo "generate_test: ok"
