@@ -1,7 +1,7 @@
 // generate: continues a text with a Hugging Face model folder (config.json, safetensors,
 // tokenizer.json), optionally with PEFT LoRA adapters, through nn::generate's KV cache.
 //
-//   generate --base DIR [--adapters DIR] --prompt TEXT [--chat [--system TEXT]]
+//   generate --base DIR [--adapters DIR] --prompt TEXT [--chat [--system TEXT] [--no-thinking]]
 //            --max-new-tokens N [--greedy | --temperature T [--top-k K] [--top-p P]] [--seed S]
 //            [--repetition-penalty R] [--stop STR]... [--storage f32|bf16|int8|nf4]
 //            [--threads N] [--verify] [--json]
@@ -9,7 +9,8 @@
 // As transformers' model.generate() with the folder's generation config: the prompt is
 // tokenizer(text)'s ids (hub::Tokenizer::encode_for_model), or with --chat, the text as a user
 // turn (after --system's) rendered by the folder's chat template with its generation prompt, the
-// ids apply_chat_template(messages, add_generation_prompt=True) gives; the end-of-sequence ids are
+// ids apply_chat_template(messages, add_generation_prompt=True) gives (--no-thinking: Qwen3's
+// enable_thinking=False); the end-of-sequence ids are
 // generation_config.json's eos_token_id, or config.json's when the folder has no
 // generation_config.json (the tokenizer's eos is not one, as in transformers); with no sampling
 // flag, generation_config.json's do_sample, temperature, top_k (50 when absent), top_p and
@@ -66,7 +67,7 @@ struct Options {
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   int threads = 0;
-  bool chat = false, greedy = false, verify = false, json = false;
+  bool chat = false, no_thinking = false, greedy = false, verify = false, json = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -89,6 +90,9 @@ Options parse(int argc, char** argv) {
                "the prompt is a user turn: render it with the folder's chat template and its "
                "generation prompt");
   app.add_option("--system", o.system, "with --chat: a system turn before the user's");
+  app.add_flag(
+      "--no-thinking", o.no_thinking,
+      "with --chat and a Qwen3 template: answer without reasoning (enable_thinking=False)");
   app.add_option("--max-new-tokens", o.max_new_tokens, "at most this many new tokens (>= 1)")
       ->required();
   app.add_flag("--greedy", o.greedy,
@@ -142,6 +146,7 @@ Options parse(int argc, char** argv) {
   for (const std::string& s : o.stop)
     if (s.empty()) fail("--stop must not be empty");
   if (o.system && !o.chat) fail("--system is a chat turn: it needs --chat");
+  if (o.no_thinking && !o.chat) fail("--no-thinking renders a chat template: it needs --chat");
   if (o.storage != "f32" && o.storage != "bf16" && o.storage != "int8" && o.storage != "nf4")
     fail("--storage must be f32, bf16, int8 or nf4, got '" + o.storage + "'");
   return o;
@@ -440,7 +445,9 @@ std::vector<std::int32_t> chat_prompt_ids(const remat::hub::Tokenizer& tokenizer
   remat::hub::Conversation conversation{.source = "--prompt"};
   if (o.system) conversation.messages.push_back({remat::hub::Role::system, *o.system});
   conversation.messages.push_back({remat::hub::Role::user, o.prompt});
-  return tokenizer.encode(remat::hub::render_generation_prompt(t, conversation), false);
+  return tokenizer.encode(
+      remat::hub::render_generation_prompt(t, conversation, {.enable_thinking = !o.no_thinking}),
+      false);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 # adapters, gradients, optimizer exactly; the total within 2 %, LoRA dropout included), losses
 # equal with and without checkpointing, packed rows giving the padded loss, a loss on assistant tokens only that differs from one on
 # every token, adapters saved in PEFT's layout every --save-every steps and read back by generate,
+# generate --chat's prompt ids (the chat template's generation prompt) as tokenizers encodes them,
 # a run stopped and resumed ending bit for bit as the uninterrupted one, samples before and after,
 # plain text data, and a clear error for each kind of bad input.
 #
@@ -45,19 +46,25 @@ grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' adapters/a
 # generate reads them back: the greedy answer equals the full forward's argmax with the adapters
 "$generate" --base model --adapters adapters --prompt "Tell me" --max-new-tokens 4 --verify > gen.txt \
   || { cat gen.txt; fail "generate could not use the saved adapters"; }
-# generate --chat: the prompt as a user turn after a system one, with Qwen3's template and its
-# generation prompt: the ids Hugging Face's tokenizers give the text apply_chat_template renders
-"$generate" --base model --chat --system "Be brief." --prompt "Tell me" --max-new-tokens 1 \
-  --json > chat.txt || { cat chat.txt; fail "generate --chat"; }
-chat_ids=$(tail -n 1 chat.txt | sed -n 's/.*"prompt_ids":\(\[[^]]*\]\).*/\1/p')
-hf_ids=$(node -e '
-const { createRequire } = require("module");
-const { Tokenizer } = createRequire(process.argv[1] + "/x.js")("tokenizers");
-const text = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me<|im_end|>\n" +
-  "<|im_start|>assistant\n";
-Tokenizer.fromFile("model/tokenizer.json").encode(text, null, { addSpecialTokens: false })
-  .then((e) => console.log(JSON.stringify(e.getIds())));' "$modules")
-[ -n "$chat_ids" ] && [ "$chat_ids" = "$hf_ids" ] || fail "generate --chat prompt ids $chat_ids, tokenizers' $hf_ids"
+# generate --chat: the prompt as a user turn (after a system one), with Qwen3's template and its
+# generation prompt (--no-thinking: enable_thinking=False's empty reasoning block): the ids Hugging
+# Face's tokenizers give the text apply_chat_template renders, no special tokens added
+check_chat() {
+  local rendered=$1 ids hf
+  shift
+  "$generate" --base model --chat "$@" --prompt "Tell me" --max-new-tokens 1 --json > chat.txt \
+    || { cat chat.txt; fail "generate --chat $*"; }
+  ids=$(tail -n 1 chat.txt | sed -n 's/.*"prompt_ids":\(\[[^]]*\]\).*/\1/p')
+  hf=$(node -e '
+    const { createRequire } = require("module");
+    const { Tokenizer } = createRequire(process.argv[1] + "/x.js")("tokenizers");
+    Tokenizer.fromFile("model/tokenizer.json").encode(process.argv[2], null, { addSpecialTokens: false })
+      .then((e) => console.log(JSON.stringify(e.getIds())));' "$modules" "$rendered")
+  [ -n "$ids" ] && [ "$ids" = "$hf" ] || fail "generate --chat $*: prompt ids $ids, tokenizers' $hf"
+}
+check_chat $'<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me<|im_end|>\n<|im_start|>assistant\n' \
+  --system "Be brief."
+check_chat $'<|im_start|>user\nTell me<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' --no-thinking
 
 # counted as estimated, for storages, plans, dropout and accumulation: every figure equal (to the
 # 0.0001 MiB printed), except a total whose micro-batches are padded to different lengths (2 of

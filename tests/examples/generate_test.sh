@@ -216,4 +216,5 @@ expect="repetition-penalty must be" bad "${base[@]}" --max-new-tokens 2 --repeti
 expect="temperature 1e-310 is too small" bad "${base[@]}" --max-new-tokens 2 --temperature 1e-310
 expect="chat: hub has no chat template" bad "${base[@]}" --max-new-tokens 2 --chat
 expect="system is a chat turn: it needs --chat" bad "${base[@]}" --max-new-tokens 2 --system hi
+expect="no-thinking renders a chat template: it needs --chat" bad "${base[@]}" --max-new-tokens 2 --no-thinking
 echo "generate_test: ok"

@@ -257,6 +257,12 @@ TEST_CASE("Chat templates render byte for byte as Jinja2 renders the real templa
     Conversation asked = c;
     while (asked.messages.back().role != Role::user) asked.messages.pop_back();
     CHECK(render_generation_prompt(t, asked) == k["prompt_text"].get<std::string>());
+    if (k.contains("prompt_text_no_thinking"))
+      CHECK(render_generation_prompt(t, asked, {.enable_thinking = false}) ==
+            k["prompt_text_no_thinking"].get<std::string>());
+    else
+      CHECK_THROWS_AS(render_generation_prompt(t, asked, {.enable_thinking = false}),
+                      remat::ArgumentError);
     asked.messages.push_back({Role::assistant, "x"});
     CHECK_THROWS_AS(render_generation_prompt(t, asked), remat::ArgumentError);
     // One span per assistant turn, each ending with the end marker and holding the content.

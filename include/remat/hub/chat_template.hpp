@@ -538,21 +538,36 @@ inline RenderedChat render_chat(const ChatTemplate& t, const Conversation& c) {
   return std::move(w.out);
 }
 
+/// How render_generation_prompt renders.
+struct GenerationPromptOptions {
+  /// Qwen3's `enable_thinking`: false writes an empty reasoning block after the assistant's
+  /// header, so that the model answers without reasoning. Only Qwen3's templates read it; false
+  /// with another is an ArgumentError (the template would render the same bytes).
+  bool enable_thinking = true;
+};
+
 /// Renders `c`, which ends with a user turn, as transformers' apply_chat_template does with
 /// add_generation_prompt: the text a model's answer is generated after. ChatML and Llama 3 add
-/// the assistant's header (Qwen3 without the empty reasoning block enable_thinking=false
-/// writes); the [INST] templates have no generation prompt, the text ends with " [/INST]".
-inline std::string render_generation_prompt(const ChatTemplate& t, const Conversation& c) {
+/// the assistant's header (Qwen3 with an empty reasoning block when enable_thinking is false);
+/// the [INST] templates have no generation prompt, the text ends with " [/INST]".
+inline std::string render_generation_prompt(const ChatTemplate& t, const Conversation& c,
+                                            const GenerationPromptOptions& o = {}) {
   if (c.messages.empty() || c.messages.back().role != Role::user)
     throw ArgumentError(
         remat::detail::cat("hub::render_generation_prompt: ", c.source,
                            ": a generation prompt follows a user turn; the conversation ends with ",
                            c.messages.empty() ? "no message" : role_name(c.messages.back().role)));
+  if (!o.enable_thinking && t.family != ChatFamily::qwen3)
+    throw ArgumentError(
+        remat::detail::cat("hub::render_generation_prompt: enable_thinking false with the ", t.name,
+                           " template, which does not read it (only Qwen3's do)"));
   std::string text = render_chat(t, c).text;
   switch (t.family) {
     case ChatFamily::chatml:
-    case ChatFamily::qwen3:
       return text + "<|im_start|>assistant\n";
+    case ChatFamily::qwen3:
+      return text + "<|im_start|>assistant\n" +
+             (o.enable_thinking ? "" : "<think>\n\n</think>\n\n");
     case ChatFamily::llama3:
       // Meta-Llama-3-Instruct's first release has written the header already
       return t.ends_with_assistant_header

@@ -7,7 +7,8 @@ remat's hub/chat_template.hpp byte for byte.
 Reads templates.json (each template's text and where it comes from) and writes cases.json:
 one case per conversation, with the rendered text, or "error": true when the template itself
 raises; the text of the conversation up to its last user turn rendered with
-add_generation_prompt (what generation starts from); and where the template marks assistant turns with {% generation %} (TRL's training
+add_generation_prompt (what generation starts from; for Qwen3's templates also with
+enable_thinking=False); and where the template marks assistant turns with {% generation %} (TRL's training
 variants), the byte ranges it marks, as transformers' assistant mask reads them. A template may be
 given as a variant of another ("variant_of", "edits": [from, to] pairs, each replacing every
 `from`; "$END" appends); one that remat must refuse ("refused": why) gets no case, and when it is
@@ -75,13 +76,13 @@ def environment():
     return env
 
 
-def render(compiled, messages, t, add_generation_prompt=False):
+def render(compiled, messages, t, add_generation_prompt=False, **variables):
     """The text and the byte ranges of its {% generation %} blocks (empty ones left out)."""
     blocks, marks = [], []
     with compiled.environment.activate_tracker(blocks, marks):
         for block in compiled.generate(messages=messages,
                                        add_generation_prompt=add_generation_prompt,
-                                       bos_token=t["bos"], eos_token=t["eos"]):
+                                       bos_token=t["bos"], eos_token=t["eos"], **variables):
             blocks.append(block)
     text = "".join(blocks)
     at = lambda i: len(text[:i].encode("utf-8"))
@@ -203,6 +204,9 @@ def main():
                 # the conversation up to its last user turn, as a prompt for an answer
                 last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
                 case["prompt_text"] = render(compiled, messages[:last_user + 1], t, True)[0]
+                if t["family"] == "qwen3":  # the only templates that read enable_thinking
+                    case["prompt_text_no_thinking"] = render(
+                        compiled, messages[:last_user + 1], t, True, enable_thinking=False)[0]
             except jinja2.exceptions.TemplateError as e:
                 case["error"] = str(e)
             cases.append(case)
