@@ -440,8 +440,20 @@ std::vector<std::int32_t> chat_prompt_ids(const remat::hub::Tokenizer& tokenizer
   if (!c.chat_template)
     fail("--chat: " + o.base +
          " has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja)");
-  const remat::hub::ChatTemplate t = remat::hub::recognise_chat_template(
-      *c.chat_template, c.bos_token.value_or(""), c.eos_token.value_or(""));
+  remat::hub::ChatTemplate t;
+  try {
+    t = remat::hub::recognise_chat_template(*c.chat_template, c.bos_token.value_or(""),
+                                            c.eos_token.value_or(""));
+  } catch (const remat::hub::ChatTemplateError& e) {
+    fail(std::string("--chat: ") + e.what());
+  }
+  // the flags the template cannot take, named before render_generation_prompt would
+  if (o.no_thinking && t.family != remat::hub::ChatFamily::qwen3)
+    fail("--no-thinking: the chat template of " + o.base + " (" + t.name +
+         ") does not read enable_thinking; only Qwen3's do");
+  if (o.system && t.family == remat::hub::ChatFamily::mistral)
+    fail("--system: the chat template of " + o.base + " (" + t.name +
+         ") accepts no system message");
   remat::hub::Conversation conversation{.source = "--prompt"};
   if (o.system) conversation.messages.push_back({remat::hub::Role::system, *o.system});
   conversation.messages.push_back({remat::hub::Role::user, o.prompt});
@@ -465,6 +477,11 @@ int run(int argc, char** argv) {
     fail(
         "--verify checks greedy tokens, and generation_config.json's do_sample is true: add "
         "--greedy");
+  // the ids transformers' tokenizer(prompt) gives, as a model card passes them to generate();
+  // made before the weights are read, so that a bad --chat flag costs no load
+  const std::vector<std::int32_t> prompt =
+      o.chat ? chat_prompt_ids(tokenizer, o) : tokenizer.encode_for_model(o.prompt);
+  if (prompt.empty()) fail("--prompt encodes to no tokens");
   // the decoder's projections read straight into their storage, one matrix at a time
   const remat::WeightStorage storage = o.storage == "bf16"   ? remat::WeightStorage::bf16
                                        : o.storage == "int8" ? remat::WeightStorage::int8
@@ -475,10 +492,6 @@ int run(int argc, char** argv) {
   if (!o.adapters.empty()) adapters.emplace(load_adapters(model, o.adapters));
   model.eval();
 
-  // the ids transformers' tokenizer(prompt) gives, as a model card passes them to generate()
-  const std::vector<std::int32_t> prompt =
-      o.chat ? chat_prompt_ids(tokenizer, o) : tokenizer.encode_for_model(o.prompt);
-  if (prompt.empty()) fail("--prompt encodes to no tokens");
   remat::nn::GenerateOptions g{.max_new_tokens = o.max_new_tokens};
   if (settings.sampling) g.sampling = *settings.sampling;
   g.repetition_penalty = settings.repetition_penalty;

@@ -62,7 +62,8 @@ TEST_CASE("overwrite_grad writes a gradient that backward then adds to, never a 
   }
   const Tensor<double> held = w.grad();  // a handle the user keeps: it must not change
   const double* backward_buffer = held.data();
-  Tensor<double>& g = w.overwrite_grad();
+  const std::span<double> g = w.overwrite_grad();
+  REQUIRE(g.size() == 2);
   CHECK(g.data() != backward_buffer);
   g[0] = 10;
   g[1] = 20;

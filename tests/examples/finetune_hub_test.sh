@@ -200,7 +200,7 @@ python3 -c 'import json, sys
 t = next(t for t in json.load(open(sys.argv[2])) if t["name"] == "mistral")
 c = json.load(open(sys.argv[1])); c["chat_template"] = t["template"]
 json.dump(c, open(sys.argv[1], "w"))' mistral/tokenizer_config.json "$(dirname "$make_folder")/../hub/chat/templates.json"
-expect_error "chats.jsonl:[0-9]*: messages\[0\]: the Mistral \[INST\] template accepts a system message only nowhere" \
+expect_error "chats.jsonl:[0-9]*: messages\[0\]: the Mistral \[INST\] template accepts no system message" \
   --base mistral --data chats.jsonl
 "$finetune" --base mistral --data chats.jsonl --skip-bad --max-tokens 128 --batch 1 --steps 1 > refused.txt
 grep -q "(16 examples: .* [1-9][0-9]* conversations the chat template refuses skipped (the first: chats.jsonl:" refused.txt \

@@ -170,6 +170,22 @@ echo '{"repetition_penalty": 1.5}' > gen/generation_config.json
 "$generate" --base gen --prompt "$prompt" --max-new-tokens 8 --verify --json > pen.txt
 [ "$(field pen.txt full_forward_agrees)" = true ] || fail "penalized greedy vs the full forward: $(cat pen.txt)"
 
+# --chat with the folder's chat template (here Mistral Instruct v0.1's, no bos token set): the
+# prompt as a user turn, the template's bytes encoded without added special tokens
+cp -r hub chat
+with_template() {  # with_template NAME: tokenizer_config.json holding templates.json's NAME
+  python3 - "$here/../hub/chat/templates.json" "$1" > chat/tokenizer_config.json <<'PY'
+import json, sys
+templates = {t["name"]: t for t in json.load(open(sys.argv[1], encoding="utf-8"))}
+text = templates[sys.argv[2]]["template"] if sys.argv[2] in templates else sys.argv[2]
+print(json.dumps({"chat_template": text}))
+PY
+}
+with_template mistral
+"$generate" --base chat --chat --prompt "$prompt" --max-new-tokens 2 --json > chat.txt
+[ "$(field chat.txt prompt_ids)" = "$(ids_of "[INST] $prompt [/INST]")" ] \
+  || fail "--chat prompt ids $(field chat.txt prompt_ids), expected $(ids_of "[INST] $prompt [/INST]")"
+
 # bad flags: one line on standard error, exit status 1; --help exits 0
 "$generate" --help > /dev/null
 bad() {
@@ -217,4 +233,12 @@ expect="temperature 1e-310 is too small" bad "${base[@]}" --max-new-tokens 2 --t
 expect="chat: hub has no chat template" bad "${base[@]}" --max-new-tokens 2 --chat
 expect="system is a chat turn: it needs --chat" bad "${base[@]}" --max-new-tokens 2 --system hi
 expect="no-thinking renders a chat template: it needs --chat" bad "${base[@]}" --max-new-tokens 2 --no-thinking
+# what the folder's template cannot take, named before the weights are read
+expect="system: the chat template of chat (Mistral Instruct v0.1) accepts no system message" \
+  bad --base chat --prompt x --max-new-tokens 2 --chat --system hi
+expect="no-thinking: the chat template of chat (Mistral Instruct v0.1) does not read enable_thinking" \
+  bad --base chat --prompt x --max-new-tokens 2 --chat --no-thinking
+with_template "{{ messages }}"
+expect="chat: hub::recognise_chat_template: unknown chat template family" \
+  bad --base chat --prompt x --max-new-tokens 2 --chat
 echo "generate_test: ok"

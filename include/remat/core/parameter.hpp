@@ -4,6 +4,8 @@
 /// records a leaf for it, and backward() accumulates into its gradient. Copies share the
 /// parameter (value, gradient and frozen flag), like a reference.
 
+#include <span>
+
 #include "remat/core/var.hpp"
 
 namespace remat {
@@ -28,11 +30,13 @@ class Parameter : public Var<T> {
     if (this->param_state()) this->param_state()->grad_valid = false;
   }
 
-  /// The gradient, to be overwritten whole by code that makes it outside backward()
-  /// (dist::DataParallel writes the ranks' average there): the buffer backward() would reuse,
-  /// or a new one when it is missing or something else holds it (a Tensor grad() returned must
-  /// not change under its holder, as backward() copies on write). grad() returns it from then on.
-  Tensor<T>& overwrite_grad() {
+  /// The gradient's elements, to be overwritten whole by code that makes the gradient outside
+  /// backward() (dist::DataParallel writes the ranks' average there); what they hold on return
+  /// is unspecified. They live in the buffer backward() would reuse, or in a new one when there
+  /// is none or something else holds it (a Tensor grad() returned must not change under its
+  /// holder, as backward() copies on write). grad() returns them from then on. As zero_grad(),
+  /// not while another thread's live tape trains the parameter.
+  std::span<T> overwrite_grad() {
     detail::ParamState<T>& s = state();
     if (!s.requires_grad)
       throw UsageError(detail::cat("Parameter::overwrite_grad: the parameter (shape ",
@@ -40,7 +44,7 @@ class Parameter : public Var<T> {
     if (!s.grad.defined() || !(s.grad.shape() == s.value.shape()) || !s.grad.is_unique())
       s.grad = Tensor<T>(s.value.shape());
     s.grad_valid = true;
-    return s.grad;
+    return {s.grad.data(), static_cast<std::size_t>(s.grad.numel())};
   }
 
   /// Forgets the gradient and frees its buffer.

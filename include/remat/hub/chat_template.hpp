@@ -422,10 +422,9 @@ inline void check_alternation(const ChatTemplate& t, const Conversation& c, std:
     const Role expected = (i - first) % 2 == 0 ? Role::user : Role::assistant;
     if (c.messages[i].role == expected) continue;
     if (c.messages[i].role == Role::system)
-      throw UnknownRoleError(
-          remat::detail::cat(c.source, ": messages[", i, "]: the ", family_name(t.family),
-                             " template accepts a system message only ",
-                             t.family == ChatFamily::llama2 ? "first" : "nowhere"));
+      throw UnknownRoleError(remat::detail::cat(
+          c.source, ": messages[", i, "]: the ", family_name(t.family), " template accepts ",
+          t.family == ChatFamily::llama2 ? "a system message only first" : "no system message"));
     throw UnknownRoleError(
         remat::detail::cat(c.source, ": messages[", i, "] is ", role_name(c.messages[i].role),
                            " where the ", family_name(t.family),
