@@ -448,7 +448,7 @@ std::vector<std::int32_t> chat_prompt_ids(const remat::hub::Tokenizer& tokenizer
     fail(std::string("--chat: ") + e.what());
   }
   // the flags the template cannot take, named before render_generation_prompt would
-  if (o.no_thinking && t.family != remat::hub::ChatFamily::qwen3)
+  if (o.no_thinking && !remat::hub::reads_enable_thinking(t))
     fail("--no-thinking: the chat template of " + o.base + " (" + t.name +
          ") does not read enable_thinking; only Qwen3's do");
   if (o.system && t.family == remat::hub::ChatFamily::mistral)

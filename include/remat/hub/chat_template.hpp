@@ -537,6 +537,9 @@ inline RenderedChat render_chat(const ChatTemplate& t, const Conversation& c) {
   return std::move(w.out);
 }
 
+/// Whether `t` reads `enable_thinking` (GenerationPromptOptions): Qwen3's templates only.
+inline bool reads_enable_thinking(const ChatTemplate& t) { return t.family == ChatFamily::qwen3; }
+
 /// How render_generation_prompt renders.
 struct GenerationPromptOptions {
   /// Qwen3's `enable_thinking`: false writes an empty reasoning block after the assistant's
@@ -556,7 +559,7 @@ inline std::string render_generation_prompt(const ChatTemplate& t, const Convers
         remat::detail::cat("hub::render_generation_prompt: ", c.source,
                            ": a generation prompt follows a user turn; the conversation ends with ",
                            c.messages.empty() ? "no message" : role_name(c.messages.back().role)));
-  if (!o.enable_thinking && t.family != ChatFamily::qwen3)
+  if (!o.enable_thinking && !reads_enable_thinking(t))
     throw ArgumentError(
         remat::detail::cat("hub::render_generation_prompt: enable_thinking false with the ", t.name,
                            " template, which does not read it (only Qwen3's do)"));
