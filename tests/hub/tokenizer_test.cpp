@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -143,6 +144,27 @@ json byte_level_json() {
                 {"vocab", vocab},
                 {"merges", json::array({"h e", "l l", "he ll", g + " w"})}}}};
 }
+
+/// An added_tokens entry: every flag false but those in `set`.
+json added_token(int id, const std::string& content, std::initializer_list<const char*> set = {}) {
+  json t = {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+            {"rstrip", false}, {"normalized", false}, {"special", false}};
+  for (const char* flag : set) t[flag] = true;
+  return t;
+}
+
+/// A TemplateProcessing post-processor putting `<|end|>` (260) before the text.
+json end_first_processor() {
+  return {{"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"pair", json::array()},
+          {"special_tokens",
+           {{"<|end|>", {{"id", "<|end|>"}, {"ids", {260}}, {"tokens", {"<|end|>"}}}}}}};
+}
+
+using Ids = std::vector<std::int32_t>;
 
 /// The message of the remat error `build()` throws, of type E.
 template <class E, class F>
@@ -405,6 +427,128 @@ TEST_CASE("An added token that normalizes to nothing is refused", "[hub]") {
   CHECK(message.find("t: added_tokens[1].content: added token '  ' is empty once normalized") == 0);
 }
 
+// The ids of the next three tests are those tokenizers 0.23 (its Node binding) gives for the same
+// tokenizer.json.
+TEST_CASE(
+    "lstrip does not take back whitespace an rstrip took: a whitespace token matched there is "
+    "no token, or an error where Hugging Face panics",
+    "[hub]") {
+  json j = byte_level_json();
+  j["added_tokens"].push_back(added_token(261, " ", {"lstrip", "rstrip"}));
+  const auto both = Tokenizer::from_json(j, "t");
+  // the first " " takes the whole run; the next ones match inside it and are empty (were tokens)
+  CHECK(both.encode("a   b") == Ids{97, 261, 98});
+  CHECK(both.encode("a   b  c") == Ids{97, 261, 98, 261, 99});
+  CHECK(both.encode("a \t\n b") == Ids{97, 261, 98});
+  CHECK(both.encode("   ") == Ids{261});
+
+  j = byte_level_json();
+  j["added_tokens"].push_back(added_token(261, " ", {"rstrip"}));
+  j["added_tokens"].push_back(added_token(262, "\t", {"lstrip"}));
+  const auto apart = Tokenizer::from_json(j, "t");
+  CHECK(apart.encode("\t \t") == Ids{262, 261});  // " " took the last tab, which is empty
+  CHECK(apart.encode("a \tb") == Ids{97, 261, 98});
+  // " " takes " \t\t": the first tab would start at byte 3, after its end (byte 2)
+  CHECK(error_of<remat::ArgumentError>([&] { apart.encode(" \t\t"); }) ==
+        "hub::Tokenizer::encode: added token \"\\t\" (id 262, lstrip) matched at bytes 1 to 2 of "
+        "the text, inside the whitespace that added token \" \" (id 261) took with rstrip up to "
+        "byte 3: Hugging Face's tokenizers fails on this text (it panics: \"AddedVocabulary bad "
+        "split\")");
+  CHECK(error_of<remat::ArgumentError>([&] {
+          apart.encode("a\t \t\tb");
+        }).find("matched at bytes 3 to 4 of the text") != std::string::npos);
+  // the same in the normalized pass, after a token of the raw one
+  j["added_tokens"][1]["normalized"] = true;
+  j["added_tokens"][2]["normalized"] = true;
+  CHECK(error_of<remat::ArgumentError>([&] {
+          Tokenizer::from_json(j, "t").encode("x<|end|> \t\t");
+        }).find("matched at bytes 1 to 2 of a normalized piece of the text") != std::string::npos);
+}
+
+TEST_CASE("Two normalized added tokens of one normalized form are refused", "[hub]") {
+  json j = byte_level_json();
+  j["normalizer"] = {{"type", "NFKC"}};
+  j["added_tokens"].push_back(added_token(261, "\uFB01x", {"normalized"}));
+  j["added_tokens"].push_back(added_token(262, "fix"));
+  // apart, the raw "fix" first, then " ﬁx" normalized to " fix"
+  CHECK(Tokenizer::from_json(j, "t").encode("fix \uFB01x") == Ids{262, 32, 261});
+  // both normalized: tokenizers matches "fix" as 261 in one process and 262 in another
+  j["added_tokens"][2]["normalized"] = true;
+  CHECK(error_of<remat::IoError>([&] { Tokenizer::from_json(j, "t"); }) ==
+        "t: added_tokens[2].content: added tokens '\uFB01x' (id 261) and 'fix' (id 262) both "
+        "normalize to 'fix' (normalized: true): Hugging Face's tokenizers would match either one, "
+        "a different one from process to process");
+}
+
+TEST_CASE("The empty text is no piece: a normalizer that would make something of it never runs",
+          "[hub]") {
+  json j = byte_level_json();
+  // without raw added tokens, nothing else drops the empty text before the normalizer
+  j["added_tokens"] = json::array();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "x*"}}}, {"content", "Z"}};
+  j["post_processor"] = end_first_processor();
+  const auto tok = Tokenizer::from_json(j, "t");
+  CHECK(tok.encode("") == Ids{260});  // was {260, 90}: "Z"
+  CHECK(tok.encode("", false).empty());
+  CHECK(tok.encode("xx") == Ids{260, 90});
+}
+
+TEST_CASE(
+    "What tokenizers refuses to load is refused: null in a Sequence, a pattern with both keys, "
+    "an added token without a flag, merges in two formats",
+    "[hub]") {
+  const auto fails_with = [](const json& j, const std::string& expected) {
+    const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_json(j, "t"); });
+    INFO(message);
+    CHECK(message.find(expected) == 0);
+  };
+  const json good = byte_level_json();
+  json j = good;
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", json::array({nullptr, {{"type", "NFC"}}})}};
+  fails_with(j, "t: normalizer.normalizers[0]: expected a normalizer, found null");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({good["pre_tokenizer"], nullptr})}};
+  fails_with(j, "t: pre_tokenizer.pretokenizers[1]: expected a pre-tokenizer, found null");
+  j = good;
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({nullptr})}};
+  fails_with(j, "t: post_processor.processors[0]: expected a post-processor, found null");
+
+  const json both = {{"String", "a"}, {"Regex", "b"}};
+  j = good;
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", both}, {"content", "c"}};
+  fails_with(j,
+             "t: normalizer.pattern: expected {\"String\": ...} or {\"Regex\": ...}, found "
+             "both: {\"Regex\":\"b\",\"String\":\"a\"}");
+  j = good;
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", both}, {"behavior", "Isolated"}, {"invert", false}};
+  fails_with(
+      j, "t: pre_tokenizer.pattern: expected {\"String\": ...} or {\"Regex\": ...}, found both");
+
+  // tokenizers' serde gives no field of an added token a default (was: false, normalized !special)
+  for (const char* field :
+       {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"}) {
+    j = good;
+    j["added_tokens"][0].erase(field);
+    fails_with(j, std::string("t: added_tokens[0]: missing field '") + field + "'");
+  }
+  j = good;
+  j["added_tokens"][0]["lstrip"] = nullptr;
+  fails_with(j, "t: added_tokens[0].lstrip: expected true or false, found null");
+
+  // tokenizers reads the merges as all strings or all pairs
+  j = good;
+  j["model"]["merges"].push_back(json::array({"h", "e"}));
+  fails_with(j,
+             "t: model.merges[4]: merge [\"h\",\"e\"] is a pair but merges[0] is a string: the "
+             "list must be all \"a b\" strings or all [\"a\", \"b\"] pairs");
+  j = good;
+  j["model"]["merges"] = json::array({json::array({"h", "e"}), "l l"});
+  fails_with(j, "t: model.merges[1]: merge \"l l\" is a string but merges[0] is a pair");
+}
+
 TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]") {
   const std::string dir = tok_dir("config");
   write_file(dir + "/tokenizer.json", byte_level_json().dump());
@@ -435,6 +579,184 @@ TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]"
   const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_folder(dir); });
   CHECK(message.find("tokenizer_config.json: eos_token '<|nope|>' is not a token") !=
         std::string::npos);
+}
+
+/// A folder with byte_level_json()'s tokenizer.json (<|end|> an added special token, "he" a
+/// vocabulary token only) and `config` as tokenizer_config.json; from_folder's error, or "" when
+/// it loads.
+struct ConfigFolder {
+  std::string dir;
+  explicit ConfigFolder(const std::string& name, const json& tokenizer = byte_level_json())
+      : dir(tok_dir(name)) {
+    write_file(dir + "/tokenizer.json", tokenizer.dump());
+  }
+  std::string load_error(const json& config) const {
+    write_file(dir + "/tokenizer_config.json", config.dump());
+    try {
+      Tokenizer::from_folder(dir);
+    } catch (const remat::IoError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST_CASE("tokenizer_config.json: split_special_tokens true is refused", "[hub]") {
+  const ConfigFolder folder("split");
+  CHECK(folder.load_error({{"split_special_tokens", false}}).empty());
+  CHECK(folder.load_error({{"split_special_tokens", true}}) ==
+        folder.dir +
+            "/tokenizer_config.json: split_special_tokens: true is not supported: transformers "
+            "then encodes the special tokens' text as plain text, where remat matches it as the "
+            "tokens (supported: false or absent)");
+  // transformers hands it to tokenizers' encode_special_tokens, which takes no None
+  CHECK(folder.load_error({{"split_special_tokens", nullptr}})
+            .find("split_special_tokens: expected true or false, found null") != std::string::npos);
+}
+
+TEST_CASE(
+    "tokenizer_config.json: tokens transformers would add or rewrite are refused unless "
+    "tokenizer.json has them as they are",
+    "[hub]") {
+  const ConfigFolder folder("declared");
+  const std::string config_file = folder.dir + "/tokenizer_config.json";
+  const json end = {{"content", "<|end|>"}, {"single_word", false}, {"lstrip", false},
+                    {"rstrip", false},      {"normalized", false},  {"special", true}};
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"260", end}}}}).empty());
+  json typed = end;  // the "__type" key transformers before 4.34 wrote in AddedToken objects
+  typed["__type"] = "AddedToken";
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"260", typed}}}}).empty());
+  json other = end;
+  other["lstrip"] = true;
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"260", other}}}}) ==
+        config_file +
+            ": added_tokens_decoder.260: added token '<|end|>' has {single_word: false, lstrip: "
+            "true, rstrip: false, normalized: false, special: true} here but {single_word: false, "
+            "lstrip: false, rstrip: false, normalized: false, special: true} in tokenizer.json: "
+            "transformers would rewrite them, remat reads tokenizer.json's");
+  // flags left out are Python's AddedToken defaults: special false, then normalized true
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"260", {{"content", "<|end|>"}}}}}})
+            .find("has {single_word: false, lstrip: false, rstrip: false, normalized: true, "
+                  "special: false} here") != std::string::npos);
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"261", end}}}}) ==
+        config_file +
+            ": added_tokens_decoder.261: added token '<|end|>' has id 260 in tokenizer.json, not "
+            "261");
+  other = end;
+  other["content"] = "<|new|>";
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"261", other}}}}) ==
+        config_file +
+            ": added_tokens_decoder.261: '<|new|>' is not an added token of tokenizer.json: "
+            "transformers would add it, remat reads tokenizer.json's added tokens only");
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"x", end}}}})
+            .find("added_tokens_decoder.x: key 'x' is not an id") != std::string::npos);
+
+  // the special-token lists: a string must be an added token ("he" is only in the vocabulary:
+  // transformers would make it one, matched before BPE); an object, with its flags
+  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>"}}}).empty());
+  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>", "he"}}}) ==
+        config_file +
+            ": additional_special_tokens[1]: 'he' is not an added token of tokenizer.json: "
+            "transformers would add it, remat reads tokenizer.json's added tokens only");
+  CHECK(folder.load_error({{"additional_special_tokens", {{{"content", "<|end|>"}}}}}).empty());
+  CHECK(
+      folder
+          .load_error({{"additional_special_tokens", {{{"content", "<|end|>"}, {"rstrip", true}}}}})
+          .find("additional_special_tokens[0]: added token '<|end|>' has {single_word: false, "
+                "lstrip: false, rstrip: true,") != std::string::npos);
+  // extra_special_tokens: transformers 4's object of names, or 5's list
+  CHECK(folder.load_error({{"extra_special_tokens", {{"end_token", "<|end|>"}}}}).empty());
+  CHECK(folder.load_error({{"extra_special_tokens", {{"image_token", "<image>"}}}})
+            .find("extra_special_tokens.image_token: '<image>' is not an added token") !=
+        std::string::npos);
+  CHECK(folder.load_error({{"extra_special_tokens", {"<|end|>", "<image>"}}})
+            .find("extra_special_tokens[1]: '<image>' is not an added token") != std::string::npos);
+  CHECK(folder.load_error({{"extra_special_tokens", 5}})
+            .find("extra_special_tokens: expected a list of tokens or an object of name: token, "
+                  "found 5") != std::string::npos);
+}
+
+TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub]") {
+  const ConfigFolder folder("special_map");
+  const std::string map_file = folder.dir + "/special_tokens_map.json";
+  const std::string config_file = folder.dir + "/tokenizer_config.json";
+  const json config = {
+      {"bos_token", "he"}, {"eos_token", "<|end|>"}, {"additional_special_tokens", {"<|end|>"}}};
+  const auto with_map = [&](const json& map) {
+    write_file(map_file, map.dump());
+    return folder.load_error(config);
+  };
+  CHECK(with_map({{"bos_token", {{"content", "he"}, {"normalized", false}}},
+                  {"eos_token", "<|end|>"},
+                  {"additional_special_tokens", {"<|end|>"}}})
+            .empty());
+  CHECK(with_map(json::object()).empty());  // what it leaves out is tokenizer_config.json's
+  CHECK(with_map({{"eos_token", "he"}}) ==
+        map_file + ": eos_token: 'he' differs from " + config_file +
+            "'s eos_token ('<|end|>'): transformers 4 would take this one, remat reads "
+            "tokenizer_config.json's");
+  CHECK(with_map({{"pad_token", "<|end|>"}}) ==
+        map_file + ": pad_token: '<|end|>' differs from " + config_file +
+            "'s pad_token (none): transformers 4 would take this one, remat reads "
+            "tokenizer_config.json's");
+  CHECK(with_map({{"bos_token", nullptr}}).find("bos_token: none differs from") !=
+        std::string::npos);
+  CHECK(with_map({{"additional_special_tokens", {"<|end|>", "he"}}}) ==
+        map_file + ": additional_special_tokens[1]: 'he' is not in " + config_file +
+            "'s additional_special_tokens: transformers 4 would add it, remat reads "
+            "tokenizer_config.json's");
+  CHECK(with_map({{"eos_token", "<|end|>"}, {"chat_template", "x"}})
+            .find(map_file + ": field 'chat_template' (value \"x\") is not supported") == 0);
+  write_file(map_file, "{\"bos_token\": ");
+  CHECK(folder.load_error(config).find(map_file + ": malformed JSON") == 0);
+  // without tokenizer_config.json, every token it gives differs
+  std::filesystem::remove(config_file);
+  write_file(map_file, json{{"eos_token", "<|end|>"}}.dump());
+  CHECK(error_of<remat::IoError>([&] { Tokenizer::from_folder(folder.dir); }) ==
+        map_file + ": eos_token: '<|end|>' differs from " + config_file +
+            "'s eos_token (none): transformers 4 would take this one, remat reads "
+            "tokenizer_config.json's");
+}
+
+TEST_CASE("tokenizer_config.json: add_prefix_space must be tokenizer.json's ByteLevel one",
+          "[hub]") {
+  json tokenizer = byte_level_json();  // ByteLevel with add_prefix_space false
+  const ConfigFolder byte_level("prefix_space", tokenizer);
+  CHECK(byte_level.load_error({{"add_prefix_space", false}}).empty());
+  CHECK(byte_level.load_error({{"add_prefix_space", nullptr}}).empty());
+  CHECK(byte_level.load_error({{"add_prefix_space", true}}) ==
+        byte_level.dir +
+            "/tokenizer_config.json: add_prefix_space: true differs from tokenizer.json's "
+            "ByteLevel pre-tokenizer's add_prefix_space false: transformers would rebuild the "
+            "pre-tokenizer with this one, remat reads tokenizer.json's");
+  CHECK(byte_level.load_error({{"add_prefix_space", "yes"}})
+            .find("add_prefix_space: expected true or false, found \"yes\"") != std::string::npos);
+  // inside a Sequence (Llama 3's and Qwen's layout)
+  json in_sequence = tokenizer["pre_tokenizer"];
+  in_sequence["add_prefix_space"] = true;
+  tokenizer["pre_tokenizer"] = {{"type", "Sequence"},
+                                {"pretokenizers", json::array({{{"type", "Split"},
+                                                                {"pattern", {{"Regex", "\\s+"}}},
+                                                                {"behavior", "Isolated"},
+                                                                {"invert", false}},
+                                                               in_sequence})}};
+  const ConfigFolder sequence("prefix_space_sequence", tokenizer);
+  CHECK(sequence.load_error({{"add_prefix_space", true}}).empty());
+  CHECK(sequence.load_error({{"add_prefix_space", false}})
+            .find("add_prefix_space: false differs from tokenizer.json's ByteLevel "
+                  "pre-tokenizer's add_prefix_space true") != std::string::npos);
+  // no ByteLevel to rebuild: transformers would convert the tokenizer anew
+  tokenizer["pre_tokenizer"] = {{"type", "Metaspace"},
+                                {"replacement", "\u2581"},
+                                {"prepend_scheme", "always"},
+                                {"split", true}};
+  const ConfigFolder metaspace("prefix_space_metaspace", tokenizer);
+  CHECK(metaspace.load_error({{"add_prefix_space", true}}) ==
+        metaspace.dir +
+            "/tokenizer_config.json: add_prefix_space: true is not supported with a "
+            "tokenizer.json that has no ByteLevel pre-tokenizer: transformers would rebuild the "
+            "tokenizer with it (supported: null, absent, or the ByteLevel pre-tokenizer's value)");
+  CHECK(metaspace.load_error(json::object()).empty());
 }
 
 TEST_CASE("Bad tokenizer.json files are errors naming the file, the field and the value", "[hub]") {

@@ -5,10 +5,13 @@
 /// tokens with `normalized: false` are matched in the raw text first, then each remaining piece
 /// is normalized and tokens with `normalized: true` are matched (by their normalized form) in
 /// it. Matching is leftmost-longest; `single_word` drops a match touching a word character,
-/// `lstrip`/`rstrip` extend a match over the whitespace beside it. An added token's id is the
-/// model's id for its content when the vocabulary has it, else the next free id in file order;
-/// a file whose `id` disagrees is refused.
+/// `lstrip`/`rstrip` extend a match over the whitespace beside it (lstrip not over whitespace
+/// the previous match took). An added token's id is the model's id for its content when the
+/// vocabulary has it, else the next free id in file order; a file whose `id` disagrees is
+/// refused, and so is one with two `normalized` tokens of the same normalized form (Hugging
+/// Face would match either).
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -18,6 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "remat/core/error.hpp"
 #include "remat/hub/bpe.hpp"
 #include "remat/hub/json_file.hpp"
 #include "remat/hub/normalizers.hpp"
@@ -96,16 +100,11 @@ class AddedVocabulary {
   AddedVocabulary(const JsonField& list, const Bpe& model, const Normalizer* normalizer)
       : word_(kWordPattern, false, list.path()) {
     std::int64_t next_id = static_cast<std::int64_t>(model.vocab_size());
+    std::unordered_map<std::string, std::int64_t> id_of_form;  // normalized tokens' forms
     for (std::size_t i = 0; i < list.size(); ++i) {
       const JsonField j = list.at(i);
       j.require_keys({"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
-      AddedToken t;
-      t.content = j["content"].string();
-      t.single_word = j.boolean_or("single_word", false);
-      t.lstrip = j.boolean_or("lstrip", false);
-      t.rstrip = j.boolean_or("rstrip", false);
-      t.special = j.boolean_or("special", false);
-      t.normalized = j.boolean_or("normalized", !t.special);
+      AddedToken t = read_token(j);
       const std::int64_t file_id = j["id"].integer();
       if (t.content.empty()) continue;  // Hugging Face ignores an empty token
       if (const auto it = by_content_.find(t.content); it != by_content_.end()) {
@@ -125,6 +124,7 @@ class AddedVocabulary {
       if (form.empty())
         j["content"].fail(remat::detail::cat("added token '", t.content,
                                              "' is empty once normalized (normalized: true)"));
+      if (t.normalized) claim_normalized_form(j, t, form, id_of_form);
       if (form != t.content) decode_form_[t.id] = form;
       by_content_[t.content] = t.id;
       if (t.special) special_.insert(t.content);
@@ -167,12 +167,43 @@ class AddedVocabulary {
   const std::unordered_map<std::int64_t, AddedToken>& tokens() const { return tokens_; }
 
   /// Cuts the open pieces at matches of the tokens with `normalized: false` (raw text).
-  void split_raw(std::vector<Piece>& pieces) const { split(pieces, raw_trie_); }
+  void split_raw(std::vector<Piece>& pieces) const { split(pieces, raw_trie_, "the text"); }
   /// Cuts the open pieces at matches of the tokens with `normalized: true`.
-  void split_normalized(std::vector<Piece>& pieces) const { split(pieces, normalized_trie_); }
+  void split_normalized(std::vector<Piece>& pieces) const {
+    split(pieces, normalized_trie_, "a normalized piece of the text");
+  }
 
  private:
-  void split(std::vector<Piece>& pieces, const detail::TokenTrie& trie) const {
+  /// An entry of `added_tokens` but its id. tokenizers' serde gives none of its fields a
+  /// default: a flag that is missing or null is an error there, so it is here.
+  static AddedToken read_token(const JsonField& j) {
+    AddedToken t;
+    t.content = j["content"].string();
+    t.single_word = j["single_word"].boolean();
+    t.lstrip = j["lstrip"].boolean();
+    t.rstrip = j["rstrip"].boolean();
+    t.normalized = j["normalized"].boolean();
+    t.special = j["special"].boolean();
+    return t;
+  }
+
+  /// Records `form` as the matching form of normalized token `t`, refusing a second token with
+  /// the same form: tokenizers' trie then holds both and matches the one its hash order puts
+  /// first, which changes from process to process.
+  void claim_normalized_form(const JsonField& j, const AddedToken& t, const std::string& form,
+                             std::unordered_map<std::string, std::int64_t>& id_of_form) const {
+    const auto [it, fresh] = id_of_form.emplace(form, t.id);
+    if (fresh || it->second == t.id) return;
+    j["content"].fail(remat::detail::cat(
+        "added tokens '", tokens_.at(it->second).content, "' (id ", it->second, ") and '",
+        t.content, "' (id ", t.id, ") both normalize to '", form,
+        "' (normalized: true): Hugging Face's tokenizers would match either one, a different one "
+        "from process to process"));
+  }
+
+  /// `where` names the pieces in errors ("the text").
+  void split(std::vector<Piece>& pieces, const detail::TokenTrie& trie,
+             std::string_view where) const {
     if (trie.empty()) return;
     std::vector<Piece> out;
     out.reserve(pieces.size());
@@ -181,7 +212,7 @@ class AddedVocabulary {
         out.push_back(std::move(piece));
         continue;
       }
-      split_piece(piece, trie, out);
+      split_piece(piece, trie, where, out);
     }
     pieces = std::move(out);
   }
@@ -189,11 +220,15 @@ class AddedVocabulary {
   /// Hugging Face's find_matches on one piece: pieces of text between matches, and the
   /// matches (widened by lstrip/rstrip) as token pieces. The matches are found in the text as
   /// it is (leftmost-longest, not overlapping); widening happens afterwards, so a widened match
-  /// may overlap the next one, which Hugging Face then emits in full all the same.
-  void split_piece(const Piece& piece, const detail::TokenTrie& trie,
+  /// may overlap the next one, which Hugging Face then emits in full all the same. lstrip never
+  /// takes back what the previous match took: a whitespace token matched inside the whitespace
+  /// an rstrip took starts where that ended, which leaves it empty (no token: Hugging Face
+  /// drops empty splits) or, past its own end, is an error (Hugging Face panics).
+  void split_piece(const Piece& piece, const detail::TokenTrie& trie, std::string_view where,
                    std::vector<Piece>& out) const {
     const std::string_view text = piece.text;
-    std::size_t done = 0;  // end of the last piece emitted (Hugging Face's start_offset)
+    std::size_t done = 0;        // end of the last piece emitted (Hugging Face's start_offset)
+    std::int64_t previous = -1;  // the last token matched, for an error
     for (std::size_t at = 0; at < text.size();) {
       if (!trie.may_start(static_cast<unsigned char>(text[at]))) {
         ++at;
@@ -210,17 +245,39 @@ class AddedVocabulary {
       if (t.single_word &&
           (ends_with_word(text.substr(0, begin)) || starts_with_word(text.substr(end))))
         continue;  // not a whole word
+      const std::size_t matched = begin;
       if (t.lstrip) begin = std::max(done, begin - trailing_space(text.substr(0, begin)));
       if (t.rstrip) end += leading_space(text.substr(end));
+      if (begin > end) refuse_inside_previous(id, previous, matched, at, done, where);
       if (done < begin)
         out.push_back(
             Piece{std::string(text.substr(done, begin - done)), -1, piece.at_origin && done == 0});
-      out.push_back(
-          Piece{std::string(text.substr(begin, end - begin)), id, piece.at_origin && begin == 0});
+      if (begin < end)
+        out.push_back(
+            Piece{std::string(text.substr(begin, end - begin)), id, piece.at_origin && begin == 0});
       done = end;
+      previous = id;
     }
     if (done < text.size())
       out.push_back(Piece{std::string(text.substr(done)), -1, piece.at_origin && done == 0});
+  }
+
+  /// Throws for lstrip token `id` matched at [begin, end) inside the whitespace that token
+  /// `previous` took with rstrip, up to `taken`: tokenizers would start this token's span at
+  /// `taken`, past its end, and panic ("AddedVocabulary bad split").
+  [[noreturn]] void refuse_inside_previous(std::int64_t id, std::int64_t previous,
+                                           std::size_t begin, std::size_t end, std::size_t taken,
+                                           std::string_view where) const {
+    const auto shown = [&](std::int64_t token) {
+      return nlohmann::json(tokens_.at(token).content).dump();  // escapes whitespace
+    };
+    throw ArgumentError(remat::detail::cat(
+        "hub::Tokenizer::encode: added token ", shown(id), " (id ", id,
+        ", lstrip) matched at bytes ", begin, " to ", end, " of ", where,
+        ", inside the whitespace that added token ", shown(previous), " (id ", previous,
+        ") took with rstrip up to byte ", taken,
+        ": Hugging Face's tokenizers fails on this text (it panics: \"AddedVocabulary bad "
+        "split\")"));
   }
 
   bool ends_with_word(std::string_view s) const {

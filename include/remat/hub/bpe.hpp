@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// The BPE model of tokenizer.json: a vocabulary, ranked merges (either `"a b"` strings or
-/// `["a", "b"]` pairs), an optional unknown token (`fuse_unk`), byte fallback to `<0xXX>` tokens
-/// (SentencePiece-style models: Llama 2, Mistral), `ignore_merges` (a word already in the
+/// The BPE model of tokenizer.json: a vocabulary, ranked merges (either all `"a b"` strings or
+/// all `["a", "b"]` pairs), an optional unknown token (`fuse_unk`), byte fallback to `<0xXX>`
+/// tokens (SentencePiece-style models: Llama 2, Mistral), `ignore_merges` (a word already in the
 /// vocabulary is one token: Llama 3), `continuing_subword_prefix` and `end_of_word_suffix`.
 ///
 /// A word is split into its characters, then the adjacent pair of lowest merge rank is merged
@@ -238,6 +238,13 @@ class Bpe {
         fail(remat::detail::cat("expected \"a b\" or [\"a\", \"b\"], found ",
                                 merges.at(rank).shown()));
       }
+      // tokenizers reads the whole list as "a b" strings or as pairs, never a mix of the two
+      if (raw.is_array() != merges.value()[0].is_array())
+        fail(remat::detail::cat("merge ", merges.at(rank).shown(), " is ",
+                                raw.is_array() ? "a pair" : "a string", " but merges[0] is ",
+                                raw.is_array() ? "a string" : "a pair",
+                                ": the list must be all \"a b\" strings or all [\"a\", \"b\"] "
+                                "pairs"));
       const std::int64_t ia = token_to_id(a), ib = token_to_id(b);
       if (ia < 0) fail(remat::detail::cat("merge token '", a, "' is not in the vocabulary"));
       if (ib < 0) fail(remat::detail::cat("merge token '", b, "' is not in the vocabulary"));

@@ -128,6 +128,10 @@ class StripNormalizer final : public Normalizer {
 /// A `{"String": s}` or `{"Regex": r}` pattern of tokenizer.json.
 inline Regex read_pattern(const JsonField& j) {
   j.require_keys({"String", "Regex"});
+  // tokenizers reads the pattern as a map with a single key, and refuses one with both
+  if (j.has("String") && j.has("Regex"))
+    j.fail(remat::detail::cat("expected {\"String\": ...} or {\"Regex\": ...}, found both: ",
+                              j.shown()));
   if (j.has("String")) return Regex(j["String"].string(), true, j.path());
   if (j.has("Regex")) return Regex(j["Regex"].string(), false, j.path());
   j.fail("expected {\"String\": ...} or {\"Regex\": ...}");
@@ -144,8 +148,9 @@ inline std::unique_ptr<Normalizer> make_normalizer(const JsonField& j) {
     std::vector<std::unique_ptr<Normalizer>> steps;
     const JsonField list = j["normalizers"];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = make_normalizer(list.at(i));
-      if (step) steps.push_back(std::move(step));
+      // tokenizers reads each member as a normalizer: null is none of them
+      if (list.at(i).is_null()) list.at(i).fail("expected a normalizer, found null");
+      steps.push_back(make_normalizer(list.at(i)));
     }
     return std::make_unique<detail::SequenceNormalizer>(std::move(steps));
   }

@@ -111,8 +111,9 @@ inline std::unique_ptr<PostProcessor> make_post_processor(const JsonField& j) {
     std::vector<std::unique_ptr<PostProcessor>> steps;
     const JsonField list = j["processors"];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = make_post_processor(list.at(i));
-      if (step) steps.push_back(std::move(step));
+      // tokenizers reads each member as a post-processor: null is none of them
+      if (list.at(i).is_null()) list.at(i).fail("expected a post-processor, found null");
+      steps.push_back(make_post_processor(list.at(i)));
     }
     return std::make_unique<detail::SequenceProcessor>(std::move(steps));
   }

@@ -28,6 +28,9 @@ class PreTokenizer {
   /// Whether it looks at which pieces start at the original text's offset 0 (Metaspace's
   /// prepend_scheme "first").
   virtual bool uses_origin() const { return false; }
+  /// Appends the add_prefix_space of each ByteLevel step, which tokenizer_config.json's
+  /// add_prefix_space must agree with (transformers rebuilds the step with that value).
+  virtual void byte_level_prefix_spaces(std::vector<bool>& /*out*/) const {}
 };
 
 /// What a split does with the matches of its pattern (Hugging Face's SplitDelimiterBehavior).
@@ -118,6 +121,9 @@ class SequencePreTokenizer final : public PreTokenizer {
       if (step->uses_origin()) return true;
     return false;
   }
+  void byte_level_prefix_spaces(std::vector<bool>& out) const override {
+    for (const auto& step : steps_) step->byte_level_prefix_spaces(out);
+  }
 
  private:
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
@@ -167,6 +173,9 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
     const ByteAlphabet& alphabet = ByteAlphabet::get();
     for (Piece& piece : pieces)
       if (piece.open()) piece.text = alphabet.encode(piece.text);
+  }
+  void byte_level_prefix_spaces(std::vector<bool>& out) const override {
+    out.push_back(add_prefix_space_);
   }
 
  private:
@@ -275,8 +284,9 @@ inline std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonField& j) {
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     const JsonField list = j["pretokenizers"];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = make_pre_tokenizer(list.at(i));
-      if (step) steps.push_back(std::move(step));
+      // tokenizers reads each member as a pre-tokenizer: null is none of them
+      if (list.at(i).is_null()) list.at(i).fail("expected a pre-tokenizer, found null");
+      steps.push_back(make_pre_tokenizer(list.at(i)));
     }
     return std::make_unique<detail::SequencePreTokenizer>(std::move(steps));
   }

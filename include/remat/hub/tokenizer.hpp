@@ -54,15 +54,23 @@ class Tokenizer {
   /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json` and
   /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
   /// template, and it reads that file in preference to the config's chat_template: so does this.
+  /// What would make transformers change the tokenizer tokenizer.json describes is refused (an
+  /// IoError naming the file and the field): special tokens of tokenizer_config.json that are
+  /// not tokenizer.json's added tokens as they are, an add_prefix_space other than its
+  /// ByteLevel pre-tokenizer's, a `DIR/special_tokens_map.json` that disagrees with
+  /// tokenizer_config.json.
   static Tokenizer from_folder(const std::string& dir) {
     const std::filesystem::path folder(dir);
     Tokenizer t = from_file((folder / "tokenizer.json").string());
-    const auto config = folder / "tokenizer_config.json";
-    if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config.string());
+    const std::string config = (folder / "tokenizer_config.json").string();
+    if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config);
+    const std::string special_map = (folder / "special_tokens_map.json").string();
+    if (std::filesystem::exists(special_map))
+      check_special_tokens_map(special_map, t.config_, config);
     const auto jinja = folder / "chat_template.jinja";
     if (std::filesystem::exists(jinja))
       t.config_.chat_template = io::read_text_file(jinja.string(), "hub::Tokenizer::from_folder");
-    t.check_config((folder / "tokenizer_config.json").string());
+    t.check_config(config);
     return t;
   }
 
@@ -80,13 +88,15 @@ class Tokenizer {
           static_cast<int>(static_cast<unsigned char>(text[*bad])), std::dec, " at offset ", *bad,
           "); decode it first, e.g. with hub::utf8::lossy"));
     std::vector<Piece> pieces;
-    pieces.push_back(Piece{std::string(text), -1, true});
+    // the empty text is no piece at all: Hugging Face's added-token pass drops it before the
+    // normalizer, which could otherwise make something of it (a Replace matching "")
+    if (!text.empty()) pieces.push_back(Piece{std::string(text), -1, true});
     added_.split_raw(pieces);
     for (Piece& piece : pieces)
       if (piece.open() && normalizer_) normalizer_->normalize(piece.text);
     // Hugging Face drops every empty piece (the added-token pass splits even without added
-    // tokens): the empty text, or a piece the normalizer emptied, never reaches a pre-tokenizer
-    // that would give it a prefix space or "▁"
+    // tokens): a piece the normalizer emptied never reaches a pre-tokenizer that would give it
+    // a prefix space or "▁"
     std::erase_if(pieces, [](const Piece& p) { return p.open() && p.text.empty(); });
     added_.split_normalized(pieces);
     if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
@@ -219,6 +229,9 @@ class Tokenizer {
         "or Strip with strip_left false)"));
   }
 
+  /// Checks what tokenizer_config.json (at `file`) says against tokenizer.json: its bos, eos,
+  /// pad and unk are tokens, its declared tokens added tokens, its add_prefix_space the
+  /// pre-tokenizer's.
   void check_config(const std::string& file) const {
     const std::pair<const char*, const std::optional<std::string>*> fields[] = {
         {"bos_token", &config_.bos_token},
@@ -229,6 +242,63 @@ class Tokenizer {
       if (*value && !token_to_id(**value))
         throw IoError(remat::detail::cat(file, ": ", name, " '", **value,
                                          "' is not a token of tokenizer.json"));
+    for (const DeclaredToken& declared : config_.declared_tokens) check_declared(declared);
+    check_prefix_space(file);
+  }
+
+  /// transformers adds a token of added_tokens_decoder, additional_special_tokens or
+  /// extra_special_tokens that tokenizer.json lacks, and rewrites the flags of one it has with
+  /// other flags, where remat encodes with tokenizer.json's added tokens: so each must be one of
+  /// them, with the same id and flags.
+  void check_declared(const DeclaredToken& declared) const {
+    const std::int64_t id = added_.id_of(declared.content);
+    if (id < 0)
+      throw IoError(remat::detail::cat(
+          declared.path, ": '", declared.content,
+          "' is not an added token of tokenizer.json: transformers would add it, remat reads "
+          "tokenizer.json's added tokens only"));
+    if (declared.id && *declared.id != id)
+      throw IoError(remat::detail::cat(declared.path, ": added token '", declared.content,
+                                       "' has id ", id, " in tokenizer.json, not ", *declared.id));
+    const AddedToken& token = *added_.find(id);
+    const TokenFlags in_json{token.single_word, token.lstrip, token.rstrip, token.normalized,
+                             token.special};
+    if (declared.flags && *declared.flags != in_json)
+      throw IoError(remat::detail::cat(
+          declared.path, ": added token '", declared.content, "' has ",
+          shown_flags(*declared.flags), " here but ", shown_flags(in_json),
+          " in tokenizer.json: transformers would rewrite them, remat reads tokenizer.json's"));
+  }
+
+  static std::string shown_flags(const TokenFlags& f) {
+    const auto b = [](bool v) { return v ? "true" : "false"; };
+    return remat::detail::cat("{single_word: ", b(f.single_word), ", lstrip: ", b(f.lstrip),
+                              ", rstrip: ", b(f.rstrip), ", normalized: ", b(f.normalized),
+                              ", special: ", b(f.special), "}");
+  }
+
+  /// transformers rebuilds the ByteLevel pre-tokenizer with tokenizer_config.json's
+  /// add_prefix_space (GPT2TokenizerFast and others), or converts the tokenizer anew from the
+  /// slow one (LlamaTokenizerFast): only a value tokenizer.json already has changes nothing.
+  void check_prefix_space(const std::string& file) const {
+    if (!config_.add_prefix_space) return;
+    const bool wanted = *config_.add_prefix_space;
+    std::vector<bool> in_json;
+    if (pre_tokenizer_) pre_tokenizer_->byte_level_prefix_spaces(in_json);
+    if (in_json.empty())
+      throw IoError(remat::detail::cat(
+          file, ": add_prefix_space: ", wanted ? "true" : "false",
+          " is not supported with a tokenizer.json that has no ByteLevel pre-tokenizer: "
+          "transformers would rebuild the tokenizer with it (supported: null, absent, or the "
+          "ByteLevel pre-tokenizer's value)"));
+    for (const bool value : in_json)
+      if (value != wanted)
+        throw IoError(remat::detail::cat(
+            file, ": add_prefix_space: ", wanted ? "true" : "false",
+            " differs from tokenizer.json's ByteLevel pre-tokenizer's add_prefix_space ",
+            value ? "true" : "false",
+            ": transformers would rebuild the pre-tokenizer with this one, remat reads "
+            "tokenizer.json's"));
   }
 
   std::optional<std::int32_t> config_id(const std::optional<std::string>& token) const {

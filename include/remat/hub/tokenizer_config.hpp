@@ -4,21 +4,59 @@
 /// eos, pad and unk tokens, `add_bos_token`/`add_eos_token`, `model_max_length` and the chat
 /// template (exposed as text: rendering it is the chat-template layer's job). A token may be
 /// written as a string or as an AddedToken object ({"content": ..., ...}); a chat template as a
-/// string or as a list of named templates ({"name": "default", "template": ...}). Other fields
-/// (tokenizer_class, clean_up_tokenization_spaces, added_tokens_decoder, ...) concern Python
-/// classes and are not read.
+/// string or as a list of named templates ({"name": "default", "template": ...}).
+///
+/// Fields with which transformers would change the tokenizer.json it loads are read so that
+/// Tokenizer::from_folder can refuse what it would change: the tokens of
+/// `added_tokens_decoder`, `additional_special_tokens` and `extra_special_tokens` (added, or
+/// their flags rewritten, unless tokenizer.json has them as they are), `add_prefix_space` (the
+/// ByteLevel pre-tokenizer rebuilt with it) and `split_special_tokens: true` (refused here).
+/// `special_tokens_map.json`, from which transformers 4 takes the special tokens, must agree
+/// with tokenizer_config.json (check_special_tokens_map). Other fields (tokenizer_class,
+/// clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "remat/hub/json_file.hpp"
 
 namespace remat::hub {
 
+/// The flags of an added token, as Python's AddedToken defaults them.
+struct TokenFlags {
+  bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
+  bool operator==(const TokenFlags&) const = default;
+};
+
+/// A token tokenizer_config.json declares in added_tokens_decoder, additional_special_tokens or
+/// extra_special_tokens.
+struct DeclaredToken {
+  /// Where it is written ("FILE: added_tokens_decoder.151643"), for errors.
+  std::string path;
+  /// added_tokens_decoder's key.
+  std::optional<std::int64_t> id;
+  std::string content;
+  /// The flags, when written as an object (a plain string gives none).
+  std::optional<TokenFlags> flags;
+};
+
 /// The fields of tokenizer_config.json that remat reads.
 struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+  /// Read only to be compared with special_tokens_map.json's.
+  std::optional<std::string> sep_token, cls_token, mask_token;
+  /// The contents of additional_special_tokens, in order.
+  std::vector<std::string> additional_special_tokens;
+  /// Every token of added_tokens_decoder, additional_special_tokens and extra_special_tokens.
+  std::vector<DeclaredToken> declared_tokens;
+  /// add_prefix_space (none when null or absent), with which transformers rebuilds the
+  /// ByteLevel pre-tokenizer.
+  std::optional<bool> add_prefix_space;
   std::optional<bool> add_bos_token, add_eos_token;
   std::optional<std::int64_t> model_max_length;
   /// The chat template: the only one, or the one named "default".
@@ -39,6 +77,97 @@ inline std::optional<std::string> read_token_field(const JsonField& root, const 
       remat::detail::cat("expected a token (a string or {\"content\": ...}), found ", f.shown()));
 }
 
+/// An AddedToken object: its content, and its flags with Python's AddedToken defaults for those
+/// left out (special `special_by_default`, normalized when not special).
+inline DeclaredToken read_declared_object(const JsonField& f, bool special_by_default) {
+  f.require_keys({"__type", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
+  if (f.has("__type") && f["__type"].string() != "AddedToken")
+    f["__type"].fail(remat::detail::cat("expected \"AddedToken\", found ", f["__type"].shown()));
+  // a flag given as null is refused, as AddedToken(lstrip=None) is
+  const auto flag = [&](const char* key, bool fallback) {
+    return f.has(key) ? f[key].boolean() : fallback;
+  };
+  TokenFlags flags;
+  flags.special = flag("special", special_by_default);
+  flags.single_word = flag("single_word", false);
+  flags.lstrip = flag("lstrip", false);
+  flags.rstrip = flag("rstrip", false);
+  flags.normalized = flag("normalized", !flags.special);
+  return DeclaredToken{f.path(), std::nullopt, f["content"].string(), flags};
+}
+
+/// A special token of a list: a string (no flags) or an AddedToken object (special when it does
+/// not say: transformers makes the tokens of these lists special).
+inline DeclaredToken read_listed_token(const JsonField& f) {
+  if (f.value().is_string()) return DeclaredToken{f.path(), std::nullopt, f.string(), std::nullopt};
+  if (f.value().is_object()) return read_declared_object(f, true);
+  f.fail(
+      remat::detail::cat("expected a token (a string or {\"content\": ...}), found ", f.shown()));
+}
+
+/// added_tokens_decoder: {"ID": {"content": ..., flags}, ...}.
+inline void read_added_tokens_decoder(const JsonField& decoder, TokenizerConfig& c) {
+  if (!decoder.value().is_object()) decoder.fail("expected an object of id: token");
+  for (const auto& item : decoder.value().items()) {
+    const JsonField entry(item.value(), decoder.child(item.key()));
+    const std::string& key = item.key();
+    // an id in decimal; 18 digits at most, which std::stoll always reads
+    const bool digits = !key.empty() && key.size() <= 18 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) entry.fail(remat::detail::cat("key '", key, "' is not an id"));
+    DeclaredToken d = read_declared_object(entry, false);
+    d.id = std::stoll(key);
+    c.declared_tokens.push_back(std::move(d));
+  }
+}
+
+/// additional_special_tokens (a list) and extra_special_tokens (a list, or transformers 4's
+/// object of name: token).
+inline void read_special_token_lists(const JsonField& root, TokenizerConfig& c) {
+  if (root.has("additional_special_tokens") && !root["additional_special_tokens"].is_null()) {
+    const JsonField list = root["additional_special_tokens"];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      c.declared_tokens.push_back(read_listed_token(list.at(i)));
+      c.additional_special_tokens.push_back(c.declared_tokens.back().content);
+    }
+  }
+  if (!root.has("extra_special_tokens") || root["extra_special_tokens"].is_null()) return;
+  const JsonField extra = root["extra_special_tokens"];
+  if (extra.value().is_object()) {
+    for (const auto& item : extra.value().items())
+      c.declared_tokens.push_back(
+          read_listed_token(JsonField(item.value(), extra.child(item.key()))));
+  } else if (extra.value().is_array()) {
+    for (std::size_t i = 0; i < extra.size(); ++i)
+      c.declared_tokens.push_back(read_listed_token(extra.at(i)));
+  } else {
+    extra.fail(remat::detail::cat("expected a list of tokens or an object of name: token, found ",
+                                  extra.shown()));
+  }
+}
+
+/// The fields with which transformers changes the tokenizer tokenizer.json describes (see the
+/// file comment), and the special tokens special_tokens_map.json is compared with.
+inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
+  c.sep_token = read_token_field(root, "sep_token");
+  c.cls_token = read_token_field(root, "cls_token");
+  c.mask_token = read_token_field(root, "mask_token");
+  if (root.has("added_tokens_decoder")) read_added_tokens_decoder(root["added_tokens_decoder"], c);
+  read_special_token_lists(root, c);
+  if (root.has("add_prefix_space") && !root["add_prefix_space"].is_null())
+    c.add_prefix_space = root["add_prefix_space"].boolean();
+  // transformers passes it to tokenizers' encode_special_tokens, which takes no null
+  if (root.has("split_special_tokens") && root["split_special_tokens"].boolean())
+    root["split_special_tokens"].fail(
+        "true is not supported: transformers then encodes the special tokens' text as plain "
+        "text, where remat matches it as the tokens (supported: false or absent)");
+}
+
+/// A token for a message: 'content', or "none".
+inline std::string shown_token(const std::optional<std::string>& token) {
+  return token ? "'" + *token + "'" : std::string("none");
+}
+
 }  // namespace detail
 
 /// Reads tokenizer_config.json at `file` (an IoError naming the file and field when it is
@@ -52,6 +181,7 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
   c.eos_token = detail::read_token_field(root, "eos_token");
   c.pad_token = detail::read_token_field(root, "pad_token");
   c.unk_token = detail::read_token_field(root, "unk_token");
+  detail::read_tokenizer_changes(root, c);
   if (root.has("add_bos_token") && !root["add_bos_token"].is_null())
     c.add_bos_token = root["add_bos_token"].boolean();
   if (root.has("add_eos_token") && !root["add_eos_token"].is_null())
@@ -78,6 +208,45 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
     }
   }
   return c;
+}
+
+/// Reads special_tokens_map.json at `file` and throws an IoError naming both files unless it
+/// agrees with `config` (read from `config_file`, empty when there is none): transformers 4
+/// takes the special tokens from it over tokenizer_config.json's (when that has no
+/// added_tokens_decoder), and adds its additional_special_tokens to the config's, where remat
+/// reads tokenizer_config.json only. A token it leaves out is tokenizer_config.json's.
+inline void check_special_tokens_map(const std::string& file, const TokenizerConfig& config,
+                                     const std::string& config_file) {
+  const nlohmann::json json = read_json_file(file);
+  const JsonField root(json, file + ":");
+  if (!json.is_object()) root.fail("expected a JSON object");
+  root.require_keys({"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
+                     "mask_token", "additional_special_tokens"});
+  const std::pair<const char*, const std::optional<std::string>*> named[] = {
+      {"bos_token", &config.bos_token},  {"eos_token", &config.eos_token},
+      {"unk_token", &config.unk_token},  {"pad_token", &config.pad_token},
+      {"sep_token", &config.sep_token},  {"cls_token", &config.cls_token},
+      {"mask_token", &config.mask_token}};
+  for (const auto& [key, configured] : named) {
+    if (!root.has(key)) continue;
+    const std::optional<std::string> mapped = detail::read_token_field(root, key);
+    if (mapped != *configured)
+      root[key].fail(remat::detail::cat(
+          detail::shown_token(mapped), " differs from ", config_file, "'s ", key, " (",
+          detail::shown_token(*configured),
+          "): transformers 4 would take this one, remat reads tokenizer_config.json's"));
+  }
+  if (!root.has("additional_special_tokens")) return;
+  const JsonField list = root["additional_special_tokens"];
+  const std::vector<std::string>& configured = config.additional_special_tokens;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string token = detail::read_listed_token(list.at(i)).content;
+    if (std::find(configured.begin(), configured.end(), token) == configured.end())
+      list.at(i).fail(remat::detail::cat(
+          "'", token, "' is not in ", config_file,
+          "'s additional_special_tokens: transformers 4 would add it, remat reads "
+          "tokenizer_config.json's"));
+  }
 }
 
 }  // namespace remat::hub
