@@ -119,14 +119,11 @@ Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--verify", o.verify,
                "check every greedy token against the full forward's argmax (no cache)");
-  app.add_flag("--json", o.json, "end with one JSON object (ids, text, seconds_per_token)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::ParseError& e) {
-    fail(std::string(e.what()) + " (see --help)");
-  }
+  app.add_flag("--json", o.json,
+               "end with one JSON object: prompt_ids, new_ids, text, stop_reason, eos_ids, "
+               "sampling, repetition_penalty, seconds_per_token, prefill_seconds, cache_bytes "
+               "(and full_forward_agrees with --verify)");
+  flags::parse(app, argc, argv);
   if (o.max_new_tokens < 1)
     fail("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   if (o.temperature && !(std::isfinite(*o.temperature) && *o.temperature > 0))
@@ -227,8 +224,14 @@ constexpr GenerationField kGenerationFields[] = {
     {"max_length", FieldUse::harmless, "[]", "--max-new-tokens, required, sets the length"},
     {"max_new_tokens", FieldUse::harmless, "[]", "--max-new-tokens, required, sets the length"},
     {"use_cache", FieldUse::harmless, "[]", "remat always uses its KV cache"},
-    {"cache_implementation", FieldUse::harmless, "[]", "how transformers stores the cache"},
-    {"cache_config", FieldUse::harmless, "[]", "how transformers stores the cache"},
+    // the caches that keep keys and values as computed (transformers' ALL_CACHE_IMPLEMENTATIONS
+    // but "quantized"); cache_config sets up only a quantized or static one
+    {"cache_implementation", FieldUse::refused,
+     R"(["dynamic", "dynamic_full", "static", "offloaded", "offloaded_static", "sliding_window",
+        "hybrid", "hybrid_chunked", "offloaded_hybrid", "offloaded_hybrid_chunked"])",
+     "remat's KV cache keeps keys and values as computed: a quantized cache (or one transformers "
+     "does not know) gives other logits"},
+    {"cache_config", FieldUse::harmless, "[]", "the settings of a static or quantized cache"},
     {"return_legacy_cache", FieldUse::harmless, "[]", "what transformers returns"},
     {"prefill_chunk_size", FieldUse::harmless, "[]", "how transformers runs the prefill"},
     {"compile_config", FieldUse::harmless, "[]", "torch.compile's settings"},
@@ -336,7 +339,8 @@ double number_field(const nlohmann::json& c, const std::string& path, const char
 }
 
 /// The file's sampling, as transformers' warpers read it: temperature (1 when unset), top_k (50
-/// when absent, none when null or 0), top_p (1 when unset).
+/// when absent, none when 0), top_p (1 when unset). A null top_k is refused: transformers v4
+/// reads it as none, v5 as 50.
 remat::nn::SamplingOptions file_sampling(const nlohmann::json& c, const std::string& path) {
   remat::nn::SamplingOptions s;
   s.temperature = number_field(c, path, "temperature", 1.0);
@@ -345,9 +349,14 @@ remat::nn::SamplingOptions file_sampling(const nlohmann::json& c, const std::str
   s.top_k = 50;
   if (c.contains("top_k")) {
     const nlohmann::json& k = c["top_k"];
-    if (!k.is_null() && !(k.is_number_integer() && k.get<std::int64_t>() >= 0))
+    if (k.is_null()) {
+      refuse_field(path, "top_k", k,
+                   "transformers v4 samples from every token, v5 from the 50 likeliest; give 0 "
+                   "or 50, or choose with --temperature and --top-k");
+    }
+    if (!(k.is_number_integer() && k.get<std::int64_t>() >= 0))
       refuse_field(path, "top_k", k, "expected an integer >= 0");
-    s.top_k = k.is_null() ? 0 : k.get<std::int64_t>();
+    s.top_k = k.get<std::int64_t>();
   }
   s.top_p = number_field(c, path, "top_p", 1.0);
   if (!(s.top_p > 0 && s.top_p <= 1))

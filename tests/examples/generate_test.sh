@@ -165,6 +165,10 @@ sampled() {
 [ "$(sampled '{"do_sample": false, "temperature": 0.7, "min_p": 0.1}')" = 'null 1.0' ] \
   || fail "a greedy file's sampling fields: $(cat cfg.txt)"
 [ "$(sampled '{"num_beams": 4}' --greedy)" = 'null 1.0' ] || fail "--greedy over num_beams: $(cat cfg.txt)"
+[ "$(sampled '{"do_sample": true, "top_k": null}' --temperature 1)" \
+  = '{"temperature":1.0,"top_k":50,"top_p":1.0,"seed":0} 1.0' ] || fail "--temperature over a null top_k: $(cat cfg.txt)"
+[ "$(sampled '{"cache_implementation": "static", "cache_config": {"max_cache_len": 64}}')" = 'null 1.0' ] \
+  || fail "a static cache: $(cat cfg.txt)"
 # a greedy file with a penalty: --verify checks the penalized argmax
 echo '{"repetition_penalty": 1.5}' > gen/generation_config.json
 "$generate" --base gen --prompt "$prompt" --max-new-tokens 8 --verify --json > pen.txt
@@ -210,6 +214,12 @@ expect="field 'eos_token_id' is 4294967298: 4294967298 is not a token id" refuse
 expect="field 'eos_token_id' is \[2,-1\]: -1 is not a token id" refused '{"eos_token_id": [2, -1]}'
 expect="field 'temperature' is 0.0: sampling needs" refused '{"do_sample": true, "temperature": 0.0}'
 expect="verify checks greedy tokens, and generation_config.json" refused '{"do_sample": true}' --verify
+# a cache that changes the keys and values, or one transformers does not know; a null top_k,
+# which transformers' versions read differently (no top-k, or 50)
+expect="field 'cache_implementation' is \"quantized\": remat's KV cache" \
+  refused '{"cache_implementation": "quantized", "cache_config": {"nbits": 2}}'
+expect="field 'cache_implementation' is \"mine\"" refused '{"cache_implementation": "mine"}' --greedy
+expect="field 'top_k' is null: transformers v4" refused '{"do_sample": true, "top_k": null}'
 rm gen/generation_config.json
 base=(--base hub --prompt x)
 expect="max-new-tokens must be >= 1" bad "${base[@]}" --max-new-tokens 0

@@ -264,7 +264,69 @@ TEST_CASE(
   }
   CHECK(parse_llama_config(sized("mistral", R"("num_key_value_heads": null)", 16))
             .num_key_value_heads == 16);
-  CHECK_THAT(family_error(family_json("qwen3", R"("head_dim": null)")), Contains("'head_dim'"));
+  // null where HF gives it no meaning: refused by name, in every family that reads the key
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3"}) {
+    for (const char* key : {"hidden_act", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                            "max_position_embeddings", "initializer_range", "attention_dropout",
+                            "model_type", "vocab_size"}) {
+      INFO(family << " " << key);
+      std::string text = family_json(family, std::string("\"") + key + "\": null");
+      if (std::string(key) == "model_type" || std::string(key) == "vocab_size") {
+        // the key is in family_json already: its first value is replaced
+        const std::size_t at = text.find(std::string("\"") + key + "\": ");
+        const std::size_t end = text.find(',', at);
+        text.erase(at, end + 1 - at);
+      }
+      CHECK_THAT(family_error(text),
+                 Contains("hub/config.json") && Contains(std::string("'") + key + "' is null"));
+    }
+  }
+  CHECK_THAT(family_error(family_json("qwen3", R"("head_dim": null)")),
+             Contains("'head_dim' is null"));
+  CHECK_THAT(family_error(family_json("qwen2", R"("head_dim": null)")),
+             Contains("'head_dim' is null"));
+  CHECK(parse_llama_config(family_json("llama", R"("head_dim": null)")).head_dim() == 4);
+  CHECK(parse_llama_config(family_json("mistral", R"("head_dim": null)")).head_dim() == 4);
+  CHECK_THAT(family_error(family_json("llama", R"("attention_bias": null)")),
+             Contains("'attention_bias' is null"));
+  CHECK_THAT(family_error(family_json("qwen2", R"("use_sliding_window": null)")),
+             Contains("'use_sliding_window' is null"));
+  CHECK_THAT(family_error(family_json("llama", R"("rope_scaling": {"rope_type": null})")),
+             Contains("'rope_scaling' key 'rope_type' is null"));
+  CHECK_THAT(family_error(family_json("llama", R"("rope_scaling": {"rope_type": "llama3",
+                 "factor": 8.0, "low_freq_factor": null, "high_freq_factor": 4.0,
+                 "original_max_position_embeddings": 8192})")),
+             Contains("'low_freq_factor' is null"));
+  // max_window_layers null: refused only where the layers read it (windows in use)
+  CHECK_THAT(family_error(family_json("qwen2", R"("use_sliding_window": true,
+                 "sliding_window": 4, "max_window_layers": null)")),
+             Contains("'max_window_layers' is null"));
+  CHECK(parse_llama_config(family_json("qwen2", R"("use_sliding_window": false,
+            "max_window_layers": null)"))
+            .sliding_window == 0);
+  // the top-level rope_theta and rope_parameters' must agree (v4 reads the first, v5 the second)
+  CHECK_THAT(family_error(family_json("llama", R"("rope_theta": 10000.0,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})")),
+             Contains("'rope_theta' (10000)") && Contains("(500000)"));
+  CHECK(parse_llama_config(family_json("llama", R"("rope_theta": 500000.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})"))
+            .rope_theta == 500000.0);
+  // the fields that cannot change the maths are checked for their kind; null is their default
+  for (const char* bad :
+       {R"("torch_dtype": "int8")", R"("dtype": 42)", R"("pretraining_tp": "banana")",
+        R"("pretraining_tp": 0)", R"("use_cache": "maybe")", R"("output_attentions": 7)",
+        R"("return_dict": [1])", R"("bos_token_id": "abc")", R"("eos_token_id": [2, -1])",
+        R"("id2label": [])", R"("transformers_version": 4)"}) {
+    INFO(bad);
+    const std::string text(bad), key = text.substr(0, text.find(':'));  // "name", quoted
+    CHECK_THAT(family_error(family_json("llama", bad)),
+               Contains("hub/config.json") &&
+                   Contains("field '" + key.substr(1, key.size() - 2) + "' must be"));
+  }
+  CHECK_NOTHROW(parse_llama_config(
+      family_json("llama", R"("torch_dtype": null, "dtype": "float16", "bos_token_id": null,
+      "eos_token_id": [1, 2], "use_cache": false, "pretraining_tp": 2, "tokenizer_class": null,
+      "id2label": {"0": "LABEL_0"})")));
   // Qwen's window: absent is 4096, null none
   const auto qwen = parse_llama_config(family_json("qwen2", R"("use_sliding_window": true,
       "max_window_layers": 1)"));

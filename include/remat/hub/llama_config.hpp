@@ -26,11 +26,16 @@
 
 namespace remat::detail {
 
+/// The field's value, or nullptr when it is absent (or null: callers that do not read null as
+/// absent refuse it first, ConfigFields::take).
 inline const nlohmann::json* config_field(const nlohmann::json& j, const char* name, bool required,
                                           const std::string& source) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) {
-    if (required) throw IoError(cat(source, ": field '", name, "' is missing"));
+    if (required) {
+      throw IoError(cat(source, ": field '", name, "' is ", it == j.end() ? "missing" : "null",
+                        "; it needs a value"));
+    }
     return nullptr;
   }
   return &*it;
@@ -71,33 +76,74 @@ namespace remat::detail {
 
 /// Note [config fields]: every key of a config.json is accounted for. The reader consumes the
 /// fields it implements (per family, as Hugging Face's config class of that model_type reads
-/// them); the keys below are known not to change the forward pass's maths and are accepted as
-/// they are; a field with a value the model does not implement is refused by name; and any
-/// other key is refused by name too, since nothing is ignored silently.
+/// them); the keys below are known not to change the forward pass's maths and are accepted
+/// when their value has the kind HF's config classes give them (null too: their default); a
+/// field with a value the model does not implement is refused by name; and any other key is
+/// refused by name too, since nothing is ignored silently. A read field given as null is
+/// refused unless HF gives null a meaning there (num_key_value_heads, sliding_window,
+/// rope_scaling...): elsewhere HF's models fail on the None, or its versions read it differently.
+enum class HarmlessKind { text, flag, token_ids, positive_int, object, dtype };
 struct HarmlessField {
   const char* name;
+  HarmlessKind kind;
   const char* reason;
 };
 inline constexpr HarmlessField kHarmlessConfigFields[] = {
-    {"torch_dtype", "the dtype the weights were saved in; each tensor's own dtype is read"},
-    {"dtype", "the dtype the weights were saved in (transformers v5's torch_dtype)"},
-    {"transformers_version", "the version of the library that wrote the file"},
-    {"_name_or_path", "where the config was loaded from"},
-    {"bos_token_id", "a token id for tokenization and generation, not the forward pass"},
-    {"eos_token_id", "a token id for tokenization and generation, not the forward pass"},
-    {"use_cache", "whether HF's forward returns a KV cache; no effect on the logits"},
-    {"output_attentions", "what HF's forward returns, not its values"},
-    {"output_hidden_states", "what HF's forward returns, not its values"},
-    {"return_dict", "what HF's forward returns, not its values"},
-    {"pretraining_tp",
+    {"torch_dtype", HarmlessKind::dtype,
+     "the dtype the weights were saved in; each tensor's own dtype is read"},
+    {"dtype", HarmlessKind::dtype,
+     "the dtype the weights were saved in (transformers v5's torch_dtype)"},
+    {"transformers_version", HarmlessKind::text, "the version of the library that wrote the file"},
+    {"_name_or_path", HarmlessKind::text, "where the config was loaded from"},
+    {"bos_token_id", HarmlessKind::token_ids,
+     "a token id for tokenization and generation, not the forward pass"},
+    {"eos_token_id", HarmlessKind::token_ids,
+     "a token id for tokenization and generation, not the forward pass"},
+    {"use_cache", HarmlessKind::flag,
+     "whether HF's forward returns a KV cache; no effect on the logits"},
+    {"output_attentions", HarmlessKind::flag, "what HF's forward returns, not its values"},
+    {"output_hidden_states", HarmlessKind::flag, "what HF's forward returns, not its values"},
+    {"return_dict", HarmlessKind::flag, "what HF's forward returns, not its values"},
+    {"pretraining_tp", HarmlessKind::positive_int,
      "current HF ignores it (versions before about 4.47 split each projection into slices)"},
-    {"id2label", "labels of classification heads, which a causal LM does not have"},
-    {"label2id", "labels of classification heads, which a causal LM does not have"},
-    {"tokenizer_class", "which tokenizer to use (tokenizer side)"},
-    {"is_llama_config",
+    {"id2label", HarmlessKind::object,
+     "labels of classification heads, which a causal LM does not have"},
+    {"label2id", HarmlessKind::object,
+     "labels of classification heads, which a causal LM does not have"},
+    {"tokenizer_class", HarmlessKind::text, "which tokenizer to use (tokenizer side)"},
+    {"is_llama_config", HarmlessKind::flag,
      "a flag of nanotron's exports (SmolLM) that HF's LlamaConfig does not read"},
-    {"unsloth_version", "the version of the tool that wrote the file"},
+    {"unsloth_version", HarmlessKind::text, "the version of the tool that wrote the file"},
 };
+
+/// What a harmless field's value must be, or nullptr when `v` is one (null always is).
+inline const char* harmless_kind_mismatch(HarmlessKind kind, const nlohmann::json& v) {
+  if (v.is_null()) return nullptr;
+  const auto id = [](const nlohmann::json& x) {
+    return x.is_number_integer() && x.get<std::int64_t>() >= 0;
+  };
+  switch (kind) {
+    case HarmlessKind::text:
+      return v.is_string() ? nullptr : "a string";
+    case HarmlessKind::flag:
+      return v.is_boolean() ? nullptr : "true or false";
+    case HarmlessKind::token_ids:
+      return id(v) || (v.is_array() && std::all_of(v.begin(), v.end(), id))
+                 ? nullptr
+                 : "a token id (an integer >= 0) or a list of them";
+    case HarmlessKind::positive_int:
+      return v.is_number_integer() && v.get<std::int64_t>() >= 1 ? nullptr : "a positive integer";
+    case HarmlessKind::object:
+      return v.is_object() ? nullptr : "an object";
+    case HarmlessKind::dtype:
+      // the names transformers writes for torch's floating dtypes; a quantized or float8
+      // checkpoint names another and is refused here rather than read as float
+      for (const char* name : {"float32", "float16", "bfloat16", "float64"})
+        if (v == name) return nullptr;
+      return "\"float32\", \"float16\", \"bfloat16\" or \"float64\"";
+  }
+  return "?";
+}
 
 /// The families a config.json may describe: model_type, its HF class, and what differs.
 struct LlamaFamily {
@@ -128,24 +174,33 @@ class ConfigFields {
     return it != j_.end() && it->is_null();
   }
 
-  /// The field's value (null when absent or null), marked as accounted for.
-  const nlohmann::json* take(const char* name) {
+  /// Whether null is refused (Note [config fields]) or read as the key's absence.
+  enum class Null { refused, absent };
+
+  /// The field's value (nullptr when absent), marked as accounted for.
+  const nlohmann::json* take(const char* name, Null null = Null::refused) {
     used_.insert(name);
+    if (null == Null::refused && is_null(name)) {
+      throw IoError(cat(source_, ": field '", name,
+                        "' is null; give it a value or leave it out (Hugging Face's models "
+                        "cannot use a null there)"));
+    }
     return config_field(j_, name, false, source_);
   }
-  void take_int(const char* name, bool required, std::int64_t& out) {
+  void take_int(const char* name, bool required, std::int64_t& out, Null null = Null::refused) {
+    if (!required) take(name, null);
     used_.insert(name);
     read_int(j_, name, required, out, source_);
   }
   void take_double(const char* name, double& out) {
-    used_.insert(name);
+    take(name);
     read_double(j_, name, out, source_);
   }
   void take_bool(const char* name, bool& out) {
-    used_.insert(name);
+    take(name);
     read_bool(j_, name, out, source_);
   }
-  /// Refuses a value of `name` other than `expected` (absent and null pass): the model does not
+  /// Refuses a value of `name` other than `expected` (absent passes): the model does not
   /// implement it.
   void take_only(const char* name, const nlohmann::json& expected, const std::string& why) {
     const nlohmann::json* v = take(name);
@@ -160,9 +215,16 @@ class ConfigFields {
   void refuse_the_rest(const std::string& model_type) const {
     for (const auto& [key, value] : j_.items()) {
       if (used_.count(key)) continue;
-      bool harmless = false;
-      for (const HarmlessField& h : kHarmlessConfigFields) harmless = harmless || key == h.name;
-      if (harmless) continue;
+      const HarmlessField* harmless = nullptr;
+      for (const HarmlessField& h : kHarmlessConfigFields)
+        if (key == h.name) harmless = &h;
+      if (harmless) {
+        if (const char* expected = harmless_kind_mismatch(harmless->kind, value)) {
+          throw IoError(
+              cat(source_, ": field '", key, "' must be ", expected, ", got ", brief_value(value)));
+        }
+        continue;
+      }
       throw IoError(cat(source_, ": field '", brief_key(key), "' (", brief_value(value),
                         ") is not implemented for model_type '", model_type,
                         "': remat refuses config fields it does not account for (docs/guide.md, "
@@ -190,7 +252,7 @@ class ConfigFields {
 /// model_type takes its architecture's, or "llama" when it names none either.
 inline std::string read_model_type(ConfigFields& f) {
   const nlohmann::json* type = f.take("model_type");
-  const nlohmann::json* arch = f.take("architectures");
+  const nlohmann::json* arch = f.take("architectures", ConfigFields::Null::absent);
   if (type && !type->is_string())
     throw IoError(cat(f.source(), ": field 'model_type' must be a string, got ", type->dump()));
   if (arch && !(arch->is_array() && arch->size() == 1 && (*arch)[0].is_string())) {
@@ -230,7 +292,12 @@ inline void read_rope_scaling(const nlohmann::json& r, const char* field, nn::Ll
   const auto get = [&](const char* key) -> const nlohmann::json* {
     used.insert(key);
     const auto it = r.find(key);
-    return it == r.end() || it->is_null() ? nullptr : &*it;
+    if (it == r.end()) return nullptr;
+    // transformers reads a null rope_type as a type it does not know, and a null parameter as
+    // its absence only in some versions
+    if (it->is_null())
+      throw IoError(cat(source, ": field '", field, "' key '", key, "' is null; give it a value"));
+    return &*it;
   };
   const auto number = [&](const char* key, bool required, double fallback) {
     const nlohmann::json* v = get(key);
@@ -299,7 +366,7 @@ inline void read_rope_scaling(const nlohmann::json& r, const char* field, nn::Ll
 /// pad_token_id: HF's models make it their embedding's padding_idx (a negative id counts from
 /// the end, as torch.nn.Embedding has it), whose row the lookup gives no gradient.
 inline void read_pad_token_id(ConfigFields& f, nn::LlamaConfig& c) {
-  const nlohmann::json* v = f.take("pad_token_id");
+  const nlohmann::json* v = f.take("pad_token_id", ConfigFields::Null::absent);
   if (!v) return;
   if (!v->is_number_integer() || v->get<std::int64_t>() >= c.vocab_size ||
       v->get<std::int64_t>() < -c.vocab_size) {
@@ -318,8 +385,14 @@ inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
   std::int64_t window = 4096, max_window_layers = 28;
   // HF's default window is 4096 when the key is absent; only null means none
   const bool no_window = f.is_null("sliding_window");
-  f.take_int("sliding_window", false, window);
-  if (const nlohmann::json* max = f.take("max_window_layers")) {
+  f.take_int("sliding_window", false, window, ConfigFields::Null::absent);
+  if (use && !no_window && f.is_null("max_window_layers")) {
+    // HF's layers compare their index with it when windows are in use
+    throw IoError(cat(f.source(),
+                      ": field 'max_window_layers' is null while sliding windows are in use; "
+                      "give it a value or leave it out (28)"));
+  }
+  if (const nlohmann::json* max = f.take("max_window_layers", ConfigFields::Null::absent)) {
     // 0 is valid here (every layer slides), unlike the sizes read_int reads
     if (!max->is_number_integer() || max->get<std::int64_t>() < 0) {
       throw IoError(cat(f.source(),
@@ -328,7 +401,7 @@ inline void read_qwen_windows(ConfigFields& f, nn::LlamaConfig& c) {
     }
     max_window_layers = max->get<std::int64_t>();
   }
-  const nlohmann::json* types = f.take("layer_types");
+  const nlohmann::json* types = f.take("layer_types", ConfigFields::Null::absent);
   std::vector<bool> sliding(static_cast<std::size_t>(c.num_hidden_layers), false);
   if (types) {
     // checked whether or not a window is in use, as HF's layer_type_validation does
@@ -401,18 +474,15 @@ inline nn::LlamaConfig llama_config_from_json(const nlohmann::json& j,
                               ? c.num_attention_heads
                           : mistral ? 8
                                     : 32;
-  f.take_int("num_key_value_heads", false, c.num_key_value_heads);
+  f.take_int("num_key_value_heads", false, c.num_key_value_heads, d::ConfigFields::Null::absent);
   c.max_position_embeddings = qwen ? 32768 : mistral ? 131072 : 2048;
   f.take_int("max_position_embeddings", false, c.max_position_embeddings);
   c.explicit_head_dim = type == "qwen3" ? 128 : 0;
-  if (type == "qwen3" && f.is_null("head_dim")) {
-    // Llama's and Mistral's null is hidden_size / heads; Qwen3's attention takes it as given
-    throw IoError(remat::detail::cat(source,
-                                     ": field 'head_dim' is null, which Qwen3's attention "
-                                     "cannot use (absent: 128)"));
-  }
-  f.take_int("head_dim", false, c.explicit_head_dim);
+  // Llama's and Mistral's null is hidden_size / heads; Qwen2's and Qwen3's attention fails on it
+  f.take_int("head_dim", false, c.explicit_head_dim,
+             qwen ? d::ConfigFields::Null::refused : d::ConfigFields::Null::absent);
   f.take_double("rope_theta", c.rope_theta);
+  const double top_level_theta = c.rope_theta;
   f.take_double("rms_norm_eps", c.rms_norm_eps);
   f.take_double("initializer_range", c.initializer_range);
   f.take_bool("tie_word_embeddings", c.tie_word_embeddings);
@@ -424,18 +494,26 @@ inline nn::LlamaConfig llama_config_from_json(const nlohmann::json& j,
   f.take_only("partial_rotary_factor", 1.0, "RoPE turns every dimension of a head");
   f.take_only("mlp_only_layers", nlohmann::json::array(), "no mixture of experts");
   f.take_only("rope_interleaved", false, "HF's models rotate halves, not interleaved pairs");
-  const nlohmann::json* scaling = f.take("rope_scaling");
-  const nlohmann::json* parameters = f.take("rope_parameters");
+  const nlohmann::json* scaling = f.take("rope_scaling", d::ConfigFields::Null::absent);
+  const nlohmann::json* parameters = f.take("rope_parameters", d::ConfigFields::Null::absent);
   if (scaling && parameters && *scaling != *parameters) {
     // transformers v4 reads only rope_scaling, v5 prefers it but takes rope_theta from either
     throw IoError(remat::detail::cat(source, ": fields 'rope_scaling' (", scaling->dump(),
                                      ") and 'rope_parameters' (", parameters->dump(),
                                      ") differ; transformers' versions read them differently"));
   }
-  if (parameters)
+  if (parameters) {
     d::read_rope_scaling(*parameters, "rope_parameters", c, source);
-  else if (scaling)
+    if (j.contains("rope_theta") && c.rope_theta != top_level_theta) {
+      // transformers v4 reads the top-level one, v5 the one in rope_parameters
+      throw IoError(remat::detail::cat(source, ": fields 'rope_theta' (", top_level_theta,
+                                       ") and 'rope_parameters' key ", "'rope_theta' (",
+                                       c.rope_theta,
+                                       ") differ; transformers' versions read them differently"));
+    }
+  } else if (scaling) {
     d::read_rope_scaling(*scaling, "rope_scaling", c, source);
+  }
   d::read_pad_token_id(f, c);
   if (type == "llama") {
     f.take_bool("attention_bias", c.attention_bias);
@@ -453,7 +531,7 @@ inline nn::LlamaConfig llama_config_from_json(const nlohmann::json& j,
   } else if (mistral) {
     c.sliding_window = 4096;
     if (j.contains("sliding_window") && j.at("sliding_window").is_null()) c.sliding_window = 0;
-    f.take_int("sliding_window", false, c.sliding_window);
+    f.take_int("sliding_window", false, c.sliding_window, d::ConfigFields::Null::absent);
   }
   f.refuse_the_rest(type);
   try {
