@@ -131,6 +131,7 @@ struct Options {
   double memory_gib = 0;                        // --memory (0: the memory available)
   std::vector<std::string> hub_flags_given;     // flags only a Hugging Face folder takes
   std::vector<std::string> conversation_flags;  // given flags only conversations take
+  bool data_given = false;  // a folder has no default data (the default is the char models')
   bool context_given = false;
   // the settings --auto chooses, when the user gave them (they win)
   bool batch_given = false, accumulate_given = false, steps_given = false, lr_given = false,
@@ -287,6 +288,7 @@ Options parse(int argc, char** argv) {
   for (const auto& [option, name] : hub_only) {
     if (option->count() > 0) o.hub_flags_given.push_back(name);
   }
+  o.data_given = app.count("--data") > 0;
   o.context_given = app.count("--context") > 0;
   o.batch_given = app.count("--batch") > 0;
   o.accumulate_given = app.count("--accumulate") > 0;
@@ -1068,7 +1070,7 @@ std::string date_written(const chat::Data& d) { return d.chat ? d.chat->date_str
 /// the data and the settings first (auto_settings.hpp), the weights read after.
 int run_hub(Options& o, std::size_t live0) {
   const remat::hub::Tokenizer tok = remat::hub::Tokenizer::from_folder(o.base);
-  if (o.data == REMAT_FINETUNE_DATA) {
+  if (!o.data_given) {
     throw remat::ArgumentError(remat::detail::cat(
         kProgram, ": a Hugging Face folder needs --data FILE.jsonl (conversations) or FILE.txt"));
   }

@@ -61,12 +61,13 @@ inline CLI::Validator number_check(bool allow_zero, const char* name) {
 }
 
 inline std::string file_type(const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return "a file";
   if (S_ISDIR(st.st_mode)) return "a directory";
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISSOCK(st.st_mode)) return "a socket";
   if (S_ISCHR(st.st_mode)) return "a character device";
   if (S_ISBLK(st.st_mode)) return "a block device";
-  return "not a regular file";
+  return "neither a file nor a directory";
 }
 
 /// The folder a path is in ("." for a bare name).
@@ -211,9 +212,9 @@ inline const CLI::Validator output_dir(
       if (path.empty()) return {};
       struct stat st {};
       if (::stat(path.c_str(), &st) == 0)
-        return S_ISDIR(st.st_mode)
-                   ? ""
-                   : "cannot write into '" + path + "': it is " + detail::file_type(st);
+        return S_ISDIR(st.st_mode) ? ""
+                                   : "cannot write into '" + path + "': it is " +
+                                         detail::file_type(st) + ", not a folder";
       const std::string why = detail::check_directory(detail::parent_of(path));
       return why.empty() ? why : "cannot create '" + path + "': " + why;
     },

@@ -170,6 +170,9 @@ expect_error "max-tokens 999 must be in \[2, 256\]" --base model --data chats.js
 expect_error "context is for a train_llama" "${run[@]}" --context 16
 expect_error "batch 40 is more than the 36 training examples" --base model --data chats.jsonl --max-tokens 128 --batch 40
 expect_error "needs --data" --base model
+# the character models' default text, named: a folder's data like any other
+"$finetune" --base model --data "$(dirname "$0")/../../examples/data/finetune.txt" --max-tokens 8 \
+  --batch 2 --steps 1 --eval-every 1 > named.out || { cat named.out; fail "an explicit --data refused"; }
 expect_error "with --pack is more than the" --base model --data chats.jsonl --max-tokens 128 --batch 37 --pack
 for flag in "--truncate exclude" "--train-on all" "--skip-bad"; do  # --chat-date: below
   # shellcheck disable=SC2086  # the flag and its value
