@@ -709,6 +709,19 @@ TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub
             .find(map_file + ": field 'chat_template' (value \"x\") is not supported") == 0);
   write_file(map_file, "{\"bos_token\": ");
   CHECK(folder.load_error(config).find(map_file + ": malformed JSON") == 0);
+  // a config with added_tokens_decoder (transformers 4.34 on): the map is not read, as in
+  // transformers (Llama 2 chat's gives pad_token "<unk>", its config null)
+  json with_decoder = config;
+  with_decoder["added_tokens_decoder"] = {{"260",
+                                           {{"content", "<|end|>"},
+                                            {"single_word", false},
+                                            {"lstrip", false},
+                                            {"rstrip", false},
+                                            {"normalized", false},
+                                            {"special", true}}}};
+  write_file(map_file, json{{"pad_token", "he"}, {"eos_token", "he"}}.dump());
+  CHECK(folder.load_error(with_decoder).empty());
+  CHECK(!folder.load_error(config).empty());
   // without tokenizer_config.json, every token it gives differs
   std::filesystem::remove(config_file);
   write_file(map_file, json{{"eos_token", "<|end|>"}}.dump());

@@ -327,6 +327,14 @@ TEST_CASE(
       family_json("llama", R"("torch_dtype": null, "dtype": "float16", "bos_token_id": null,
       "eos_token_id": [1, 2], "use_cache": false, "pretraining_tp": 2, "tokenizer_class": null,
       "id2label": {"0": "LABEL_0"})")));
+  // keys of real configs HF's causal LMs do not read: Qwen2.5-0.5B's and
+  // DeepSeek-R1-Distill-Qwen's use_mrope, SmolLM2's transformers.js_config
+  CHECK(parse_llama_config(family_json("qwen2", R"("use_mrope": false,
+            "_attn_implementation_autoset": true,
+            "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16"}})"))
+            .attention_bias);
+  CHECK_THAT(family_error(family_json("qwen2", R"("use_mrope": "no")")),
+             Contains("field 'use_mrope' must be true or false"));
   // Qwen's window: absent is 4096, null none
   const auto qwen = parse_llama_config(family_json("qwen2", R"("use_sliding_window": true,
       "max_window_layers": 1)"));

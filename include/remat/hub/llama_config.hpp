@@ -114,6 +114,13 @@ inline constexpr HarmlessField kHarmlessConfigFields[] = {
     {"is_llama_config", HarmlessKind::flag,
      "a flag of nanotron's exports (SmolLM) that HF's LlamaConfig does not read"},
     {"unsloth_version", HarmlessKind::text, "the version of the tool that wrote the file"},
+    {"use_mrope", HarmlessKind::flag,
+     "Qwen2-VL's multimodal RoPE switch, in Qwen2.5 and DeepSeek-R1-Distill-Qwen configs; "
+     "HF's causal LMs do not read it"},
+    {"_attn_implementation_autoset", HarmlessKind::flag,
+     "that transformers (about 4.46 to 4.48) chose the attention kernel itself; the same maths"},
+    {"transformers.js_config", HarmlessKind::object,
+     "settings of transformers.js, the JavaScript library (SmolLM2)"},
 };
 
 /// What a harmless field's value must be, or nullptr when `v` is one (null always is).

@@ -57,15 +57,17 @@ class Tokenizer {
   /// What would make transformers change the tokenizer tokenizer.json describes is refused (an
   /// IoError naming the file and the field): special tokens of tokenizer_config.json that are
   /// not tokenizer.json's added tokens as they are, an add_prefix_space other than its
-  /// ByteLevel pre-tokenizer's, a `DIR/special_tokens_map.json` that disagrees with
-  /// tokenizer_config.json.
+  /// ByteLevel pre-tokenizer's, a `DIR/special_tokens_map.json` that disagrees with a
+  /// tokenizer_config.json without added_tokens_decoder.
   static Tokenizer from_folder(const std::string& dir) {
     const std::filesystem::path folder(dir);
     Tokenizer t = from_file((folder / "tokenizer.json").string());
     const std::string config = (folder / "tokenizer_config.json").string();
     if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config);
+    // transformers 4 reads special_tokens_map.json only for a config without
+    // added_tokens_decoder (Llama 2 chat's map gives a pad token its config does not, unread)
     const std::string special_map = (folder / "special_tokens_map.json").string();
-    if (std::filesystem::exists(special_map))
+    if (std::filesystem::exists(special_map) && !t.config_.has_added_tokens_decoder)
       check_special_tokens_map(special_map, t.config_, config);
     const auto jinja = folder / "chat_template.jinja";
     if (std::filesystem::exists(jinja))

@@ -11,8 +11,9 @@
 /// `added_tokens_decoder`, `additional_special_tokens` and `extra_special_tokens` (added, or
 /// their flags rewritten, unless tokenizer.json has them as they are), `add_prefix_space` (the
 /// ByteLevel pre-tokenizer rebuilt with it) and `split_special_tokens: true` (refused here).
-/// `special_tokens_map.json`, from which transformers 4 takes the special tokens, must agree
-/// with tokenizer_config.json (check_special_tokens_map). Other fields (tokenizer_class,
+/// `special_tokens_map.json`, from which transformers 4 takes the special tokens when
+/// tokenizer_config.json has no added_tokens_decoder (files written before 4.34), must then
+/// agree with tokenizer_config.json (check_special_tokens_map). Other fields (tokenizer_class,
 /// clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
 #include <algorithm>
@@ -54,6 +55,9 @@ struct TokenizerConfig {
   std::vector<std::string> additional_special_tokens;
   /// Every token of added_tokens_decoder, additional_special_tokens and extra_special_tokens.
   std::vector<DeclaredToken> declared_tokens;
+  /// Whether the file has added_tokens_decoder: transformers 4 then leaves
+  /// special_tokens_map.json unread (its loader's legacy branch is the one without it).
+  bool has_added_tokens_decoder = false;
   /// add_prefix_space (none when null or absent), with which transformers rebuilds the
   /// ByteLevel pre-tokenizer.
   std::optional<bool> add_prefix_space;
@@ -152,7 +156,8 @@ inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
   c.sep_token = read_token_field(root, "sep_token");
   c.cls_token = read_token_field(root, "cls_token");
   c.mask_token = read_token_field(root, "mask_token");
-  if (root.has("added_tokens_decoder")) read_added_tokens_decoder(root["added_tokens_decoder"], c);
+  c.has_added_tokens_decoder = root.has("added_tokens_decoder");
+  if (c.has_added_tokens_decoder) read_added_tokens_decoder(root["added_tokens_decoder"], c);
   read_special_token_lists(root, c);
   if (root.has("add_prefix_space") && !root["add_prefix_space"].is_null())
     c.add_prefix_space = root["add_prefix_space"].boolean();
