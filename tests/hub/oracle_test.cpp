@@ -83,7 +83,11 @@ int main(int argc, char** argv) {
     Tally tally;
     for (const auto& entry : cases.at("tokenizers")) {
       const std::string name = entry.at("name").get<std::string>();
-      const auto tok = remat::hub::Tokenizer::from_file(entry.at("file").get<std::string>());
+      // a folder: with its tokenizer_config.json, whose special tokens transformers adds
+      const auto tok =
+          entry.contains("folder")
+              ? remat::hub::Tokenizer::from_folder(entry.at("folder").get<std::string>())
+              : remat::hub::Tokenizer::from_file(entry.at("file").get<std::string>());
       const auto& rows = cases.at("results").at(name);
       if (rows.size() != texts.size()) throw std::runtime_error("cases file: row count mismatch");
       long invalid = 0;

@@ -491,6 +491,14 @@ TEST_CASE("The empty text is no piece: a normalizer that would make something of
   CHECK(tok.encode("") == Ids{260});  // was {260, 90}: "Z"
   CHECK(tok.encode("", false).empty());
   CHECK(tok.encode("xx") == Ids{260, 90});
+  // empty matches elsewhere get the content, but not where a match just ended, as tokenizers
+  // gives (its Node binding: "xab" -> "ZaZbZ")
+  CHECK(tok.encode("xab") == Ids{260, 'Z', 'a', 'Z', 'b', 'Z'});
+  // an empty match at the start of a non-empty piece: tokenizers panics
+  CHECK(error_of<remat::ArgumentError>([&] { tok.encode("ab"); }) ==
+        "hub::Tokenizer: the Replace normalizer's pattern 'x*' matches the empty string at the "
+        "start of \"ab\": Hugging Face's tokenizers fails on this text (it panics: index out of "
+        "bounds)");
 }
 
 TEST_CASE(
@@ -577,8 +585,10 @@ TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]"
 
   write_file(dir + "/tokenizer_config.json", json{{"eos_token", "<|nope|>"}}.dump());
   const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_folder(dir); });
-  CHECK(message.find("tokenizer_config.json: eos_token '<|nope|>' is not a token") !=
-        std::string::npos);
+  CHECK(message == dir +
+                       "/tokenizer_config.json: eos_token: '<|nope|>' is not a token of "
+                       "tokenizer.json: transformers would add it with a new id, remat does not "
+                       "extend the vocabulary");
 }
 
 /// A folder with byte_level_json()'s tokenizer.json (<|end|> an added special token, "he" a
@@ -640,24 +650,23 @@ TEST_CASE(
                   "special: false} here") != std::string::npos);
   CHECK(folder.load_error({{"added_tokens_decoder", {{"261", end}}}}) ==
         config_file +
-            ": added_tokens_decoder.261: added token '<|end|>' has id 260 in tokenizer.json, not "
-            "261");
+            ": added_tokens_decoder.261: token '<|end|>' has id 260 in tokenizer.json, not 261");
   other = end;
   other["content"] = "<|new|>";
   CHECK(folder.load_error({{"added_tokens_decoder", {{"261", other}}}}) ==
         config_file +
-            ": added_tokens_decoder.261: '<|new|>' is not an added token of tokenizer.json: "
-            "transformers would add it, remat reads tokenizer.json's added tokens only");
+            ": added_tokens_decoder.261: '<|new|>' is not a token of tokenizer.json: "
+            "transformers would add it with a new id, remat does not extend the vocabulary");
   CHECK(folder.load_error({{"added_tokens_decoder", {{"x", end}}}})
             .find("added_tokens_decoder.x: key 'x' is not an id") != std::string::npos);
 
-  // the special-token lists: a string must be an added token ("he" is only in the vocabulary:
-  // transformers would make it one, matched before BPE); an object, with its flags
+  // the special-token lists: an added token, or a vocabulary token made one (the next test);
+  // an object, with its flags
   CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>"}}}).empty());
-  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>", "he"}}}) ==
+  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>", "<|new|>"}}}) ==
         config_file +
-            ": additional_special_tokens[1]: 'he' is not an added token of tokenizer.json: "
-            "transformers would add it, remat reads tokenizer.json's added tokens only");
+            ": additional_special_tokens[1]: '<|new|>' is not a token of tokenizer.json: "
+            "transformers would add it with a new id, remat does not extend the vocabulary");
   CHECK(folder.load_error({{"additional_special_tokens", {{{"content", "<|end|>"}}}}}).empty());
   CHECK(
       folder
@@ -667,13 +676,57 @@ TEST_CASE(
   // extra_special_tokens: transformers 4's object of names, or 5's list
   CHECK(folder.load_error({{"extra_special_tokens", {{"end_token", "<|end|>"}}}}).empty());
   CHECK(folder.load_error({{"extra_special_tokens", {{"image_token", "<image>"}}}})
-            .find("extra_special_tokens.image_token: '<image>' is not an added token") !=
+            .find("extra_special_tokens.image_token: '<image>' is not a token") !=
         std::string::npos);
   CHECK(folder.load_error({{"extra_special_tokens", {"<|end|>", "<image>"}}})
-            .find("extra_special_tokens[1]: '<image>' is not an added token") != std::string::npos);
+            .find("extra_special_tokens[1]: '<image>' is not a token") != std::string::npos);
   CHECK(folder.load_error({{"extra_special_tokens", 5}})
             .find("extra_special_tokens: expected a list of tokens or an object of name: token, "
                   "found 5") != std::string::npos);
+}
+
+TEST_CASE(
+    "tokenizer_config.json: a vocabulary token named special becomes an added token, as "
+    "transformers adds it",
+    "[hub]") {
+  const ConfigFolder folder("adopted");
+  const auto load = [&](const json& config) {
+    write_file(folder.dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(folder.dir);
+  };
+  using Ids = std::vector<std::int32_t>;
+  // "hello": he + ll merge into hell (258), then o; "ll" (257) named special is matched first
+  CHECK(load(json::object()).encode("hello") == Ids{258, 'o'});
+  const auto bos = load({{"bos_token", "ll"}});
+  CHECK(bos.encode("hello") == Ids{256, 257, 'o'});
+  CHECK(bos.bos_id() == 257);
+  CHECK(bos.decode(Ids{256, 257, 'o'}) == "heo");  // special: skipped
+  CHECK(bos.decode(Ids{256, 257, 'o'}, false) == "hello");
+  CHECK(bos.added_tokens().find(257)->normalized == false);
+  // an added_tokens_decoder entry that is not special: matched, and kept by decode
+  const json plain = {{"content", "ll"}, {"single_word", false}, {"lstrip", true},
+                      {"rstrip", false}, {"normalized", false},  {"special", false}};
+  const auto decoder = load({{"added_tokens_decoder", {{"257", plain}}}});
+  CHECK(decoder.encode("he ll") == Ids{256, 257});  // lstrip took the space
+  CHECK(decoder.decode(Ids{256, 257}) == "hell");
+  // ... unless a special-token field names it too
+  CHECK(load({{"added_tokens_decoder", {{"257", plain}}}, {"mask_token", "ll"}})
+            .added_tokens()
+            .find(257)
+            ->special);
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"258", plain}}}}) ==
+        folder.dir +
+            "/tokenizer_config.json: added_tokens_decoder.258: token 'll' has id 257 in "
+            "tokenizer.json, not 258");
+  // given twice with other flags: which transformers keeps is not defined
+  json lstrip = {{"content", "ll"}, {"lstrip", true}};
+  CHECK(folder.load_error({{"additional_special_tokens", {lstrip, "ll"}}}).empty());
+  CHECK(folder.load_error({{"additional_special_tokens", {lstrip, {{"content", "ll"}}}}}) ==
+        folder.dir +
+            "/tokenizer_config.json: additional_special_tokens[1]: 'll' is given {single_word: "
+            "false, lstrip: false, rstrip: false, normalized: false, special: true} here and "
+            "{single_word: false, lstrip: true, rstrip: false, normalized: false, special: true} "
+            "before: which transformers keeps is not defined");
 }
 
 TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub]") {

@@ -9,7 +9,8 @@
 /// the previous match took). An added token's id is the model's id for its content when the
 /// vocabulary has it, else the next free id in file order; a file whose `id` disagrees is
 /// refused, and so is one with two `normalized` tokens of the same normalized form (Hugging
-/// Face would match either).
+/// Face would match either). Tokenizer::from_folder adds (adopt()) the vocabulary tokens that
+/// tokenizer_config.json names special and tokenizer.json does not list, as transformers does.
 
 #include <algorithm>
 #include <array>
@@ -100,7 +101,6 @@ class AddedVocabulary {
   AddedVocabulary(const JsonField& list, const Bpe& model, const Normalizer* normalizer)
       : word_(kWordPattern, false, list.path()) {
     std::int64_t next_id = static_cast<std::int64_t>(model.vocab_size());
-    std::unordered_map<std::string, std::int64_t> id_of_form;  // normalized tokens' forms
     for (std::size_t i = 0; i < list.size(); ++i) {
       const JsonField j = list.at(i);
       j.require_keys({"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
@@ -118,26 +118,17 @@ class AddedVocabulary {
         j["id"].fail(remat::detail::cat("added token '", t.content, "' has id ", file_id,
                                         " but Hugging Face's rules give it id ", t.id,
                                         " (the model's id for that content, or the next free id)"));
-      std::string form = t.content;
-      if (t.normalized && normalizer != nullptr) normalizer->normalize(form);
-      // Hugging Face cannot load such a file (it panics): no ids to match, so refuse it
-      if (form.empty())
-        j["content"].fail(remat::detail::cat("added token '", t.content,
-                                             "' is empty once normalized (normalized: true)"));
-      if (t.normalized) claim_normalized_form(j, t, form, id_of_form);
-      if (form != t.content) decode_form_[t.id] = form;
-      by_content_[t.content] = t.id;
-      if (t.special) special_.insert(t.content);
-      tokens_[t.id] = t;
+      insert(std::move(t), normalizer, j["content"].path());
     }
-    for (const auto& [id, t] : tokens_) {
-      const auto form = decode_form_.find(id);
-      if (t.normalized) {
-        normalized_trie_.insert(form == decode_form_.end() ? t.content : form->second, id);
-      } else {
-        raw_trie_.insert(t.content, id);
-      }
-    }
+    build_tries();
+  }
+
+  /// Adds `t`, a token of the model's vocabulary (t.id its id there) that is not an added token
+  /// yet, as transformers adds a special token tokenizer_config.json names: matched in the text
+  /// from now on. `where` names it in errors ("FILE: bos_token").
+  void adopt(AddedToken t, const Normalizer* normalizer, const std::string& where) {
+    insert(std::move(t), normalizer, where);
+    build_tries();
   }
 
   bool empty() const { return tokens_.empty(); }
@@ -187,18 +178,51 @@ class AddedVocabulary {
     return t;
   }
 
+  /// Records token `t` (id set, content not empty), read at `path`. Hugging Face cannot load a
+  /// token empty once normalized (it panics): no ids to match, so it is refused.
+  void insert(AddedToken t, const Normalizer* normalizer, const std::string& path) {
+    std::string form = t.content;
+    if (t.normalized && normalizer != nullptr) normalizer->normalize(form);
+    if (form.empty())
+      fail_at(path, remat::detail::cat("added token '", t.content,
+                                       "' is empty once normalized (normalized: true)"));
+    if (t.normalized) claim_normalized_form(t, form, path);
+    if (form != t.content) decode_form_[t.id] = form;
+    by_content_[t.content] = t.id;
+    if (t.special) special_.insert(t.content);
+    tokens_[t.id] = std::move(t);
+  }
+
+  void build_tries() {
+    raw_trie_ = {};
+    normalized_trie_ = {};
+    for (const auto& [id, t] : tokens_) {
+      const auto form = decode_form_.find(id);
+      if (t.normalized) {
+        normalized_trie_.insert(form == decode_form_.end() ? t.content : form->second, id);
+      } else {
+        raw_trie_.insert(t.content, id);
+      }
+    }
+  }
+
+  /// Throws an IoError "PATH: what", as JsonField::fail does.
+  [[noreturn]] static void fail_at(const std::string& path, std::string_view what) {
+    throw IoError(remat::detail::cat(path, ": ", what));
+  }
+
   /// Records `form` as the matching form of normalized token `t`, refusing a second token with
   /// the same form: tokenizers' trie then holds both and matches the one its hash order puts
   /// first, which changes from process to process.
-  void claim_normalized_form(const JsonField& j, const AddedToken& t, const std::string& form,
-                             std::unordered_map<std::string, std::int64_t>& id_of_form) const {
-    const auto [it, fresh] = id_of_form.emplace(form, t.id);
+  void claim_normalized_form(const AddedToken& t, const std::string& form,
+                             const std::string& path) {
+    const auto [it, fresh] = owner_of_form_.emplace(form, t.id);
     if (fresh || it->second == t.id) return;
-    j["content"].fail(remat::detail::cat(
-        "added tokens '", tokens_.at(it->second).content, "' (id ", it->second, ") and '",
-        t.content, "' (id ", t.id, ") both normalize to '", form,
-        "' (normalized: true): Hugging Face's tokenizers would match either one, a different one "
-        "from process to process"));
+    fail_at(path, remat::detail::cat(
+                      "added tokens '", tokens_.at(it->second).content, "' (id ", it->second,
+                      ") and '", t.content, "' (id ", t.id, ") both normalize to '", form,
+                      "' (normalized: true): Hugging Face's tokenizers would match either one, a "
+                      "different one from process to process"));
   }
 
   /// `where` names the pieces in errors ("the text").
@@ -318,6 +342,7 @@ class AddedVocabulary {
   std::unordered_map<std::int64_t, AddedToken> tokens_;
   std::unordered_map<std::string, std::int64_t> by_content_;
   std::unordered_map<std::int64_t, std::string> decode_form_;
+  std::unordered_map<std::string, std::int64_t> owner_of_form_;  // normalized tokens' forms
   std::unordered_set<std::string> special_;
   detail::TokenTrie raw_trie_, normalized_trie_;
   // Rust's regex crate's \w (Unicode word characters, Unicode 16.0 as Oniguruma's), for

@@ -6,8 +6,10 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "remat/core/error.hpp"
 #include "remat/hub/json_file.hpp"
 #include "remat/hub/regex.hpp"
 #include "remat/hub/unicode_forms.hpp"
@@ -78,15 +80,23 @@ class ReplaceNormalizer final : public Normalizer {
  public:
   ReplaceNormalizer(Regex pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  void normalize(std::string& text) const override { text = replace_all(pattern_, text, content_); }
+  void normalize(std::string& text) const override {
+    text = replace_all(pattern_, text, content_, [&](std::size_t, std::size_t end) {
+      if (end == 0 && !text.empty()) refuse_empty_match_at_start(text);
+    });
+  }
 
-  /// `text` with every match of `pattern` replaced by `content`.
-  static std::string replace_all(const Regex& pattern, std::string_view text,
-                                 std::string_view content) {
+  /// `text` with every match of `pattern` replaced by `content`; `on_match(begin, end)` sees
+  /// each match first.
+  template <class OnMatch = void (*)(std::size_t, std::size_t)>
+  static std::string replace_all(
+      const Regex& pattern, std::string_view text, std::string_view content,
+      OnMatch on_match = [](std::size_t, std::size_t) {}) {
     std::string out;
     out.reserve(text.size() + text.size() / 2);
     std::size_t last = 0;
     pattern.for_each_match(text, [&](std::size_t begin, std::size_t end) {
+      on_match(begin, end);
       out.append(text.substr(last, begin - last));
       out.append(content);
       last = end;
@@ -96,6 +106,17 @@ class ReplaceNormalizer final : public Normalizer {
   }
 
  private:
+  /// tokenizers' NormalizedString::replace fails (it panics, an index out of bounds) on an
+  /// empty match at the start of a string that is not empty: there are no ids to match.
+  [[noreturn]] void refuse_empty_match_at_start(std::string_view text) const {
+    const std::string shown = nlohmann::json(std::string(text.substr(0, 40)))
+                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    throw ArgumentError(remat::detail::cat(
+        "hub::Tokenizer: the Replace normalizer's pattern '", pattern_.pattern(),
+        "' matches the empty string at the start of ", shown, text.size() > 40 ? "..." : "",
+        ": Hugging Face's tokenizers fails on this text (it panics: index out of bounds)"));
+  }
+
   Regex pattern_;
   std::string content_;
 };

@@ -25,6 +25,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "remat/core/error.hpp"
@@ -54,11 +56,13 @@ class Tokenizer {
   /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json` and
   /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
   /// template, and it reads that file in preference to the config's chat_template: so does this.
-  /// What would make transformers change the tokenizer tokenizer.json describes is refused (an
-  /// IoError naming the file and the field): special tokens of tokenizer_config.json that are
-  /// not tokenizer.json's added tokens as they are, an add_prefix_space other than its
-  /// ByteLevel pre-tokenizer's, a `DIR/special_tokens_map.json` that disagrees with a
-  /// tokenizer_config.json without added_tokens_decoder.
+  /// The special tokens of tokenizer_config.json that are vocabulary tokens but not added
+  /// tokens become added tokens, as transformers makes them (adopt_tokens). What else would
+  /// make transformers change the tokenizer tokenizer.json describes is refused (an IoError
+  /// naming the file and the field): such a token outside the vocabulary, another id or other
+  /// flags for an added token, an add_prefix_space other than its ByteLevel pre-tokenizer's, a
+  /// `DIR/special_tokens_map.json` that disagrees with a tokenizer_config.json without
+  /// added_tokens_decoder.
   static Tokenizer from_folder(const std::string& dir) {
     const std::filesystem::path folder(dir);
     Tokenizer t = from_file((folder / "tokenizer.json").string());
@@ -72,7 +76,7 @@ class Tokenizer {
     const auto jinja = folder / "chat_template.jinja";
     if (std::filesystem::exists(jinja))
       t.config_.chat_template = io::read_text_file(jinja.string(), "hub::Tokenizer::from_folder");
-    t.check_config(config);
+    t.apply_config(config);
     return t;
   }
 
@@ -231,45 +235,80 @@ class Tokenizer {
         "or Strip with strip_left false)"));
   }
 
-  /// Checks what tokenizer_config.json (at `file`) says against tokenizer.json: its bos, eos,
-  /// pad and unk are tokens, its declared tokens added tokens, its add_prefix_space the
+  /// Takes in what tokenizer_config.json (at `file`) says beyond tokenizer.json: its special
+  /// and declared tokens (adopt_tokens), and its add_prefix_space, which must be the
   /// pre-tokenizer's.
-  void check_config(const std::string& file) const {
-    const std::pair<const char*, const std::optional<std::string>*> fields[] = {
-        {"bos_token", &config_.bos_token},
-        {"eos_token", &config_.eos_token},
-        {"pad_token", &config_.pad_token},
-        {"unk_token", &config_.unk_token}};
-    for (const auto& [name, value] : fields)
-      if (*value && !token_to_id(**value))
-        throw IoError(remat::detail::cat(file, ": ", name, " '", **value,
-                                         "' is not a token of tokenizer.json"));
-    for (const DeclaredToken& declared : config_.declared_tokens) check_declared(declared);
+  void apply_config(const std::string& file) {
+    adopt_tokens();
     check_prefix_space(file);
   }
 
-  /// transformers adds a token of added_tokens_decoder, additional_special_tokens or
-  /// extra_special_tokens that tokenizer.json lacks, and rewrites the flags of one it has with
-  /// other flags, where remat encodes with tokenizer.json's added tokens: so each must be one of
-  /// them, with the same id and flags.
-  void check_declared(const DeclaredToken& declared) const {
-    const std::int64_t id = added_.id_of(declared.content);
+  /// transformers adds to the tokenizer each token of added_tokens_decoder, then each special
+  /// token (bos_token ... mask_token, additional_special_tokens, extra_special_tokens) that
+  /// tokenizer.json's added tokens lack, and rewrites the flags of an added_tokens_decoder
+  /// entry tokenizer.json has with other flags. So does this, for a token of the vocabulary:
+  /// it keeps its id and is matched in the text from then on, special (skipped by decode) when
+  /// named special or marked so. A token outside the vocabulary (transformers would give it a
+  /// new id) and a rewrite of tokenizer.json's flags are refused.
+  void adopt_tokens() {
+    std::unordered_set<std::string> special;
+    for (const DeclaredToken& d : config_.named_special_tokens) special.insert(d.content);
+    for (const DeclaredToken& d : config_.declared_tokens)
+      if (!d.id) special.insert(d.content);  // additional_ and extra_special_tokens
+    std::unordered_map<std::string, TokenFlags> adopted;
+    for (const DeclaredToken& d : config_.declared_tokens) adopt(d, special, adopted, true);
+    for (const DeclaredToken& d : config_.named_special_tokens) adopt(d, special, adopted, false);
+  }
+
+  /// adopt_tokens for one token; `compare_flags`: the flags an added_tokens_decoder or list
+  /// entry gives must be tokenizer.json's (transformers rewrites them; it leaves those of a
+  /// named special token, bos_token ..., as they are).
+  void adopt(const DeclaredToken& d, const std::unordered_set<std::string>& special,
+             std::unordered_map<std::string, TokenFlags>& adopted, bool compare_flags) {
+    TokenFlags flags = d.flags.value_or(TokenFlags{false, false, false, false, true});
+    flags.special = flags.special || special.count(d.content) != 0;
+    const std::int64_t added = added_.id_of(d.content);
+    if (added >= 0 && !adopted.count(d.content)) {
+      check_declared_id(d, added);
+      if (compare_flags) check_declared_flags(d, flags_of(*added_.find(added)));
+      return;
+    }
+    const std::int64_t id = added >= 0 ? added : model_->token_to_id(d.content);
     if (id < 0)
       throw IoError(remat::detail::cat(
-          declared.path, ": '", declared.content,
-          "' is not an added token of tokenizer.json: transformers would add it, remat reads "
-          "tokenizer.json's added tokens only"));
-    if (declared.id && *declared.id != id)
-      throw IoError(remat::detail::cat(declared.path, ": added token '", declared.content,
-                                       "' has id ", id, " in tokenizer.json, not ", *declared.id));
-    const AddedToken& token = *added_.find(id);
-    const TokenFlags in_json{token.single_word, token.lstrip, token.rstrip, token.normalized,
-                             token.special};
-    if (declared.flags && *declared.flags != in_json)
+          d.path, ": '", d.content,
+          "' is not a token of tokenizer.json: transformers would add it with a new id, remat "
+          "does not extend the vocabulary"));
+    check_declared_id(d, id);
+    if (const auto it = adopted.find(d.content); it != adopted.end()) {
+      if (d.flags && flags != it->second)
+        throw IoError(remat::detail::cat(d.path, ": '", d.content, "' is given ",
+                                         shown_flags(flags), " here and ", shown_flags(it->second),
+                                         " before: which transformers keeps is not defined"));
+      return;
+    }
+    adopted.emplace(d.content, flags);
+    added_.adopt(AddedToken{id, d.content, flags.single_word, flags.lstrip, flags.rstrip,
+                            flags.normalized, flags.special},
+                 normalizer_.get(), d.path);
+  }
+
+  static void check_declared_id(const DeclaredToken& d, std::int64_t id) {
+    if (d.id && *d.id != id)
+      throw IoError(remat::detail::cat(d.path, ": token '", d.content, "' has id ", id,
+                                       " in tokenizer.json, not ", *d.id));
+  }
+
+  static void check_declared_flags(const DeclaredToken& d, const TokenFlags& in_json) {
+    if (d.flags && *d.flags != in_json)
       throw IoError(remat::detail::cat(
-          declared.path, ": added token '", declared.content, "' has ",
-          shown_flags(*declared.flags), " here but ", shown_flags(in_json),
+          d.path, ": added token '", d.content, "' has ", shown_flags(*d.flags), " here but ",
+          shown_flags(in_json),
           " in tokenizer.json: transformers would rewrite them, remat reads tokenizer.json's"));
+  }
+
+  static TokenFlags flags_of(const AddedToken& t) {
+    return TokenFlags{t.single_word, t.lstrip, t.rstrip, t.normalized, t.special};
   }
 
   static std::string shown_flags(const TokenFlags& f) {

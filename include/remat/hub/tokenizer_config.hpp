@@ -6,11 +6,12 @@
 /// written as a string or as an AddedToken object ({"content": ..., ...}); a chat template as a
 /// string or as a list of named templates ({"name": "default", "template": ...}).
 ///
-/// Fields with which transformers would change the tokenizer.json it loads are read so that
-/// Tokenizer::from_folder can refuse what it would change: the tokens of
-/// `added_tokens_decoder`, `additional_special_tokens` and `extra_special_tokens` (added, or
-/// their flags rewritten, unless tokenizer.json has them as they are), `add_prefix_space` (the
-/// ByteLevel pre-tokenizer rebuilt with it) and `split_special_tokens: true` (refused here).
+/// Fields with which transformers changes the tokenizer.json it loads are read so that
+/// Tokenizer::from_folder can do the same or refuse: the special tokens (bos_token ...
+/// mask_token, `additional_special_tokens`, `extra_special_tokens`) and the tokens of
+/// `added_tokens_decoder` (added when tokenizer.json's added tokens lack them, their flags
+/// rewritten when they differ), `add_prefix_space` (the ByteLevel pre-tokenizer rebuilt with
+/// it) and `split_special_tokens: true` (refused here).
 /// `special_tokens_map.json`, from which transformers 4 takes the special tokens when
 /// tokenizer_config.json has no added_tokens_decoder (files written before 4.34), must then
 /// agree with tokenizer_config.json (check_special_tokens_map). Other fields (tokenizer_class,
@@ -49,8 +50,10 @@ struct DeclaredToken {
 /// The fields of tokenizer_config.json that remat reads.
 struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
-  /// Read only to be compared with special_tokens_map.json's.
   std::optional<std::string> sep_token, cls_token, mask_token;
+  /// bos_token, eos_token, unk_token, sep_token, pad_token, cls_token and mask_token, those
+  /// given, in this order (transformers' special tokens with the lists').
+  std::vector<DeclaredToken> named_special_tokens;
   /// The contents of additional_special_tokens, in order.
   std::vector<std::string> additional_special_tokens;
   /// Every token of added_tokens_decoder, additional_special_tokens and extra_special_tokens.
@@ -71,16 +74,6 @@ struct TokenizerConfig {
 
 namespace detail {
 
-/// A token field: null, a string, or an object with "content".
-inline std::optional<std::string> read_token_field(const JsonField& root, const char* key) {
-  if (!root.has(key) || root[key].is_null()) return std::nullopt;
-  const JsonField f = root[key];
-  if (f.value().is_string()) return f.string();
-  if (f.value().is_object()) return f["content"].string();
-  f.fail(
-      remat::detail::cat("expected a token (a string or {\"content\": ...}), found ", f.shown()));
-}
-
 /// An AddedToken object: its content, and its flags with Python's AddedToken defaults for those
 /// left out (special `special_by_default`, normalized when not special).
 inline DeclaredToken read_declared_object(const JsonField& f, bool special_by_default) {
@@ -100,13 +93,25 @@ inline DeclaredToken read_declared_object(const JsonField& f, bool special_by_de
   return DeclaredToken{f.path(), std::nullopt, f["content"].string(), flags};
 }
 
-/// A special token of a list: a string (no flags) or an AddedToken object (special when it does
-/// not say: transformers makes the tokens of these lists special).
+/// A special token (bos_token, ..., an entry of additional_special_tokens): a string (no flags)
+/// or an AddedToken object (special when it does not say: transformers makes these special).
 inline DeclaredToken read_listed_token(const JsonField& f) {
   if (f.value().is_string()) return DeclaredToken{f.path(), std::nullopt, f.string(), std::nullopt};
   if (f.value().is_object()) return read_declared_object(f, true);
   f.fail(
       remat::detail::cat("expected a token (a string or {\"content\": ...}), found ", f.shown()));
+}
+
+/// A named special token field (bos_token, ...): null or absent (none), or a listed token.
+inline std::optional<DeclaredToken> read_token_field(const JsonField& root, const char* key) {
+  if (!root.has(key) || root[key].is_null()) return std::nullopt;
+  return read_listed_token(root[key]);
+}
+
+/// The content of read_token_field's token.
+inline std::optional<std::string> read_token_content(const JsonField& root, const char* key) {
+  const std::optional<DeclaredToken> token = read_token_field(root, key);
+  return token ? std::optional(token->content) : std::nullopt;
 }
 
 /// added_tokens_decoder: {"ID": {"content": ..., flags}, ...}.
@@ -153,9 +158,16 @@ inline void read_special_token_lists(const JsonField& root, TokenizerConfig& c) 
 /// The fields with which transformers changes the tokenizer tokenizer.json describes (see the
 /// file comment), and the special tokens special_tokens_map.json is compared with.
 inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
-  c.sep_token = read_token_field(root, "sep_token");
-  c.cls_token = read_token_field(root, "cls_token");
-  c.mask_token = read_token_field(root, "mask_token");
+  const std::pair<const char*, std::optional<std::string>*> named[] = {
+      {"bos_token", &c.bos_token},  {"eos_token", &c.eos_token}, {"unk_token", &c.unk_token},
+      {"sep_token", &c.sep_token},  {"pad_token", &c.pad_token}, {"cls_token", &c.cls_token},
+      {"mask_token", &c.mask_token}};
+  for (const auto& [key, field] : named) {
+    if (std::optional<DeclaredToken> token = read_token_field(root, key)) {
+      *field = token->content;
+      c.named_special_tokens.push_back(std::move(*token));
+    }
+  }
   c.has_added_tokens_decoder = root.has("added_tokens_decoder");
   if (c.has_added_tokens_decoder) read_added_tokens_decoder(root["added_tokens_decoder"], c);
   read_special_token_lists(root, c);
@@ -182,10 +194,6 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
   const JsonField root(json, file + ":");
   if (!json.is_object()) root.fail("expected a JSON object");
   TokenizerConfig c;
-  c.bos_token = detail::read_token_field(root, "bos_token");
-  c.eos_token = detail::read_token_field(root, "eos_token");
-  c.pad_token = detail::read_token_field(root, "pad_token");
-  c.unk_token = detail::read_token_field(root, "unk_token");
   detail::read_tokenizer_changes(root, c);
   if (root.has("add_bos_token") && !root["add_bos_token"].is_null())
     c.add_bos_token = root["add_bos_token"].boolean();
@@ -234,7 +242,7 @@ inline void check_special_tokens_map(const std::string& file, const TokenizerCon
       {"mask_token", &config.mask_token}};
   for (const auto& [key, configured] : named) {
     if (!root.has(key)) continue;
-    const std::optional<std::string> mapped = detail::read_token_field(root, key);
+    const std::optional<std::string> mapped = detail::read_token_content(root, key);
     if (mapped != *configured)
       root[key].fail(remat::detail::cat(
           detail::shown_token(mapped), " differs from ", config_file, "'s ", key, " (",

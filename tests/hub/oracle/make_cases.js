@@ -8,7 +8,7 @@
 // DIR is the node_modules folder where `npm ci` installed package.json's packages (default:
 // node_modules beside this script).
 // OUT_DIR receives the variant tokenizer.json files and cases.json:
-//   {"tokenizers": [{"name", "file"}], "texts": [{"bytes": base64, "valid": bool}],
+//   {"tokenizers": [{"name", "file"} or {"name", "folder", ...}], "texts": [{"bytes": base64, "valid": bool}],
 //    "results": {name: [{"ids", "decoded", "decoded_keep"}]}}
 // A text that is not valid UTF-8 is given to the library as Node decodes it (each maximal
 // invalid subpart replaced by U+FFFD), since the library takes only Unicode strings.
@@ -156,6 +156,43 @@ for (const [name, json] of Object.entries(variants)) {
   tokenizers.push({ name, file });
 }
 
+// Folders whose tokenizer_config.json names vocabulary tokens that tokenizer.json's added
+// tokens lack as special tokens. transformers adds each to the tokenizer it loads, keeping its
+// vocabulary id, so the text's occurrences become that token: a string as tokenizers'
+// add_special_tokens adds it (special, normalized: false), an AddedToken object with its flags.
+// The oracle does the same: addSpecialTokens for the strings, an added_tokens entry for the
+// objects. remat reads the folder (Tokenizer::from_folder).
+function specialTokenFolder(name, base, strings, objects) {
+  const json = load(base);
+  const vocabId = (content) => {
+    if (!Object.prototype.hasOwnProperty.call(json.model.vocab, content) ||
+        json.added_tokens.some((t) => t.content === content)) {
+      throw new Error(`${name}: '${content}' is not a vocabulary token outside the added tokens`);
+    }
+    return json.model.vocab[content];
+  };
+  const folder = path.join(outDir, name);
+  fs.mkdirSync(folder, { recursive: true });
+  fs.writeFileSync(path.join(folder, 'tokenizer.json'), JSON.stringify(json));
+  const [bos, mask, ...listed] = strings;
+  const declared = objects.map((o) => ({ single_word: false, lstrip: false, rstrip: false, normalized: false, special: true, ...o }));
+  fs.writeFileSync(path.join(folder, 'tokenizer_config.json'), JSON.stringify({
+    bos_token: bos, eos_token: json.added_tokens[0].content, mask_token: mask,
+    additional_special_tokens: [...listed, ...declared],
+  }));
+  for (const o of declared) json.added_tokens.push({ id: vocabId(o.content), ...o });
+  strings.forEach(vocabId);
+  const oracle = path.join(outDir, `${name}.oracle.json`);
+  fs.writeFileSync(oracle, JSON.stringify(json));
+  tokenizers.push({ name, folder, oracle, special: strings });
+}
+// Qwen3 (NFC) has <s> in its vocabulary, and the byte character é (byte 0xE9 alone)
+specialTokenFolder('qwen3_config_specials', real.qwen3, ['<s>', 'hello', '\u00e9'],
+  [{ content: 'ing', lstrip: true }, { content: 'caf', normalized: true, single_word: true }]);
+// Llama 2's normalizer prepends "▁": a normalized token matches its normalized form
+specialTokenFolder('llama2_config_specials', real.llama2, ['Hello', 'ing', 'll'],
+  [{ content: 'the', rstrip: true }, { content: 'er', normalized: true }]);
+
 // The corpus: random mixes of fragments of each kind the issue names.
 const english = ['The', 'quick', 'brown', 'fox', "don't", "It's", "we'll", "they're", "I'VE", 'HELLO',
   'tokenization', 'hello', 'Hello', 'world', 'a', 'I', 'internationalization', 'OK', 'e.g.', 'U.S.A.'];
@@ -227,7 +264,9 @@ const texts = [];
 // fixed edge cases first: empty text, only spaces, only a special token
 // and whitespace-only pieces, which a Strip normalizer empties
 for (const s of ['', ' ', '   ', '\n', '<s>', '<|im_start|>', 'Hello', ' Hello', 'hello world',
-  '\u00a0\u3000', ' \t\n ', '<s>  ', '  <|im_start|>  ', 'x\u24d0\u00b2y \u2460\u200d', "it'LL"]) {
+  '\u00a0\u3000', ' \t\n ', '<s>  ', '  <|im_start|>  ', 'x\u24d0\u00b2y \u2460\u200d', "it'LL",
+  // the vocabulary tokens the folders above make special, inside words and beside spaces
+  'the thing  ing caf café cafe er hello<s>Hello été ll  the  end']) {
   texts.push({ bytes: Buffer.from(s, 'utf8'), valid: true });
 }
 while (texts.length < textCount) {
@@ -248,8 +287,9 @@ while (texts.length < textCount) {
 
 (async () => {
   const results = {};
-  for (const { name, file } of tokenizers) {
-    const tok = Tokenizer.fromFile(file);
+  for (const { name, file, oracle, special } of tokenizers) {
+    const tok = Tokenizer.fromFile(oracle || file);
+    if (special) tok.addSpecialTokens(special);
     const rows = [];
     for (const t of texts) {
       const text = t.bytes.toString('utf8');  // lossy for invalid UTF-8 (WHATWG)
