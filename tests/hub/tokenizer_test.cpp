@@ -729,6 +729,53 @@ TEST_CASE(
             "before: which transformers keeps is not defined");
 }
 
+TEST_CASE(
+    "tokenizer_config.json: LlamaTokenizer's defaults (bos <s>, eos </s>, unk <unk>, "
+    "add_bos_token true) apply to the keys it lacks",
+    "[hub]") {
+  const ConfigFolder folder("llama_class");  // no post-processor; "<s>" is no token
+  const auto load = [&](const json& config) {
+    write_file(folder.dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(folder.dir);
+  };
+  using Ids = std::vector<std::int32_t>;
+  const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
+  // another class keeps tokenizer.json's post-processor (none here)
+  json other = tokens;
+  other["tokenizer_class"] = "PreTrainedTokenizerFast";
+  CHECK(load(other).encode_for_model("he") == Ids{256});
+  // LlamaTokenizerFast rebuilds it, with bos first by default
+  for (const char* name : {"LlamaTokenizer", "LlamaTokenizerFast"}) {
+    json llama = tokens;
+    llama["tokenizer_class"] = name;
+    CHECK(load(llama).encode_for_model("he") == Ids{260, 256});
+    llama["add_eos_token"] = true;
+    CHECK(load(llama).encode_for_model("he") == Ids{260, 256, 260});
+    llama["add_bos_token"] = nullptr;  // None: falsy
+    CHECK(load(llama).encode_for_model("he") == Ids{256, 260});
+    llama["add_bos_token"] = false;
+    CHECK(load(llama).encode_for_model("he") == Ids{256, 260});
+  }
+  // an absent bos_token is "<s>", which this vocabulary lacks
+  CHECK(folder.load_error({{"tokenizer_class", "LlamaTokenizer"}, {"unk_token", "he"}}) ==
+        folder.dir +
+            "/tokenizer_config.json: bos_token (absent: LlamaTokenizerFast's default): '<s>' is "
+            "not a token of tokenizer.json: transformers would add it with a new id, remat does "
+            "not extend the vocabulary");
+  // add_bos_token true without a bos token: transformers raises
+  CHECK(folder.load_error({{"tokenizer_class", "LlamaTokenizerFast"},
+                           {"bos_token", nullptr},
+                           {"eos_token", "<|end|>"},
+                           {"unk_token", nullptr}}) ==
+        folder.dir +
+            "/tokenizer_config.json: add_bos_token is true but bos_token is null or absent: "
+            "transformers refuses this");
+  CHECK(folder.load_error({{"add_eos_token", true}}) ==
+        folder.dir +
+            "/tokenizer_config.json: add_eos_token is true but eos_token is null or absent: "
+            "transformers refuses this");
+}
+
 TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub]") {
   const ConfigFolder folder("special_map");
   const std::string map_file = folder.dir + "/special_tokens_map.json";

@@ -121,8 +121,8 @@ class Tokenizer {
   /// The ids transformers' tokenizer gives for `text` (`tokenizer(text)`, TRL's tokenization of
   /// text data, a prompt given to generate()): the post-processor's special tokens, unless
   /// tokenizer_config.json sets add_bos_token or add_eos_token, from which transformers rebuilds
-  /// the post-processor (LlamaTokenizerFast and its kin in v4, every fast tokenizer in v5): then
-  /// bos first and eos last as those say.
+  /// the post-processor (LlamaTokenizerFast in v4, which defaults them to true and false when
+  /// absent; every fast tokenizer in v5): then bos first and eos last as those say.
   std::vector<std::int32_t> encode_for_model(std::string_view text) const {
     if (!config_.add_bos_token && !config_.add_eos_token) return encode(text, true);
     std::vector<std::int32_t> ids;

@@ -22,6 +22,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -64,7 +66,12 @@ struct TokenizerConfig {
   /// add_prefix_space (none when null or absent), with which transformers rebuilds the
   /// ByteLevel pre-tokenizer.
   std::optional<bool> add_prefix_space;
+  /// Whether transformers rebuilds the post-processor with bos first and eos last (none: it
+  /// keeps tokenizer.json's): the file's add_bos_token and add_eos_token, or for
+  /// LlamaTokenizer(Fast) their defaults, true and false (apply_class_defaults).
   std::optional<bool> add_bos_token, add_eos_token;
+  /// tokenizer_class, when given.
+  std::optional<std::string> tokenizer_class;
   std::optional<std::int64_t> model_max_length;
   /// The chat template: the only one, or the one named "default".
   std::optional<std::string> chat_template;
@@ -180,6 +187,27 @@ inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
         "text, where remat matches it as the tokens (supported: false or absent)");
 }
 
+/// LlamaTokenizerFast's constructor defaults, which transformers uses for a key the file lacks:
+/// bos "<s>", eos "</s>", unk "<unk>", add_bos_token true and add_eos_token false; it always
+/// rebuilds the post-processor from the last two (a null counting as false). Other classes
+/// keep tokenizer.json's post-processor unless the file sets them.
+inline void apply_class_defaults(const JsonField& root, TokenizerConfig& c) {
+  if (c.tokenizer_class != "LlamaTokenizer" && c.tokenizer_class != "LlamaTokenizerFast") return;
+  const std::string why = " (absent: LlamaTokenizerFast's default)";
+  const std::pair<const char*, std::optional<std::string>*> tokens[] = {
+      {"bos_token", &c.bos_token}, {"eos_token", &c.eos_token}, {"unk_token", &c.unk_token}};
+  const char* defaults[] = {"<s>", "</s>", "<unk>"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& [key, field] = tokens[i];
+    if (root.has(key)) continue;
+    *field = defaults[i];
+    c.named_special_tokens.push_back(
+        DeclaredToken{root.child(key) + why, std::nullopt, defaults[i], std::nullopt});
+  }
+  c.add_bos_token = root.has("add_bos_token") ? c.add_bos_token.value_or(false) : true;
+  c.add_eos_token = c.add_eos_token.value_or(false);
+}
+
 /// A token for a message: 'content', or "none".
 inline std::string shown_token(const std::optional<std::string>& token) {
   return token ? "'" + *token + "'" : std::string("none");
@@ -199,6 +227,16 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
     c.add_bos_token = root["add_bos_token"].boolean();
   if (root.has("add_eos_token") && !root["add_eos_token"].is_null())
     c.add_eos_token = root["add_eos_token"].boolean();
+  if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
+    c.tokenizer_class = root["tokenizer_class"].string();
+  detail::apply_class_defaults(root, c);
+  // transformers' update_post_processor raises a ValueError for these
+  for (const auto& [key, wanted, token] :
+       {std::tuple{"add_bos_token", c.add_bos_token, &c.bos_token},
+        std::tuple{"add_eos_token", c.add_eos_token, &c.eos_token}})
+    if (wanted.value_or(false) && !*token)
+      root.fail(remat::detail::cat(key, " is true but ", std::string_view(key).substr(4),
+                                   " is null or absent: transformers refuses this"));
   if (root.has("model_max_length") && !root["model_max_length"].is_null()) {
     // transformers writes 1e30 ("no limit") as a huge integer or a float
     const auto& v = root["model_max_length"].value();
