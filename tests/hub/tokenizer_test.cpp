@@ -776,6 +776,41 @@ TEST_CASE(
             "transformers refuses this");
 }
 
+TEST_CASE(
+    "tokenizer_config.json: CodeLlamaTokenizer's infilling tokens are special tokens, and a text "
+    "holding its fill token is refused",
+    "[hub]") {
+  const ConfigFolder folder("code_llama");
+  using Ids = std::vector<std::int32_t>;
+  const json none = nullptr;
+  json config = {{"tokenizer_class", "CodeLlamaTokenizer"},
+                 {"bos_token", "<|end|>"},
+                 {"eos_token", "<|end|>"},
+                 {"unk_token", none},
+                 {"middle_token", none},
+                 {"suffix_token", none},
+                 {"eot_token", none}};
+  // an absent infilling token is its default, which this vocabulary lacks
+  CHECK(folder.load_error(config) ==
+        folder.dir +
+            "/tokenizer_config.json: prefix_token (absent: CodeLlamaTokenizerFast's default): "
+            "'\u2581<PRE>' is not a token of tokenizer.json: transformers would add it with a new "
+            "id, remat does not extend the vocabulary");
+  config["prefix_token"] = "ll";  // a vocabulary token: made special
+  write_file(folder.dir + "/tokenizer_config.json", config.dump());
+  const auto tok = Tokenizer::from_folder(folder.dir);
+  CHECK(tok.encode_for_model("hello") == Ids{260, 256, 257, 'o'});  // bos by default
+  CHECK(tok.added_tokens().find(257)->special);
+  CHECK(error_of<remat::ArgumentError>([&] { tok.encode_for_model("def f(<FILL_ME>):"); }) ==
+        "hub::Tokenizer::encode_for_model: the text holds the fill token '<FILL_ME>' of "
+        "CodeLlamaTokenizer: transformers encodes it as an infilling prompt (the text before it, "
+        "then after it), which remat does not; remove it, or set fill_token to null");
+  CHECK(tok.encode("<FILL_ME>", false).size() == 9);  // the tokenizer itself has no such rule
+  config["fill_token"] = none;
+  write_file(folder.dir + "/tokenizer_config.json", config.dump());
+  CHECK(Tokenizer::from_folder(folder.dir).encode_for_model("<FILL_ME>").size() == 10);
+}
+
 TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub]") {
   const ConfigFolder folder("special_map");
   const std::string map_file = folder.dir + "/special_tokens_map.json";

@@ -123,7 +123,16 @@ class Tokenizer {
   /// tokenizer_config.json sets add_bos_token or add_eos_token, from which transformers rebuilds
   /// the post-processor (LlamaTokenizerFast in v4, which defaults them to true and false when
   /// absent; every fast tokenizer in v5): then bos first and eos last as those say.
+  /// A text holding CodeLlama's fill token (TokenizerConfig::fill_token) is an ArgumentError:
+  /// transformers splits it into an infilling prompt.
   std::vector<std::int32_t> encode_for_model(std::string_view text) const {
+    if (config_.fill_token && !config_.fill_token->empty() &&
+        text.find(*config_.fill_token) != std::string_view::npos)
+      throw ArgumentError(remat::detail::cat(
+          "hub::Tokenizer::encode_for_model: the text holds the fill token '", *config_.fill_token,
+          "' of ", config_.tokenizer_class.value_or(""),
+          ": transformers encodes it as an infilling prompt (the text before it, then after "
+          "it), which remat does not; remove it, or set fill_token to null"));
     if (!config_.add_bos_token && !config_.add_eos_token) return encode(text, true);
     std::vector<std::int32_t> ids;
     if (config_.add_bos_token.value_or(false))

@@ -68,10 +68,13 @@ struct TokenizerConfig {
   std::optional<bool> add_prefix_space;
   /// Whether transformers rebuilds the post-processor with bos first and eos last (none: it
   /// keeps tokenizer.json's): the file's add_bos_token and add_eos_token, or for
-  /// LlamaTokenizer(Fast) their defaults, true and false (apply_class_defaults).
+  /// (Code)LlamaTokenizer(Fast) their defaults, true and false (apply_class_defaults).
   std::optional<bool> add_bos_token, add_eos_token;
   /// tokenizer_class, when given.
   std::optional<std::string> tokenizer_class;
+  /// CodeLlama's fill token (read_infilling_tokens): transformers encodes a text holding it as
+  /// an infilling prompt, which remat does not.
+  std::optional<std::string> fill_token;
   std::optional<std::int64_t> model_max_length;
   /// The chat template: the only one, or the one named "default".
   std::optional<std::string> chat_template;
@@ -187,25 +190,52 @@ inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
         "text, where remat matches it as the tokens (supported: false or absent)");
 }
 
-/// LlamaTokenizerFast's constructor defaults, which transformers uses for a key the file lacks:
-/// bos "<s>", eos "</s>", unk "<unk>", add_bos_token true and add_eos_token false; it always
-/// rebuilds the post-processor from the last two (a null counting as false). Other classes
+/// CodeLlamaTokenizerFast's infilling tokens: prefix_token, middle_token, suffix_token and
+/// eot_token (defaults ▁<PRE>, ▁<MID>, ▁<SUF>, ▁<EOT>; null: none), which it makes additional
+/// special tokens, and fill_token (default <FILL_ME>), at which it splits a text into the
+/// prefix and suffix of an infilling prompt. `why` tells a default from the file's value.
+inline void read_infilling_tokens(const JsonField& root, TokenizerConfig& c,
+                                  const std::string& why) {
+  const std::pair<const char*, const char*> tokens[] = {{"prefix_token", "\u2581<PRE>"},
+                                                        {"middle_token", "\u2581<MID>"},
+                                                        {"suffix_token", "\u2581<SUF>"},
+                                                        {"eot_token", "\u2581<EOT>"}};
+  for (const auto& [key, fallback] : tokens) {
+    const std::optional<DeclaredToken> token =
+        root.has(key) ? read_token_field(root, key)
+                      : DeclaredToken{root.child(key) + why, std::nullopt, fallback, std::nullopt};
+    if (!token) continue;
+    c.declared_tokens.push_back(*token);
+    c.additional_special_tokens.push_back(token->content);
+  }
+  c.fill_token = root.has("fill_token") ? read_token_content(root, "fill_token")
+                                        : std::optional<std::string>("<FILL_ME>");
+}
+
+/// The constructor defaults of LlamaTokenizerFast and CodeLlamaTokenizerFast, which
+/// transformers uses for a key the file lacks: bos "<s>", eos "</s>", unk "<unk>",
+/// add_bos_token true and add_eos_token false; both always rebuild the post-processor from the
+/// last two (a null counting as false), and CodeLlama's has its infilling tokens. Other classes
 /// keep tokenizer.json's post-processor unless the file sets them.
 inline void apply_class_defaults(const JsonField& root, TokenizerConfig& c) {
-  if (c.tokenizer_class != "LlamaTokenizer" && c.tokenizer_class != "LlamaTokenizerFast") return;
-  const std::string why = " (absent: LlamaTokenizerFast's default)";
-  const std::pair<const char*, std::optional<std::string>*> tokens[] = {
-      {"bos_token", &c.bos_token}, {"eos_token", &c.eos_token}, {"unk_token", &c.unk_token}};
-  const char* defaults[] = {"<s>", "</s>", "<unk>"};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto& [key, field] = tokens[i];
+  const std::string name = c.tokenizer_class.value_or("");
+  const bool code_llama = name == "CodeLlamaTokenizer" || name == "CodeLlamaTokenizerFast";
+  if (!code_llama && name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return;
+  const std::string why = remat::detail::cat(
+      " (absent: ", code_llama ? "CodeLlamaTokenizerFast" : "LlamaTokenizerFast", "'s default)");
+  const std::tuple<const char*, std::optional<std::string>*, const char*> tokens[] = {
+      {"bos_token", &c.bos_token, "<s>"},
+      {"eos_token", &c.eos_token, "</s>"},
+      {"unk_token", &c.unk_token, "<unk>"}};
+  for (const auto& [key, field, fallback] : tokens) {
     if (root.has(key)) continue;
-    *field = defaults[i];
+    *field = fallback;
     c.named_special_tokens.push_back(
-        DeclaredToken{root.child(key) + why, std::nullopt, defaults[i], std::nullopt});
+        DeclaredToken{root.child(key) + why, std::nullopt, fallback, std::nullopt});
   }
   c.add_bos_token = root.has("add_bos_token") ? c.add_bos_token.value_or(false) : true;
   c.add_eos_token = c.add_eos_token.value_or(false);
+  if (code_llama) read_infilling_tokens(root, c, why);
 }
 
 /// A token for a message: 'content', or "none".
