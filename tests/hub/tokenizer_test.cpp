@@ -583,12 +583,17 @@ TEST_CASE("tokenizer_config.json: special tokens and the chat template", "[hub]"
   CHECK(Tokenizer::from_folder(dir).config().chat_template == jinja);
   std::filesystem::remove(dir + "/chat_template.jinja");
 
+  // a special token outside the vocabulary: transformers would give it a new id, so a text
+  // holding it is refused
   write_file(dir + "/tokenizer_config.json", json{{"eos_token", "<|nope|>"}}.dump());
-  const std::string message = error_of<remat::IoError>([&] { Tokenizer::from_folder(dir); });
-  CHECK(message == dir +
-                       "/tokenizer_config.json: eos_token: '<|nope|>' is not a token of "
-                       "tokenizer.json: transformers would add it with a new id, remat does not "
-                       "extend the vocabulary");
+  const auto nope = Tokenizer::from_folder(dir);
+  CHECK(!nope.eos_id());
+  CHECK(nope.encode("he<|nope") == Ids{256, '<', '|', 'n', 'o', 'p', 'e'});
+  CHECK(error_of<remat::ArgumentError>([&] { nope.encode("he<|nope|>"); }) ==
+        "hub::Tokenizer::encode: the text holds '<|nope|>' (" + dir +
+            "/tokenizer_config.json: eos_token), a special token that tokenizer.json's "
+            "vocabulary lacks: transformers would add it with a new id, past the model's "
+            "embeddings");
 }
 
 /// A folder with byte_level_json()'s tokenizer.json (<|end|> an added special token, "he" a
@@ -652,21 +657,19 @@ TEST_CASE(
         config_file +
             ": added_tokens_decoder.261: token '<|end|>' has id 260 in tokenizer.json, not 261");
   other = end;
-  other["content"] = "<|new|>";
-  CHECK(folder.load_error({{"added_tokens_decoder", {{"261", other}}}}) ==
-        config_file +
-            ": added_tokens_decoder.261: '<|new|>' is not a token of tokenizer.json: "
-            "transformers would add it with a new id, remat does not extend the vocabulary");
+  other["content"] = "<|new|>";  // outside the vocabulary: a text holding it is refused
+  CHECK(folder.load_error({{"added_tokens_decoder", {{"261", other}}}}).empty());
   CHECK(folder.load_error({{"added_tokens_decoder", {{"x", end}}}})
             .find("added_tokens_decoder.x: key 'x' is not an id") != std::string::npos);
 
   // the special-token lists: an added token, or a vocabulary token made one (the next test);
   // an object, with its flags
   CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>"}}}).empty());
-  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>", "<|new|>"}}}) ==
-        config_file +
-            ": additional_special_tokens[1]: '<|new|>' is not a token of tokenizer.json: "
-            "transformers would add it with a new id, remat does not extend the vocabulary");
+  CHECK(folder.load_error({{"additional_special_tokens", {"<|end|>", "<|new|>"}}}).empty());
+  CHECK(error_of<remat::ArgumentError>([&] {
+          Tokenizer::from_folder(folder.dir).encode("<|new|>");
+        }).find("the text holds '<|new|>' (" + config_file + ": additional_special_tokens[1])") !=
+        std::string::npos);
   CHECK(folder.load_error({{"additional_special_tokens", {{{"content", "<|end|>"}}}}}).empty());
   CHECK(
       folder
@@ -675,11 +678,11 @@ TEST_CASE(
                 "lstrip: false, rstrip: true,") != std::string::npos);
   // extra_special_tokens: transformers 4's object of names, or 5's list
   CHECK(folder.load_error({{"extra_special_tokens", {{"end_token", "<|end|>"}}}}).empty());
-  CHECK(folder.load_error({{"extra_special_tokens", {{"image_token", "<image>"}}}})
-            .find("extra_special_tokens.image_token: '<image>' is not a token") !=
-        std::string::npos);
-  CHECK(folder.load_error({{"extra_special_tokens", {"<|end|>", "<image>"}}})
-            .find("extra_special_tokens[1]: '<image>' is not a token") != std::string::npos);
+  CHECK(folder.load_error({{"extra_special_tokens", {{"image_token", "<image>"}}}}).empty());
+  CHECK(error_of<remat::ArgumentError>([&] {
+          Tokenizer::from_folder(folder.dir).encode("a<image>");
+        }).find("(" + config_file + ": extra_special_tokens.image_token)") != std::string::npos);
+  CHECK(folder.load_error({{"extra_special_tokens", {"<|end|>", "<image>"}}}).empty());
   CHECK(folder.load_error({{"extra_special_tokens", 5}})
             .find("extra_special_tokens: expected a list of tokens or an object of name: token, "
                   "found 5") != std::string::npos);
@@ -730,58 +733,126 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "tokenizer_config.json: LlamaTokenizer's defaults (bos <s>, eos </s>, unk <unk>, "
-    "add_bos_token true) apply to the keys it lacks",
+    "tokenizer_config.json: a named special token of tokenizer.json's becomes special; flags "
+    "transformers would rewrite are refused",
     "[hub]") {
-  const ConfigFolder folder("llama_class");  // no post-processor; "<s>" is no token
+  json tokenizer = byte_level_json();
+  tokenizer["added_tokens"].push_back(added_token(261, "zz"));  // not special
+  tokenizer["added_tokens"].push_back(added_token(262, "<|sp|>", {"lstrip", "special"}));
+  const ConfigFolder folder("named_special", tokenizer);
   const auto load = [&](const json& config) {
     write_file(folder.dir + "/tokenizer_config.json", config.dump());
     return Tokenizer::from_folder(folder.dir);
   };
-  using Ids = std::vector<std::int32_t>;
+  CHECK(load(json::object()).decode(Ids{261, 'a'}) == "zza");
+  // named: transformers adds it again as special, so decode skips it
+  CHECK(load({{"pad_token", "zz"}}).decode(Ids{261, 'a'}) == "a");
+  // an object: its flags, special, normalized filled in last (not special: false)
+  CHECK(load({{"pad_token", {{"content", "zz"}, {"special", false}}}}).decode(Ids{261, 'a'}) ==
+        "a");
+  CHECK(folder.load_error({{"pad_token", {{"content", "zz"}, {"rstrip", true}}}}) ==
+        folder.dir +
+            "/tokenizer_config.json: pad_token: added token 'zz' has {single_word: false, lstrip: "
+            "false, rstrip: true, normalized: false, special: true} here but {single_word: false, "
+            "lstrip: false, rstrip: false, normalized: false, special: false} in tokenizer.json: "
+            "transformers would rewrite them, remat reads tokenizer.json's");
+  // ... unless added_tokens_decoder gives the token: transformers takes the decoder's
+  const json zz = {{"content", "zz"}, {"single_word", false}, {"lstrip", false},
+                   {"rstrip", false}, {"normalized", false},  {"special", false}};
+  CHECK(folder
+            .load_error({{"added_tokens_decoder", {{"261", zz}}},
+                         {"pad_token", {{"content", "zz"}, {"rstrip", true}}}})
+            .empty());
+  // a listed string that is not special: transformers 4 keeps it so, 5 makes it special
+  CHECK(folder.load_error({{"additional_special_tokens", {"zz"}}})
+            .find("additional_special_tokens[0]: 'zz' is an added token that tokenizer.json does "
+                  "not mark special: transformers 4 keeps it so, 5 makes it special") !=
+        std::string::npos);
+  // a named string with flags: transformers 5 rewrites them to false, 4 keeps them
+  CHECK(folder.load_error({{"pad_token", "<|sp|>"}})
+            .find("pad_token: added token '<|sp|>' has {single_word: false, lstrip: true, rstrip: "
+                  "false, normalized: false, special: true} in tokenizer.json, which transformers "
+                  "5 rewrites to false and 4 keeps") != std::string::npos);
+}
+
+TEST_CASE(
+    "tokenizer_config.json: add_bos_token and add_eos_token frame a text as transformers 4 and 5 "
+    "agree, with LlamaTokenizer's defaults (bos <s>, eos </s>, unk <unk>, add_bos_token true)",
+    "[hub]") {
+  json with_bos = byte_level_json();
+  with_bos["post_processor"] = end_first_processor();  // <|end|> (260) first
+  const ConfigFolder folder("llama_class", with_bos);
+  const auto load = [&](const json& config) {
+    write_file(folder.dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(folder.dir);
+  };
   const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
-  // another class keeps tokenizer.json's post-processor (none here)
+  // another class: tokenizer.json's post-processor, rebuilt when either key is given (a null
+  // is false), as transformers 5 does
   json other = tokens;
   other["tokenizer_class"] = "PreTrainedTokenizerFast";
+  CHECK(load(other).encode_for_model("he") == Ids{260, 256});
+  other["add_eos_token"] = nullptr;
   CHECK(load(other).encode_for_model("he") == Ids{256});
-  // LlamaTokenizerFast rebuilds it, with bos first by default
+  other["add_eos_token"] = true;
+  CHECK(load(other).encode_for_model("he") == Ids{256, 260});
+  other["eos_token"] = nullptr;  // 5 drops the flag whose token is null
+  CHECK(load(other).encode_for_model("he") == Ids{256});
+  // LlamaTokenizerFast: 4 rebuilds it always, bos first by default; 5 as for any class. Where
+  // both give the same ids, they are taken
   for (const char* name : {"LlamaTokenizer", "LlamaTokenizerFast"}) {
     json llama = tokens;
     llama["tokenizer_class"] = name;
     CHECK(load(llama).encode_for_model("he") == Ids{260, 256});
+    llama["add_bos_token"] = true;
     llama["add_eos_token"] = true;
     CHECK(load(llama).encode_for_model("he") == Ids{260, 256, 260});
-    llama["add_bos_token"] = nullptr;  // None: falsy
-    CHECK(load(llama).encode_for_model("he") == Ids{256, 260});
-    llama["add_bos_token"] = false;
+    llama["add_bos_token"] = nullptr;
     CHECK(load(llama).encode_for_model("he") == Ids{256, 260});
   }
-  // an absent bos_token is "<s>", which this vocabulary lacks
-  CHECK(folder.load_error({{"tokenizer_class", "LlamaTokenizer"}, {"unk_token", "he"}}) ==
+  json llama = tokens;
+  llama["tokenizer_class"] = "LlamaTokenizerFast";
+  llama["add_eos_token"] = true;  // 4: bos by default; 5: no bos, the key being absent
+  CHECK(folder.load_error(llama) ==
         folder.dir +
-            "/tokenizer_config.json: bos_token (absent: LlamaTokenizerFast's default): '<s>' is "
-            "not a token of tokenizer.json: transformers would add it with a new id, remat does "
-            "not extend the vocabulary");
-  // add_bos_token true without a bos token: transformers raises
+            "/tokenizer_config.json: transformers 4 (LlamaTokenizerFast) and 5 frame a text with "
+            "other special tokens here: 4 gives [260] text [260], 5 gives text [260]; set "
+            "add_bos_token and add_eos_token, which both then follow");
+  const ConfigFolder bare("llama_bare");  // no post-processor: 4 adds bos, 5 nothing
+  CHECK(bare.load_error({{"tokenizer_class", "LlamaTokenizer"},
+                         {"bos_token", "<|end|>"},
+                         {"unk_token", nullptr}})
+            .find("4 gives [260] text, 5 gives text;") != std::string::npos);
+  // bos absent is "<s>", which this vocabulary lacks: transformers would give it a new id
+  CHECK(folder.load_error({{"tokenizer_class", "LlamaTokenizer"}, {"unk_token", nullptr}}) ==
+        folder.dir +
+            "/tokenizer_config.json: transformers 4 frames a text with '<s>', which is not a "
+            "token of tokenizer.json: it would add it with a new id, past the model's embeddings");
+  // unk absent is "<unk>", also lacking: only a text holding it is refused
+  const auto unk = load({{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<|end|>"}});
+  CHECK(unk.encode_for_model("he") == Ids{260, 256});
+  CHECK(error_of<remat::ArgumentError>([&] { unk.encode("<unk>"); })
+            .find("the text holds '<unk>' (" + folder.dir +
+                  "/tokenizer_config.json: unk_token (absent: LlamaTokenizerFast's default))") !=
+        std::string::npos);
+  // add_bos_token true (its default) without a bos token: transformers 4 raises
   CHECK(folder.load_error({{"tokenizer_class", "LlamaTokenizerFast"},
                            {"bos_token", nullptr},
                            {"eos_token", "<|end|>"},
                            {"unk_token", nullptr}}) ==
         folder.dir +
-            "/tokenizer_config.json: add_bos_token is true but bos_token is null or absent: "
-            "transformers refuses this");
-  CHECK(folder.load_error({{"add_eos_token", true}}) ==
-        folder.dir +
-            "/tokenizer_config.json: add_eos_token is true but eos_token is null or absent: "
-            "transformers refuses this");
+            "/tokenizer_config.json: add_bos_token is true (or absent: LlamaTokenizerFast's "
+            "default) but bos_token is null: transformers 4 refuses this, 5 adds no bos; set "
+            "add_bos_token to false");
 }
 
 TEST_CASE(
     "tokenizer_config.json: CodeLlamaTokenizer's infilling tokens are special tokens, and a text "
     "holding its fill token is refused",
     "[hub]") {
-  const ConfigFolder folder("code_llama");
-  using Ids = std::vector<std::int32_t>;
+  json with_bos = byte_level_json();
+  with_bos["post_processor"] = end_first_processor();  // as transformers 4 rebuilds it
+  const ConfigFolder folder("code_llama", with_bos);
   const json none = nullptr;
   json config = {{"tokenizer_class", "CodeLlamaTokenizer"},
                  {"bos_token", "<|end|>"},
@@ -791,11 +862,12 @@ TEST_CASE(
                  {"suffix_token", none},
                  {"eot_token", none}};
   // an absent infilling token is its default, which this vocabulary lacks
-  CHECK(folder.load_error(config) ==
-        folder.dir +
-            "/tokenizer_config.json: prefix_token (absent: CodeLlamaTokenizerFast's default): "
-            "'\u2581<PRE>' is not a token of tokenizer.json: transformers would add it with a new "
-            "id, remat does not extend the vocabulary");
+  write_file(folder.dir + "/tokenizer_config.json", config.dump());
+  CHECK(error_of<remat::ArgumentError>(
+            [&] { Tokenizer::from_folder(folder.dir).encode("\u2581<PRE>"); })
+            .find("(" + folder.dir +
+                  "/tokenizer_config.json: prefix_token (absent: CodeLlamaTokenizerFast's "
+                  "default)), a special token") != std::string::npos);
   config["prefix_token"] = "ll";  // a vocabulary token: made special
   write_file(folder.dir + "/tokenizer_config.json", config.dump());
   const auto tok = Tokenizer::from_folder(folder.dir);

@@ -131,6 +131,17 @@ class AddedVocabulary {
     build_tries();
   }
 
+  /// Marks added token `id` special or not, as transformers does when it adds a token again
+  /// with another `special` (matching does not depend on it; decode's skipping does).
+  void set_special(std::int64_t id, bool special) {
+    AddedToken& t = tokens_.at(id);
+    t.special = special;
+    if (special)
+      special_.insert(t.content);
+    else
+      special_.erase(t.content);
+  }
+
   bool empty() const { return tokens_.empty(); }
   std::size_t size() const { return tokens_.size(); }
   /// The token with this id, or nullptr.

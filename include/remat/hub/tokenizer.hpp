@@ -18,6 +18,7 @@
 /// component, a field remat does not read, truncation or padding) is an IoError naming the
 /// file, the field and the value. Needs PCRE2 and ICU: link the CMake target remat::hub.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -25,8 +26,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "remat/core/error.hpp"
@@ -56,11 +59,12 @@ class Tokenizer {
   /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json` and
   /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
   /// template, and it reads that file in preference to the config's chat_template: so does this.
-  /// The special tokens of tokenizer_config.json that are vocabulary tokens but not added
-  /// tokens become added tokens, as transformers makes them (adopt_tokens). What else would
-  /// make transformers change the tokenizer tokenizer.json describes is refused (an IoError
-  /// naming the file and the field): such a token outside the vocabulary, another id or other
-  /// flags for an added token, an add_prefix_space other than its ByteLevel pre-tokenizer's, a
+  /// tokenizer_config.json's special tokens are taken in as transformers takes them (Note
+  /// [special tokens in tokenizer_config.json]), and its add_bos_token and add_eos_token frame
+  /// a text for encode_for_model (Note [framing]). What else would make transformers change the
+  /// tokenizer tokenizer.json describes, or what its versions 4 and 5 do differently, is refused
+  /// (an IoError naming the file and the field): other flags for an added token, an
+  /// add_prefix_space other than its ByteLevel pre-tokenizer's, a
   /// `DIR/special_tokens_map.json` that disagrees with a tokenizer_config.json without
   /// added_tokens_decoder.
   static Tokenizer from_folder(const std::string& dir) {
@@ -93,6 +97,12 @@ class Tokenizer {
           "hub::Tokenizer::encode: the text is not valid UTF-8 (byte 0x", std::hex,
           static_cast<int>(static_cast<unsigned char>(text[*bad])), std::dec, " at offset ", *bad,
           "); decode it first, e.g. with hub::utf8::lossy"));
+    for (const auto& [token, where] : phantoms_)
+      if (text.find(token) != std::string_view::npos)
+        throw ArgumentError(remat::detail::cat(
+            "hub::Tokenizer::encode: the text holds '", token, "' (", where,
+            "), a special token that tokenizer.json's vocabulary lacks: transformers would add "
+            "it with a new id, past the model's embeddings"));
     std::vector<Piece> pieces;
     // the empty text is no piece at all: Hugging Face's added-token pass drops it before the
     // normalizer, which could otherwise make something of it (a Replace matching "")
@@ -119,12 +129,10 @@ class Tokenizer {
   }
 
   /// The ids transformers' tokenizer gives for `text` (`tokenizer(text)`, TRL's tokenization of
-  /// text data, a prompt given to generate()): the post-processor's special tokens, unless
-  /// tokenizer_config.json sets add_bos_token or add_eos_token, from which transformers rebuilds
-  /// the post-processor (LlamaTokenizerFast in v4, which defaults them to true and false when
-  /// absent; every fast tokenizer in v5): then bos first and eos last as those say.
-  /// A text holding CodeLlama's fill token (TokenizerConfig::fill_token) is an ArgumentError:
-  /// transformers splits it into an infilling prompt.
+  /// text data, a prompt given to generate()): the post-processor's special tokens, or bos first
+  /// and eos last as tokenizer_config.json's add_bos_token and add_eos_token rebuild it (Note
+  /// [framing]). A text holding CodeLlama's fill token (TokenizerConfig::fill_token) is an
+  /// ArgumentError: transformers splits it into an infilling prompt.
   std::vector<std::int32_t> encode_for_model(std::string_view text) const {
     if (config_.fill_token && !config_.fill_token->empty() &&
         text.find(*config_.fill_token) != std::string_view::npos)
@@ -133,14 +141,12 @@ class Tokenizer {
           "' of ", config_.tokenizer_class.value_or(""),
           ": transformers encodes it as an infilling prompt (the text before it, then after "
           "it), which remat does not; remove it, or set fill_token to null"));
-    if (!config_.add_bos_token && !config_.add_eos_token) return encode(text, true);
+    if (!framing_.rebuilt) return encode(text, true);
     std::vector<std::int32_t> ids;
-    if (config_.add_bos_token.value_or(false))
-      if (const auto bos = bos_id()) ids.push_back(*bos);
+    if (framing_.bos) ids.push_back(*bos_id());
     const std::vector<std::int32_t> body = encode(text, false);
     ids.insert(ids.end(), body.begin(), body.end());
-    if (config_.add_eos_token.value_or(false))
-      if (const auto eos = eos_id()) ids.push_back(*eos);
+    if (framing_.eos) ids.push_back(*eos_id());
     return ids;
   }
 
@@ -245,61 +251,123 @@ class Tokenizer {
   }
 
   /// Takes in what tokenizer_config.json (at `file`) says beyond tokenizer.json: its special
-  /// and declared tokens (adopt_tokens), and its add_prefix_space, which must be the
-  /// pre-tokenizer's.
+  /// and declared tokens (adopt_tokens), how a text is framed (settle_framing), and its
+  /// add_prefix_space, which must be the pre-tokenizer's.
   void apply_config(const std::string& file) {
     adopt_tokens();
+    settle_framing(file);
     check_prefix_space(file);
   }
 
-  /// transformers adds to the tokenizer each token of added_tokens_decoder, then each special
-  /// token (bos_token ... mask_token, additional_special_tokens, extra_special_tokens) that
-  /// tokenizer.json's added tokens lack, and rewrites the flags of an added_tokens_decoder
-  /// entry tokenizer.json has with other flags. So does this, for a token of the vocabulary:
-  /// it keeps its id and is matched in the text from then on, special (skipped by decode) when
-  /// named special or marked so. A token outside the vocabulary (transformers would give it a
-  /// new id) and a rewrite of tokenizer.json's flags are refused.
+  /// What adopt_tokens knows of the whole file.
+  struct Declared {
+    std::unordered_set<std::string> special;  // named and listed special tokens
+    std::unordered_map<std::string, const DeclaredToken*> decoder;  // added_tokens_decoder's
+    std::unordered_map<std::string, TokenFlags> adopted;            // the tokens added here
+  };
+
+  /// Note [special tokens in tokenizer_config.json]: transformers adds to the tokenizer each
+  /// token of added_tokens_decoder, then each special token (bos_token ... mask_token,
+  /// additional_special_tokens, extra_special_tokens), with the flags the file gives (a named
+  /// or listed token that added_tokens_decoder also has takes the decoder's), special when named
+  /// so, and `normalized` filled in last as not special. So does this:
+  /// - a token tokenizer.json's added tokens lack but its vocabulary has keeps its id and is
+  ///   matched in the text from then on (a string gets tokenizers' add_special_tokens flags:
+  ///   special, nothing else);
+  /// - one tokenizer.json has gets the `special` transformers gives it; other flags that differ
+  ///   are refused (transformers would rewrite them), and so are a named string whose flags
+  ///   transformers 5 rewrites to false and a listed string that is not special (4 keeps it so,
+  ///   5 makes it special);
+  /// - one outside the vocabulary (transformers would give it a new id, past the model's
+  ///   embeddings) is recorded: a text holding it is refused (encode), and so is a framing that
+  ///   needs it (settle_framing).
   void adopt_tokens() {
-    std::unordered_set<std::string> special;
-    for (const DeclaredToken& d : config_.named_special_tokens) special.insert(d.content);
-    for (const DeclaredToken& d : config_.declared_tokens)
-      if (!d.id) special.insert(d.content);  // additional_ and extra_special_tokens
-    std::unordered_map<std::string, TokenFlags> adopted;
-    for (const DeclaredToken& d : config_.declared_tokens) adopt(d, special, adopted, true);
-    for (const DeclaredToken& d : config_.named_special_tokens) adopt(d, special, adopted, false);
+    Declared declared;
+    for (const DeclaredToken& d : config_.named_special_tokens) declared.special.insert(d.content);
+    for (const DeclaredToken& d : config_.declared_tokens) {
+      if (d.id)
+        declared.decoder.emplace(d.content, &d);
+      else
+        declared.special.insert(d.content);  // additional_ and extra_special_tokens
+    }
+    for (const DeclaredToken& d : config_.declared_tokens) adopt(d, declared);
+    for (const DeclaredToken& d : config_.named_special_tokens) adopt(d, declared);
   }
 
-  /// adopt_tokens for one token; `compare_flags`: the flags an added_tokens_decoder or list
-  /// entry gives must be tokenizer.json's (transformers rewrites them; it leaves those of a
-  /// named special token, bos_token ..., as they are).
-  void adopt(const DeclaredToken& d, const std::unordered_set<std::string>& special,
-             std::unordered_map<std::string, TokenFlags>& adopted, bool compare_flags) {
-    TokenFlags flags = d.flags.value_or(TokenFlags{false, false, false, false, true});
-    flags.special = flags.special || special.count(d.content) != 0;
+  /// The flags transformers adds token `d` with, or none for a string it leaves as it is
+  /// (Note [special tokens in tokenizer_config.json]).
+  static std::optional<TokenFlags> wanted_flags(const DeclaredToken& d, const Declared& declared) {
+    const DeclaredToken* source = &d;
+    if (const auto it = declared.decoder.find(d.content); !d.id && it != declared.decoder.end())
+      source = it->second;
+    if (!source->flags) return std::nullopt;
+    TokenFlags f = *source->flags;
+    f.special = f.special || declared.special.count(d.content) != 0;
+    if (!source->normalized_given) f.normalized = !f.special;
+    return f;
+  }
+
+  void adopt(const DeclaredToken& d, Declared& declared) {
+    if (d.content.empty()) return;  // tokenizers ignores an empty token
+    const std::optional<TokenFlags> wanted = wanted_flags(d, declared);
     const std::int64_t added = added_.id_of(d.content);
-    if (added >= 0 && !adopted.count(d.content)) {
+    if (added >= 0 && !declared.adopted.count(d.content)) {
       check_declared_id(d, added);
-      if (compare_flags) check_declared_flags(d, flags_of(*added_.find(added)));
+      take_special(d, wanted, *added_.find(added), declared);
       return;
     }
     const std::int64_t id = added >= 0 ? added : model_->token_to_id(d.content);
-    if (id < 0)
-      throw IoError(remat::detail::cat(
-          d.path, ": '", d.content,
-          "' is not a token of tokenizer.json: transformers would add it with a new id, remat "
-          "does not extend the vocabulary"));
+    if (id < 0) {
+      phantoms_.emplace_back(d.content, d.path);
+      return;
+    }
     check_declared_id(d, id);
-    if (const auto it = adopted.find(d.content); it != adopted.end()) {
-      if (d.flags && flags != it->second)
+    const TokenFlags flags = wanted.value_or(TokenFlags{false, false, false, false, true});
+    if (const auto it = declared.adopted.find(d.content); it != declared.adopted.end()) {
+      if (wanted && flags != it->second)
         throw IoError(remat::detail::cat(d.path, ": '", d.content, "' is given ",
                                          shown_flags(flags), " here and ", shown_flags(it->second),
                                          " before: which transformers keeps is not defined"));
       return;
     }
-    adopted.emplace(d.content, flags);
+    declared.adopted.emplace(d.content, flags);
     added_.adopt(AddedToken{id, d.content, flags.single_word, flags.lstrip, flags.rstrip,
                             flags.normalized, flags.special},
                  normalizer_.get(), d.path);
+  }
+
+  /// A token of tokenizer.json's added tokens that the config names (Note [special tokens in
+  /// tokenizer_config.json]): its `special` becomes transformers', other flags must stay.
+  void take_special(const DeclaredToken& d, const std::optional<TokenFlags>& wanted,
+                    const AddedToken& t, const Declared& declared) {
+    const TokenFlags in_json = flags_of(t);
+    if (wanted) {
+      TokenFlags same = *wanted;
+      same.special = in_json.special;
+      if (same != in_json)
+        throw IoError(remat::detail::cat(
+            d.path, ": added token '", d.content, "' has ", shown_flags(*wanted), " here but ",
+            shown_flags(in_json),
+            " in tokenizer.json: transformers would rewrite them, remat reads tokenizer.json's"));
+      added_.set_special(t.id, wanted->special);
+      return;
+    }
+    const bool named =
+        std::any_of(config_.named_special_tokens.begin(), config_.named_special_tokens.end(),
+                    [&](const DeclaredToken& n) { return &n == &d; });
+    if (!named && !in_json.special)
+      throw IoError(remat::detail::cat(
+          d.path, ": '", d.content,
+          "' is an added token that tokenizer.json does not mark special: transformers 4 keeps "
+          "it so, 5 makes it special (give it as an object with \"special\", or mark it in "
+          "tokenizer.json)"));
+    if (named && (in_json.single_word || in_json.lstrip || in_json.rstrip || in_json.normalized) &&
+        !declared.decoder.count(d.content))
+      throw IoError(remat::detail::cat(
+          d.path, ": added token '", d.content, "' has ", shown_flags(in_json),
+          " in tokenizer.json, which transformers 5 rewrites to false and 4 keeps (list it in "
+          "added_tokens_decoder with its flags)"));
+    added_.set_special(t.id, true);
   }
 
   static void check_declared_id(const DeclaredToken& d, std::int64_t id) {
@@ -308,17 +376,78 @@ class Tokenizer {
                                        " in tokenizer.json, not ", *d.id));
   }
 
-  static void check_declared_flags(const DeclaredToken& d, const TokenFlags& in_json) {
-    if (d.flags && *d.flags != in_json)
-      throw IoError(remat::detail::cat(
-          d.path, ": added token '", d.content, "' has ", shown_flags(*d.flags), " here but ",
-          shown_flags(in_json),
-          " in tokenizer.json: transformers would rewrite them, remat reads tokenizer.json's"));
-  }
-
   static TokenFlags flags_of(const AddedToken& t) {
     return TokenFlags{t.single_word, t.lstrip, t.rstrip, t.normalized, t.special};
   }
+
+  /// The special tokens a text gets around it: the post-processor's (not rebuilt), or bos
+  /// first and eos last as transformers rebuilds it.
+  struct Framing {
+    bool rebuilt = false, bos = false, eos = false;
+  };
+
+  /// Note [framing]: transformers 5 rebuilds the post-processor (bos first, eos last) when
+  /// tokenizer_config.json has add_bos_token or add_eos_token (null: false), dropping a flag
+  /// whose token is null; transformers 4 does so only for (Code)LlamaTokenizer(Fast), always,
+  /// with the defaults true and false, and refuses a flag whose token is null. remat follows 5
+  /// for the other classes (4 keeps tokenizer.json's post-processor there whatever they say),
+  /// and for the Llama classes takes 4's framing where 5's gives the same ids, refusing the
+  /// folder where they differ or where 4 refuses. A framing that needs a token the vocabulary
+  /// lacks (transformers would give it a new id) is refused.
+  void settle_framing(const std::string& file) {
+    const TokenizerConfig& c = config_;
+    const bool given = c.add_bos_token || c.add_eos_token;
+    const Framing v5{given, c.add_bos_token.value_or(false) && c.bos_token.has_value(),
+                     c.add_eos_token.value_or(false) && c.eos_token.has_value()};
+    if (!c.llama_class) {
+      framing_ = usable(v5, file, "5");
+      return;
+    }
+    const Framing v4{true, c.add_bos_token.value_or(true), c.add_eos_token.value_or(false)};
+    for (const auto& [wanted, token, key] :
+         {std::tuple{v4.bos, c.bos_token, "bos"}, std::tuple{v4.eos, c.eos_token, "eos"}})
+      if (wanted && !token)
+        throw IoError(remat::detail::cat(
+            file, ": add_", key, "_token is true (or absent: ", c.tokenizer_class.value_or(""),
+            "'s default) but ", key, "_token is null: transformers 4 refuses this, 5 adds no ", key,
+            "; set add_", key, "_token to false"));
+    const Framing v4_ids = usable(v4, file, "4");
+    if (shown(v4_ids) != shown(usable(v5, file, "5")))
+      throw IoError(
+          remat::detail::cat(file, ": transformers 4 (", c.tokenizer_class.value_or(""),
+                             ") and 5 frame a text with other special tokens here: 4 gives ",
+                             shown(v4_ids), ", 5 gives ", shown(v5),
+                             "; set add_bos_token and add_eos_token, which both then follow"));
+    framing_ = v4_ids;
+  }
+
+  /// `f`, refused when it needs a token the vocabulary lacks (`version` says whose it is).
+  Framing usable(const Framing& f, const std::string& file, const char* version) const {
+    for (const auto& [wanted, token] :
+         {std::pair{f.bos, &config_.bos_token}, std::pair{f.eos, &config_.eos_token}})
+      if (wanted && !token_to_id(**token))
+        throw IoError(remat::detail::cat(
+            file, ": transformers ", version, " frames a text with '", **token,
+            "', which is not a token of tokenizer.json: it would add it with a new id, past the "
+            "model's embeddings"));
+    return f;
+  }
+
+  /// The ids `f` puts around a text: "[1] text [2]".
+  std::string shown(const Framing& f) const {
+    std::vector<std::int32_t> ids{-1};  // the text
+    if (!f.rebuilt) {
+      if (post_processor_) post_processor_->process(ids);
+    } else {
+      if (f.bos) ids.insert(ids.begin(), *bos_id());
+      if (f.eos) ids.push_back(*eos_id());
+    }
+    std::string out;
+    for (const std::int32_t id : ids)
+      out += (out.empty() ? "" : " ") + (id == -1 ? std::string("text") : cat_id(id));
+    return out;
+  }
+  static std::string cat_id(std::int32_t id) { return remat::detail::cat("[", id, "]"); }
 
   static std::string shown_flags(const TokenFlags& f) {
     const auto b = [](bool v) { return v ? "true" : "false"; };
@@ -362,6 +491,10 @@ class Tokenizer {
   std::unique_ptr<Decoder> decoder_;
   AddedVocabulary added_;
   TokenizerConfig config_;
+  Framing framing_;  // encode_for_model's (Note [framing])
+  /// Special tokens tokenizer_config.json names that the vocabulary lacks, and where it names
+  /// them (Note [special tokens in tokenizer_config.json]).
+  std::vector<std::pair<std::string, std::string>> phantoms_;
 };
 
 }  // namespace remat::hub

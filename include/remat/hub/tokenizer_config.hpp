@@ -22,7 +22,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -47,6 +46,9 @@ struct DeclaredToken {
   std::string content;
   /// The flags, when written as an object (a plain string gives none).
   std::optional<TokenFlags> flags;
+  /// Whether the object gives normalized (else tokenizers fills it in when the token is added,
+  /// as not special).
+  bool normalized_given = false;
 };
 
 /// The fields of tokenizer_config.json that remat reads.
@@ -66,10 +68,13 @@ struct TokenizerConfig {
   /// add_prefix_space (none when null or absent), with which transformers rebuilds the
   /// ByteLevel pre-tokenizer.
   std::optional<bool> add_prefix_space;
-  /// Whether transformers rebuilds the post-processor with bos first and eos last (none: it
-  /// keeps tokenizer.json's): the file's add_bos_token and add_eos_token, or for
-  /// (Code)LlamaTokenizer(Fast) their defaults, true and false (apply_class_defaults).
+  /// add_bos_token and add_eos_token as given (a null is false; none: absent), from which
+  /// transformers rebuilds the post-processor with bos first and eos last
+  /// (Tokenizer::encode_for_model says when).
   std::optional<bool> add_bos_token, add_eos_token;
+  /// tokenizer_class is (Code)LlamaTokenizer(Fast), which in transformers 4 rebuilds the
+  /// post-processor always, add_bos_token and add_eos_token defaulting to true and false.
+  bool llama_class = false;
   /// tokenizer_class, when given.
   std::optional<std::string> tokenizer_class;
   /// CodeLlama's fill token (read_infilling_tokens): transformers encodes a text holding it as
@@ -100,7 +105,7 @@ inline DeclaredToken read_declared_object(const JsonField& f, bool special_by_de
   flags.lstrip = flag("lstrip", false);
   flags.rstrip = flag("rstrip", false);
   flags.normalized = flag("normalized", !flags.special);
-  return DeclaredToken{f.path(), std::nullopt, f["content"].string(), flags};
+  return DeclaredToken{f.path(), std::nullopt, f["content"].string(), flags, f.has("normalized")};
 }
 
 /// A special token (bos_token, ..., an entry of additional_special_tokens): a string (no flags)
@@ -214,9 +219,8 @@ inline void read_infilling_tokens(const JsonField& root, TokenizerConfig& c,
 
 /// The constructor defaults of LlamaTokenizerFast and CodeLlamaTokenizerFast, which
 /// transformers uses for a key the file lacks: bos "<s>", eos "</s>", unk "<unk>",
-/// add_bos_token true and add_eos_token false; both always rebuild the post-processor from the
-/// last two (a null counting as false), and CodeLlama's has its infilling tokens. Other classes
-/// keep tokenizer.json's post-processor unless the file sets them.
+/// add_bos_token true and add_eos_token false (TokenizerConfig::llama_class); CodeLlama's has
+/// its infilling tokens.
 inline void apply_class_defaults(const JsonField& root, TokenizerConfig& c) {
   const std::string name = c.tokenizer_class.value_or("");
   const bool code_llama = name == "CodeLlamaTokenizer" || name == "CodeLlamaTokenizerFast";
@@ -233,8 +237,7 @@ inline void apply_class_defaults(const JsonField& root, TokenizerConfig& c) {
     c.named_special_tokens.push_back(
         DeclaredToken{root.child(key) + why, std::nullopt, fallback, std::nullopt});
   }
-  c.add_bos_token = root.has("add_bos_token") ? c.add_bos_token.value_or(false) : true;
-  c.add_eos_token = c.add_eos_token.value_or(false);
+  c.llama_class = true;
   if (code_llama) read_infilling_tokens(root, c, why);
 }
 
@@ -253,20 +256,12 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
   if (!json.is_object()) root.fail("expected a JSON object");
   TokenizerConfig c;
   detail::read_tokenizer_changes(root, c);
-  if (root.has("add_bos_token") && !root["add_bos_token"].is_null())
-    c.add_bos_token = root["add_bos_token"].boolean();
-  if (root.has("add_eos_token") && !root["add_eos_token"].is_null())
-    c.add_eos_token = root["add_eos_token"].boolean();
+  for (const auto& [key, field] :
+       {std::pair{"add_bos_token", &c.add_bos_token}, std::pair{"add_eos_token", &c.add_eos_token}})
+    if (root.has(key)) *field = !root[key].is_null() && root[key].boolean();
   if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
     c.tokenizer_class = root["tokenizer_class"].string();
   detail::apply_class_defaults(root, c);
-  // transformers' update_post_processor raises a ValueError for these
-  for (const auto& [key, wanted, token] :
-       {std::tuple{"add_bos_token", c.add_bos_token, &c.bos_token},
-        std::tuple{"add_eos_token", c.add_eos_token, &c.eos_token}})
-    if (wanted.value_or(false) && !*token)
-      root.fail(remat::detail::cat(key, " is true but ", std::string_view(key).substr(4),
-                                   " is null or absent: transformers refuses this"));
   if (root.has("model_max_length") && !root["model_max_length"].is_null()) {
     // transformers writes 1e30 ("no limit") as a huge integer or a float
     const auto& v = root["model_max_length"].value();
