@@ -443,11 +443,12 @@ class Tokenizer {
       if (f.eos) ids.push_back(*eos_id());
     }
     std::string out;
-    for (const std::int32_t id : ids)
-      out += (out.empty() ? "" : " ") + (id == -1 ? std::string("text") : cat_id(id));
+    for (const std::int32_t id : ids) {
+      if (!out.empty()) out += ' ';  // not "" + std::string: GCC 12's -O3 warning
+      out += id == -1 ? std::string("text") : remat::detail::cat("[", id, "]");
+    }
     return out;
   }
-  static std::string cat_id(std::int32_t id) { return remat::detail::cat("[", id, "]"); }
 
   static std::string shown_flags(const TokenFlags& f) {
     const auto b = [](bool v) { return v ? "true" : "false"; };
