@@ -290,8 +290,8 @@ class Tokenizer {
       else
         declared.special.insert(d.content);  // additional_ and extra_special_tokens
     }
-    for (const DeclaredToken& d : config_.declared_tokens) adopt(d, declared);
-    for (const DeclaredToken& d : config_.named_special_tokens) adopt(d, declared);
+    for (const DeclaredToken& d : config_.declared_tokens) adopt(d, declared, false);
+    for (const DeclaredToken& d : config_.named_special_tokens) adopt(d, declared, true);
   }
 
   /// The flags transformers adds token `d` with, or none for a string it leaves as it is
@@ -307,13 +307,14 @@ class Tokenizer {
     return f;
   }
 
-  void adopt(const DeclaredToken& d, Declared& declared) {
+  /// adopt_tokens for token `d`; `named`: a bos_token ... mask_token field.
+  void adopt(const DeclaredToken& d, Declared& declared, bool named) {
     if (d.content.empty()) return;  // tokenizers ignores an empty token
     const std::optional<TokenFlags> wanted = wanted_flags(d, declared);
     const std::int64_t added = added_.id_of(d.content);
     if (added >= 0 && !declared.adopted.count(d.content)) {
       check_declared_id(d, added);
-      take_special(d, wanted, *added_.find(added), declared);
+      take_special(d, wanted, *added_.find(added), declared, named);
       return;
     }
     const std::int64_t id = added >= 0 ? added : model_->token_to_id(d.content);
@@ -339,7 +340,7 @@ class Tokenizer {
   /// A token of tokenizer.json's added tokens that the config names (Note [special tokens in
   /// tokenizer_config.json]): its `special` becomes transformers', other flags must stay.
   void take_special(const DeclaredToken& d, const std::optional<TokenFlags>& wanted,
-                    const AddedToken& t, const Declared& declared) {
+                    const AddedToken& t, const Declared& declared, bool named) {
     const TokenFlags in_json = flags_of(t);
     if (wanted) {
       TokenFlags same = *wanted;
@@ -352,9 +353,6 @@ class Tokenizer {
       added_.set_special(t.id, wanted->special);
       return;
     }
-    const bool named =
-        std::any_of(config_.named_special_tokens.begin(), config_.named_special_tokens.end(),
-                    [&](const DeclaredToken& n) { return &n == &d; });
     if (!named && !in_json.special)
       throw IoError(remat::detail::cat(
           d.path, ": '", d.content,

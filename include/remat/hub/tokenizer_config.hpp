@@ -18,6 +18,7 @@
 /// clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -170,14 +171,20 @@ inline void read_special_token_lists(const JsonField& root, TokenizerConfig& c) 
   }
 }
 
+/// The named special-token fields of `c` (a TokenizerConfig, const or not) by key, in
+/// transformers' order.
+template <class Config>
+auto named_token_fields(Config& c) {
+  return std::array{std::pair{"bos_token", &c.bos_token},  std::pair{"eos_token", &c.eos_token},
+                    std::pair{"unk_token", &c.unk_token},  std::pair{"sep_token", &c.sep_token},
+                    std::pair{"pad_token", &c.pad_token},  std::pair{"cls_token", &c.cls_token},
+                    std::pair{"mask_token", &c.mask_token}};
+}
+
 /// The fields with which transformers changes the tokenizer tokenizer.json describes (see the
 /// file comment), and the special tokens special_tokens_map.json is compared with.
 inline void read_tokenizer_changes(const JsonField& root, TokenizerConfig& c) {
-  const std::pair<const char*, std::optional<std::string>*> named[] = {
-      {"bos_token", &c.bos_token},  {"eos_token", &c.eos_token}, {"unk_token", &c.unk_token},
-      {"sep_token", &c.sep_token},  {"pad_token", &c.pad_token}, {"cls_token", &c.cls_token},
-      {"mask_token", &c.mask_token}};
-  for (const auto& [key, field] : named) {
+  for (const auto& [key, field] : named_token_fields(c)) {
     if (std::optional<DeclaredToken> token = read_token_field(root, key)) {
       *field = token->content;
       c.named_special_tokens.push_back(std::move(*token));
@@ -298,12 +305,7 @@ inline void check_special_tokens_map(const std::string& file, const TokenizerCon
   if (!json.is_object()) root.fail("expected a JSON object");
   root.require_keys({"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
                      "mask_token", "additional_special_tokens"});
-  const std::pair<const char*, const std::optional<std::string>*> named[] = {
-      {"bos_token", &config.bos_token},  {"eos_token", &config.eos_token},
-      {"unk_token", &config.unk_token},  {"pad_token", &config.pad_token},
-      {"sep_token", &config.sep_token},  {"cls_token", &config.cls_token},
-      {"mask_token", &config.mask_token}};
-  for (const auto& [key, configured] : named) {
+  for (const auto& [key, configured] : detail::named_token_fields(config)) {
     if (!root.has(key)) continue;
     const std::optional<std::string> mapped = detail::read_token_content(root, key);
     if (mapped != *configured)
