@@ -240,6 +240,22 @@ TEST_CASE("plan::optimal: the uniform recursion's bisection finds the same minim
   }
 }
 
+TEST_CASE("plan::optimal: one planner gives every slot count the plan a planner made for it gives",
+          "[checkpoint][plan]") {
+  // budget's and frontier's searches share one planner (its tables hold every smaller count)
+  for (std::size_t n : {1, 2, 7, 30, 120}) {  // 120: the uniform mode
+    for (int variant = 0; variant < 2; ++variant) {
+      const Chain c = variant == 0 ? uniform_chain(n) : random_chain(n, 13 * n + variant);
+      remat::plan::detail::NestedPlanner shared(c, n);
+      // descending, so that the larger counts fill the tables first
+      for (std::size_t slots = n + 1; slots-- > 0;) {
+        INFO("n " << n << " variant " << variant << " slots " << slots);
+        CHECK(shared.plan(slots) == remat::plan::detail::NestedPlanner(c, slots).plan(slots));
+      }
+    }
+  }
+}
+
 TEST_CASE(
     "plan::budget gives the least recompute that fits, and names the smallest feasible budget",
     "[checkpoint][plan]") {

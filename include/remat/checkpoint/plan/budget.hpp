@@ -289,21 +289,15 @@ class OneLevelPlanner {
   std::size_t tags_;             // 1 + 2 per policy (see the class comment)
   std::vector<Chain> variants_;  // c_ under policy p, chained as k says: variants_[4 p + k]
 };
-}  // namespace detail
 
-/// The plan with the least recompute whose predicted peak fits `budget_bytes`: the exact
-/// optimum over one-level plans (segments without children, any other layer plain), found by
-/// dynamic programming; when a binomial nested plan (optimal()) that fits recomputes less, or
-/// no one-level plan fits, the nested plan with the most slots that fits. Throws a PlanError
-/// stating the smallest feasible budget when nothing fits.
-inline Plan budget(const Chain& chain, double budget_bytes) {
-  chain.validate("plan::budget");
-  chain.require_predictable("plan::budget");
+/// budget()'s plan, its nested candidates from `planner` (made for `chain` and its layer
+/// count of slots), so that a search calling it for many budgets fills the tables once.
+inline Plan budget_plan(const Chain& chain, double budget_bytes, NestedPlanner& planner) {
   if (!(budget_bytes > 0) || !std::isfinite(budget_bytes)) {
     throw PlanError(remat::detail::cat(
         "plan::budget: the budget must be a positive number of bytes, got ", budget_bytes));
   }
-  const auto one_level = detail::OneLevelPlanner(chain).best(budget_bytes);
+  const auto one_level = OneLevelPlanner(chain).best(budget_bytes);
   Plan best;
   if (!one_level.segments.empty() || one_level.recompute == 0) {
     best = custom(chain, one_level.segments, Kind::budget);
@@ -321,7 +315,7 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
   bool nested_found = false;
   while (lo <= hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    Plan p = optimal(chain, mid);
+    Plan p = optimal_plan(chain, planner, mid);
     if (p.peak_bytes <= budget_bytes) {
       nested = std::move(p);
       nested_found = true;
@@ -336,9 +330,23 @@ inline Plan budget(const Chain& chain, double budget_bytes) {
     return nested;
   }
   if (found) return best;
-  throw PlanError(remat::detail::cat(
-      "plan::budget: no plan fits in ", budget_bytes,
-      " bytes; the smallest feasible budget for this chain is ", optimal(chain, 0).peak_bytes,
-      " bytes (predicted peak of the binomial plan with no checkpoints)"));
+  throw PlanError(
+      remat::detail::cat("plan::budget: no plan fits in ", budget_bytes,
+                         " bytes; the smallest feasible budget for this chain is ",
+                         optimal_plan(chain, planner, 0).peak_bytes,
+                         " bytes (predicted peak of the binomial plan with no checkpoints)"));
+}
+}  // namespace detail
+
+/// The plan with the least recompute whose predicted peak fits `budget_bytes`: the exact
+/// optimum over one-level plans (segments without children, any other layer plain), found by
+/// dynamic programming; when a binomial nested plan (optimal()) that fits recomputes less, or
+/// no one-level plan fits, the nested plan with the most slots that fits. Throws a PlanError
+/// stating the smallest feasible budget when nothing fits.
+inline Plan budget(const Chain& chain, double budget_bytes) {
+  chain.validate("plan::budget");
+  chain.require_predictable("plan::budget");
+  detail::NestedPlanner planner(chain, chain.layers());
+  return detail::budget_plan(chain, budget_bytes, planner);
 }
 }  // namespace remat::plan

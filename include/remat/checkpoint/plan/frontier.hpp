@@ -27,8 +27,10 @@ inline std::vector<Plan> frontier(const Chain& chain) {
   chain.validate("plan::frontier");
   chain.require_predictable("plan::frontier");
   std::vector<Plan> candidates{none(chain), every(chain), sqrt(chain)};
+  // one planner for every slot count asked here, budget()'s searches included
+  detail::NestedPlanner planner(chain, chain.layers());
   for (std::size_t k = 0; k < std::min(chain.layers(), kFrontierSlots + 1); ++k)
-    candidates.push_back(optimal(chain, k));
+    candidates.push_back(detail::optimal_plan(chain, planner, k));
   std::vector<double> peaks;
   for (const Plan& p : candidates) peaks.push_back(p.peak_bytes);
   std::sort(peaks.begin(), peaks.end());
@@ -44,7 +46,7 @@ inline std::vector<Plan> frontier(const Chain& chain) {
     // a peak only a nested plan reaches may be missed by budget()'s search over slot counts,
     // which assumes more slots never need less memory; that plan is a candidate already
     try {
-      candidates.push_back(budget(chain, peak));
+      candidates.push_back(detail::budget_plan(chain, peak, planner));
     } catch (const PlanError&) {
     }
   }

@@ -43,12 +43,17 @@ class NestedPlanner {
     if (!exact_) fill_uniform();
   }
 
-  /// The cheaper of the two root shapes, as segments.
-  std::vector<Segment> plan() {
+  /// The cheaper of the two root shapes with `slots` checkpoints, as segments. One planner
+  /// answers every slot count up to the one it was made for: T and H with fewer checkpoints are
+  /// entries of the same tables (plan::budget's and plan::frontier's searches over slot counts
+  /// fill them once).
+  std::vector<Segment> plan(std::size_t slots) {
+    const std::size_t k = std::min(slots, n_);
+    REMAT_ASSERT(k <= k_, "NestedPlanner::plan: more slots than the planner was made for");
     std::vector<Segment> out;
     if (n_ == 1) return out;
-    const std::size_t end = h(0, n_ - 1, k_) <= h(0, n_, k_) ? n_ - 1 : n_;
-    build_h(0, end, k_, out);
+    const std::size_t end = h(0, n_ - 1, k) <= h(0, n_, k) ? n_ - 1 : n_;
+    build_h(0, end, k, out);
     return out;
   }
 
@@ -178,6 +183,13 @@ class NestedPlanner {
   std::vector<double> prefix_;
   Table t_, h_;
 };
+/// optimal()'s plan with `slots` checkpoints from `planner`, made for `chain` and at least as
+/// many slots.
+inline Plan optimal_plan(const Chain& chain, NestedPlanner& planner, std::size_t slots) {
+  Plan p = custom(chain, planner.plan(slots), Kind::optimal);
+  p.slots = static_cast<int>(slots);
+  return p;
+}
 }  // namespace detail
 
 /// Binomial (Revolve-style) nested plan: the fewest recomputed layer forwards such that at most
@@ -187,9 +199,8 @@ class NestedPlanner {
 inline Plan optimal(const Chain& chain, std::size_t slots) {
   chain.validate("plan::optimal");
   chain.require_predictable("plan::optimal");
-  Plan p = custom(chain, detail::NestedPlanner(chain, slots).plan(), Kind::optimal);
-  p.slots = static_cast<int>(slots);
-  return p;
+  detail::NestedPlanner planner(chain, slots);
+  return detail::optimal_plan(chain, planner, slots);
 }
 /// optimal() from a layer count alone (layers of equal cost, no memory prediction).
 inline Plan optimal(std::size_t n, std::size_t slots) {
