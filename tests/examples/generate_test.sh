@@ -177,12 +177,14 @@ echo '{"repetition_penalty": 1.5}' > gen/generation_config.json
 # --chat with the folder's chat template (here Mistral Instruct v0.1's, no bos token set): the
 # prompt as a user turn, the template's bytes encoded without added special tokens
 cp -r hub chat
-with_template() {  # with_template NAME: tokenizer_config.json holding templates.json's NAME
-  python3 - "$here/../hub/chat/templates.json" "$1" > chat/tokenizer_config.json <<'PY'
+with_template() {  # with_template NAME: hub's tokenizer_config.json with templates.json's NAME
+  python3 - "$here/../hub/chat/templates.json" "$1" hub/tokenizer_config.json > chat/tokenizer_config.json <<'PY'
 import json, sys
 templates = {t["name"]: t for t in json.load(open(sys.argv[1], encoding="utf-8"))}
 text = templates[sys.argv[2]]["template"] if sys.argv[2] in templates else sys.argv[2]
-print(json.dumps({"chat_template": text}))
+config = json.load(open(sys.argv[3], encoding="utf-8"))
+config["chat_template"] = text
+print(json.dumps(config))
 PY
 }
 with_template mistral

@@ -847,6 +847,64 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "config.json: with no tokenizer_class in tokenizer_config.json, the class is config.json's, "
+    "else its model_type's as transformers 4 takes it",
+    "[hub]") {
+  json with_bos = byte_level_json();
+  with_bos["post_processor"] = end_first_processor();  // <|end|> (260) first
+  const ConfigFolder folder("model_class", with_bos);
+  const std::string model_config = folder.dir + "/config.json";
+  const auto load = [&](const json& model, const json& config) {
+    write_file(model_config, model.dump());
+    write_file(folder.dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(folder.dir);
+  };
+  const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
+  json eos = tokens;
+  eos["add_eos_token"] = true;  // 4 frames as LlamaTokenizerFast (bos too), 5 eos only
+  // llama and mistral: LlamaTokenizerFast, whose framing 4 and 5 must agree on
+  for (const char* type : {"llama", "mistral"}) {
+    CHECK(load({{"model_type", type}}, tokens).encode_for_model("he") == Ids{260, 256});
+    write_file(model_config, json{{"model_type", type}}.dump());
+    CHECK(folder.load_error(eos).find("transformers 4 (LlamaTokenizerFast) and 5 frame a text "
+                                      "with other special tokens here") != std::string::npos);
+  }
+  // qwen2, qwen3 and gpt2: classes that keep tokenizer.json's post-processor; so does a
+  // config.json without model_type
+  for (const json& model : {json{{"model_type", "qwen2"}}, json{{"model_type", "qwen3"}},
+                            json{{"model_type", "gpt2"}}, json::object()})
+    CHECK(load(model, eos).encode_for_model("he") == Ids{256, 260});
+  // config.json's tokenizer_class comes first, tokenizer_config.json's before it
+  CHECK(folder.load_error(eos).empty());
+  write_file(model_config,
+             json{{"model_type", "qwen2"}, {"tokenizer_class", "LlamaTokenizer"}}.dump());
+  CHECK(!folder.load_error(eos).empty());
+  json named = eos;
+  named["tokenizer_class"] = "PreTrainedTokenizerFast";
+  CHECK(folder.load_error(named).empty());
+  // a model type whose tokenizer class remat does not know is refused
+  write_file(model_config, json{{"model_type", "gemma"}}.dump());
+  CHECK(folder.load_error(tokens) ==
+        model_config +
+            ": model_type: 'gemma': tokenizer_config.json names no tokenizer_class, so "
+            "transformers takes this model type's, which remat does not know (known: llama, "
+            "mistral, qwen2, qwen3, gpt2); name the class in tokenizer_config.json");
+  CHECK(folder.load_error(named).empty());
+  // without tokenizer_config.json: LlamaTokenizerFast with its defaults, bos '<s>', which this
+  // vocabulary lacks (transformers would add it with a new id)
+  std::filesystem::remove(folder.dir + "/tokenizer_config.json");
+  write_file(model_config, json{{"model_type", "llama"}}.dump());
+  CHECK(error_of<remat::IoError>([&] { Tokenizer::from_folder(folder.dir); }) ==
+        folder.dir +
+            "/tokenizer_config.json (absent): transformers 4 frames a text with '<s>', which is "
+            "not a token of tokenizer.json: it would add it with a new id, past the model's "
+            "embeddings");
+  write_file(model_config, json{{"model_type", "qwen3"}}.dump());
+  CHECK(Tokenizer::from_folder(folder.dir).encode_for_model("he") == Ids{260, 256});
+  std::filesystem::remove(model_config);
+}
+
+TEST_CASE(
     "tokenizer_config.json: CodeLlamaTokenizer's infilling tokens are special tokens, and a text "
     "holding its fill token is refused",
     "[hub]") {
@@ -934,7 +992,7 @@ TEST_CASE("special_tokens_map.json must agree with tokenizer_config.json", "[hub
   write_file(map_file, json{{"eos_token", "<|end|>"}}.dump());
   CHECK(error_of<remat::IoError>([&] { Tokenizer::from_folder(folder.dir); }) ==
         map_file + ": eos_token: '<|end|>' differs from " + config_file +
-            "'s eos_token (none): transformers 4 would take this one, remat reads "
+            " (absent)'s eos_token (none): transformers 4 would take this one, remat reads "
             "tokenizer_config.json's");
 }
 

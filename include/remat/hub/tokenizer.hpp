@@ -59,6 +59,8 @@ class Tokenizer {
   /// Reads `DIR/tokenizer.json` and, when present, `DIR/tokenizer_config.json` and
   /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
   /// template, and it reads that file in preference to the config's chat_template: so does this.
+  /// When tokenizer_config.json names no tokenizer_class (or is absent), the class is the one
+  /// transformers takes from `DIR/config.json` (model_tokenizer_class).
   /// tokenizer_config.json's special tokens are taken in as transformers takes them (Note
   /// [special tokens in tokenizer_config.json]), and its add_bos_token and add_eos_token frame
   /// a text for encode_for_model (Note [framing]). What else would make transformers change the
@@ -70,8 +72,19 @@ class Tokenizer {
   static Tokenizer from_folder(const std::string& dir) {
     const std::filesystem::path folder(dir);
     Tokenizer t = from_file((folder / "tokenizer.json").string());
-    const std::string config = (folder / "tokenizer_config.json").string();
-    if (std::filesystem::exists(config)) t.config_ = read_tokenizer_config(config);
+    std::string config = (folder / "tokenizer_config.json").string();
+    // transformers takes the tokenizer class from config.json when tokenizer_config.json names
+    // none, or when there is no tokenizer_config.json (a LlamaTokenizerFast then frames texts
+    // with its defaults)
+    const std::string model = (folder / "config.json").string();
+    const std::string model_config = std::filesystem::exists(model) ? model : "";
+    if (std::filesystem::exists(config)) {
+      t.config_ = read_tokenizer_config(config, model_config);
+    } else {
+      config += " (absent)";
+      if (!model_config.empty())
+        t.config_ = detail::parse_tokenizer_config(nlohmann::json::object(), config, model_config);
+    }
     // transformers 4 reads special_tokens_map.json only for a config without
     // added_tokens_decoder (Llama 2 chat's map gives a pad token its config does not, unread)
     const std::string special_map = (folder / "special_tokens_map.json").string();

@@ -14,8 +14,10 @@
 /// it) and `split_special_tokens: true` (refused here).
 /// `special_tokens_map.json`, from which transformers 4 takes the special tokens when
 /// tokenizer_config.json has no added_tokens_decoder (files written before 4.34), must then
-/// agree with tokenizer_config.json (check_special_tokens_map). Other fields (tokenizer_class,
-/// clean_up_tokenization_spaces, ...) concern Python classes and are not read.
+/// agree with tokenizer_config.json (check_special_tokens_map). `tokenizer_class` (or, when it
+/// names none, the class transformers takes from config.json: model_tokenizer_class) says
+/// whether the class rebuilds the post-processor (TokenizerConfig::llama_class). Other fields
+/// (clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
 #include <algorithm>
 #include <array>
@@ -76,7 +78,8 @@ struct TokenizerConfig {
   /// tokenizer_class is (Code)LlamaTokenizer(Fast), which in transformers 4 rebuilds the
   /// post-processor always, add_bos_token and add_eos_token defaulting to true and false.
   bool llama_class = false;
-  /// tokenizer_class, when given.
+  /// tokenizer_class, when given; else the class transformers takes from the folder's
+  /// config.json (model_tokenizer_class), when read_tokenizer_config is told of one.
   std::optional<std::string> tokenizer_class;
   /// CodeLlama's fill token (read_infilling_tokens): transformers encodes a text holding it as
   /// an infilling prompt, which remat does not.
@@ -255,20 +258,54 @@ inline std::string shown_token(const std::optional<std::string>& token) {
 
 }  // namespace detail
 
-/// Reads tokenizer_config.json at `file` (an IoError naming the file and field when it is
-/// malformed).
-inline TokenizerConfig read_tokenizer_config(const std::string& file) {
+/// The tokenizer class transformers takes for a folder whose tokenizer_config.json names none,
+/// from the folder's config.json at `file`: its tokenizer_class, else its model_type's class
+/// in transformers 4 (llama and mistral: LlamaTokenizerFast, with the framing Note [framing]
+/// says; qwen2 and qwen3: Qwen2TokenizerFast; gpt2: GPT2TokenizerFast); none without a
+/// model_type. Another model_type is an IoError: its class may change what tokenizer.json
+/// does, and remat does not know it.
+inline std::optional<std::string> model_tokenizer_class(const std::string& file) {
   const nlohmann::json json = read_json_file(file);
   const JsonField root(json, file + ":");
   if (!json.is_object()) root.fail("expected a JSON object");
+  if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
+    return root["tokenizer_class"].string();
+  if (!root.has("model_type")) return std::nullopt;
+  const std::string type = root["model_type"].string();
+  static constexpr std::pair<const char*, const char*> kClasses[] = {
+      {"llama", "LlamaTokenizerFast"},
+      {"mistral", "LlamaTokenizerFast"},
+      {"qwen2", "Qwen2TokenizerFast"},
+      {"qwen3", "Qwen2TokenizerFast"},
+      {"gpt2", "GPT2TokenizerFast"}};
+  for (const auto& [model, tokenizer] : kClasses)
+    if (type == model) return tokenizer;
+  root["model_type"].fail(remat::detail::cat(
+      "'", type,
+      "': tokenizer_config.json names no tokenizer_class, so transformers takes this model "
+      "type's, which remat does not know (known: llama, mistral, qwen2, qwen3, gpt2); name the "
+      "class in tokenizer_config.json"));
+}
+
+namespace detail {
+
+/// tokenizer_config.json's fields from `json` (read from `source`); `model_config`: the
+/// folder's config.json, from which transformers takes the tokenizer class when `json` names
+/// none (empty: there is none).
+inline TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const std::string& source,
+                                              const std::string& model_config) {
+  const JsonField root(json, source + ":");
+  if (!json.is_object()) root.fail("expected a JSON object");
   TokenizerConfig c;
-  detail::read_tokenizer_changes(root, c);
+  read_tokenizer_changes(root, c);
   for (const auto& [key, field] :
        {std::pair{"add_bos_token", &c.add_bos_token}, std::pair{"add_eos_token", &c.add_eos_token}})
     if (root.has(key)) *field = !root[key].is_null() && root[key].boolean();
   if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
     c.tokenizer_class = root["tokenizer_class"].string();
-  detail::apply_class_defaults(root, c);
+  else if (!model_config.empty())
+    c.tokenizer_class = model_tokenizer_class(model_config);
+  apply_class_defaults(root, c);
   if (root.has("model_max_length") && !root["model_max_length"].is_null()) {
     // transformers writes 1e30 ("no limit") as a huge integer or a float
     const auto& v = root["model_max_length"].value();
@@ -291,6 +328,16 @@ inline TokenizerConfig read_tokenizer_config(const std::string& file) {
     }
   }
   return c;
+}
+
+}  // namespace detail
+
+/// Reads tokenizer_config.json at `file` (an IoError naming the file and field when it is
+/// malformed). `model_config`: the folder's config.json, from which transformers takes the
+/// tokenizer class when the file names none (model_tokenizer_class); empty: there is none.
+inline TokenizerConfig read_tokenizer_config(const std::string& file,
+                                             const std::string& model_config = "") {
+  return detail::parse_tokenizer_config(read_json_file(file), file, model_config);
 }
 
 /// Reads special_tokens_map.json at `file` and throws an IoError naming both files unless it
