@@ -862,7 +862,8 @@ TEST_CASE(
   const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
   json eos = tokens;
   eos["add_eos_token"] = true;  // 4 frames as LlamaTokenizerFast (bos too), 5 eos only
-  // llama and mistral: LlamaTokenizerFast, whose framing 4 and 5 must agree on
+  // llama and mistral: LlamaTokenizerFast in 4 (TokenizersBackend in 5), whose framings must
+  // agree
   for (const char* type : {"llama", "mistral"}) {
     CHECK(load({{"model_type", type}}, tokens).encode_for_model("he") == Ids{260, 256});
     write_file(model_config, json{{"model_type", type}}.dump());
@@ -896,12 +897,66 @@ TEST_CASE(
   write_file(model_config, json{{"model_type", "llama"}}.dump());
   CHECK(error_of<remat::IoError>([&] { Tokenizer::from_folder(folder.dir); }) ==
         folder.dir +
-            "/tokenizer_config.json (absent): transformers 4 frames a text with '<s>', which is "
+            "/tokenizer_config.json (absent; the class from config.json): transformers 4 "
+            "frames a text with '<s>', which is "
             "not a token of tokenizer.json: it would add it with a new id, past the model's "
             "embeddings");
   write_file(model_config, json{{"model_type", "qwen3"}}.dump());
   CHECK(Tokenizer::from_folder(folder.dir).encode_for_model("he") == Ids{260, 256});
   std::filesystem::remove(model_config);
+}
+
+TEST_CASE(
+    "tokenizer_class: each known class brings transformers 4's defaults; another class is "
+    "refused",
+    "[hub]") {
+  json prefix_space = byte_level_json();
+  prefix_space["pre_tokenizer"]["add_prefix_space"] = true;
+  const ConfigFolder folder("classes", prefix_space);
+  const auto load = [&](const json& config) {
+    write_file(folder.dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(folder.dir);
+  };
+  const std::string config_file = folder.dir + "/tokenizer_config.json";
+  CHECK(folder.load_error({{"tokenizer_class", "GemmaTokenizerFast"}}) ==
+        config_file +
+            ": tokenizer_class: 'GemmaTokenizerFast' is a class whose rules remat does not know "
+            "(known: PreTrainedTokenizerFast, TokenizersBackend, LlamaTokenizer, "
+            "CodeLlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, with or without Fast)");
+  // ... also when config.json names it
+  write_file(folder.dir + "/config.json", json{{"tokenizer_class", "GemmaTokenizer"}}.dump());
+  CHECK(folder.load_error(json::object())
+            .find(folder.dir + "/config.json: tokenizer_class: "
+                               "'GemmaTokenizer' is a class") == 0);
+  std::filesystem::remove(folder.dir + "/config.json");
+  // GPT2Tokenizer: add_prefix_space absent is false, which would rebuild this ByteLevel
+  for (const char* name : {"GPT2Tokenizer", "GPT2TokenizerFast"})
+    CHECK(folder.load_error({{"tokenizer_class", name}}) ==
+          config_file + ": add_prefix_space is absent, which " + name +
+              " takes as false, but tokenizer.json's ByteLevel pre-tokenizer has true: "
+              "transformers 4 would rebuild it with false, remat reads tokenizer.json's; set "
+              "add_prefix_space to true");
+  CHECK(folder.load_error({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", true}})
+            .empty());
+  CHECK(folder.load_error({{"tokenizer_class", "PreTrainedTokenizerFast"}}).empty());
+  // its special tokens default to <|endoftext|>, and Qwen2Tokenizer's eos, unk and pad: absent
+  // from this vocabulary, so a text holding it is refused
+  const auto endoftext = [](const Tokenizer& tok) {
+    return error_of<remat::ArgumentError>([&] { tok.encode("a<|endoftext|>"); });
+  };
+  CHECK(endoftext(load({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", true}}))
+            .find("(" + config_file + ": bos_token (absent: GPT2TokenizerFast's default))") !=
+        std::string::npos);
+  CHECK(endoftext(load({{"tokenizer_class", "Qwen2Tokenizer"}}))
+            .find("(" + config_file + ": eos_token (absent: Qwen2TokenizerFast's default))") !=
+        std::string::npos);
+  CHECK(load({{"tokenizer_class", "Qwen2Tokenizer"},
+              {"eos_token", "<|end|>"},
+              {"unk_token", nullptr},
+              {"pad_token", "<|end|>"}})
+            .encode("a<|endoftext|>")
+            .size() == 15);  // the prefix space, then a byte each
+  CHECK(load({{"tokenizer_class", "TokenizersBackend"}}).encode("a<|endoftext|>").size() == 15);
 }
 
 TEST_CASE(

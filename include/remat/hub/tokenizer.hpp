@@ -81,7 +81,7 @@ class Tokenizer {
     if (std::filesystem::exists(config)) {
       t.config_ = read_tokenizer_config(config, model_config);
     } else {
-      config += " (absent)";
+      config += model_config.empty() ? " (absent)" : " (absent; the class from config.json)";
       if (!model_config.empty())
         t.config_ = detail::parse_tokenizer_config(nlohmann::json::object(), config, model_config);
     }
@@ -472,10 +472,21 @@ class Tokenizer {
   /// add_prefix_space (GPT2TokenizerFast and others), or converts the tokenizer anew from the
   /// slow one (LlamaTokenizerFast): only a value tokenizer.json already has changes nothing.
   void check_prefix_space(const std::string& file) const {
-    if (!config_.add_prefix_space) return;
-    const bool wanted = *config_.add_prefix_space;
     std::vector<bool> in_json;
     if (pre_tokenizer_) pre_tokenizer_->byte_level_prefix_spaces(in_json);
+    if (!config_.add_prefix_space) {
+      // GPT2TokenizerFast takes it as false, and rebuilds a top-level ByteLevel that says true
+      // (one inside a Sequence it leaves: refused too, the simpler rule, which the key lifts)
+      if (config_.prefix_space_false &&
+          std::find(in_json.begin(), in_json.end(), true) != in_json.end())
+        throw IoError(remat::detail::cat(
+            file, ": add_prefix_space is absent, which ", config_.tokenizer_class.value_or(""),
+            " takes as false, but tokenizer.json's ByteLevel pre-tokenizer has true: "
+            "transformers 4 would rebuild it with false, remat reads tokenizer.json's; set "
+            "add_prefix_space to true"));
+      return;
+    }
+    const bool wanted = *config_.add_prefix_space;
     if (in_json.empty())
       throw IoError(remat::detail::cat(
           file, ": add_prefix_space: ", wanted ? "true" : "false",

@@ -15,8 +15,9 @@
 /// `special_tokens_map.json`, from which transformers 4 takes the special tokens when
 /// tokenizer_config.json has no added_tokens_decoder (files written before 4.34), must then
 /// agree with tokenizer_config.json (check_special_tokens_map). `tokenizer_class` (or, when it
-/// names none, the class transformers takes from config.json: model_tokenizer_class) says
-/// whether the class rebuilds the post-processor (TokenizerConfig::llama_class). Other fields
+/// names none, the class transformers takes from config.json: model_tokenizer_class) brings
+/// that class's defaults (detail::kTokenizerClasses): special tokens, whether it rebuilds the
+/// post-processor, add_prefix_space; a class remat does not know is refused. Other fields
 /// (clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -78,6 +80,9 @@ struct TokenizerConfig {
   /// tokenizer_class is (Code)LlamaTokenizer(Fast), which in transformers 4 rebuilds the
   /// post-processor always, add_bos_token and add_eos_token defaulting to true and false.
   bool llama_class = false;
+  /// tokenizer_class is GPT2Tokenizer(Fast), which in transformers 4 takes an absent
+  /// add_prefix_space as false.
+  bool prefix_space_false = false;
   /// tokenizer_class, when given; else the class transformers takes from the folder's
   /// config.json (model_tokenizer_class), when read_tokenizer_config is told of one.
   std::optional<std::string> tokenizer_class;
@@ -227,28 +232,60 @@ inline void read_infilling_tokens(const JsonField& root, TokenizerConfig& c,
                                         : std::optional<std::string>("<FILL_ME>");
 }
 
-/// The constructor defaults of LlamaTokenizerFast and CodeLlamaTokenizerFast, which
-/// transformers uses for a key the file lacks: bos "<s>", eos "</s>", unk "<unk>",
-/// add_bos_token true and add_eos_token false (TokenizerConfig::llama_class); CodeLlama's has
-/// its infilling tokens.
-inline void apply_class_defaults(const JsonField& root, TokenizerConfig& c) {
-  const std::string name = c.tokenizer_class.value_or("");
-  const bool code_llama = name == "CodeLlamaTokenizer" || name == "CodeLlamaTokenizerFast";
-  if (!code_llama && name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return;
-  const std::string why = remat::detail::cat(
-      " (absent: ", code_llama ? "CodeLlamaTokenizerFast" : "LlamaTokenizerFast", "'s default)");
+/// What a tokenizer class of transformers 4 does beyond tokenizer.json, for the keys
+/// tokenizer_config.json lacks: its constructor's special tokens, whether it rebuilds the
+/// post-processor always (Note [framing]; add_bos_token true, add_eos_token false), CodeLlama's
+/// infilling tokens, and GPT-2's add_prefix_space false (its ByteLevel pre-tokenizer rebuilt
+/// when tokenizer.json's says true). A "...Fast" class is also its slow twin (the name
+/// without "Fast").
+struct TokenizerClass {
+  const char* name;
+  const char *bos, *eos, *unk, *pad;  // nullptr: none
+  bool rebuilds_framing = false, infilling = false, prefix_space_false = false;
+};
+inline constexpr TokenizerClass kTokenizerClasses[] = {
+    {"PreTrainedTokenizerFast", nullptr, nullptr, nullptr, nullptr},
+    {"TokenizersBackend", nullptr, nullptr, nullptr, nullptr},  // transformers 5's name for it
+    {"LlamaTokenizerFast", "<s>", "</s>", "<unk>", nullptr, true},
+    {"CodeLlamaTokenizerFast", "<s>", "</s>", "<unk>", nullptr, true, true},
+    {"Qwen2TokenizerFast", nullptr, "<|endoftext|>", "<|endoftext|>", "<|endoftext|>"},
+    {"GPT2TokenizerFast", "<|endoftext|>", "<|endoftext|>", "<|endoftext|>", nullptr, false, false,
+     true},
+};
+
+/// The class named `name` (with or without "Fast"); `field` fails naming it when remat does
+/// not know it (its rules may change what tokenizer.json does).
+inline const TokenizerClass& tokenizer_class(const JsonField& field, const std::string& name) {
+  for (const TokenizerClass& k : kTokenizerClasses) {
+    const std::string_view fast = k.name;
+    const bool slow_twin = fast.ends_with("Fast") && name == fast.substr(0, fast.size() - 4);
+    if (name == fast || slow_twin) return k;
+  }
+  field.fail(remat::detail::cat(
+      "'", name,
+      "' is a class whose rules remat does not know (known: PreTrainedTokenizerFast, "
+      "TokenizersBackend, LlamaTokenizer, CodeLlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, "
+      "with or without Fast)"));
+}
+
+/// `k`'s defaults for the keys the file (`root`) lacks.
+inline void apply_class_defaults(const JsonField& root, const TokenizerClass& k,
+                                 TokenizerConfig& c) {
+  const std::string why = remat::detail::cat(" (absent: ", k.name, "'s default)");
   const std::tuple<const char*, std::optional<std::string>*, const char*> tokens[] = {
-      {"bos_token", &c.bos_token, "<s>"},
-      {"eos_token", &c.eos_token, "</s>"},
-      {"unk_token", &c.unk_token, "<unk>"}};
+      {"bos_token", &c.bos_token, k.bos},
+      {"eos_token", &c.eos_token, k.eos},
+      {"unk_token", &c.unk_token, k.unk},
+      {"pad_token", &c.pad_token, k.pad}};
   for (const auto& [key, field, fallback] : tokens) {
-    if (root.has(key)) continue;
+    if (root.has(key) || !fallback) continue;
     *field = fallback;
     c.named_special_tokens.push_back(
         DeclaredToken{root.child(key) + why, std::nullopt, fallback, std::nullopt});
   }
-  c.llama_class = true;
-  if (code_llama) read_infilling_tokens(root, c, why);
+  c.llama_class = k.rebuilds_framing;
+  c.prefix_space_false = k.prefix_space_false;
+  if (k.infilling) read_infilling_tokens(root, c, why);
 }
 
 /// A token for a message: 'content', or "none".
@@ -261,15 +298,17 @@ inline std::string shown_token(const std::optional<std::string>& token) {
 /// The tokenizer class transformers takes for a folder whose tokenizer_config.json names none,
 /// from the folder's config.json at `file`: its tokenizer_class, else its model_type's class
 /// in transformers 4 (llama and mistral: LlamaTokenizerFast, with the framing Note [framing]
-/// says; qwen2 and qwen3: Qwen2TokenizerFast; gpt2: GPT2TokenizerFast); none without a
-/// model_type. Another model_type is an IoError: its class may change what tokenizer.json
-/// does, and remat does not know it.
+/// says; qwen2 and qwen3: Qwen2TokenizerFast; gpt2: GPT2TokenizerFast). transformers 5 maps
+/// llama and mistral to its plain TokenizersBackend (or mistral-common's), whose framing Note
+/// [framing] compares with 4's. A class or model_type remat does not know is an IoError. A
+/// config.json without model_type gives none (transformers 4 would guess the type from the
+/// folder's name, or refuse): tokenizer.json is read as it is.
 inline std::optional<std::string> model_tokenizer_class(const std::string& file) {
   const nlohmann::json json = read_json_file(file);
   const JsonField root(json, file + ":");
   if (!json.is_object()) root.fail("expected a JSON object");
   if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
-    return root["tokenizer_class"].string();
+    return detail::tokenizer_class(root["tokenizer_class"], root["tokenizer_class"].string()).name;
   if (!root.has("model_type")) return std::nullopt;
   const std::string type = root["model_type"].string();
   static constexpr std::pair<const char*, const char*> kClasses[] = {
@@ -301,11 +340,14 @@ inline TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const 
   for (const auto& [key, field] :
        {std::pair{"add_bos_token", &c.add_bos_token}, std::pair{"add_eos_token", &c.add_eos_token}})
     if (root.has(key)) *field = !root[key].is_null() && root[key].boolean();
-  if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
+  if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null()) {
     c.tokenizer_class = root["tokenizer_class"].string();
-  else if (!model_config.empty())
+    apply_class_defaults(root, tokenizer_class(root["tokenizer_class"], *c.tokenizer_class), c);
+  } else if (!model_config.empty()) {
     c.tokenizer_class = model_tokenizer_class(model_config);
-  apply_class_defaults(root, c);
+    // named by config.json, known there
+    if (c.tokenizer_class) apply_class_defaults(root, tokenizer_class(root, *c.tokenizer_class), c);
+  }
   if (root.has("model_max_length") && !root["model_max_length"].is_null()) {
     // transformers writes 1e30 ("no limit") as a huge integer or a float
     const auto& v = root["model_max_length"].value();
