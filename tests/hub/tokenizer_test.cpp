@@ -605,10 +605,14 @@ struct ConfigFolder {
       : dir(tok_dir(name)) {
     write_file(dir + "/tokenizer.json", tokenizer.dump());
   }
-  std::string load_error(const json& config) const {
+  /// The folder's tokenizer with `config` as tokenizer_config.json.
+  Tokenizer load(const json& config) const {
     write_file(dir + "/tokenizer_config.json", config.dump());
+    return Tokenizer::from_folder(dir);
+  }
+  std::string load_error(const json& config) const {
     try {
-      Tokenizer::from_folder(dir);
+      load(config);
     } catch (const remat::IoError& e) {
       return e.what();
     }
@@ -693,14 +697,10 @@ TEST_CASE(
     "transformers adds it",
     "[hub]") {
   const ConfigFolder folder("adopted");
-  const auto load = [&](const json& config) {
-    write_file(folder.dir + "/tokenizer_config.json", config.dump());
-    return Tokenizer::from_folder(folder.dir);
-  };
   using Ids = std::vector<std::int32_t>;
   // "hello": he + ll merge into hell (258), then o; "ll" (257) named special is matched first
-  CHECK(load(json::object()).encode("hello") == Ids{258, 'o'});
-  const auto bos = load({{"bos_token", "ll"}});
+  CHECK(folder.load(json::object()).encode("hello") == Ids{258, 'o'});
+  const auto bos = folder.load({{"bos_token", "ll"}});
   CHECK(bos.encode("hello") == Ids{256, 257, 'o'});
   CHECK(bos.bos_id() == 257);
   CHECK(bos.decode(Ids{256, 257, 'o'}) == "heo");  // special: skipped
@@ -709,11 +709,11 @@ TEST_CASE(
   // an added_tokens_decoder entry that is not special: matched, and kept by decode
   const json plain = {{"content", "ll"}, {"single_word", false}, {"lstrip", true},
                       {"rstrip", false}, {"normalized", false},  {"special", false}};
-  const auto decoder = load({{"added_tokens_decoder", {{"257", plain}}}});
+  const auto decoder = folder.load({{"added_tokens_decoder", {{"257", plain}}}});
   CHECK(decoder.encode("he ll") == Ids{256, 257});  // lstrip took the space
   CHECK(decoder.decode(Ids{256, 257}) == "hell");
   // ... unless a special-token field names it too
-  CHECK(load({{"added_tokens_decoder", {{"257", plain}}}, {"mask_token", "ll"}})
+  CHECK(folder.load({{"added_tokens_decoder", {{"257", plain}}}, {"mask_token", "ll"}})
             .added_tokens()
             .find(257)
             ->special);
@@ -740,16 +740,13 @@ TEST_CASE(
   tokenizer["added_tokens"].push_back(added_token(261, "zz"));  // not special
   tokenizer["added_tokens"].push_back(added_token(262, "<|sp|>", {"lstrip", "special"}));
   const ConfigFolder folder("named_special", tokenizer);
-  const auto load = [&](const json& config) {
-    write_file(folder.dir + "/tokenizer_config.json", config.dump());
-    return Tokenizer::from_folder(folder.dir);
-  };
-  CHECK(load(json::object()).decode(Ids{261, 'a'}) == "zza");
+  CHECK(folder.load(json::object()).decode(Ids{261, 'a'}) == "zza");
   // named: transformers adds it again as special, so decode skips it
-  CHECK(load({{"pad_token", "zz"}}).decode(Ids{261, 'a'}) == "a");
+  CHECK(folder.load({{"pad_token", "zz"}}).decode(Ids{261, 'a'}) == "a");
   // an object: its flags, special, normalized filled in last (not special: false)
-  CHECK(load({{"pad_token", {{"content", "zz"}, {"special", false}}}}).decode(Ids{261, 'a'}) ==
-        "a");
+  CHECK(
+      folder.load({{"pad_token", {{"content", "zz"}, {"special", false}}}}).decode(Ids{261, 'a'}) ==
+      "a");
   CHECK(folder.load_error({{"pad_token", {{"content", "zz"}, {"rstrip", true}}}}) ==
         folder.dir +
             "/tokenizer_config.json: pad_token: added token 'zz' has {single_word: false, lstrip: "
@@ -782,33 +779,29 @@ TEST_CASE(
   json with_bos = byte_level_json();
   with_bos["post_processor"] = end_first_processor();  // <|end|> (260) first
   const ConfigFolder folder("llama_class", with_bos);
-  const auto load = [&](const json& config) {
-    write_file(folder.dir + "/tokenizer_config.json", config.dump());
-    return Tokenizer::from_folder(folder.dir);
-  };
   const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
   // another class: tokenizer.json's post-processor, rebuilt when either key is given (a null
   // is false), as transformers 5 does
   json other = tokens;
   other["tokenizer_class"] = "PreTrainedTokenizerFast";
-  CHECK(load(other).encode_for_model("he") == Ids{260, 256});
+  CHECK(folder.load(other).encode_for_model("he") == Ids{260, 256});
   other["add_eos_token"] = nullptr;
-  CHECK(load(other).encode_for_model("he") == Ids{256});
+  CHECK(folder.load(other).encode_for_model("he") == Ids{256});
   other["add_eos_token"] = true;
-  CHECK(load(other).encode_for_model("he") == Ids{256, 260});
+  CHECK(folder.load(other).encode_for_model("he") == Ids{256, 260});
   other["eos_token"] = nullptr;  // 5 drops the flag whose token is null
-  CHECK(load(other).encode_for_model("he") == Ids{256});
+  CHECK(folder.load(other).encode_for_model("he") == Ids{256});
   // LlamaTokenizerFast: 4 rebuilds it always, bos first by default; 5 as for any class. Where
   // both give the same ids, they are taken
   for (const char* name : {"LlamaTokenizer", "LlamaTokenizerFast"}) {
     json llama = tokens;
     llama["tokenizer_class"] = name;
-    CHECK(load(llama).encode_for_model("he") == Ids{260, 256});
+    CHECK(folder.load(llama).encode_for_model("he") == Ids{260, 256});
     llama["add_bos_token"] = true;
     llama["add_eos_token"] = true;
-    CHECK(load(llama).encode_for_model("he") == Ids{260, 256, 260});
+    CHECK(folder.load(llama).encode_for_model("he") == Ids{260, 256, 260});
     llama["add_bos_token"] = nullptr;
-    CHECK(load(llama).encode_for_model("he") == Ids{256, 260});
+    CHECK(folder.load(llama).encode_for_model("he") == Ids{256, 260});
   }
   json llama = tokens;
   llama["tokenizer_class"] = "LlamaTokenizerFast";
@@ -829,7 +822,7 @@ TEST_CASE(
             "/tokenizer_config.json: transformers 4 frames a text with '<s>', which is not a "
             "token of tokenizer.json: it would add it with a new id, past the model's embeddings");
   // unk absent is "<unk>", also lacking: only a text holding it is refused
-  const auto unk = load({{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<|end|>"}});
+  const auto unk = folder.load({{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<|end|>"}});
   CHECK(unk.encode_for_model("he") == Ids{260, 256});
   CHECK(error_of<remat::ArgumentError>([&] { unk.encode("<unk>"); })
             .find("the text holds '<unk>' (" + folder.dir +
@@ -856,8 +849,7 @@ TEST_CASE(
   const std::string model_config = folder.dir + "/config.json";
   const auto load = [&](const json& model, const json& config) {
     write_file(model_config, model.dump());
-    write_file(folder.dir + "/tokenizer_config.json", config.dump());
-    return Tokenizer::from_folder(folder.dir);
+    return folder.load(config);
   };
   const json tokens = {{"bos_token", "<|end|>"}, {"eos_token", "<|end|>"}, {"unk_token", nullptr}};
   json eos = tokens;
@@ -913,10 +905,6 @@ TEST_CASE(
   json prefix_space = byte_level_json();
   prefix_space["pre_tokenizer"]["add_prefix_space"] = true;
   const ConfigFolder folder("classes", prefix_space);
-  const auto load = [&](const json& config) {
-    write_file(folder.dir + "/tokenizer_config.json", config.dump());
-    return Tokenizer::from_folder(folder.dir);
-  };
   const std::string config_file = folder.dir + "/tokenizer_config.json";
   CHECK(folder.load_error({{"tokenizer_class", "GemmaTokenizerFast"}}) ==
         config_file +
@@ -944,19 +932,21 @@ TEST_CASE(
   const auto endoftext = [](const Tokenizer& tok) {
     return error_of<remat::ArgumentError>([&] { tok.encode("a<|endoftext|>"); });
   };
-  CHECK(endoftext(load({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", true}}))
+  CHECK(endoftext(folder.load({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", true}}))
             .find("(" + config_file + ": bos_token (absent: GPT2TokenizerFast's default))") !=
         std::string::npos);
-  CHECK(endoftext(load({{"tokenizer_class", "Qwen2Tokenizer"}}))
+  CHECK(endoftext(folder.load({{"tokenizer_class", "Qwen2Tokenizer"}}))
             .find("(" + config_file + ": eos_token (absent: Qwen2TokenizerFast's default))") !=
         std::string::npos);
-  CHECK(load({{"tokenizer_class", "Qwen2Tokenizer"},
-              {"eos_token", "<|end|>"},
-              {"unk_token", nullptr},
-              {"pad_token", "<|end|>"}})
+  CHECK(folder
+            .load({{"tokenizer_class", "Qwen2Tokenizer"},
+                   {"eos_token", "<|end|>"},
+                   {"unk_token", nullptr},
+                   {"pad_token", "<|end|>"}})
             .encode("a<|endoftext|>")
             .size() == 15);  // the prefix space, then a byte each
-  CHECK(load({{"tokenizer_class", "TokenizersBackend"}}).encode("a<|endoftext|>").size() == 15);
+  CHECK(folder.load({{"tokenizer_class", "TokenizersBackend"}}).encode("a<|endoftext|>").size() ==
+        15);
 }
 
 TEST_CASE(

@@ -60,7 +60,7 @@ class Tokenizer {
   /// `DIR/chat_template.jinja`. The last is where transformers (4.47 on) saves the chat
   /// template, and it reads that file in preference to the config's chat_template: so does this.
   /// When tokenizer_config.json names no tokenizer_class (or is absent), the class is the one
-  /// transformers takes from `DIR/config.json` (model_tokenizer_class).
+  /// transformers takes from `DIR/config.json` (detail::model_tokenizer_class).
   /// tokenizer_config.json's special tokens are taken in as transformers takes them (Note
   /// [special tokens in tokenizer_config.json]), and its add_bos_token and add_eos_token frame
   /// a text for encode_for_model (Note [framing]). What else would make transformers change the
@@ -80,10 +80,11 @@ class Tokenizer {
     const std::string model_config = std::filesystem::exists(model) ? model : "";
     if (std::filesystem::exists(config)) {
       t.config_ = read_tokenizer_config(config, model_config);
+    } else if (!model_config.empty()) {
+      config += " (absent; the class from config.json)";
+      t.config_ = detail::parse_tokenizer_config(nlohmann::json::object(), config, model_config);
     } else {
-      config += model_config.empty() ? " (absent)" : " (absent; the class from config.json)";
-      if (!model_config.empty())
-        t.config_ = detail::parse_tokenizer_config(nlohmann::json::object(), config, model_config);
+      config += " (absent)";
     }
     // transformers 4 reads special_tokens_map.json only for a config without
     // added_tokens_decoder (Llama 2 chat's map gives a pad token its config does not, unread)

@@ -15,9 +15,9 @@
 /// `special_tokens_map.json`, from which transformers 4 takes the special tokens when
 /// tokenizer_config.json has no added_tokens_decoder (files written before 4.34), must then
 /// agree with tokenizer_config.json (check_special_tokens_map). `tokenizer_class` (or, when it
-/// names none, the class transformers takes from config.json: model_tokenizer_class) brings
-/// that class's defaults (detail::kTokenizerClasses): special tokens, whether it rebuilds the
-/// post-processor, add_prefix_space; a class remat does not know is refused. Other fields
+/// names none, the class transformers takes from config.json: detail::model_tokenizer_class)
+/// brings that class's defaults (detail::kTokenizerClasses): special tokens, whether it rebuilds
+/// the post-processor, add_prefix_space; a class remat does not know is refused. Other fields
 /// (clean_up_tokenization_spaces, ...) concern Python classes and are not read.
 
 #include <algorithm>
@@ -84,7 +84,7 @@ struct TokenizerConfig {
   /// add_prefix_space as false.
   bool prefix_space_false = false;
   /// tokenizer_class, when given; else the class transformers takes from the folder's
-  /// config.json (model_tokenizer_class), when read_tokenizer_config is told of one.
+  /// config.json (detail::model_tokenizer_class), when read_tokenizer_config is told of one.
   std::optional<std::string> tokenizer_class;
   /// CodeLlama's fill token (read_infilling_tokens): transformers encodes a text holding it as
   /// an infilling prompt, which remat does not.
@@ -293,8 +293,6 @@ inline std::string shown_token(const std::optional<std::string>& token) {
   return token ? "'" + *token + "'" : std::string("none");
 }
 
-}  // namespace detail
-
 /// The tokenizer class transformers takes for a folder whose tokenizer_config.json names none,
 /// from the folder's config.json at `file`: its tokenizer_class, else its model_type's class
 /// in transformers 4 (llama and mistral: LlamaTokenizerFast, with the framing Note [framing]
@@ -303,13 +301,13 @@ inline std::string shown_token(const std::optional<std::string>& token) {
 /// [framing] compares with 4's. A class or model_type remat does not know is an IoError. A
 /// config.json without model_type gives none (transformers 4 would guess the type from the
 /// folder's name, or refuse): tokenizer.json is read as it is.
-inline std::optional<std::string> model_tokenizer_class(const std::string& file) {
+inline const TokenizerClass* model_tokenizer_class(const std::string& file) {
   const nlohmann::json json = read_json_file(file);
   const JsonField root(json, file + ":");
   if (!json.is_object()) root.fail("expected a JSON object");
   if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null())
-    return detail::tokenizer_class(root["tokenizer_class"], root["tokenizer_class"].string()).name;
-  if (!root.has("model_type")) return std::nullopt;
+    return &tokenizer_class(root["tokenizer_class"], root["tokenizer_class"].string());
+  if (!root.has("model_type")) return nullptr;
   const std::string type = root["model_type"].string();
   static constexpr std::pair<const char*, const char*> kClasses[] = {
       {"llama", "LlamaTokenizerFast"},
@@ -318,15 +316,13 @@ inline std::optional<std::string> model_tokenizer_class(const std::string& file)
       {"qwen3", "Qwen2TokenizerFast"},
       {"gpt2", "GPT2TokenizerFast"}};
   for (const auto& [model, tokenizer] : kClasses)
-    if (type == model) return tokenizer;
+    if (type == model) return &tokenizer_class(root["model_type"], tokenizer);
   root["model_type"].fail(remat::detail::cat(
       "'", type,
       "': tokenizer_config.json names no tokenizer_class, so transformers takes this model "
       "type's, which remat does not know (known: llama, mistral, qwen2, qwen3, gpt2); name the "
       "class in tokenizer_config.json"));
 }
-
-namespace detail {
 
 /// tokenizer_config.json's fields from `json` (read from `source`); `model_config`: the
 /// folder's config.json, from which transformers takes the tokenizer class when `json` names
@@ -340,14 +336,15 @@ inline TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const 
   for (const auto& [key, field] :
        {std::pair{"add_bos_token", &c.add_bos_token}, std::pair{"add_eos_token", &c.add_eos_token}})
     if (root.has(key)) *field = !root[key].is_null() && root[key].boolean();
+  const TokenizerClass* k = nullptr;
   if (root.has("tokenizer_class") && !root["tokenizer_class"].is_null()) {
     c.tokenizer_class = root["tokenizer_class"].string();
-    apply_class_defaults(root, tokenizer_class(root["tokenizer_class"], *c.tokenizer_class), c);
+    k = &tokenizer_class(root["tokenizer_class"], *c.tokenizer_class);
   } else if (!model_config.empty()) {
-    c.tokenizer_class = model_tokenizer_class(model_config);
-    // named by config.json, known there
-    if (c.tokenizer_class) apply_class_defaults(root, tokenizer_class(root, *c.tokenizer_class), c);
+    k = model_tokenizer_class(model_config);
+    if (k) c.tokenizer_class = k->name;
   }
+  if (k) apply_class_defaults(root, *k, c);
   if (root.has("model_max_length") && !root["model_max_length"].is_null()) {
     // transformers writes 1e30 ("no limit") as a huge integer or a float
     const auto& v = root["model_max_length"].value();
@@ -376,7 +373,8 @@ inline TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const 
 
 /// Reads tokenizer_config.json at `file` (an IoError naming the file and field when it is
 /// malformed). `model_config`: the folder's config.json, from which transformers takes the
-/// tokenizer class when the file names none (model_tokenizer_class); empty: there is none.
+/// tokenizer class when the file names none (detail::model_tokenizer_class); empty: there is
+/// none.
 inline TokenizerConfig read_tokenizer_config(const std::string& file,
                                              const std::string& model_config = "") {
   return detail::parse_tokenizer_config(read_json_file(file), file, model_config);
